@@ -1,0 +1,13 @@
+"""litegpu: run TensorFlow Lite / LiteRT models on pluggable, JIT-compiled backends."""
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from .errors import (BackendUnavailableError, ExecutionError, InvalidArgumentError, LiteGpuError,
+                     ModelFormatError, ResourceLimitError, UnsupportedError)
+from .model import load_model
+
+__all__ = [
+    "__version__", "LiteGpuError", "ModelFormatError", "UnsupportedError", "BackendUnavailableError",
+    "InvalidArgumentError", "ExecutionError", "ResourceLimitError", "load_model",
+]

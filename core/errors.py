@@ -1,0 +1,30 @@
+"""Every error litegpu raises derives from :class:`LiteGpuError`."""
+from __future__ import annotations
+
+
+class LiteGpuError(Exception):
+    """Base class of every error raised by litegpu."""
+
+
+class ModelFormatError(LiteGpuError, ValueError):
+    """The model file is malformed, truncated or hostile; the message names the field."""
+
+
+class UnsupportedError(LiteGpuError):
+    """The model uses something no available backend can run (op, dtype, model kind)."""
+
+
+class BackendUnavailableError(LiteGpuError):
+    """A backend was asked for by name but cannot be used here; the message says why."""
+
+
+class InvalidArgumentError(LiteGpuError, ValueError):
+    """A caller passed a wrong tensor index, shape, dtype or option."""
+
+
+class ExecutionError(LiteGpuError, RuntimeError):
+    """A kernel or control-flow op failed while the model ran."""
+
+
+class ResourceLimitError(LiteGpuError):
+    """A configured limit (memory, loop iterations, rank) would be exceeded."""

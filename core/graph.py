@@ -1,0 +1,99 @@
+"""The in-memory model: tensors, nodes, subgraphs, signatures.
+
+Built by :mod:`litegpu.model` and not changed afterwards; planning and execution
+keep their own state.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Quantization:
+    """Affine quantization: ``real = scale * (q - zero_point)``, per tensor or per channel."""
+
+    scales: np.ndarray
+    zero_points: np.ndarray
+    quantized_dimension: int = 0
+
+    @property
+    def is_set(self) -> bool:
+        """True when the tensor carries at least one scale."""
+        return self.scales.size > 0
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """A tensor of a subgraph.
+
+    ``data`` is a read-only array for constants (a zero-copy view of the model
+    bytes where the layout allows), ``None`` for activations.
+    """
+
+    index: int
+    name: str
+    dtype: np.dtype
+    shape: tuple[int, ...]
+    shape_signature: tuple[int, ...]
+    type_name: str = "FLOAT32"
+    data: np.ndarray | None = None
+    quantization: Quantization | None = None
+    is_variable: bool = False
+    sparsity: Any = None
+
+    @property
+    def is_constant(self) -> bool:
+        """True when the tensor's value is stored in the model."""
+        return self.data is not None
+
+
+@dataclass(frozen=True)
+class Node:
+    """One operator application. ``inputs`` uses -1 for an omitted optional input."""
+
+    index: int
+    op: str
+    opcode: int
+    version: int
+    inputs: tuple[int, ...]
+    outputs: tuple[int, ...]
+    options: dict[str, Any] = field(default_factory=dict)
+    custom_options: bytes = b""
+    intermediates: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Subgraph:
+    """A list of tensors and nodes in execution order, with its inputs and outputs."""
+
+    index: int
+    name: str
+    tensors: tuple[Tensor, ...]
+    nodes: tuple[Node, ...]
+    inputs: tuple[int, ...]
+    outputs: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Signature:
+    """A named entry point: input and output names mapped to tensor indices of a subgraph."""
+
+    key: str
+    subgraph_index: int
+    inputs: dict[str, int]
+    outputs: dict[str, int]
+
+
+@dataclass(frozen=True)
+class Model:
+    """A whole validated model."""
+
+    subgraphs: tuple[Subgraph, ...]
+    signatures: tuple[Signature, ...]
+    description: str = ""
+    version: int = 3
+    metadata: dict[str, bytes] = field(default_factory=dict)
+    nbytes: int = 0

@@ -1,0 +1,352 @@
+"""Read a ``.tflite`` file into a validated :class:`litegpu.graph.Model`.
+
+Every index, offset, size and enum is checked before use; constant buffers are
+zero-copy views into the (memory-mapped) file. Weight-only DEQUANTIZE (fp16 or
+int8 weights) and DENSIFY (sparse weights) are folded into constants here.
+"""
+from __future__ import annotations
+
+import mmap
+import os
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import ModelFormatError
+from ..graph import Model, Node, Quantization, Signature, Subgraph, Tensor
+from . import schema
+from .flatbuf import Buffer, Table
+from .sparse import densify
+
+MAX_RANK = 16
+MAX_ELEMENTS = 1 << 40  # per tensor; real limits on allocation are applied when planning memory
+_SUBGRAPH_OPTION_FIELDS = {
+    "IF": ("then_subgraph_index", "else_subgraph_index"),
+    "WHILE": ("cond_subgraph_index", "body_subgraph_index"),
+    "CALL_ONCE": ("init_subgraph_index",),
+}
+
+
+def load_model(source: str | os.PathLike | bytes | bytearray | memoryview) -> Model:
+    """Read and validate a model from a path (memory-mapped) or from bytes."""
+    if isinstance(source, (str, os.PathLike)):
+        path = Path(source)
+        try:
+            with open(path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                if size == 0:
+                    raise ModelFormatError(f"{path}: file is empty")
+                data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        except OSError as exc:
+            raise ModelFormatError(f"cannot read model file {path}: {exc.strerror or exc}") from exc
+        return _Reader(data).read()
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        if len(source) == 0:
+            raise ModelFormatError("model content is empty")
+        return _Reader(bytes(source) if isinstance(source, bytearray) else source).read()
+    raise ModelFormatError(f"model must be a path or bytes, got {type(source).__name__}")
+
+
+class _Reader:
+    def __init__(self, data) -> None:
+        self.data = data
+        self.buf = Buffer(data)
+
+    def read(self) -> Model:
+        root = self.buf.root(schema.FILE_IDENTIFIER)
+        self.buffers = [self._buffer(t) for t in root.tables(4, "buffers")]
+        self.opcodes = [self._opcode(t) for t in root.tables(1, "operator_codes")]
+        sg_tables = root.tables(2, "subgraphs")
+        if not sg_tables:
+            raise ModelFormatError("Model.subgraphs: the model has no subgraph")
+        subgraphs = tuple(self._subgraph(i, t) for i, t in enumerate(sg_tables))
+        _check_subgraph_calls(subgraphs)
+        signatures = tuple(self._signature(t, subgraphs) for t in root.tables(7, "signature_defs"))
+        metadata = {}
+        for t in root.tables(6, "metadata"):
+            idx = t.scalar(1, "uint", 0, "buffer")
+            metadata[t.string(0, "name")] = bytes(self._buffer_data(idx, f"{t.path}.buffer"))
+        return Model(subgraphs=subgraphs, signatures=signatures,
+                     description=root.string(3, "description"),
+                     version=root.scalar(0, "uint", 0, "version"),
+                     metadata=metadata, nbytes=self.buf.size)
+
+    # -- buffers and operator codes -------------------------------------------------
+    def _buffer(self, t: Table) -> np.ndarray:
+        offset = t.scalar(1, "ulong", 0, "offset")
+        size = t.scalar(2, "ulong", 0, "size")
+        if offset > 1:
+            self.buf.check(offset, size, f"{t.path} (offset/size)")
+            return np.frombuffer(self.buf.view, dtype=np.uint8, count=size, offset=offset)
+        arr = t.array(0, "[ubyte]", "data")
+        return np.zeros(0, np.uint8) if arr is None else arr
+
+    def _buffer_data(self, index: int, what: str) -> np.ndarray:
+        if not 0 <= index < len(self.buffers):
+            raise ModelFormatError(f"{what}: buffer index {index} out of range (model has {len(self.buffers)})")
+        return self.buffers[index]
+
+    def _opcode(self, t: Table) -> tuple[int, str, int]:
+        deprecated = t.scalar(0, "byte", 0, "deprecated_builtin_code")
+        builtin = t.scalar(3, "int", 0, "builtin_code")
+        code = max(deprecated, builtin)
+        if code < 0:
+            raise ModelFormatError(f"{t.path}.builtin_code: {code} is negative")
+        version = t.scalar(2, "int", 1, "version")
+        if code == schema.CUSTOM_CODE:
+            name = t.string(1, "custom_code")
+            if not name:
+                raise ModelFormatError(f"{t.path}.custom_code: a CUSTOM operator needs a name")
+        else:
+            name = schema.builtin_name(code)
+        return code, name, version
+
+    # -- tensors ------------------------------------------------------------------
+    def _subgraph(self, index: int, t: Table) -> Subgraph:
+        tensors = [self._tensor(i, tt) for i, tt in enumerate(t.tables(0, "tensors"))]
+        n = len(tensors)
+        inputs = _indices(t.array(1, "[int]", "inputs"), n, f"{t.path}.inputs")
+        outputs = _indices(t.array(2, "[int]", "outputs"), n, f"{t.path}.outputs")
+        nodes = [self._node(i, ot, n, t.path) for i, ot in enumerate(t.tables(3, "operators"))]
+        nodes, tensors = _fold_weight_ops(nodes, tensors)
+        _check_dataflow(t.path, nodes, tensors, inputs, outputs)
+        return Subgraph(index=index, name=t.string(4, "name"), tensors=tuple(tensors), nodes=tuple(nodes),
+                        inputs=inputs, outputs=outputs)
+
+    def _tensor(self, index: int, t: Table) -> Tensor:
+        type_code = t.scalar(1, "byte", 0, "type")
+        if type_code not in schema.TENSOR_TYPES:
+            raise ModelFormatError(f"{t.path}.type: unknown tensor type {type_code}")
+        type_name, dtype = schema.TENSOR_TYPES[type_code]
+        shape = _shape(t.array(0, "[int]", "shape"), f"{t.path}.shape", allow_unknown=False)
+        sig_arr = t.array(7, "[int]", "shape_signature")
+        signature = shape if sig_arr is None else _shape(sig_arr, f"{t.path}.shape_signature", True)
+        if len(signature) != len(shape):
+            signature = shape
+        name = t.string(3, "name")
+        q = t.table(4, "quantization")
+        quant = None
+        if q is not None:
+            scales = q.array(2, "[float]", "scale")
+            zps = q.array(3, "[long]", "zero_point")
+            scales = np.zeros(0, np.float32) if scales is None else np.array(scales, np.float32)
+            zps = np.zeros(0, np.int64) if zps is None else np.array(zps, np.int64)
+            qdim = q.scalar(6, "int", 0, "quantized_dimension")
+            if scales.size > 1 and not (0 <= qdim < max(len(shape), 1)):
+                raise ModelFormatError(f"{q.path}.quantized_dimension: {qdim} out of range for rank {len(shape)}")
+            if zps.size not in (0, 1, scales.size) and scales.size:
+                raise ModelFormatError(f"{q.path}: {scales.size} scales but {zps.size} zero points")
+            quant = Quantization(scales, zps, qdim)
+        sparsity = t.table(6, "sparsity")
+        raw = self._buffer_data(t.scalar(2, "uint", 0, "buffer"), f"{t.path}.buffer")
+        data = None
+        if raw.size and dtype is not None:
+            if sparsity is not None:
+                data = densify(raw, dtype, shape, sparsity)
+            else:
+                count = int(np.prod(shape, dtype=np.int64))
+                if raw.size != count * dtype.itemsize:
+                    raise ModelFormatError(
+                        f"{t.path}.buffer: holds {raw.size} bytes, shape {list(shape)} of {type_name} "
+                        f"needs {count * dtype.itemsize}")
+                data = _view(raw, dtype, shape)
+        elif raw.size and type_name == "STRING":
+            data = raw  # kept raw; string tensors are not executed
+        return Tensor(index=index, name=name, dtype=dtype if dtype is not None else np.dtype(np.uint8),
+                      shape=shape, shape_signature=signature, type_name=type_name, data=data,
+                      quantization=quant, is_variable=t.scalar(5, "bool", False, "is_variable"),
+                      sparsity=sparsity is not None)
+
+    # -- operators ----------------------------------------------------------------
+    def _node(self, index: int, t: Table, ntensors: int, sg_path: str) -> Node:
+        opcode_index = t.scalar(0, "uint", 0, "opcode_index")
+        if opcode_index >= len(self.opcodes):
+            raise ModelFormatError(
+                f"{t.path}.opcode_index: {opcode_index} out of range ({len(self.opcodes)} operator codes)")
+        code, name, version = self.opcodes[opcode_index]
+        inputs = _indices(t.array(1, "[int]", "inputs"), ntensors, f"{t.path}.inputs", optional=True)
+        outputs = _indices(t.array(2, "[int]", "outputs"), ntensors, f"{t.path}.outputs")
+        intermediates = _indices(t.array(8, "[int]", "intermediates"), ntensors, f"{t.path}.intermediates",
+                                 optional=True)
+        options = {}
+        otype = t.scalar(3, "ubyte", 0, "builtin_options_type")
+        if otype:
+            if otype > len(schema.BUILTIN_OPTIONS):
+                raise ModelFormatError(f"{t.path}.builtin_options_type: unknown options type {otype}")
+            table_name, fields = schema.BUILTIN_OPTIONS[otype - 1]
+            expected = schema.OP_OPTIONS.get(name)
+            if expected is not None and expected != table_name:
+                raise ModelFormatError(f"{t.path}.builtin_options: {name} carries {table_name}, expected {expected}")
+            ot = t.table(4, "builtin_options")
+            if ot is not None:
+                options = ot.read_fields(fields)
+        custom = b""
+        large_off = t.scalar(9, "ulong", 0, "large_custom_options_offset")
+        if large_off > 1:
+            size = t.scalar(10, "ulong", 0, "large_custom_options_size")
+            self.buf.check(large_off, size, f"{t.path}.large_custom_options")
+            custom = bytes(self.buf.view[large_off:large_off + size])
+        else:
+            arr = t.array(5, "[ubyte]", "custom_options")
+            if arr is not None:
+                custom = arr.tobytes()
+        return Node(index=index, op=name, opcode=code, version=version, inputs=inputs, outputs=outputs,
+                    options=options, custom_options=custom, intermediates=intermediates)
+
+    def _signature(self, t: Table, subgraphs: tuple[Subgraph, ...]) -> Signature:
+        sg = t.scalar(4, "uint", 0, "subgraph_index")
+        if sg >= len(subgraphs):
+            raise ModelFormatError(f"{t.path}.subgraph_index: {sg} out of range ({len(subgraphs)} subgraphs)")
+        ntensors = len(subgraphs[sg].tensors)
+
+        def tensor_map(slot: int, what: str) -> dict[str, int]:
+            out = {}
+            for m in t.tables(slot, what):
+                idx = m.scalar(1, "uint", 0, "tensor_index")
+                if idx >= ntensors:
+                    raise ModelFormatError(f"{m.path}.tensor_index: {idx} out of range ({ntensors} tensors)")
+                out[m.string(0, "name")] = idx
+            return out
+
+        return Signature(key=t.string(2, "signature_key"), subgraph_index=sg,
+                         inputs=tensor_map(0, "inputs"), outputs=tensor_map(1, "outputs"))
+
+
+def _indices(arr, n: int, what: str, optional: bool = False) -> tuple[int, ...]:
+    if arr is None:
+        return ()
+    values = tuple(int(x) for x in arr)
+    low = -1 if optional else 0
+    for i, v in enumerate(values):
+        if not low <= v < n:
+            raise ModelFormatError(f"{what}[{i}]: tensor index {v} out of range ({n} tensors)")
+    return values
+
+
+def _shape(arr, what: str, allow_unknown: bool) -> tuple[int, ...]:
+    if arr is None:
+        return ()
+    if len(arr) > MAX_RANK:
+        raise ModelFormatError(f"{what}: rank {len(arr)} exceeds the limit of {MAX_RANK}")
+    dims = tuple(int(x) for x in arr)
+    count = 1
+    for i, d in enumerate(dims):
+        if d < 0 and not (allow_unknown and d == -1):
+            raise ModelFormatError(f"{what}[{i}]: dimension {d} is negative")
+        count *= max(d, 1)
+    if count > MAX_ELEMENTS:
+        raise ModelFormatError(f"{what}: {list(dims)} has {count} elements, over the limit of {MAX_ELEMENTS}")
+    return dims
+
+
+def _view(raw: np.ndarray, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+    """A read-only typed view of ``raw`` (copied when misaligned or big-endian-hostile)."""
+    arr = raw.view(dtype.newbyteorder("<")) if raw.ctypes.data % dtype.alignment == 0 else \
+        np.frombuffer(raw.tobytes(), dtype.newbyteorder("<"))
+    arr = arr.astype(dtype, copy=False).reshape(shape)
+    arr.flags.writeable = False
+    return arr
+
+
+def _dequantize(t: Tensor) -> np.ndarray:
+    data = t.data
+    if data.dtype == np.float16:
+        return data.astype(np.float32)
+    q = t.quantization
+    if q is None or not q.is_set:
+        raise ModelFormatError(f"tensor {t.name!r}: DEQUANTIZE of {t.type_name} without quantization")
+    shape = [1] * data.ndim
+    scales = q.scales.astype(np.float32)
+    zps = q.zero_points if q.zero_points.size else np.zeros(scales.size, np.int64)
+    if scales.size > 1:
+        if data.ndim == 0 or data.shape[q.quantized_dimension] != scales.size:
+            raise ModelFormatError(f"tensor {t.name!r}: {scales.size} scales do not match its shape")
+        shape[q.quantized_dimension] = scales.size
+    return ((data.astype(np.float32) - zps.reshape(shape).astype(np.float32)) * scales.reshape(shape))
+
+
+def _fold_weight_ops(nodes: list[Node], tensors: list[Tensor]) -> tuple[list[Node], list[Tensor]]:
+    """Replace DEQUANTIZE/DENSIFY of constants by constant outputs."""
+    kept = []
+    for node in nodes:
+        if node.op in ("DEQUANTIZE", "DENSIFY") and len(node.inputs) == 1 and len(node.outputs) == 1 \
+                and node.inputs[0] >= 0 and tensors[node.inputs[0]].is_constant:
+            src, dst = tensors[node.inputs[0]], tensors[node.outputs[0]]
+            value = _dequantize(src) if node.op == "DEQUANTIZE" else src.data
+            if value.shape != dst.shape:
+                raise ModelFormatError(
+                    f"operator {node.index} ({node.op}): input shape {list(value.shape)} does not match "
+                    f"output shape {list(dst.shape)}")
+            value = np.ascontiguousarray(value, dtype=dst.dtype)
+            value.flags.writeable = False
+            tensors[dst.index] = Tensor(index=dst.index, name=dst.name, dtype=dst.dtype, shape=dst.shape,
+                                        shape_signature=dst.shape_signature, type_name=dst.type_name,
+                                        data=value, quantization=dst.quantization)
+            continue
+        kept.append(node)
+    return kept, tensors
+
+
+def _check_dataflow(path: str, nodes: list[Node], tensors: list[Tensor], inputs, outputs) -> None:
+    """Each activation is produced once, before it is read; no node reads its own output."""
+    produced_by: dict[int, int] = {}
+    available = set(inputs)
+    for t in tensors:
+        if t.is_constant or t.is_variable:
+            available.add(t.index)
+    for node in nodes:
+        for o in node.outputs:
+            if o in produced_by:
+                raise ModelFormatError(
+                    f"{path}.operators[{node.index}]: tensor {o} is already produced by operator {produced_by[o]}")
+            if tensors[o].is_constant:
+                raise ModelFormatError(f"{path}.operators[{node.index}]: writes constant tensor {o}")
+            produced_by[o] = node.index
+        for i in node.inputs:
+            if i < 0 or i in available:
+                continue
+            if i in node.outputs:
+                raise ModelFormatError(f"{path}.operators[{node.index}] ({node.op}) reads its own output tensor {i}")
+            raise ModelFormatError(
+                f"{path}.operators[{node.index}] ({node.op}) reads tensor {i} before any operator produces it "
+                "(cycle or missing producer)")
+        available.update(node.outputs)
+    for o in outputs:
+        if o not in available:
+            raise ModelFormatError(f"{path}.outputs: tensor {o} is never produced")
+
+
+def _check_subgraph_calls(subgraphs: tuple[Subgraph, ...]) -> None:
+    """Subgraph indices in control-flow options are in range and never recurse."""
+    n = len(subgraphs)
+    calls: dict[int, set[int]] = {}
+    for sg in subgraphs:
+        targets = set()
+        for node in sg.nodes:
+            for field in _SUBGRAPH_OPTION_FIELDS.get(node.op, ()):
+                idx = node.options.get(field, 0)
+                if not 0 <= idx < n:
+                    raise ModelFormatError(
+                        f"subgraph {sg.index} operator {node.index} ({node.op}).{field}: subgraph {idx} "
+                        f"out of range ({n} subgraphs)")
+                targets.add(idx)
+        calls[sg.index] = targets
+    # Iterative depth-first search: a hostile model may chain thousands of subgraphs.
+    state: dict[int, int] = {}
+    for start in range(n):
+        if state.get(start):
+            continue
+        stack = [(start, iter(sorted(calls[start])))]
+        state[start] = 1
+        while stack:
+            node, it = stack[-1]
+            nxt = next(it, None)
+            if nxt is None:
+                state[node] = 2
+                stack.pop()
+            elif state.get(nxt) == 1:
+                path = [s for s, _ in stack] + [nxt]
+                raise ModelFormatError(f"subgraphs call each other in a cycle: {' -> '.join(map(str, path))}")
+            elif not state.get(nxt):
+                state[nxt] = 1
+                stack.append((nxt, iter(sorted(calls[nxt]))))
