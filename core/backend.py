@@ -1,0 +1,133 @@
+"""The protocols a backend plugin implements: Backend, Program, Buffer, Event.
+
+A backend is one object returned by the ``litegpu_backends`` hook. The core asks it
+whether it supports each node, hands it partitions to compile, and runs the returned
+programs. Everything here is device-neutral; the base classes say what is missing.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from .graph import Model, Node, Subgraph
+from .ops.registry import OpDef, TensorSpec
+
+
+@dataclass(frozen=True)
+class Support:
+    """A backend's answer to "can you run this node?", with the reason when not."""
+
+    ok: bool
+    reason: str = ""
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+
+@dataclass
+class NodeContext:
+    """What a kernel factory knows about one node at compile time.
+
+    ``inputs`` are the input specs (``None`` for an omitted optional input); a spec's
+    ``value`` is set for constants. ``dynamic`` is True when output shapes are only
+    known at run time: then the kernel must accept any shape.
+    """
+
+    node: Node
+    opdef: OpDef
+    attrs: dict
+    inputs: list[TensorSpec | None]
+    outputs: list[TensorSpec]
+    dynamic: bool = False
+
+
+@dataclass
+class Partition:
+    """A contiguous run of nodes of one subgraph assigned to one backend."""
+
+    backend: str
+    subgraph: Subgraph
+    nodes: list[NodeContext]
+    inputs: list[int]     # tensor indices read from outside the partition
+    outputs: list[int]    # tensor indices read after the partition
+
+
+@dataclass
+class Runtime:
+    """Services the core offers to kernels of stateful ops (control flow, variables)."""
+
+    call_subgraph: Callable[[int, list[np.ndarray]], list[np.ndarray]]
+    resources: dict[Any, np.ndarray]
+    max_while_iterations: int = 10_000_000
+
+
+@dataclass
+class CompileOptions:
+    """Options for :meth:`Backend.compile`."""
+
+    num_threads: int = 0                 # 0: the backend's default
+    precision_loss_allowed: bool = False
+    runtime: Runtime | None = None
+    extra: dict = field(default_factory=dict)
+
+
+class Event:
+    """Completion of submitted work. The base event is already complete."""
+
+    def wait(self) -> None:
+        """Block until the work is done."""
+
+    def is_complete(self) -> bool:
+        """True when the work is done."""
+        return True
+
+
+COMPLETE = Event()
+
+
+class Program:
+    """A compiled partition."""
+
+    def run(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray],
+            wait_for: Sequence[Event] = ()) -> Event:
+        """Run on ``inputs``, writing ``outputs`` (both in partition order)."""
+        raise NotImplementedError("need run")
+
+
+class Backend:
+    """Base class of backends. Subclasses set ``name`` and implement the methods."""
+
+    name: str = ""
+    priority: int = 0
+
+    def available(self) -> tuple[bool, str]:
+        """Whether this backend can be used here, and why not."""
+        return True, ""
+
+    def device_info(self) -> dict:
+        """Device, driver, library versions and features, for ``litegpu backends``."""
+        return {}
+
+    def supports(self, node: NodeContext, model: Model) -> Support:
+        """Whether this backend can run ``node``."""
+        raise NotImplementedError("need supports")
+
+    def compile(self, partition: Partition, options: CompileOptions) -> Program:
+        """Compile a partition into a runnable program."""
+        raise NotImplementedError("need compile")
+
+    def allocate(self, nbytes: int) -> Any:
+        """Device memory of ``nbytes`` (host backends return a numpy byte array)."""
+        return np.empty(nbytes, np.uint8)
+
+    def copy_in(self, buffer: Any, array: np.ndarray, wait_for: Sequence[Event] = ()) -> Event:
+        """Copy a host array into device memory."""
+        np.copyto(buffer, array)
+        return COMPLETE
+
+    def copy_out(self, buffer: Any, array: np.ndarray, wait_for: Sequence[Event] = ()) -> Event:
+        """Copy device memory into a host array."""
+        np.copyto(array, buffer)
+        return COMPLETE

@@ -1,0 +1,12 @@
+"""Op registry: attributes, shape inference and numpy reference per op.
+
+Importing this package registers every builtin op litegpu knows.
+"""
+from . import elementwise  # noqa: F401  (registers ops)
+from .registry import (DynamicShape, OpDef, TensorSpec, all_ops, apply_activation, broadcast_shapes,
+                       check_inputs, const_input, defop, get_op, normalize_axis, register, value_of)
+
+__all__ = [
+    "DynamicShape", "OpDef", "TensorSpec", "all_ops", "apply_activation", "broadcast_shapes",
+    "check_inputs", "const_input", "defop", "get_op", "normalize_axis", "register", "value_of",
+]

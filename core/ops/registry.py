@@ -1,0 +1,170 @@
+"""The op registry: one :class:`OpDef` per operator, the single source of truth.
+
+An OpDef holds, for one op:
+
+- ``attrs(node, tensors)``: normalize the node's raw options (and custom options) into a
+  plain dict, validating values; raises :class:`ModelFormatError` or
+  :class:`UnsupportedError` naming the node.
+- ``infer(inputs, attrs)``: output :class:`TensorSpec` s (shape, dtype) from input specs.
+  An input spec carries ``value`` when it is known before running (a constant or a
+  folded shape computation). When the output shape depends on a value that is not
+  known, ``infer`` raises :class:`DynamicShape`; the planner then re-infers at run
+  time with concrete values.
+- ``reference(inputs, attrs)``: a readable numpy implementation returning the outputs.
+
+Backends add kernels for these ops; they never carry their own shape logic.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from ..errors import ModelFormatError, UnsupportedError
+from ..graph import Node, Tensor
+
+
+class DynamicShape(Exception):
+    """Raised by ``infer`` when an output shape depends on a value unknown before running."""
+
+
+@dataclass
+class TensorSpec:
+    """What shape inference knows about a tensor: shape, dtype and maybe its value."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    value: np.ndarray | None = None
+
+    @classmethod
+    def of(cls, array: np.ndarray) -> "TensorSpec":
+        """The spec of a concrete array (value included)."""
+        return cls(tuple(array.shape), array.dtype, array)
+
+
+AttrsFn = Callable[[Node, Sequence[Tensor]], dict]
+InferFn = Callable[[list, dict], list]
+ReferenceFn = Callable[[list, dict], list]
+
+
+@dataclass
+class OpDef:
+    """Everything litegpu knows about one op, independent of any device."""
+
+    name: str
+    infer: InferFn
+    reference: ReferenceFn
+    attrs: AttrsFn = field(default=lambda node, tensors: {})
+    # Ops that need the runtime's services (subgraph calls, resource variables) rather
+    # than a plain kernel: control flow and variables.
+    stateful: bool = False
+    doc: str = ""
+
+    def node_attrs(self, node: Node, tensors: Sequence[Tensor]) -> dict:
+        """Normalized attributes of ``node``; errors name the node."""
+        try:
+            return self.attrs(node, tensors)
+        except (ModelFormatError, UnsupportedError) as exc:
+            raise type(exc)(f"node {node.index} ({node.op}): {exc}") from None
+        except (KeyError, IndexError, TypeError, ValueError) as exc:
+            raise ModelFormatError(f"node {node.index} ({node.op}): invalid options: {exc}") from None
+
+
+_REGISTRY: dict[str, OpDef] = {}
+
+
+def register(opdef: OpDef) -> OpDef:
+    """Add ``opdef`` to the registry (a plugin's custom op too); returns it."""
+    _REGISTRY[opdef.name] = opdef
+    return opdef
+
+
+def get_op(name: str) -> OpDef | None:
+    """The OpDef registered under ``name``, or ``None``."""
+    return _REGISTRY.get(name)
+
+
+def all_ops() -> dict[str, OpDef]:
+    """A copy of the registry, by op name."""
+    return dict(_REGISTRY)
+
+
+def defop(name: str, *, attrs: AttrsFn | None = None, infer: InferFn, stateful: bool = False):
+    """Decorator form: the decorated function is the reference implementation."""
+
+    def wrap(fn: ReferenceFn) -> ReferenceFn:
+        register(OpDef(name=name, infer=infer, reference=fn, attrs=attrs or (lambda n, t: {}),
+                       stateful=stateful, doc=(fn.__doc__ or "").strip()))
+        return fn
+
+    return wrap
+
+
+# -- helpers shared by op definitions ---------------------------------------------------
+
+def check_inputs(node: Node, low: int, high: int | None = None) -> None:
+    """Raise unless the node has between ``low`` and ``high`` inputs (inclusive)."""
+    n = len(node.inputs)
+    high = low if high is None else high
+    if not low <= n <= high:
+        want = str(low) if low == high else f"{low}..{high}"
+        raise ModelFormatError(f"expects {want} inputs, has {n}")
+
+
+def const_input(node: Node, tensors: Sequence[Tensor], i: int) -> np.ndarray | None:
+    """The constant value of input ``i``, or ``None`` when absent or not constant."""
+    if i >= len(node.inputs) or node.inputs[i] < 0:
+        return None
+    return tensors[node.inputs[i]].data
+
+
+def broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...]:
+    """Numpy broadcasting of shapes, with a litegpu error on mismatch."""
+    try:
+        return tuple(np.broadcast_shapes(*shapes))
+    except ValueError:
+        raise ModelFormatError(f"shapes {[list(s) for s in shapes]} do not broadcast") from None
+
+
+def normalize_axis(axis: int, rank: int, what: str = "axis") -> int:
+    """``axis`` in ``[0, rank)``, counting negatives from the end."""
+    if not -rank <= axis < max(rank, 1):
+        raise ModelFormatError(f"{what} {axis} out of range for rank {rank}")
+    return axis % max(rank, 1)
+
+
+def value_of(spec: TensorSpec | None) -> np.ndarray:
+    """The known value of an input spec, or raise :class:`DynamicShape`."""
+    if spec is None or spec.value is None:
+        raise DynamicShape
+    return spec.value
+
+
+ACTIVATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "NONE": lambda x: x,
+    "RELU": lambda x: np.maximum(x, 0),
+    "RELU_N1_TO_1": lambda x: np.clip(x, -1, 1),
+    "RELU6": lambda x: np.clip(x, 0, 6),
+    "TANH": np.tanh,
+    "SIGN_BIT": np.sign,
+}
+
+
+def activation_attr(options: dict) -> str:
+    """The fused activation name from raw options; unknown codes are a format error."""
+    from ..model.schema import ACTIVATIONS as CODES
+    code = options.get("fused_activation_function", 0)
+    if code not in CODES:
+        raise ModelFormatError(f"unknown fused activation {code}")
+    return CODES[code]
+
+
+def apply_activation(x: np.ndarray, activation: str) -> np.ndarray:
+    """Apply a fused activation by name."""
+    return ACTIVATIONS[activation](x)
+
+
+def as_dtype(x: Any, dtype: np.dtype) -> np.ndarray:
+    """``x`` as an array of ``dtype`` (no copy when it already is)."""
+    return np.asarray(x).astype(dtype, copy=False)

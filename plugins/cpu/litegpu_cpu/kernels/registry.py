@@ -1,0 +1,52 @@
+"""Kernel factories of the cpu backend, by op name.
+
+A factory takes the node's :class:`~litegpu.backend.NodeContext` at compile time,
+precomputes what it can (weight layouts, index tables) and returns
+``run(inputs, outputs)``: ``inputs`` are arrays (``None`` for an omitted optional
+input), ``outputs`` are preallocated C-contiguous arrays of the inferred shapes,
+written in place. A factory may return ``None`` to decline a node (e.g. a dtype it
+has no kernel for); the reference kernel is then used.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from litegpu.backend import NodeContext
+
+Kernel = Callable[[list, list], None]
+Factory = Callable[[NodeContext], "Kernel | None"]
+
+KERNELS: dict[str, Factory] = {}
+
+
+def kernel(*ops: str):
+    """Register the decorated factory for ``ops``."""
+    def wrap(factory: Factory) -> Factory:
+        for op in ops:
+            KERNELS[op] = factory
+        return factory
+    return wrap
+
+
+def reference_kernel(ctx: NodeContext) -> Kernel:
+    """Run the op's numpy reference and copy its results into the outputs."""
+    reference, attrs = ctx.opdef.reference, ctx.attrs
+
+    def run(inputs: list, outputs: list) -> None:
+        results = reference(inputs, attrs)
+        for out, res in zip(outputs, results):
+            out[...] = res
+
+    return run
+
+
+def make_kernel(ctx: NodeContext) -> Kernel:
+    """The best kernel for a node: a specialized one when registered, else the reference."""
+    factory = KERNELS.get(ctx.node.op)
+    if factory is not None and not ctx.dynamic:
+        k = factory(ctx)
+        if k is not None:
+            return k
+    return reference_kernel(ctx)
