@@ -2,7 +2,7 @@
 
 Importing this package registers every builtin op litegpu knows.
 """
-from . import elementwise  # noqa: F401  (registers ops)
+from . import control, elementwise, nn, reduce, shape  # noqa: F401  (each registers its ops)
 from .registry import (DynamicShape, OpDef, TensorSpec, all_ops, apply_activation, broadcast_shapes,
                        check_inputs, const_input, defop, get_op, normalize_axis, register, value_of)
 

@@ -1,0 +1,1 @@
+"""Ops: control flow and resource variables (being written)."""

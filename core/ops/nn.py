@@ -1,0 +1,1 @@
+"""Ops: nn (being written)."""

@@ -1,0 +1,1 @@
+"""Ops: reduce (being written)."""

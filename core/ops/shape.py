@@ -1,0 +1,1 @@
+"""Ops: shape (being written)."""

@@ -1,0 +1,1 @@
+"""Testing tools: a .tflite model builder, conformance cases, and the pytest plugin."""
