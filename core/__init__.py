@@ -6,8 +6,11 @@ __version__ = "0.1.0"
 from .errors import (BackendUnavailableError, ExecutionError, InvalidArgumentError, LiteGpuError,
                      ModelFormatError, ResourceLimitError, UnsupportedError)
 from .model import load_model
+from .interpreter import Interpreter, SignatureRunner
+from .session import Delegate, load_delegate
 
 __all__ = [
     "__version__", "LiteGpuError", "ModelFormatError", "UnsupportedError", "BackendUnavailableError",
-    "InvalidArgumentError", "ExecutionError", "ResourceLimitError", "load_model",
+    "InvalidArgumentError", "ExecutionError", "ResourceLimitError", "load_model", "Interpreter",
+    "SignatureRunner", "Delegate", "load_delegate",
 ]

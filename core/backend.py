@@ -11,7 +11,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .graph import Model, Node, Subgraph
+from .graph import Model, Node, Subgraph, Tensor
 from .ops.registry import OpDef, TensorSpec
 
 
@@ -40,6 +40,7 @@ class NodeContext:
     attrs: dict
     inputs: list[TensorSpec | None]
     outputs: list[TensorSpec]
+    tensors: Sequence[Tensor] = ()   # the subgraph's tensors (names, quantization)
     dynamic: bool = False
 
 
@@ -52,6 +53,8 @@ class Partition:
     nodes: list[NodeContext]
     inputs: list[int]     # tensor indices read from outside the partition
     outputs: list[int]    # tensor indices read after the partition
+    specs: dict[int, TensorSpec] = field(default_factory=dict)   # every tensor the partition touches
+    arena: Any = None     # litegpu.memory.ArenaPlan for tensors internal to the partition
 
 
 @dataclass

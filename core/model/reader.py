@@ -152,7 +152,9 @@ class _Reader:
                 data = _view(raw, dtype, shape)
         elif raw.size and type_name == "STRING":
             data = raw  # kept raw; string tensors are not executed
-        return Tensor(index=index, name=name, dtype=dtype if dtype is not None else np.dtype(np.uint8),
+        if dtype is None:  # resource/variant handles are int32 ids at run time; strings stay raw bytes
+            dtype = np.dtype(np.int32) if type_name in ("RESOURCE", "VARIANT") else np.dtype(np.uint8)
+        return Tensor(index=index, name=name, dtype=dtype,
                       shape=shape, shape_signature=signature, type_name=type_name, data=data,
                       quantization=quant, is_variable=t.scalar(5, "bool", False, "is_variable"),
                       sparsity=sparsity is not None)

@@ -1,1 +1,100 @@
-"""Ops: control flow and resource variables (being written)."""
+"""Control flow (WHILE, IF, CALL_ONCE) and resource variables (VAR_HANDLE, READ_VARIABLE,
+ASSIGN_VARIABLE).
+
+These ops need the runtime's services rather than a plain kernel: they call other
+subgraphs and keep state across invokes. Their ``execute(inputs, attrs, runtime)``
+receives a :class:`litegpu.backend.Runtime`.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import ExecutionError, ResourceLimitError
+from .registry import OpDef, TensorSpec, check_inputs, register
+
+
+def _no_reference(inputs, attrs):
+    raise ExecutionError("control-flow ops run through the runtime, not a reference")
+
+
+def _model_output_specs(node, tensors):
+    return [TensorSpec(tensors[o].shape, tensors[o].dtype) for o in node.outputs]
+
+
+def _truth(value: np.ndarray, what: str) -> bool:
+    if value.size != 1:
+        raise ExecutionError(f"{what} must hold one element, has shape {list(value.shape)}")
+    return bool(value.reshape(()))
+
+
+def _while_attrs(node, tensors) -> dict:
+    if len(node.inputs) != len(node.outputs):
+        raise ValueError(f"WHILE has {len(node.inputs)} inputs but {len(node.outputs)} outputs")
+    return {"cond": node.options.get("cond_subgraph_index", 0), "body": node.options.get("body_subgraph_index", 0)}
+
+
+def _while(inputs, attrs, runtime):
+    values = [np.array(v) for v in inputs]
+    for _ in range(runtime.max_while_iterations):
+        (cond,) = runtime.call_subgraph(attrs["cond"], values)[:1]
+        if not _truth(cond, "WHILE condition"):
+            return values
+        values = [np.array(v) for v in runtime.call_subgraph(attrs["body"], values)]
+    raise ResourceLimitError(f"WHILE ran {runtime.max_while_iterations} iterations without ending "
+                             "(raise Limits.max_while_iterations for longer loops)")
+
+
+def _if_attrs(node, tensors) -> dict:
+    check_inputs(node, 1, 1 << 16)
+    return {"then": node.options.get("then_subgraph_index", 0), "else": node.options.get("else_subgraph_index", 0)}
+
+
+def _if(inputs, attrs, runtime):
+    branch = attrs["then"] if _truth(inputs[0], "IF condition") else attrs["else"]
+    return [np.array(v) for v in runtime.call_subgraph(branch, list(inputs[1:]))]
+
+
+def _call_once(inputs, attrs, runtime):
+    key = ("call_once", attrs["init"])
+    if key not in runtime.resources:
+        runtime.call_subgraph(attrs["init"], [])
+        runtime.resources[key] = np.zeros(0)
+    return []
+
+
+def _var_handle_attrs(node, tensors) -> dict:
+    return {"key": (node.options.get("container", ""), node.options.get("shared_name", ""))}
+
+
+def _var_handle(inputs, attrs, runtime):
+    ids = runtime.resources.setdefault("__ids__", {})
+    handle = ids.setdefault(attrs["key"], len(ids))
+    return [np.array([handle], np.int32)]
+
+
+def _read_variable(inputs, attrs, runtime):
+    handle = int(inputs[0].reshape(-1)[0])
+    value = runtime.resources.get(("var", handle))
+    if value is None:
+        raise ExecutionError(f"READ_VARIABLE of resource {handle}, which was never assigned")
+    return [value.copy()]
+
+
+def _assign_variable(inputs, attrs, runtime):
+    handle = int(inputs[0].reshape(-1)[0])
+    runtime.resources[("var", handle)] = np.array(inputs[1], copy=True)
+    return []
+
+
+def _stateful(name, execute, attrs=None, infer=None):
+    register(OpDef(name=name, infer=infer or (lambda ins, a: []), reference=_no_reference,
+                   attrs=attrs or (lambda n, t: {}), stateful=True, execute=execute,
+                   doc=(execute.__doc__ or name)))
+
+
+_stateful("WHILE", _while, _while_attrs)
+_stateful("IF", _if, _if_attrs)
+_stateful("CALL_ONCE", _call_once, lambda n, t: {"init": n.options.get("init_subgraph_index", 0)})
+_stateful("VAR_HANDLE", _var_handle, _var_handle_attrs)
+_stateful("READ_VARIABLE", _read_variable, lambda n, t: (check_inputs(n, 1), {})[1])
+_stateful("ASSIGN_VARIABLE", _assign_variable, lambda n, t: (check_inputs(n, 2), {})[1])

@@ -59,6 +59,8 @@ class OpDef:
     # Ops that need the runtime's services (subgraph calls, resource variables) rather
     # than a plain kernel: control flow and variables.
     stateful: bool = False
+    # For stateful ops: ``execute(inputs, attrs, runtime) -> outputs`` replaces ``reference``.
+    execute: Callable[[list, dict, Any], list] | None = None
     doc: str = ""
 
     def node_attrs(self, node: Node, tensors: Sequence[Tensor]) -> dict:

@@ -1,0 +1,237 @@
+"""Plan, compile and run one subgraph: shape inference and folding, partitions, transfers.
+
+Everything that can be decided is decided when a subgraph is compiled: tensor specs
+(with constant folding of shape arithmetic), the backend of each node, the arena of
+each partition and the compiled programs. A run replays the partitions in order.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from .backend import Backend, CompileOptions, NodeContext, Partition, Program, Runtime
+from .errors import (ExecutionError, InvalidArgumentError, LiteGpuError, ModelFormatError, ResourceLimitError,
+                     UnsupportedError)
+from .graph import Model, Subgraph
+from .memory import ArenaPlan, Usage, plan_arena
+from .ops import DynamicShape, TensorSpec, get_op
+from .partition import CPU, DelegationReport, assign
+
+log = logging.getLogger("litegpu")
+
+
+def default_memory_limit() -> int:
+    """Bytes one model may allocate by default: half of physical memory."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
+    except (ValueError, OSError, AttributeError):
+        return 8 << 30
+
+
+@dataclass
+class Limits:
+    """Run-time limits, each with a clear error when exceeded."""
+
+    max_bytes: int = 0                   # 0: default_memory_limit()
+    max_while_iterations: int = 10_000_000
+
+
+def infer_subgraph(model: Model, sg: Subgraph, input_specs: dict[int, TensorSpec]
+                   ) -> tuple[list[NodeContext], dict[int, TensorSpec], list[int]]:
+    """Specs of every tensor, node contexts of the nodes left after folding, folded node indices.
+
+    A node whose inputs are all known values is folded: its reference runs now and its
+    outputs become constants (SHAPE → STRIDED_SLICE → PACK chains vanish this way).
+    """
+    specs: dict[int, TensorSpec | None] = {}
+    for t in sg.tensors:
+        if t.data is not None and t.type_name != "STRING":
+            specs[t.index] = TensorSpec(t.shape, t.dtype, t.data)
+        elif t.is_variable:
+            specs[t.index] = TensorSpec(t.shape, t.dtype)
+    specs.update(input_specs)
+    contexts: list[NodeContext] = []
+    folded: list[int] = []
+    for node in sg.nodes:
+        opdef = get_op(node.op)
+        if opdef is None:
+            raise UnsupportedError(f"node {node.index} ({node.op}): op is not supported by litegpu "
+                                   "(no op definition registered)")
+        attrs = opdef.node_attrs(node, sg.tensors)
+        ins = [specs.get(i) if i >= 0 else None for i in node.inputs]
+        for pos, i in enumerate(node.inputs):
+            if i >= 0 and i not in specs:
+                raise ModelFormatError(f"node {node.index} ({node.op}): input {pos} (tensor {i}) has no value")
+        unknown = any(i >= 0 and specs[i] is None for i in node.inputs)
+        outs: list[TensorSpec] | None = None
+        if not opdef.stateful and not unknown:
+            try:
+                outs = opdef.infer(ins, attrs)
+            except DynamicShape:
+                outs = None
+            except LiteGpuError as exc:
+                raise type(exc)(f"node {node.index} ({node.op}): {exc}") from None
+            except (ValueError, IndexError, TypeError, KeyError, ZeroDivisionError, OverflowError) as exc:
+                raise ModelFormatError(f"node {node.index} ({node.op}): shape inference failed: {exc}") from None
+            if outs is not None and len(outs) != len(node.outputs):
+                raise ModelFormatError(f"node {node.index} ({node.op}): has {len(node.outputs)} outputs, "
+                                       f"the op produces {len(outs)}")
+            if outs is not None and node.inputs and all(s is None or s.value is not None for s in ins) \
+                    and any(s is not None for s in ins):
+                values = _run_reference(opdef, node, [None if s is None else s.value for s in ins], attrs)
+                for o, v in zip(node.outputs, values):
+                    specs[o] = TensorSpec.of(np.asarray(v))
+                folded.append(node.index)
+                continue
+        if outs is None:
+            for o in node.outputs:
+                specs[o] = None
+        else:
+            for o, s in zip(node.outputs, outs):
+                specs[o] = TensorSpec(tuple(int(d) for d in s.shape), np.dtype(s.dtype), s.value)
+        contexts.append(NodeContext(
+            node=node, opdef=opdef, attrs=attrs, inputs=ins,
+            outputs=[specs[o] or TensorSpec((), sg.tensors[o].dtype) for o in node.outputs],
+            tensors=sg.tensors, dynamic=outs is None))
+    return contexts, specs, folded
+
+
+def _run_reference(opdef, node, values, attrs) -> list[np.ndarray]:
+    try:
+        return opdef.reference(values, attrs)
+    except LiteGpuError as exc:
+        raise type(exc)(f"node {node.index} ({node.op}): {exc}") from None
+    except (ValueError, IndexError, TypeError, KeyError, ZeroDivisionError, OverflowError, MemoryError) as exc:
+        raise ExecutionError(f"node {node.index} ({node.op}): {type(exc).__name__}: {exc}") from None
+
+
+class CompiledSubgraph:
+    """One subgraph compiled for fixed input shapes: partitions, programs, buffers."""
+
+    def __init__(self, model: Model, sg_index: int, input_specs: dict[int, TensorSpec],
+                 backends: list[Backend], cpu: Backend, options: CompileOptions,
+                 max_delegated_partitions: int = 0, limits: Limits | None = None) -> None:
+        start = time.perf_counter()
+        self.model = model
+        self.sg = sg = model.subgraphs[sg_index]
+        self.limits = limits or Limits()
+        contexts, specs, folded = infer_subgraph(model, sg, input_specs)
+        self.specs = specs
+        self.report: DelegationReport = assign(contexts, model, backends, cpu, sg_index, max_delegated_partitions)
+        self.report.folded = folded
+        by_name = {b.name: b for b in backends}
+        by_name.setdefault(CPU, cpu)
+        self.host: dict[int, np.ndarray] = {}
+        consumers = _last_reader_partition(self.report, contexts, sg)
+        self.steps: list[tuple[Program, list[int], list[int]]] = []
+        total = 0
+        for p, (backend_name, positions) in enumerate(self.report.partitions):
+            nodes = [contexts[pos] for pos in positions]
+            produced = {o for ctx in nodes for o in ctx.node.outputs}
+            read = [i for ctx in nodes for i in ctx.node.inputs if i >= 0]
+            p_inputs = list(dict.fromkeys(i for i in read if i not in produced and not _is_const(specs, i)))
+            p_outputs = [o for o in dict.fromkeys(produced) if consumers.get(o, -1) > p or o in sg.outputs]
+            arena = self._plan_arena(nodes, produced - set(p_outputs), specs)
+            total += arena.size
+            self.report.arena_bytes += arena.size
+            self.report.arena_naive_bytes += arena.naive_size
+            touched = {t: specs[t] for ctx in nodes for t in (*ctx.node.inputs, *ctx.node.outputs)
+                       if t >= 0 and specs.get(t) is not None}
+            partition = Partition(backend_name, sg, nodes, p_inputs, p_outputs, touched, arena)
+            program = by_name[backend_name].compile(partition, options)
+            self.steps.append((program, p_inputs, p_outputs))
+        # Host storage: subgraph inputs, variables and tensors crossing partitions.
+        for t in {*sg.inputs, *(o for _, _, outs in self.steps for o in outs),
+                  *(t.index for t in sg.tensors if t.is_variable)}:
+            spec = specs.get(t)
+            if spec is None:
+                continue
+            if spec.value is not None:
+                self.host[t] = spec.value
+                continue
+            total += _nbytes(spec)
+            self.host[t] = np.zeros(spec.shape, spec.dtype)
+        limit = self.limits.max_bytes or default_memory_limit()
+        if total > limit:
+            raise ResourceLimitError(f"the model needs {total} bytes of tensor memory, over the limit of "
+                                     f"{limit} bytes (raise it with Limits.max_bytes)")
+        # Subgraph outputs that were folded to constants, and pass-through inputs.
+        self.compile_seconds = time.perf_counter() - start
+
+    def _plan_arena(self, nodes: list[NodeContext], internal: set[int], specs) -> ArenaPlan:
+        first: dict[int, int] = {}
+        last: dict[int, int] = {}
+        for pos, ctx in enumerate(nodes):
+            for t in (*ctx.node.inputs, *ctx.node.outputs):
+                if t in internal:
+                    first.setdefault(t, pos)
+                    last[t] = pos
+        usages = [Usage(t, _nbytes(specs[t]), first[t], last[t]) for t in first
+                  if specs.get(t) is not None and specs[t].value is None]
+        limit = self.limits.max_bytes or default_memory_limit()
+        need = sum(u.nbytes for u in usages)
+        if need > limit:
+            raise ResourceLimitError(f"the model's intermediate tensors need {need} bytes, over the limit of "
+                                     f"{limit} bytes")
+        return plan_arena(usages)
+
+    def set_input(self, tensor: int, value: np.ndarray) -> None:
+        """Copy ``value`` into input ``tensor`` (shape and dtype must match the compiled spec)."""
+        dst = self.host[tensor]
+        if value.shape != dst.shape:
+            raise InvalidArgumentError(f"tensor {tensor} ({self.sg.tensors[tensor].name!r}): got shape "
+                                       f"{list(value.shape)}, expected {list(dst.shape)}")
+        np.copyto(dst, value, casting="no") if value.dtype == dst.dtype else self._bad_dtype(tensor, value)
+
+    def _bad_dtype(self, tensor: int, value: np.ndarray) -> None:
+        raise InvalidArgumentError(f"tensor {tensor} ({self.sg.tensors[tensor].name!r}): got dtype {value.dtype}, "
+                                   f"expected {self.host[tensor].dtype}")
+
+    def run(self) -> None:
+        """Run every partition in order on the host-side tensors."""
+        host = self.host
+        for program, ins, outs in self.steps:
+            out_arrays = [host.get(o) for o in outs]
+            program.run([host[i] for i in ins], out_arrays)
+            for o, arr in zip(outs, out_arrays):
+                host[o] = arr
+
+    def output(self, tensor: int) -> np.ndarray:
+        """The current value of an output (or any host-side) tensor."""
+        if tensor in self.host:
+            return self.host[tensor]
+        spec = self.specs.get(tensor)
+        if spec is not None and spec.value is not None:
+            return spec.value
+        raise InvalidArgumentError(f"tensor {tensor} is an intermediate whose memory is reused; "
+                                   "only inputs, outputs and constants can be read")
+
+
+def _is_const(specs, t: int) -> bool:
+    s = specs.get(t)
+    return s is not None and s.value is not None
+
+
+def _nbytes(spec: TensorSpec) -> int:
+    return int(np.prod(spec.shape, dtype=np.int64)) * np.dtype(spec.dtype).itemsize
+
+
+def _last_reader_partition(report: DelegationReport, contexts, sg) -> dict[int, int]:
+    last: dict[int, int] = {}
+    for p, (_, positions) in enumerate(report.partitions):
+        for pos in positions:
+            for i in contexts[pos].node.inputs:
+                if i >= 0:
+                    last[i] = p
+    return last
+
+
+def make_runtime(call_subgraph, resources, limits: Limits) -> Runtime:
+    """The services stateful kernels use."""
+    return Runtime(call_subgraph=call_subgraph, resources=resources,
+                   max_while_iterations=limits.max_while_iterations)

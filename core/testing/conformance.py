@@ -1,0 +1,197 @@
+"""Run one model three ways and compare: LiteRT (the oracle), the op references, a backend.
+
+- :func:`litert_outputs`: ``ai_edge_litert``'s Interpreter, the behaviour to match.
+- :func:`reference_outputs`: a tiny device-free evaluator over the numpy references of
+  :mod:`litegpu.ops`, node by node; it checks the references themselves.
+- :func:`litegpu_outputs`: litegpu's public Interpreter with one backend as delegate.
+
+:func:`max_rel_error` is the measure every comparison uses:
+``max|got - want| / max(max|want|, 1)``.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from ..backend import NodeContext, Runtime, Support
+from ..errors import InvalidArgumentError, UnsupportedError
+from ..graph import Model, Subgraph
+from ..model import load_model
+from ..ops import DynamicShape, TensorSpec, get_op
+
+LITERT_THREADS = 2
+
+
+def litert_outputs(model_bytes: bytes, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """Outputs of ``ai_edge_litert``'s Interpreter, in subgraph output order.
+
+    Inputs are set in subgraph input order; an input whose shape differs from the
+    model's is resized first.
+    """
+    from ai_edge_litert.interpreter import Interpreter
+
+    interp = Interpreter(model_content=bytes(model_bytes), num_threads=LITERT_THREADS)
+    details = interp.get_input_details()
+    _check_count(len(details), inputs)
+    for d, x in zip(details, inputs):
+        x = np.asarray(x)
+        if tuple(d["shape"]) != x.shape:
+            interp.resize_tensor_input(d["index"], list(x.shape), strict=False)
+    interp.allocate_tensors()
+    for d, x in zip(details, inputs):
+        interp.set_tensor(d["index"], np.asarray(x))
+    interp.invoke()
+    return [np.array(interp.get_tensor(d["index"])) for d in interp.get_output_details()]
+
+
+def litegpu_outputs(model_bytes: bytes, inputs: Sequence[np.ndarray], backend: str) -> list[np.ndarray]:
+    """Outputs of litegpu's Interpreter with ``backend`` as its delegate.
+
+    Uses the public API exactly as a user of ``ai_edge_litert`` would.
+    """
+    import litegpu
+
+    interp = litegpu.Interpreter(model_content=bytes(model_bytes),
+                                 experimental_delegates=[litegpu.load_delegate(backend)])
+    details = interp.get_input_details()
+    _check_count(len(details), inputs)
+    for d, x in zip(details, inputs):
+        x = np.asarray(x)
+        if tuple(d["shape"]) != x.shape:
+            interp.resize_tensor_input(d["index"], list(x.shape))
+    interp.allocate_tensors()
+    for d, x in zip(details, inputs):
+        interp.set_tensor(d["index"], np.asarray(x))
+    interp.invoke()
+    return [np.array(interp.get_tensor(d["index"])) for d in interp.get_output_details()]
+
+
+def reference_outputs(model_bytes: bytes, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """Outputs of subgraph 0 evaluated with each op's numpy reference, in output order."""
+    model = load_model(model_bytes)
+    return _Evaluator(model).run(0, [np.asarray(x) for x in inputs])
+
+
+class _Evaluator:
+    """Evaluates subgraphs node by node; stateful ops get a :class:`Runtime` in ``attrs``."""
+
+    def __init__(self, model: Model) -> None:
+        self.model = model
+        self.resources: dict = {}
+        self.runtime = Runtime(call_subgraph=self.run, resources=self.resources)
+
+    def run(self, index: int, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        sg = self.model.subgraphs[index]
+        _check_count(len(sg.inputs), inputs)
+        values: dict[int, np.ndarray] = {}
+        for t in sg.tensors:
+            if t.data is not None:
+                values[t.index] = t.data
+            elif t.is_variable:
+                values[t.index] = np.zeros(t.shape, t.dtype)
+        for i, x in zip(sg.inputs, inputs):
+            values[i] = x
+        for node in sg.nodes:
+            opdef = get_op(node.op)
+            if opdef is None:
+                raise UnsupportedError(f"node {node.index} ({node.op}): no reference registered for {node.op}")
+            attrs = opdef.node_attrs(node, sg.tensors)
+            if opdef.stateful:
+                attrs = {**attrs, "runtime": self.runtime}
+            args = [None if i < 0 else values[i] for i in node.inputs]
+            outs = opdef.reference(args, attrs)
+            if len(outs) != len(node.outputs):
+                raise AssertionError(f"node {node.index} ({node.op}): reference returned {len(outs)} outputs, "
+                                     f"the node has {len(node.outputs)}")
+            for o, v in zip(node.outputs, outs):
+                values[o] = np.asarray(v)
+        return [values[o] for o in sg.outputs]
+
+
+def node_contexts(model: Model, sg: Subgraph) -> list[NodeContext]:
+    """A :class:`NodeContext` per node of ``sg``, with static input/output specs.
+
+    Output specs come from shape inference where it can run; where it cannot (a shape
+    that depends on run-time values) the model's tensor shapes are used and
+    ``dynamic`` is set.
+    """
+    specs: dict[int, TensorSpec] = {}
+    for t in sg.tensors:
+        specs[t.index] = TensorSpec(t.shape, t.dtype, t.data)
+    contexts = []
+    for node in sg.nodes:
+        opdef = get_op(node.op)
+        if opdef is None:
+            raise UnsupportedError(f"node {node.index} ({node.op}): op {node.op} is not registered")
+        attrs = opdef.node_attrs(node, sg.tensors)
+        ins = [None if i < 0 else specs[i] for i in node.inputs]
+        dynamic = False
+        try:
+            outs = list(opdef.infer(ins, attrs))
+        except DynamicShape:
+            dynamic = True
+            outs = [TensorSpec(sg.tensors[o].shape, sg.tensors[o].dtype) for o in node.outputs]
+        for o, spec in zip(node.outputs, outs):
+            specs[o] = spec
+        contexts.append(NodeContext(node=node, opdef=opdef, attrs=attrs, inputs=ins, outputs=outs,
+                                    dynamic=dynamic))
+    return contexts
+
+
+def unsupported(model_bytes: bytes, backend) -> list[tuple[int, int, str, Support]]:
+    """``(subgraph, node, op, answer)`` for every node ``backend`` says it cannot run."""
+    model = load_model(model_bytes)
+    refused = []
+    for sg in model.subgraphs:
+        for ctx in node_contexts(model, sg):
+            answer = backend.supports(ctx, model)
+            if not answer:
+                refused.append((sg.index, ctx.node.index, ctx.node.op, answer))
+    return refused
+
+
+def max_rel_error(got: np.ndarray, want: np.ndarray) -> float:
+    """``max|got - want| / max(max|want|, 1)``; bool and integer outputs compare exactly.
+
+    A shape mismatch, or any difference in an exact compare, is ``inf``; NaN where
+    the other has NaN counts as equal.
+    """
+    got, want = np.asarray(got), np.asarray(want)
+    if got.shape != want.shape:
+        return float("inf")
+    if want.size == 0:
+        return 0.0
+    if want.dtype.kind in "biuSUO" or got.dtype.kind in "biuSUO":
+        return 0.0 if np.array_equal(got, want) else float("inf")
+    g = got.astype(np.complex128 if got.dtype.kind == "c" else np.float64)
+    w = want.astype(np.complex128 if want.dtype.kind == "c" else np.float64)
+    both_nan = np.isnan(g) & np.isnan(w)
+    diff = np.where(both_nan, 0.0, np.abs(g - w))
+    if np.isnan(diff).any():
+        return float("inf")
+    finite = np.abs(w[np.isfinite(w)])
+    scale = max(float(finite.max()) if finite.size else 0.0, 1.0)
+    same_inf = np.isinf(w) & (g == w)
+    diff = np.where(same_inf, 0.0, diff)
+    return float(diff.max()) / scale
+
+
+def compare(got: Sequence[np.ndarray], want: Sequence[np.ndarray], tol: float, what: str = "") -> None:
+    """Raise AssertionError naming the output unless every output matches within ``tol``."""
+    if len(got) != len(want):
+        raise AssertionError(f"{what}: {len(got)} outputs, expected {len(want)}")
+    for i, (g, w) in enumerate(zip(got, want)):
+        g, w = np.asarray(g), np.asarray(w)
+        if g.shape != w.shape:
+            raise AssertionError(f"{what}: output {i} has shape {list(g.shape)}, expected {list(w.shape)}")
+        if g.dtype != w.dtype:
+            raise AssertionError(f"{what}: output {i} has dtype {g.dtype}, expected {w.dtype}")
+        err = max_rel_error(g, w)
+        if not err <= tol:
+            raise AssertionError(f"{what}: output {i} differs: max relative error {err:.3g} > tolerance {tol:g}")
+
+
+def _check_count(expected: int, inputs: Sequence) -> None:
+    if len(inputs) != expected:
+        raise InvalidArgumentError(f"the model has {expected} inputs, got {len(inputs)}")

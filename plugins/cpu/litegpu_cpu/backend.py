@@ -1,0 +1,124 @@
+"""The cpu backend: compiles a partition into a flat list of kernel calls over one arena."""
+from __future__ import annotations
+
+import os
+import platform
+from typing import Sequence
+
+import numpy as np
+
+from litegpu.backend import (COMPLETE, Backend, CompileOptions, Event, NodeContext, Partition, Program,
+                             Support)
+from litegpu.errors import ExecutionError, LiteGpuError
+from litegpu.graph import Model
+
+from .kernels import make_kernel
+
+_QUANTIZED = (np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int16))
+_RUNTIME_ERRORS = (ValueError, IndexError, TypeError, KeyError, ZeroDivisionError, OverflowError,
+                   FloatingPointError, MemoryError)
+
+
+class CpuBackend(Backend):
+    """numba/numpy kernels on the host; always available."""
+
+    name = "cpu"
+
+    def device_info(self) -> dict:
+        import numba
+        return {"device": platform.processor() or platform.machine(), "cores": os.cpu_count(),
+                "numpy": np.__version__, "numba": numba.__version__,
+                "threads": numba.config.NUMBA_NUM_THREADS}
+
+    def supports(self, node: NodeContext, model: Model) -> Support:
+        for t in (*node.node.inputs, *node.node.outputs):
+            if t < 0 or not node.tensors:
+                continue
+            tensor = node.tensors[t]
+            if tensor.data is None and tensor.dtype in _QUANTIZED and tensor.quantization is not None \
+                    and tensor.quantization.is_set:
+                return Support(False, f"tensor {tensor.name!r} is quantized {tensor.type_name}: full-integer "
+                                      "int8 kernels are not available yet (float models only)")
+            if tensor.type_name in ("STRING", "INT4", "BFLOAT16", "VARIANT"):
+                return Support(False, f"tensor {tensor.name!r} has type {tensor.type_name}, which has no kernels")
+        return Support(True)
+
+    def compile(self, partition: Partition, options: CompileOptions) -> Program:
+        if options.num_threads > 0:
+            import numba
+            numba.set_num_threads(min(options.num_threads, numba.config.NUMBA_NUM_THREADS))
+        return CpuProgram(partition, options)
+
+
+class CpuProgram(Program):
+    """A partition as a flat list of ``(kernel, input slots, output slots)``."""
+
+    def __init__(self, partition: Partition, options: CompileOptions) -> None:
+        self.partition = partition
+        arena = partition.arena
+        self.arena = np.empty(arena.size if arena else 0, np.uint8)
+        slot_of: dict[int, int] = {}
+        slots: list = []
+
+        def slot(t: int) -> int:
+            if t not in slot_of:
+                slot_of[t] = len(slots)
+                spec = partition.specs.get(t)
+                if spec is not None and spec.value is not None:
+                    slots.append(spec.value)
+                elif arena is not None and t in arena.offsets and spec is not None:
+                    nbytes = int(np.prod(spec.shape, dtype=np.int64)) * spec.dtype.itemsize
+                    off = arena.offsets[t]
+                    slots.append(self.arena[off:off + nbytes].view(spec.dtype).reshape(spec.shape))
+                else:
+                    slots.append(None)
+            return slot_of[t]
+
+        self.in_slots = [slot(t) for t in partition.inputs]
+        self.out_slots = [slot(t) for t in partition.outputs]
+        self.steps = []
+        for ctx in partition.nodes:
+            ins = [slot(i) if i >= 0 else -1 for i in ctx.node.inputs]
+            outs = [slot(o) for o in ctx.node.outputs]
+            dynamic = ctx.opdef.stateful or ctx.dynamic
+            kernel = _returning_kernel(ctx, options) if dynamic else make_kernel(ctx)
+            self.steps.append((kernel, ins, outs, dynamic, ctx))
+        slots.append(None)  # slot -1: an omitted optional input
+        self.slots = slots
+
+    def run(self, inputs: Sequence[np.ndarray], outputs: list, wait_for: Sequence[Event] = ()) -> Event:
+        slots = self.slots
+        for s, arr in zip(self.in_slots, inputs):
+            slots[s] = arr
+        for s, arr in zip(self.out_slots, outputs):
+            if arr is not None:
+                slots[s] = arr
+        for kernel, ins, outs, dynamic, ctx in self.steps:
+            args = [slots[i] for i in ins]
+            try:
+                if dynamic:
+                    results = kernel(args)
+                    for o, r in zip(outs, results):
+                        slots[o] = r
+                else:
+                    kernel(args, [slots[o] for o in outs])
+            except LiteGpuError as exc:
+                raise type(exc)(f"node {ctx.node.index} ({ctx.node.op}): {exc}") from None
+            except _RUNTIME_ERRORS as exc:
+                raise ExecutionError(f"node {ctx.node.index} ({ctx.node.op}): {type(exc).__name__}: {exc}") from None
+        for i, s in enumerate(self.out_slots):
+            if outputs[i] is None:
+                outputs[i] = slots[s]
+            elif outputs[i] is not slots[s]:
+                np.copyto(outputs[i], slots[s])
+        return COMPLETE
+
+
+def _returning_kernel(ctx: NodeContext, options: CompileOptions):
+    """A kernel that returns new arrays: for stateful ops and outputs shaped at run time."""
+    attrs = ctx.attrs
+    if ctx.opdef.stateful:
+        execute, runtime = ctx.opdef.execute, options.runtime
+        return lambda inputs: execute(inputs, attrs, runtime)
+    reference = ctx.opdef.reference
+    return lambda inputs: reference(inputs, attrs)

@@ -1,0 +1,259 @@
+"""Convolutions: CONV_2D (BLAS GEMM, im2col for KxK), DEPTHWISE_CONV_2D (numba),
+TRANSPOSE_CONV (BLAS GEMM + numba gather).
+
+Layouts are TFLite's: activations NHWC, CONV_2D filter [O, KH, KW, I], depthwise
+filter [1, KH, KW, I*M], transpose-conv filter [O, KH, KW, I]. Weights are repacked
+once, at compile time, into the layout the GEMM wants.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from litegpu.backend import NodeContext
+
+from .common import (F32, activation_in_place, all_float32, clamp_bounds, optional_input, pad_before,
+                     post_activation, transpose_pad_before)
+from .registry import kernel
+
+# Rows of the im2col matrix built per GEMM call: bounds the scratch (and keeps it
+# nearer the caches) on big feature maps; small layers take one block.
+_IM2COL_BLOCK_BYTES = 4 << 20
+
+
+@njit(cache=True, parallel=True)
+def im2col(x, cols, row0, rows, oh_size, ow_size, kh_size, kw_size, sh, sw, dh, dw, pt, pl):
+    """Fill ``cols[r, (kh*KW + kw)*C + c]`` for output pixels ``row0 .. row0+rows``
+    (flattened over N, OH, OW) with the input value under tap (kh, kw), 0 in padding."""
+    h, w, c_size = x.shape[1], x.shape[2], x.shape[3]
+    per_image = oh_size * ow_size
+    for r in prange(rows):
+        p = row0 + r
+        n = p // per_image
+        q = p - n * per_image
+        oh = q // ow_size
+        ow = q - oh * ow_size
+        col = 0
+        for kh in range(kh_size):
+            ih = oh * sh - pt + kh * dh
+            for kw in range(kw_size):
+                iw = ow * sw - pl + kw * dw
+                if 0 <= ih < h and 0 <= iw < w:
+                    for c in range(c_size):
+                        cols[r, col + c] = x[n, ih, iw, c]
+                else:
+                    for c in range(c_size):
+                        cols[r, col + c] = 0.0
+                col += c_size
+
+
+@njit(cache=True, parallel=True)
+def bias_clamp(out2, bias, lo, hi):
+    """``out2[r, :] = clamp(out2[r, :] + bias)`` in one pass over the GEMM result."""
+    rows, cols = out2.shape
+    for r in prange(rows):
+        for c in range(cols):
+            v = out2[r, c] + bias[c]
+            out2[r, c] = min(max(v, lo), hi)
+
+
+def _epilogue(ctx_bias: np.ndarray | None, activation: str):
+    """The step after a GEMM: bias and clamp fused in one numba pass, then a non-clamp activation."""
+    lo, hi = clamp_bounds(activation)
+    post = post_activation(activation)
+    if ctx_bias is None:
+        act = activation_in_place(activation)
+        return act
+    bias = np.ascontiguousarray(ctx_bias, dtype=F32)
+
+    def epilogue(out2: np.ndarray) -> None:
+        bias_clamp(out2, bias, lo, hi)
+        if post is not None:
+            post(out2)
+
+    return epilogue
+
+
+@kernel("CONV_2D")
+def conv2d(ctx: NodeContext):
+    """CONV_2D as GEMM: 1x1 stride-1 convs multiply the input directly; others go through
+    im2col blocks into a scratch matrix."""
+    w_spec = ctx.inputs[1]
+    if w_spec.value is None or not all_float32(ctx, (0, 1)):
+        return None
+    bias_spec = optional_input(ctx, 2)
+    if bias_spec is not None and bias_spec.value is None:
+        return None
+    attrs = ctx.attrs
+    n, h, w, c = ctx.inputs[0].shape
+    o, kh, kw, ci = w_spec.shape
+    _, oh, ow, _ = ctx.outputs[0].shape
+    if ci != c:
+        return None    # grouped conv: leave it to the reference
+    sh, sw = attrs["stride"]
+    dh, dw = attrs["dilation"]
+    pt = pad_before(attrs["padding"], h, oh, kh, sh, dh)
+    pl = pad_before(attrs["padding"], w, ow, kw, sw, dw)
+    k = kh * kw * c
+    wmat = np.ascontiguousarray(np.asarray(w_spec.value, dtype=F32).reshape(o, k).T)   # [K, O]
+    epilogue = _epilogue(None if bias_spec is None else bias_spec.value, attrs["activation"])
+    m = n * oh * ow
+
+    pointwise = kh == 1 and kw == 1 and sh == 1 and sw == 1 and pt == 0 and pl == 0 and (oh, ow) == (h, w)
+    if pointwise:
+        def run_pointwise(inputs, outputs):
+            out2 = outputs[0].reshape(m, o)
+            np.matmul(inputs[0].reshape(m, c), wmat, out=out2)
+            if epilogue is not None:
+                epilogue(out2)
+        return run_pointwise
+
+    block = max(1, min(m, _IM2COL_BLOCK_BYTES // (4 * k)))
+    cols = np.empty((block, k), F32)
+    starts = [(r0, min(block, m - r0)) for r0 in range(0, m, block)]
+    views = [(r0, rows, cols[:rows]) for r0, rows in starts]
+
+    def run_im2col(inputs, outputs):
+        x = inputs[0]
+        out2 = outputs[0].reshape(m, o)
+        for r0, rows, cview in views:
+            im2col(x, cview, r0, rows, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl)
+            np.matmul(cview, wmat, out=out2[r0:r0 + rows])
+        if epilogue is not None:
+            epilogue(out2)
+    return run_im2col
+
+
+@njit(cache=True, parallel=True)
+def depthwise(x, wt, bias, out, sh, sw, dh, dw, pt, pl, mult, lo, hi):
+    """Depthwise conv: ``out[n,oh,ow,oc] = bias[oc] + sum_taps x[n,ih,iw,oc//mult] * wt[kh,kw,oc]``,
+    clamped to [lo, hi]. Parallel over output rows; the channel loop vectorizes."""
+    h, w, c_size = x.shape[1], x.shape[2], x.shape[3]
+    n_size, oh_size, ow_size, oc_size = out.shape
+    kh_size, kw_size = wt.shape[0], wt.shape[1]
+    for r in prange(n_size * oh_size):
+        n = r // oh_size
+        oh = r - n * oh_size
+        acc = np.empty(oc_size, np.float32)
+        for ow in range(ow_size):
+            for oc in range(oc_size):
+                acc[oc] = bias[oc]
+            for kh in range(kh_size):
+                ih = oh * sh - pt + kh * dh
+                if ih < 0 or ih >= h:
+                    continue
+                for kw in range(kw_size):
+                    iw = ow * sw - pl + kw * dw
+                    if iw < 0 or iw >= w:
+                        continue
+                    if mult == 1:
+                        for c in range(c_size):
+                            acc[c] += x[n, ih, iw, c] * wt[kh, kw, c]
+                    else:
+                        for oc in range(oc_size):
+                            acc[oc] += x[n, ih, iw, oc // mult] * wt[kh, kw, oc]
+            for oc in range(oc_size):
+                out[n, oh, ow, oc] = min(max(acc[oc], lo), hi)
+
+
+@kernel("DEPTHWISE_CONV_2D")
+def depthwise_conv2d(ctx: NodeContext):
+    """DEPTHWISE_CONV_2D with any depth multiplier, stride, dilation and padding."""
+    w_spec = ctx.inputs[1]
+    if w_spec.value is None or not all_float32(ctx, (0, 1)):
+        return None
+    bias_spec = optional_input(ctx, 2)
+    if bias_spec is not None and bias_spec.value is None:
+        return None
+    attrs = ctx.attrs
+    n, h, w, c = ctx.inputs[0].shape
+    _, kh, kw, oc = w_spec.shape
+    _, oh, ow, _ = ctx.outputs[0].shape
+    if oc % c:
+        return None
+    mult = oc // c
+    sh, sw = attrs["stride"]
+    dh, dw = attrs["dilation"]
+    pt = pad_before(attrs["padding"], h, oh, kh, sh, dh)
+    pl = pad_before(attrs["padding"], w, ow, kw, sw, dw)
+    wt = np.ascontiguousarray(np.asarray(w_spec.value, dtype=F32).reshape(kh, kw, oc))
+    bias = (np.zeros(oc, F32) if bias_spec is None
+            else np.ascontiguousarray(bias_spec.value, dtype=F32).reshape(oc))
+    lo, hi = clamp_bounds(attrs["activation"])
+    post = post_activation(attrs["activation"])
+
+    def run(inputs, outputs):
+        depthwise(inputs[0], wt, bias, outputs[0], sh, sw, dh, dw, pt, pl, mult, lo, hi)
+        if post is not None:
+            post(outputs[0])
+    return run
+
+
+@njit(cache=True, parallel=True)
+def col2im(cols, bias, out, h, w, kh_size, kw_size, sh, sw, pt, pl, lo, hi):
+    """Transpose-conv gather: ``out[n,oh,ow,:] = bias + sum cols[pixel(ih,iw), tap(kh,kw), :]`` over
+    the taps with ``oh = ih*sh - pt + kh`` (and the same along w), clamped to [lo, hi].
+    ``cols`` is [N*H*W, KH*KW*O]; each output element is written by one thread."""
+    n_size, oh_size, ow_size, o_size = out.shape
+    for r in prange(n_size * oh_size):
+        n = r // oh_size
+        oh = r - n * oh_size
+        acc = np.empty(o_size, np.float32)
+        for ow in range(ow_size):
+            for o in range(o_size):
+                acc[o] = bias[o]
+            for kh in range(kh_size):
+                t = oh + pt - kh
+                if t < 0 or t % sh != 0:
+                    continue
+                ih = t // sh
+                if ih >= h:
+                    continue
+                for kw in range(kw_size):
+                    u = ow + pl - kw
+                    if u < 0 or u % sw != 0:
+                        continue
+                    iw = u // sw
+                    if iw >= w:
+                        continue
+                    row = (n * h + ih) * w + iw
+                    base = (kh * kw_size + kw) * o_size
+                    for o in range(o_size):
+                        acc[o] += cols[row, base + o]
+            for o in range(o_size):
+                out[n, oh, ow, o] = min(max(acc[o], lo), hi)
+
+
+@kernel("TRANSPOSE_CONV")
+def transpose_conv(ctx: NodeContext):
+    """TRANSPOSE_CONV: one GEMM of the input against all taps, then a gather per output pixel."""
+    w_spec = ctx.inputs[1]
+    if w_spec.value is None or not all_float32(ctx, (1, 2)):
+        return None
+    bias_spec = optional_input(ctx, 3)
+    if bias_spec is not None and bias_spec.value is None:
+        return None
+    attrs = ctx.attrs
+    n, h, w, c = ctx.inputs[2].shape
+    o, kh, kw, ci = w_spec.shape
+    _, oh, ow, _ = ctx.outputs[0].shape
+    if ci != c:
+        return None
+    sh, sw = attrs["stride"]
+    pt = transpose_pad_before(attrs["padding"], oh, kh, sh)
+    pl = transpose_pad_before(attrs["padding"], ow, kw, sw)
+    # [O, KH, KW, I] -> [I, KH*KW*O] so cols = x @ wmat has the taps of one pixel in a row.
+    wmat = np.ascontiguousarray(np.asarray(w_spec.value, dtype=F32).transpose(3, 1, 2, 0).reshape(c, kh * kw * o))
+    bias = (np.zeros(o, F32) if bias_spec is None
+            else np.ascontiguousarray(bias_spec.value, dtype=F32).reshape(o))
+    lo, hi = clamp_bounds(attrs.get("activation", "NONE"))
+    post = post_activation(attrs.get("activation", "NONE"))
+    m = n * h * w
+    cols = np.empty((m, kh * kw * o), F32)
+
+    def run(inputs, outputs):
+        np.matmul(inputs[2].reshape(m, c), wmat, out=cols)
+        col2im(cols, bias, outputs[0], h, w, kh, kw, sh, sw, pt, pl, lo, hi)
+        if post is not None:
+            post(outputs[0])
+    return run
