@@ -86,8 +86,9 @@ def _enum_value(table: str, name: str, value: Any) -> Any:
     if names is None or isinstance(value, (bool, int, np.integer)):
         return value
     if isinstance(value, str):
-        if value.upper() in names:
-            return names[value.upper()]
+        by_upper = {k.upper(): v for k, v in names.items()}
+        if value.upper() in by_upper:
+            return by_upper[value.upper()]
         raise InvalidArgumentError(f"{table}.{name}: unknown value {value!r}; expected one of {sorted(names)}")
     if names is _TENSOR_TYPE_CODES:
         return tensor_type_code(value)
