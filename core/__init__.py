@@ -8,9 +8,12 @@ from .errors import (BackendUnavailableError, ExecutionError, InvalidArgumentErr
 from .model import load_model
 from .interpreter import Interpreter, SignatureRunner
 from .session import Delegate, load_delegate
+from .compiled_model import (CompiledModel, CpuOptions, Environment, GpuOptions, HardwareAccelerator, Options,
+                             TensorBuffer)
 
 __all__ = [
     "__version__", "LiteGpuError", "ModelFormatError", "UnsupportedError", "BackendUnavailableError",
     "InvalidArgumentError", "ExecutionError", "ResourceLimitError", "load_model", "Interpreter",
-    "SignatureRunner", "Delegate", "load_delegate",
+    "SignatureRunner", "Delegate", "load_delegate", "CompiledModel", "CpuOptions", "Environment", "GpuOptions",
+    "HardwareAccelerator", "Options", "TensorBuffer",
 ]

@@ -47,8 +47,9 @@ class DelegationReport:
 
     @property
     def fully_delegated(self) -> bool:
-        """True when every node runs on the first requested backend."""
-        return bool(self.requested) and all(a.backend == self.requested[0] for a in self.assignments)
+        """True when every node runs on the first requested backend (cpu when none was requested)."""
+        target = self.requested[0] if self.requested else CPU
+        return all(a.backend == target for a in self.assignments)
 
     def __str__(self) -> str:
         lines = [f"subgraph {self.subgraph}: {len(self.assignments)} nodes in {len(self.partitions)} partitions"

@@ -271,3 +271,637 @@ def _depthwise_infer(inputs: list[TensorSpec], attrs: dict) -> list[TensorSpec]:
 register(OpDef(name="DEPTHWISE_CONV_2D", attrs=_depthwise_attrs, infer=_depthwise_infer,
                reference=_depthwise_reference,
                doc="Depthwise 2-D convolution with depth multiplier, NHWC, [1, KH, KW, I*M] filter."))
+
+
+# -- TRANSPOSE_CONV and MediaPipe's Convolution2DTransposeBias ---------------------------
+
+
+def _transpose_conv_core(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, out_hw: tuple[int, int],
+                         padding: str, stride: tuple[int, int], activation: str) -> np.ndarray:
+    """Transpose convolution: each input pixel scatters ``x @ W[:, i, j, :]^T`` to ``y*s + i``.
+
+    The full (unpadded) result is cropped by the forward conv's padding.
+    """
+    n, h, wd, _ = x.shape
+    cout, kh, kw, _ = w.shape
+    top = transpose_conv_padding(out_hw[0], kh, stride[0], padding)
+    left = transpose_conv_padding(out_hw[1], kw, stride[1], padding)
+    full_h = max((h - 1) * stride[0] + kh, top + out_hw[0])
+    full_w = max((wd - 1) * stride[1] + kw, left + out_hw[1])
+    full = np.zeros((n, full_h, full_w, cout), np.float32)
+    x = x.astype(np.float32)
+    for i in range(kh):
+        for j in range(kw):
+            full[:, i:i + (h - 1) * stride[0] + 1:stride[0],
+                 j:j + (wd - 1) * stride[1] + 1:stride[1], :] += x @ w[:, i, j, :].T
+    y = full[:, top:top + out_hw[0], left:left + out_hw[1], :]
+    return _finish(y, bias, activation)
+
+
+def _transpose_conv_attrs(node: Node, tensors: Sequence[Tensor]) -> dict:
+    check_inputs(node, 3, 4)
+    shape = _required(node, tensors, 0, "output_shape")
+    w = _required(node, tensors, 1, "weights")
+    x = _required(node, tensors, 2, "input")
+    if tuple(shape.shape) != (4,) or shape.dtype != np.int32:
+        raise ModelFormatError(f"output_shape must be int32[4], is {shape.type_name}{list(shape.shape)}")
+    _check_rank(w, 4, "weights [O, KH, KW, I]")
+    _check_rank(x, 4, "input")
+    _check_float(x, "input")
+    if x.shape[3] != w.shape[3]:
+        raise ModelFormatError(f"input has {x.shape[3]} channels, weights expect {w.shape[3]}")
+    _check_bias(node, tensors, 3, w.shape[0])
+    if shape.data is not None and int(shape.data[3]) != w.shape[0]:
+        raise ModelFormatError(f"output_shape has {int(shape.data[3])} channels, weights have {w.shape[0]}")
+    o = node.options
+    return {"padding": _padding_attr(o), "stride": _stride(o), "activation": activation_attr(o)}
+
+
+def _transpose_conv_infer(inputs: list[TensorSpec], attrs: dict) -> list[TensorSpec]:
+    shape = tuple(int(v) for v in np.asarray(value_of(inputs[0])).reshape(-1))
+    if len(shape) != 4 or min(shape) < 0:
+        raise ModelFormatError(f"output_shape {list(shape)} is not a valid NHWC shape")
+    return [TensorSpec(shape, inputs[2].dtype)]
+
+
+def _transpose_conv_reference(inputs: list, attrs: dict) -> list[np.ndarray]:
+    """TFLite TRANSPOSE_CONV: inputs (output_shape, weights [O,KH,KW,I], input, bias?)."""
+    shape = [int(v) for v in np.asarray(inputs[0]).reshape(-1)]
+    x, w, bias = inputs[2], inputs[1], _opt(inputs, 3)
+    if shape[0] != x.shape[0] or shape[3] != w.shape[0]:
+        raise ExecutionError(f"output_shape {shape} does not match batch {x.shape[0]} / channels {w.shape[0]}")
+    return [_transpose_conv_core(x, w, bias, (shape[1], shape[2]), attrs["padding"], attrs["stride"],
+                                 attrs["activation"])]
+
+
+register(OpDef(name="TRANSPOSE_CONV", attrs=_transpose_conv_attrs, infer=_transpose_conv_infer,
+               reference=_transpose_conv_reference,
+               doc="Transpose convolution; the output shape is input 0's value."))
+
+# TfLitePadding as MediaPipe serializes it in the custom options (0 is "unknown").
+_TFLITE_PADDING = {1: "SAME", 2: "VALID"}
+
+
+def parse_transpose_conv_bias_options(custom: bytes) -> dict:
+    """Decode MediaPipe's raw ``TfLiteTransposeConvParams`` custom options.
+
+    The struct is little-endian ``{int32 padding, int32 stride_width, int32 stride_height}``
+    with padding 1 = SAME, 2 = VALID. Bytes past the first 12 are ignored, as the XNNPACK
+    delegate copies at most the struct it knows.
+    """
+    if len(custom) < 12:
+        raise ModelFormatError(f"custom options must hold 12 bytes (padding, stride_w, stride_h), has {len(custom)}")
+    padding, stride_w, stride_h = struct.unpack_from("<iii", custom, 0)
+    if padding not in _TFLITE_PADDING:
+        raise ModelFormatError(f"unknown padding {padding} (expected 1 = SAME or 2 = VALID)")
+    if stride_w < 1 or stride_h < 1:
+        raise ModelFormatError(f"stride must be >= 1, got {[stride_h, stride_w]}")
+    return {"padding": _TFLITE_PADDING[padding], "stride": (stride_h, stride_w), "activation": "NONE"}
+
+
+def _transpose_conv_bias_attrs(node: Node, tensors: Sequence[Tensor]) -> dict:
+    check_inputs(node, 3)
+    x = _required(node, tensors, 0, "input")
+    w = _required(node, tensors, 1, "weights")
+    _required(node, tensors, 2, "bias")
+    _check_rank(x, 4, "input")
+    _check_rank(w, 4, "weights [O, KH, KW, I]")
+    _check_float(x, "input")
+    if x.shape[3] != w.shape[3]:
+        raise ModelFormatError(f"input has {x.shape[3]} channels, weights expect {w.shape[3]}")
+    _check_bias(node, tensors, 2, w.shape[0])
+    return parse_transpose_conv_bias_options(node.custom_options)
+
+
+def transpose_conv_bias_output_hw(in_hw: tuple[int, int], k_hw: tuple[int, int], stride: tuple[int, int],
+                                  padding: str) -> tuple[int, int]:
+    """Output (H, W) of Convolution2DTransposeBias: SAME in*s, VALID (in-1)*s + k."""
+    if padding == "SAME":
+        return in_hw[0] * stride[0], in_hw[1] * stride[1]
+    return (in_hw[0] - 1) * stride[0] + k_hw[0], (in_hw[1] - 1) * stride[1] + k_hw[1]
+
+
+def _transpose_conv_bias_infer(inputs: list[TensorSpec], attrs: dict) -> list[TensorSpec]:
+    x, w = inputs[0], inputs[1]
+    oh, ow = transpose_conv_bias_output_hw(x.shape[1:3], w.shape[1:3], attrs["stride"], attrs["padding"])
+    return [TensorSpec((x.shape[0], oh, ow, w.shape[0]), x.dtype)]
+
+
+def _transpose_conv_bias_reference(inputs: list, attrs: dict) -> list[np.ndarray]:
+    """MediaPipe's transpose conv with bias: inputs (input, weights [O,KH,KW,I], bias)."""
+    x, w, bias = inputs[0], inputs[1], inputs[2]
+    out_hw = transpose_conv_bias_output_hw(x.shape[1:3], w.shape[1:3], attrs["stride"], attrs["padding"])
+    return [_transpose_conv_core(x, w, bias, out_hw, attrs["padding"], attrs["stride"], "NONE")]
+
+
+register(OpDef(name="Convolution2DTransposeBias", attrs=_transpose_conv_bias_attrs,
+               infer=_transpose_conv_bias_infer, reference=_transpose_conv_bias_reference,
+               doc="MediaPipe custom transpose convolution with bias (raw struct custom options)."))
+
+
+# -- pooling ----------------------------------------------------------------------------
+
+
+def _pool_attrs(node: Node, tensors: Sequence[Tensor]) -> dict:
+    check_inputs(node, 1)
+    x = _required(node, tensors, 0, "input")
+    _check_rank(x, 4, "input")
+    _check_float(x, "input")
+    o = node.options
+    return {"padding": _padding_attr(o), "stride": _stride(o),
+            "filter": _positive(o, ("filter_height", "filter_width"), 0, "filter size"),
+            "activation": activation_attr(o)}
+
+
+def _pool_infer(inputs: list[TensorSpec], attrs: dict) -> list[TensorSpec]:
+    x = inputs[0]
+    (oh, ow), _ = _spatial_plan(x.shape, attrs["filter"], attrs)
+    return [TensorSpec((x.shape[0], oh, ow, x.shape[3]), x.dtype)]
+
+
+def _pool_taps(x: np.ndarray, attrs: dict, pad_value: float) -> tuple[list[np.ndarray], np.ndarray]:
+    """Every filter tap over the output grid, and how many real (unpadded) pixels each window has."""
+    out_hw, before = _spatial_plan(x.shape, attrs["filter"], attrs)
+    fh, fw = attrs["filter"]
+    args = (out_hw, (fh, fw), attrs["stride"], (1, 1), before)
+    xp = _pad_hw(x.astype(np.float32), *args, value=pad_value)
+    mask = _pad_hw(np.ones((1, *x.shape[1:3], 1), np.float32), *args, value=0.0)
+    taps = [_tap(xp, i, j, out_hw, attrs["stride"], (1, 1)) for i in range(fh) for j in range(fw)]
+    count = sum(_tap(mask, i, j, out_hw, attrs["stride"], (1, 1)) for i in range(fh) for j in range(fw))
+    return taps, count
+
+
+def _avg_pool_reference(inputs: list, attrs: dict) -> list[np.ndarray]:
+    """Average over each window; padded pixels are not counted (as TF does)."""
+    taps, count = _pool_taps(inputs[0], attrs, 0.0)
+    return [_finish(sum(taps) / np.maximum(count, 1), None, attrs["activation"])]
+
+
+def _max_pool_reference(inputs: list, attrs: dict) -> list[np.ndarray]:
+    """Maximum over each window; padding never wins."""
+    taps, _ = _pool_taps(inputs[0], attrs, -np.inf)
+    return [_finish(np.maximum.reduce(taps), None, attrs["activation"])]
+
+
+def _l2_pool_reference(inputs: list, attrs: dict) -> list[np.ndarray]:
+    """sqrt(mean of squares) over each window's real pixels."""
+    taps, count = _pool_taps(inputs[0], attrs, 0.0)
+    squares = sum(t * t for t in taps)
+    return [_finish(np.sqrt(squares / np.maximum(count, 1)), None, attrs["activation"])]
+
+
+for _name, _ref in (("AVERAGE_POOL_2D", _avg_pool_reference), ("MAX_POOL_2D", _max_pool_reference),
+                    ("L2_POOL_2D", _l2_pool_reference)):
+    register(OpDef(name=_name, attrs=_pool_attrs, infer=_pool_infer, reference=_ref,
+                   doc=(_ref.__doc__ or "").strip()))
+
+
+# -- FULLY_CONNECTED --------------------------------------------------------------------
+
+
+def _fc_attrs(node: Node, tensors: Sequence[Tensor]) -> dict:
+    check_inputs(node, 2, 3)
+    x = _required(node, tensors, 0, "input")
+    w = _required(node, tensors, 1, "weights")
+    _check_float(x, "input")
+    _check_rank(w, 2, "weights [O, K]")
+    o = node.options
+    if o.get("weights_format", 0) != 0:
+        raise UnsupportedError(f"weights_format {o.get('weights_format')} (only DEFAULT is supported)")
+    out_ch, k = w.shape
+    size = int(np.prod(x.shape))
+    if k < 1 or size % k:
+        raise ModelFormatError(f"input of shape {list(x.shape)} does not flatten into rows of {k}")
+    keep = bool(o.get("keep_num_dims", False))
+    if keep and (len(x.shape) < 1 or x.shape[-1] != k):
+        raise ModelFormatError(f"keep_num_dims needs input's last dim {list(x.shape)} = weights' K {k}")
+    _check_bias(node, tensors, 2, out_ch)
+    return {"activation": activation_attr(o), "keep_num_dims": keep}
+
+
+def _fc_out_shape(x_shape: tuple[int, ...], w_shape: tuple[int, ...], keep: bool) -> tuple[int, ...]:
+    if keep:
+        return (*x_shape[:-1], w_shape[0])
+    return (int(np.prod(x_shape)) // w_shape[1], w_shape[0])
+
+
+def _fc_infer(inputs: list[TensorSpec], attrs: dict) -> list[TensorSpec]:
+    x, w = inputs[0], inputs[1]
+    return [TensorSpec(_fc_out_shape(x.shape, w.shape, attrs["keep_num_dims"]), x.dtype)]
+
+
+def _fc_reference(inputs: list, attrs: dict) -> list[np.ndarray]:
+    """``x`` flattened to rows of K, times ``weights^T`` [K, O], plus bias."""
+    x, w, bias = inputs[0], inputs[1], _opt(inputs, 2)
+    y = x.reshape(-1, w.shape[1]).astype(np.float32) @ w.astype(np.float32).T
+    y = _finish(y, bias, attrs["activation"])
+    return [y.reshape(_fc_out_shape(x.shape, w.shape, attrs["keep_num_dims"]))]
+
+
+register(OpDef(name="FULLY_CONNECTED", attrs=_fc_attrs, infer=_fc_infer, reference=_fc_reference,
+               doc="Fully connected layer: [..., K] x [O, K]^T (+ bias), optional keep_num_dims."))
+
+
+# -- BATCH_MATMUL -----------------------------------------------------------------------
+
+
+def _bmm_shapes(a: tuple[int, ...], b: tuple[int, ...], attrs: dict) -> tuple[int, ...]:
+    """Output shape of a batch matmul, or a format error naming the mismatch."""
+    m, ka = (a[-1], a[-2]) if attrs["adj_x"] else (a[-2], a[-1])
+    kb, n = (b[-1], b[-2]) if attrs["adj_y"] else (b[-2], b[-1])
+    if ka != kb:
+        raise ModelFormatError(f"inner dimensions differ: {list(a)} x {list(b)} (adj_x={attrs['adj_x']}, "
+                               f"adj_y={attrs['adj_y']})")
+    return (*broadcast_shapes(a[:-2], b[:-2]), m, n)
+
+
+def _bmm_attrs(node: Node, tensors: Sequence[Tensor]) -> dict:
+    check_inputs(node, 2)
+    a = _required(node, tensors, 0, "lhs")
+    b = _required(node, tensors, 1, "rhs")
+    _check_rank(a, (2, 3, 4, 5), "lhs")
+    _check_rank(b, (2, 3, 4, 5), "rhs")
+    _check_float(a, "lhs")
+    attrs = {"adj_x": bool(node.options.get("adj_x", False)), "adj_y": bool(node.options.get("adj_y", False))}
+    _bmm_shapes(a.shape, b.shape, attrs)
+    return attrs
+
+
+def _bmm_infer(inputs: list[TensorSpec], attrs: dict) -> list[TensorSpec]:
+    return [TensorSpec(_bmm_shapes(inputs[0].shape, inputs[1].shape, attrs), inputs[0].dtype)]
+
+
+def _bmm_reference(inputs: list, attrs: dict) -> list[np.ndarray]:
+    """Matmul over the last two axes (optionally transposed), broadcasting the batch axes."""
+    a, b = inputs
+    if attrs["adj_x"]:
+        a = np.swapaxes(a, -1, -2)
+    if attrs["adj_y"]:
+        b = np.swapaxes(b, -1, -2)
+    return [np.matmul(a, b).astype(inputs[0].dtype, copy=False)]
+
+
+register(OpDef(name="BATCH_MATMUL", attrs=_bmm_attrs, infer=_bmm_infer, reference=_bmm_reference,
+               doc="Batched matmul with adj_x / adj_y and broadcast batch dimensions."))
+
+
+# -- RESIZE_BILINEAR / RESIZE_NEAREST_NEIGHBOR ------------------------------------------
+
+
+def _resize_attrs(node: Node, tensors: Sequence[Tensor]) -> dict:
+    check_inputs(node, 2)
+    x = _required(node, tensors, 0, "input")
+    size = _required(node, tensors, 1, "size")
+    _check_rank(x, 4, "input")
+    _check_float(x, "input")
+    if tuple(size.shape) != (2,) or size.dtype != np.int32:
+        raise ModelFormatError(f"size must be int32[2], is {size.type_name}{list(size.shape)}")
+    if size.data is not None and int(np.min(size.data)) < 1:
+        raise ModelFormatError(f"size {size.data.tolist()} must be positive")
+    align = bool(node.options.get("align_corners", False))
+    half = bool(node.options.get("half_pixel_centers", False))
+    if align and half:
+        raise ModelFormatError("align_corners and half_pixel_centers cannot both be set")
+    return {"align_corners": align, "half_pixel_centers": half}
+
+
+def _resize_infer(inputs: list[TensorSpec], attrs: dict) -> list[TensorSpec]:
+    x = inputs[0]
+    h, w = (int(v) for v in np.asarray(value_of(inputs[1])).reshape(-1)[:2])
+    return [TensorSpec((x.shape[0], h, w, x.shape[3]), x.dtype)]
+
+
+def _resize_scale(in_size: int, out_size: int, align_corners: bool) -> np.float32:
+    """Output-to-input coordinate scale, in float32 as TFLite computes it."""
+    if align_corners and out_size > 1:
+        return np.float32(in_size - 1) / np.float32(out_size - 1)
+    return np.float32(in_size) / np.float32(out_size)
+
+
+def _out_size(inputs: list) -> tuple[int, int]:
+    size = [int(v) for v in np.asarray(inputs[1]).reshape(-1)]
+    if len(size) != 2 or min(size) < 1:
+        raise ExecutionError(f"resize size {size} must be two positive integers")
+    return size[0], size[1]
+
+
+def _bilinear_axis(in_size: int, out_size: int, attrs: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per output index along one axis: lower and upper source index and the upper weight."""
+    scale = _resize_scale(in_size, out_size, attrs["align_corners"])
+    v = np.arange(out_size, dtype=np.float32)
+    src = (v + np.float32(0.5)) * scale - np.float32(0.5) if attrs["half_pixel_centers"] else v * scale
+    lo = np.maximum(np.floor(src), 0).astype(np.int64)
+    hi = np.minimum(np.ceil(src), in_size - 1).astype(np.int64)
+    return lo, hi, (src - lo).astype(np.float32)
+
+
+def _resize_bilinear_reference(inputs: list, attrs: dict) -> list[np.ndarray]:
+    """Bilinear resize with TF's align_corners / half_pixel_centers coordinate rules."""
+    x = inputs[0].astype(np.float32)
+    oh, ow = _out_size(inputs)
+    y0, y1, fy = _bilinear_axis(x.shape[1], oh, attrs)
+    x0, x1, fx = _bilinear_axis(x.shape[2], ow, attrs)
+    fy, fx = fy[None, :, None, None], fx[None, None, :, None]
+    top = x[:, y0][:, :, x0] * (1 - fx) + x[:, y0][:, :, x1] * fx
+    bottom = x[:, y1][:, :, x0] * (1 - fx) + x[:, y1][:, :, x1] * fx
+    return [(top * (1 - fy) + bottom * fy).astype(np.float32)]
+
+
+def _nearest_axis(in_size: int, out_size: int, attrs: dict) -> np.ndarray:
+    """Source index per output index, following TFLite's rounding for each flag combination."""
+    scale = _resize_scale(in_size, out_size, attrs["align_corners"])
+    offset = np.float32(0.5) if attrs["half_pixel_centers"] else np.float32(0)
+    src = (np.arange(out_size, dtype=np.float32) + offset) * scale
+    if attrs["align_corners"]:
+        # round half away from zero (std::round); src is never negative here
+        floor = np.floor(src)
+        idx = np.where(src - floor >= 0.5, floor + 1, floor)
+    else:
+        idx = np.floor(src)
+    idx = np.minimum(idx.astype(np.int64), in_size - 1)
+    return np.maximum(idx, 0) if attrs["half_pixel_centers"] else idx
+
+
+def _resize_nearest_reference(inputs: list, attrs: dict) -> list[np.ndarray]:
+    """Nearest-neighbour resize with TFLite's index rounding."""
+    x = inputs[0]
+    oh, ow = _out_size(inputs)
+    rows = _nearest_axis(x.shape[1], oh, attrs)
+    cols = _nearest_axis(x.shape[2], ow, attrs)
+    return [x[:, rows][:, :, cols]]
+
+
+register(OpDef(name="RESIZE_BILINEAR", attrs=_resize_attrs, infer=_resize_infer,
+               reference=_resize_bilinear_reference, doc=_resize_bilinear_reference.__doc__ or ""))
+register(OpDef(name="RESIZE_NEAREST_NEIGHBOR", attrs=_resize_attrs, infer=_resize_infer,
+               reference=_resize_nearest_reference, doc=_resize_nearest_reference.__doc__ or ""))
+
+
+# -- EMBEDDING_LOOKUP -------------------------------------------------------------------
+
+
+def _embedding_attrs(node: Node, tensors: Sequence[Tensor]) -> dict:
+    check_inputs(node, 2)
+    ids = _required(node, tensors, 0, "ids")
+    table = _required(node, tensors, 1, "table")
+    _check_rank(ids, 1, "ids")
+    if ids.dtype != np.int32:
+        raise ModelFormatError(f"ids must be INT32, are {ids.type_name}")
+    if len(table.shape) < 2:
+        raise ModelFormatError(f"table must have rank >= 2, has shape {list(table.shape)}")
+    _check_float(table, "table")
+    return {}
+
+
+def _embedding_infer(inputs: list[TensorSpec], attrs: dict) -> list[TensorSpec]:
+    ids, table = inputs
+    return [TensorSpec((ids.shape[0], *table.shape[1:]), table.dtype)]
+
+
+def _embedding_reference(inputs: list, attrs: dict) -> list[np.ndarray]:
+    """Rows of ``table`` selected by ``ids``; an id out of range is an error, as in LiteRT."""
+    ids, table = inputs
+    bad = (ids < 0) | (ids >= table.shape[0])
+    if np.any(bad):
+        raise ExecutionError(f"EMBEDDING_LOOKUP: id {int(ids[bad][0])} out of range [0, {table.shape[0]})")
+    return [table[ids.astype(np.int64)]]
+
+
+register(OpDef(name="EMBEDDING_LOOKUP", attrs=_embedding_attrs, infer=_embedding_infer,
+               reference=_embedding_reference, doc=_embedding_reference.__doc__ or ""))
+
+
+# -- LSTM and UNIDIRECTIONAL_SEQUENCE_LSTM ----------------------------------------------
+#
+# Both ops keep their state in two *variable* input tensors (18: output/activation state
+# [batch, n_output], 19: cell state [batch, n_cell]) that LiteRT updates in place. A
+# reference cannot write its inputs, so it returns the new states after the node's own
+# outputs: ``[output, new_output_state, new_cell_state]``. ``attrs["state_writeback"]``
+# lists ``(reference output index, node input index)`` pairs — ``((1, 18), (2, 19))`` —
+# and the runtime copies those extra results into the variable tensors after the call.
+# ``infer`` describes only the node's real outputs.
+
+LSTM_INPUT_NAMES = (
+    "input", "input_to_input", "input_to_forget", "input_to_cell", "input_to_output",
+    "recurrent_to_input", "recurrent_to_forget", "recurrent_to_cell", "recurrent_to_output",
+    "cell_to_input", "cell_to_forget", "cell_to_output",
+    "input_gate_bias", "forget_gate_bias", "cell_gate_bias", "output_gate_bias",
+    "projection_weights", "projection_bias", "output_state", "cell_state",
+    "input_layer_norm", "forget_layer_norm", "cell_layer_norm", "output_layer_norm",
+)
+_LSTM_STATE_WRITEBACK = ((1, 18), (2, 19))
+_LAYER_NORM_EPSILON = 1e-8  # TFLite's kLayerNormEpsilon
+
+
+def _lstm_attrs_common(node: Node, tensors: Sequence[Tensor], seq: bool) -> dict:
+    check_inputs(node, 20, 24)
+    if len(node.outputs) != 1:
+        raise UnsupportedError(f"{len(node.outputs)} outputs (only the 1-output full LSTM kernel is supported)")
+    t = {name: _input(node, tensors, i) for i, name in enumerate(LSTM_INPUT_NAMES)}
+    for i, name in enumerate(LSTM_INPUT_NAMES):
+        required = name in ("input", "input_to_forget", "input_to_cell", "input_to_output",
+                            "recurrent_to_forget", "recurrent_to_cell", "recurrent_to_output",
+                            "forget_gate_bias", "cell_gate_bias", "output_gate_bias",
+                            "output_state", "cell_state")
+        if required and t[name] is None:
+            raise ModelFormatError(f"{name} (input {i}) is missing")
+    x = t["input"]
+    _check_float(x, "input")
+    _check_rank(x, 3 if seq else 2, "input")
+    n_cell, n_input = t["input_to_forget"].shape if len(t["input_to_forget"].shape) == 2 else (-1, -1)
+    if n_input != x.shape[-1]:
+        raise ModelFormatError(f"input_to_forget weights {list(t['input_to_forget'].shape)} do not match "
+                               f"input {list(x.shape)}")
+    n_output = t["recurrent_to_forget"].shape[-1]
+    if t["projection_weights"] is None and n_output != n_cell:
+        raise ModelFormatError(f"without projection n_output ({n_output}) must equal n_cell ({n_cell})")
+    expect = {"input_to_input": (n_cell, n_input), "input_to_forget": (n_cell, n_input),
+              "input_to_cell": (n_cell, n_input), "input_to_output": (n_cell, n_input),
+              "recurrent_to_input": (n_cell, n_output), "recurrent_to_forget": (n_cell, n_output),
+              "recurrent_to_cell": (n_cell, n_output), "recurrent_to_output": (n_cell, n_output),
+              "cell_to_input": (n_cell,), "cell_to_forget": (n_cell,), "cell_to_output": (n_cell,),
+              "input_gate_bias": (n_cell,), "forget_gate_bias": (n_cell,), "cell_gate_bias": (n_cell,),
+              "output_gate_bias": (n_cell,), "projection_weights": (n_output, n_cell),
+              "projection_bias": (n_output,), "input_layer_norm": (n_cell,), "forget_layer_norm": (n_cell,),
+              "cell_layer_norm": (n_cell,), "output_layer_norm": (n_cell,)}
+    for name, shape in expect.items():
+        if t[name] is not None and tuple(t[name].shape) != shape:
+            raise ModelFormatError(f"{name} has shape {list(t[name].shape)}, expected {list(shape)}")
+    batch = x.shape[1] if seq and node.options.get("time_major", False) else x.shape[0]
+    for name, width in (("output_state", n_output), ("cell_state", n_cell)):
+        if int(np.prod(t[name].shape)) != batch * width:
+            raise ModelFormatError(f"{name} has shape {list(t[name].shape)}, expected [{batch}, {width}]")
+    cifg = t["input_to_input"] is None
+    if cifg and (t["recurrent_to_input"] is not None or t["input_gate_bias"] is not None):
+        raise ModelFormatError("CIFG (no input_to_input weights) but input gate recurrent weights or bias given")
+    if not cifg and (t["recurrent_to_input"] is None or t["input_gate_bias"] is None):
+        raise ModelFormatError("input gate needs recurrent_to_input weights and input_gate_bias")
+    o = node.options
+    if o.get("kernel_type", 0) != 0:
+        raise UnsupportedError("LSTM kernel_type BASIC (only FULL is supported)")
+    if seq and o.get("diagonal_recurrent_tensors", False):
+        raise UnsupportedError("diagonal_recurrent_tensors")
+    cell_clip, proj_clip = float(o.get("cell_clip", 0.0)), float(o.get("proj_clip", 0.0))
+    if cell_clip < 0 or proj_clip < 0:
+        raise ModelFormatError(f"cell_clip {cell_clip} / proj_clip {proj_clip} must not be negative")
+    attrs = {"activation": activation_attr(o), "cell_clip": cell_clip, "proj_clip": proj_clip,
+             "state_writeback": _LSTM_STATE_WRITEBACK}
+    if seq:
+        attrs["time_major"] = bool(o.get("time_major", False))
+    return attrs
+
+
+def _layer_norm(z: np.ndarray) -> np.ndarray:
+    """Normalize each row to mean 0 and variance 1 (TFLite's MeanStddevNormalization)."""
+    mean = z.mean(axis=-1, keepdims=True)
+    var = (z * z).mean(axis=-1, keepdims=True) - mean * mean
+    return (z - mean) / np.sqrt(np.maximum(var, 0) + _LAYER_NORM_EPSILON)
+
+
+def _sigmoid(z: np.ndarray) -> np.ndarray:
+    return 1 / (1 + np.exp(-z))
+
+
+def _lstm_step(x: np.ndarray, h: np.ndarray, c: np.ndarray, w: dict, attrs: dict) -> tuple[np.ndarray, np.ndarray]:
+    """One LSTM time step on a [batch, n_input] input; returns (new output state, new cell state)."""
+    def gate(name: str, peephole_c: np.ndarray | None) -> np.ndarray:
+        z = x @ w[f"input_to_{name}"].T + h @ w[f"recurrent_to_{name}"].T
+        if peephole_c is not None and w.get(f"cell_to_{name}") is not None:
+            z = z + w[f"cell_to_{name}"] * peephole_c
+        if w[f"{name}_layer_norm"] is not None:
+            z = _layer_norm(z) * w[f"{name}_layer_norm"]
+        return z + w[f"{name}_gate_bias"]
+
+    act = attrs["activation"]
+    forget = _sigmoid(gate("forget", c))
+    # CIFG couples the input gate to the forget gate.
+    input_gate = 1 - forget if w["input_to_input"] is None else _sigmoid(gate("input", c))
+    cell = forget * c + input_gate * apply_activation(gate("cell", None), act)
+    if attrs["cell_clip"] > 0:
+        cell = np.clip(cell, -attrs["cell_clip"], attrs["cell_clip"])
+    output_gate = _sigmoid(gate("output", cell))
+    out = output_gate * apply_activation(cell, act)
+    if w["projection_weights"] is not None:
+        out = out @ w["projection_weights"].T
+        if w["projection_bias"] is not None:
+            out = out + w["projection_bias"]
+        if attrs["proj_clip"] > 0:
+            out = np.clip(out, -attrs["proj_clip"], attrs["proj_clip"])
+    return out.astype(np.float32), cell.astype(np.float32)
+
+
+def _lstm_weights(inputs: list) -> dict:
+    w = {name: _opt(inputs, i) for i, name in enumerate(LSTM_INPUT_NAMES)}
+    return {k: (None if v is None else np.asarray(v, np.float32)) for k, v in w.items()}
+
+
+def _lstm_attrs(node: Node, tensors: Sequence[Tensor]) -> dict:
+    return _lstm_attrs_common(node, tensors, seq=False)
+
+
+def _lstm_infer(inputs: list[TensorSpec], attrs: dict) -> list[TensorSpec]:
+    return [TensorSpec((inputs[0].shape[0], inputs[8].shape[-1] if inputs[16] is None else inputs[16].shape[0]),
+                       inputs[0].dtype)]
+
+
+def _lstm_reference(inputs: list, attrs: dict) -> list[np.ndarray]:
+    """One LSTM step; returns [output, new output state, new cell state] (see state_writeback)."""
+    w = _lstm_weights(inputs)
+    x = w["input"]
+    h = w["output_state"].reshape(x.shape[0], -1)
+    c = w["cell_state"].reshape(x.shape[0], -1)
+    h, c = _lstm_step(x, h, c, w, attrs)
+    return [h.copy(), h.reshape(np.shape(inputs[18])), c.reshape(np.shape(inputs[19]))]
+
+
+register(OpDef(name="LSTM", attrs=_lstm_attrs, infer=_lstm_infer, reference=_lstm_reference, stateful=False,
+               doc=_lstm_reference.__doc__ or ""))
+
+
+def _seq_lstm_attrs(node: Node, tensors: Sequence[Tensor]) -> dict:
+    return _lstm_attrs_common(node, tensors, seq=True)
+
+
+def _seq_lstm_infer(inputs: list[TensorSpec], attrs: dict) -> list[TensorSpec]:
+    x = inputs[0]
+    n_output = inputs[8].shape[-1] if inputs[16] is None else inputs[16].shape[0]
+    return [TensorSpec((x.shape[0], x.shape[1], n_output), x.dtype)]
+
+
+def _seq_lstm_reference(inputs: list, attrs: dict) -> list[np.ndarray]:
+    """LSTM over a sequence ([T, B, I] when time_major else [B, T, I]); returns
+    [outputs, final output state, final cell state] (see state_writeback)."""
+    w = _lstm_weights(inputs)
+    x = w["input"] if attrs["time_major"] else np.swapaxes(w["input"], 0, 1)
+    batch = x.shape[1]
+    h = w["output_state"].reshape(batch, -1)
+    c = w["cell_state"].reshape(batch, -1)
+    steps = []
+    for t in range(x.shape[0]):
+        h, c = _lstm_step(x[t], h, c, w, attrs)
+        steps.append(h)
+    y = np.stack(steps) if steps else np.zeros((0, batch, h.shape[1]), np.float32)
+    if not attrs["time_major"]:
+        y = np.swapaxes(y, 0, 1)
+    return [np.ascontiguousarray(y), h.reshape(np.shape(inputs[18])), c.reshape(np.shape(inputs[19]))]
+
+
+register(OpDef(name="UNIDIRECTIONAL_SEQUENCE_LSTM", attrs=_seq_lstm_attrs, infer=_seq_lstm_infer,
+               reference=_seq_lstm_reference, doc=(_seq_lstm_reference.__doc__ or "").strip()))
+
+
+# -- L2_NORMALIZATION / LOCAL_RESPONSE_NORMALIZATION ------------------------------------
+
+_L2_EPSILON = 1e-6  # TFLite's floor on the norm
+
+
+def _l2norm_attrs(node: Node, tensors: Sequence[Tensor]) -> dict:
+    check_inputs(node, 1)
+    x = _required(node, tensors, 0, "input")
+    _check_float(x, "input")
+    if len(x.shape) < 1:
+        raise ModelFormatError("input must have rank >= 1")
+    return {"activation": activation_attr(node.options)}
+
+
+def _l2norm_reference(inputs: list, attrs: dict) -> list[np.ndarray]:
+    """x / max(||x||_2, 1e-6) along the last axis."""
+    x = inputs[0].astype(np.float32)
+    norm = np.sqrt(np.sum(x * x, axis=-1, keepdims=True))
+    return [_finish(x / np.maximum(norm, np.float32(_L2_EPSILON)), None, attrs["activation"])]
+
+
+def _same_shape(inputs: list[TensorSpec], attrs: dict) -> list[TensorSpec]:
+    return [TensorSpec(inputs[0].shape, inputs[0].dtype)]
+
+
+register(OpDef(name="L2_NORMALIZATION", attrs=_l2norm_attrs, infer=_same_shape, reference=_l2norm_reference,
+               doc=_l2norm_reference.__doc__ or ""))
+
+
+def _lrn_attrs(node: Node, tensors: Sequence[Tensor]) -> dict:
+    check_inputs(node, 1)
+    x = _required(node, tensors, 0, "input")
+    _check_rank(x, 4, "input")
+    _check_float(x, "input")
+    o = node.options
+    radius = int(o.get("radius", 0))
+    if radius < 0:
+        raise ModelFormatError(f"radius {radius} must not be negative")
+    return {"radius": radius, "bias": float(o.get("bias", 0.0)), "alpha": float(o.get("alpha", 0.0)),
+            "beta": float(o.get("beta", 0.0))}
+
+
+def _lrn_reference(inputs: list, attrs: dict) -> list[np.ndarray]:
+    """x * (bias + alpha * sum of x^2 over channels c-radius..c+radius) ^ -beta."""
+    x = inputs[0].astype(np.float32)
+    r = attrs["radius"]
+    sq = np.pad(x * x, [(0, 0)] * 3 + [(r, r)])
+    depth = x.shape[3]
+    window = sum(sq[..., d:d + depth] for d in range(2 * r + 1))
+    scale = np.power(attrs["bias"] + attrs["alpha"] * window, -attrs["beta"])
+    return [(x * scale).astype(np.float32)]
+
+
+register(OpDef(name="LOCAL_RESPONSE_NORMALIZATION", attrs=_lrn_attrs, infer=_same_shape,
+               reference=_lrn_reference, doc=_lrn_reference.__doc__ or ""))

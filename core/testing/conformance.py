@@ -18,7 +18,8 @@ from ..backend import NodeContext, Runtime, Support
 from ..errors import InvalidArgumentError, UnsupportedError
 from ..graph import Model, Subgraph
 from ..model import load_model
-from ..ops import DynamicShape, TensorSpec, get_op
+from ..executor import infer_subgraph
+from ..ops import TensorSpec, get_op
 
 LITERT_THREADS = 2
 
@@ -74,7 +75,7 @@ def reference_outputs(model_bytes: bytes, inputs: Sequence[np.ndarray]) -> list[
 
 
 class _Evaluator:
-    """Evaluates subgraphs node by node; stateful ops get a :class:`Runtime` in ``attrs``."""
+    """Evaluates subgraphs node by node; stateful ops run through ``execute`` with a Runtime."""
 
     def __init__(self, model: Model) -> None:
         self.model = model
@@ -97,10 +98,11 @@ class _Evaluator:
             if opdef is None:
                 raise UnsupportedError(f"node {node.index} ({node.op}): no reference registered for {node.op}")
             attrs = opdef.node_attrs(node, sg.tensors)
-            if opdef.stateful:
-                attrs = {**attrs, "runtime": self.runtime}
             args = [None if i < 0 else values[i] for i in node.inputs]
-            outs = opdef.reference(args, attrs)
+            if opdef.stateful:
+                outs = opdef.execute(args, attrs, self.runtime)
+            else:
+                outs = opdef.reference(args, attrs)
             if len(outs) != len(node.outputs):
                 raise AssertionError(f"node {node.index} ({node.op}): reference returned {len(outs)} outputs, "
                                      f"the node has {len(node.outputs)}")
@@ -110,32 +112,13 @@ class _Evaluator:
 
 
 def node_contexts(model: Model, sg: Subgraph) -> list[NodeContext]:
-    """A :class:`NodeContext` per node of ``sg``, with static input/output specs.
+    """The :class:`NodeContext` s the runtime hands backends for ``sg`` at its model shapes.
 
-    Output specs come from shape inference where it can run; where it cannot (a shape
-    that depends on run-time values) the model's tensor shapes are used and
-    ``dynamic`` is set.
+    Nodes folded at compile time (all inputs known) are left out, as the runtime
+    never asks a backend about them.
     """
-    specs: dict[int, TensorSpec] = {}
-    for t in sg.tensors:
-        specs[t.index] = TensorSpec(t.shape, t.dtype, t.data)
-    contexts = []
-    for node in sg.nodes:
-        opdef = get_op(node.op)
-        if opdef is None:
-            raise UnsupportedError(f"node {node.index} ({node.op}): op {node.op} is not registered")
-        attrs = opdef.node_attrs(node, sg.tensors)
-        ins = [None if i < 0 else specs[i] for i in node.inputs]
-        dynamic = False
-        try:
-            outs = list(opdef.infer(ins, attrs))
-        except DynamicShape:
-            dynamic = True
-            outs = [TensorSpec(sg.tensors[o].shape, sg.tensors[o].dtype) for o in node.outputs]
-        for o, spec in zip(node.outputs, outs):
-            specs[o] = spec
-        contexts.append(NodeContext(node=node, opdef=opdef, attrs=attrs, inputs=ins, outputs=outs,
-                                    dynamic=dynamic))
+    specs = {i: TensorSpec(sg.tensors[i].shape, sg.tensors[i].dtype) for i in sg.inputs}
+    contexts, _, _ = infer_subgraph(model, sg, specs)
     return contexts
 
 

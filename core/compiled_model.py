@@ -1,0 +1,327 @@
+"""``litegpu.CompiledModel``: a mirror of ``ai_edge_litert.compiled_model.CompiledModel``.
+
+With ``Environment``, ``TensorBuffer``, ``HardwareAccelerator`` and ``Options`` /
+``CpuOptions`` / ``GpuOptions`` spelled as LiteRT spells them. A specific backend is
+named with ``backend="opencl"`` (or any plugin's backend name).
+"""
+from __future__ import annotations
+
+import enum
+import os
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from .errors import InvalidArgumentError
+from .executor import CompiledSubgraph
+from .graph import Signature
+from .interpreter import tensor_details
+from .model import load_model
+from .session import Session
+
+
+class HardwareAccelerator(enum.IntFlag):
+    """LiteRT's accelerator flags; combine with ``|`` (GPU | CPU falls back to cpu)."""
+
+    NONE = 0
+    CPU = 1
+    GPU = 2
+    NPU = 4
+
+
+@dataclass
+class CpuOptions:
+    """CPU options (LiteRT's names)."""
+
+    num_threads: int = 0
+
+
+@dataclass
+class GpuOptions:
+    """GPU options; ``enforce_f32=False`` allows fp16 storage (precision loss), as in LiteRT."""
+
+    enforce_f32: bool = True
+
+
+@dataclass
+class Options:
+    """Per-model options: accelerators and their option groups, plus a litegpu backend name."""
+
+    hardware_accelerators: HardwareAccelerator = HardwareAccelerator.CPU
+    cpu_options: CpuOptions = field(default_factory=CpuOptions)
+    gpu_options: GpuOptions = field(default_factory=GpuOptions)
+    backend: str | None = None
+
+    @classmethod
+    def create(cls) -> "Options":
+        """Default options, like the C++ factory."""
+        return cls()
+
+
+@dataclass
+class Environment:
+    """Shared runtime state; backends may read device handles from ``options``
+    (e.g. a user's OpenCL context and queue)."""
+
+    options: dict = field(default_factory=dict)
+
+    @classmethod
+    def create(cls, **options: Any) -> "Environment":
+        """A new environment with backend-specific options."""
+        return cls(dict(options))
+
+    def close(self) -> None:
+        """Release the environment (nothing held on the host)."""
+
+    def __enter__(self) -> "Environment":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class TensorBuffer:
+    """A tensor's memory: host memory here, device memory for device backends."""
+
+    def __init__(self, array: np.ndarray) -> None:
+        self._array = array
+
+    @classmethod
+    def create_from_host_memory(cls, data_array: np.ndarray) -> "TensorBuffer":
+        """Wrap an existing C-contiguous array without copying."""
+        if not isinstance(data_array, np.ndarray) or not data_array.flags.c_contiguous:
+            raise InvalidArgumentError("create_from_host_memory needs a C-contiguous numpy array")
+        return cls(data_array)
+
+    def write(self, data_array: np.ndarray) -> None:
+        """Copy ``data_array`` (same element count, convertible dtype) into the buffer."""
+        data = np.asarray(data_array)
+        if data.size != self._array.size:
+            raise InvalidArgumentError(f"write of {data.size} elements into a buffer of {self._array.size}")
+        self._array.reshape(-1)[...] = data.reshape(-1).astype(self._array.dtype, copy=False)
+
+    def read(self, num_elements: int, output_dtype: Any) -> np.ndarray:
+        """A copy of the first ``num_elements`` elements as ``output_dtype``."""
+        if not 0 <= num_elements <= self._array.size:
+            raise InvalidArgumentError(f"read of {num_elements} elements from a buffer of {self._array.size}")
+        return self._array.reshape(-1)[:num_elements].astype(output_dtype, copy=True)
+
+    def get_tensor_details(self) -> dict:
+        """``{"dtype": name, "shape": [...]}``."""
+        return {"dtype": self._array.dtype.name, "shape": list(self._array.shape)}
+
+    @property
+    def array(self) -> np.ndarray:
+        """The host array behind the buffer (no copy)."""
+        return self._array
+
+    def destroy(self) -> None:
+        """Release the buffer."""
+
+
+def _backend_names(options: Options) -> list[str]:
+    """The backend preference list: a named backend, else GPU when its flag is set (cpu is the fallback)."""
+    if options.backend:
+        return [options.backend]
+    return ["GPU"] if HardwareAccelerator(options.hardware_accelerators) & HardwareAccelerator.GPU else []
+
+
+class CompiledModel:
+    """A model compiled for a set of accelerators; run it through TensorBuffers."""
+
+    def __init__(self, session: Session, environment: Environment) -> None:
+        self._session = session
+        self._environment = environment
+        model = session.model
+        self._signatures: list[Signature] = list(model.signatures) or [
+            Signature("serving_default", 0,
+                      {model.subgraphs[0].tensors[t].name: t for t in model.subgraphs[0].inputs},
+                      {model.subgraphs[0].tensors[t].name: t for t in model.subgraphs[0].outputs})]
+        self._shapes: dict[int, dict[int, tuple[int, ...]]] = {}
+        self._compiled = [session.compile(s.subgraph_index) for s in self._signatures]
+
+    @classmethod
+    def from_file(cls, model_path: str | os.PathLike, hardware_accel: HardwareAccelerator | None = None,
+                  environment: Environment | None = None, options: Options | None = None,
+                  backend: str | None = None) -> "CompiledModel":
+        """Load and compile a model file."""
+        return cls._create(load_model(model_path), hardware_accel, environment, options, backend)
+
+    @classmethod
+    def from_buffer(cls, model_data: bytes, hardware_accel: HardwareAccelerator | None = None,
+                    environment: Environment | None = None, options: Options | None = None,
+                    backend: str | None = None) -> "CompiledModel":
+        """Load and compile a model from bytes."""
+        return cls._create(load_model(model_data), hardware_accel, environment, options, backend)
+
+    @classmethod
+    def _create(cls, model, hardware_accel, environment, options, backend) -> "CompiledModel":
+        if options is not None and hardware_accel is not None:
+            raise InvalidArgumentError("pass either options or hardware_accel, not both")
+        options = options or Options(hardware_accelerators=hardware_accel or HardwareAccelerator.CPU)
+        if backend:
+            options.backend = backend
+        session = Session(model, _backend_names(options), num_threads=options.cpu_options.num_threads,
+                          precision_loss_allowed=not options.gpu_options.enforce_f32)
+        return cls(session, environment or Environment())
+
+    @property
+    def environment(self) -> Environment:
+        """The environment this model was created in."""
+        return self._environment
+
+    def __enter__(self) -> "CompiledModel":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Release the compiled model."""
+
+    # -- signatures --------------------------------------------------------------------
+    def get_signature_list(self) -> dict[str, dict[str, list[str]]]:
+        """``{key: {"inputs": [...], "outputs": [...]}}``."""
+        return {s.key: {"inputs": list(s.inputs), "outputs": list(s.outputs)} for s in self._signatures}
+
+    def get_num_signatures(self) -> int:
+        """How many signatures the model has."""
+        return len(self._signatures)
+
+    def get_signature_index(self, key: str) -> int:
+        """The index of signature ``key``, or -1."""
+        return next((i for i, s in enumerate(self._signatures) if s.key == key), -1)
+
+    def get_signature_by_index(self, index: int) -> dict:
+        """``{"key", "inputs", "outputs"}`` for one signature."""
+        s = self._signature(index)
+        return {"key": s.key, "inputs": list(s.inputs), "outputs": list(s.outputs)}
+
+    def _signature(self, index: int) -> Signature:
+        if not 0 <= index < len(self._signatures):
+            raise InvalidArgumentError(f"signature index {index} out of range ({len(self._signatures)})")
+        return self._signatures[index]
+
+    def _index(self, key: str) -> int:
+        i = self.get_signature_index(key)
+        if i < 0:
+            raise InvalidArgumentError(f"unknown signature {key!r}; the model has "
+                                       f"{[s.key for s in self._signatures]}")
+        return i
+
+    def _details(self, index: int, names: dict[str, int]) -> dict[str, dict]:
+        compiled, sg = self._compiled[index], self._session.model.subgraphs[self._signatures[index].subgraph_index]
+        out = {}
+        for name, t in names.items():
+            spec = compiled.specs.get(t)
+            out[name] = tensor_details(sg.tensors[t], spec.shape if spec is not None else sg.tensors[t].shape, name)
+        return out
+
+    def get_input_tensor_details(self, signature_key: str) -> dict[str, dict]:
+        """Input details by name, with the current shapes."""
+        i = self._index(signature_key)
+        return self._details(i, self._signatures[i].inputs)
+
+    def get_output_tensor_details(self, signature_key: str) -> dict[str, dict]:
+        """Output details by name."""
+        i = self._index(signature_key)
+        return self._details(i, self._signatures[i].outputs)
+
+    def is_fully_accelerated(self) -> bool:
+        """True when every node of every signature runs on the requested accelerator."""
+        return all(c.report.fully_delegated for c in self._compiled)
+
+    def delegation_reports(self) -> list:
+        """The delegation report of each signature's subgraph."""
+        return [c.report for c in self._compiled]
+
+    # -- buffers -------------------------------------------------------------------------
+    def _new_buffer(self, index: int, t: int) -> TensorBuffer:
+        compiled = self._compiled[index]
+        spec = compiled.specs.get(t)
+        tensor = self._session.model.subgraphs[self._signatures[index].subgraph_index].tensors[t]
+        shape = spec.shape if spec is not None else tensor.shape
+        return TensorBuffer(np.zeros(shape, tensor.dtype))
+
+    def create_input_buffers(self, signature_index: int = 0) -> list[TensorBuffer]:
+        """New buffers for every input of a signature."""
+        return [self._new_buffer(signature_index, t) for t in self._signature(signature_index).inputs.values()]
+
+    def create_output_buffers(self, signature_index: int = 0) -> list[TensorBuffer]:
+        """New buffers for every output of a signature."""
+        return [self._new_buffer(signature_index, t) for t in self._signature(signature_index).outputs.values()]
+
+    def create_input_buffer_by_name(self, signature_key: str, input_name: str) -> TensorBuffer:
+        """A new buffer for one named input."""
+        i = self._index(signature_key)
+        return self._new_buffer(i, self._lookup(self._signatures[i].inputs, input_name))
+
+    def create_output_buffer_by_name(self, signature_key: str, output_name: str) -> TensorBuffer:
+        """A new buffer for one named output."""
+        i = self._index(signature_key)
+        return self._new_buffer(i, self._lookup(self._signatures[i].outputs, output_name))
+
+    @staticmethod
+    def _lookup(names: dict[str, int], name: str) -> int:
+        if name not in names:
+            raise InvalidArgumentError(f"no tensor named {name!r}; names are {list(names)}")
+        return names[name]
+
+    def resize_input_tensor(self, input_index: int, dims: Sequence[int], signature_index: int = 0,
+                            strict: bool = True) -> None:
+        """Change one input's shape and recompile (cached per shape)."""
+        sig = self._signature(signature_index)
+        tensors = list(sig.inputs.values())
+        if not 0 <= input_index < len(tensors):
+            raise InvalidArgumentError(f"input index {input_index} out of range ({len(tensors)} inputs)")
+        t = tensors[input_index]
+        tensor = self._session.model.subgraphs[sig.subgraph_index].tensors[t]
+        dims = tuple(int(d) for d in dims)
+        if strict and (len(dims) != len(tensor.shape_signature) or any(
+                s != -1 and s != d for s, d in zip(tensor.shape_signature, dims))):
+            raise InvalidArgumentError(f"input {input_index} has signature {list(tensor.shape_signature)}; "
+                                       f"{list(dims)} changes a static dimension (pass strict=False)")
+        self._shapes.setdefault(signature_index, {})[t] = dims
+        self._compiled[signature_index] = self._session.compile(sig.subgraph_index, self._shapes[signature_index])
+
+    def resize_input_tensor_by_name(self, signature_key: str, input_name: str, dims: Sequence[int],
+                                    strict: bool = True) -> None:
+        """Resize a named input."""
+        i = self._index(signature_key)
+        names = list(self._signatures[i].inputs)
+        if input_name not in names:
+            raise InvalidArgumentError(f"unknown input {input_name!r} for signature {signature_key!r}")
+        self.resize_input_tensor(names.index(input_name), dims, i, strict)
+
+    # -- running -------------------------------------------------------------------------
+    def run_by_index(self, signature_index: int, input_buffers: Sequence[TensorBuffer],
+                     output_buffers: Sequence[TensorBuffer]) -> None:
+        """Run a signature, reading ``input_buffers`` and writing ``output_buffers`` (signature order)."""
+        sig = self._signature(signature_index)
+        if len(input_buffers) != len(sig.inputs) or len(output_buffers) != len(sig.outputs):
+            raise InvalidArgumentError(f"signature {sig.key!r} takes {len(sig.inputs)} input and "
+                                       f"{len(sig.outputs)} output buffers, got {len(input_buffers)} and "
+                                       f"{len(output_buffers)}")
+        compiled: CompiledSubgraph = self._compiled[signature_index]
+        for t, buf in zip(sig.inputs.values(), input_buffers):
+            compiled.set_input(t, buf.array)
+        compiled.run()
+        for t, buf in zip(sig.outputs.values(), output_buffers):
+            value = compiled.output(t)
+            if buf.array.shape != value.shape:
+                if buf.array.size != value.size:
+                    raise InvalidArgumentError(f"output buffer for {sig.key!r} holds {buf.array.size} elements, "
+                                               f"the output has {value.size}")
+            np.copyto(buf.array.reshape(value.shape), value)
+
+    def run_by_name(self, signature_key: str, input_map: dict[str, TensorBuffer],
+                    output_map: dict[str, TensorBuffer]) -> None:
+        """Run a signature with buffers keyed by name."""
+        i = self._index(signature_key)
+        sig = self._signatures[i]
+        missing = set(sig.inputs) - set(input_map)
+        if missing:
+            raise InvalidArgumentError(f"missing inputs {sorted(missing)} for signature {signature_key!r}")
+        outs = [output_map.get(n) or self._new_buffer(i, t) for n, t in sig.outputs.items()]
+        self.run_by_index(i, [input_map[n] for n in sig.inputs], outs)
