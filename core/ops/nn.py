@@ -674,12 +674,14 @@ register(OpDef(name="EMBEDDING_LOOKUP", attrs=_embedding_attrs, infer=_embedding
 # -- LSTM and UNIDIRECTIONAL_SEQUENCE_LSTM ----------------------------------------------
 #
 # Both ops keep their state in two *variable* input tensors (18: output/activation state
-# [batch, n_output], 19: cell state [batch, n_cell]) that LiteRT updates in place. A
-# reference cannot write its inputs, so it returns the new states after the node's own
-# outputs: ``[output, new_output_state, new_cell_state]``. ``attrs["state_writeback"]``
-# lists ``(reference output index, node input index)`` pairs — ``((1, 18), (2, 19))`` —
-# and the runtime copies those extra results into the variable tensors after the call.
-# ``infer`` describes only the node's real outputs.
+# [batch, n_output], 19: cell state [batch, n_cell]) that LiteRT updates in place on each
+# invoke. The pure ``reference`` cannot write its inputs, so it returns the new states
+# after the node's own output: ``[output, new_output_state, new_cell_state]``;
+# ``attrs["state_writeback"]`` lists the ``(reference result index, node input index)``
+# pairs, ``((1, 18), (2, 19))``. The ops are registered ``stateful`` and their
+# ``execute(inputs, attrs, runtime)`` runs the reference, copies the new states into the
+# variable input arrays in place (as LiteRT does) and returns only ``[output]``.
+# ``infer`` describes only the node's real output.
 
 LSTM_INPUT_NAMES = (
     "input", "input_to_input", "input_to_forget", "input_to_cell", "input_to_output",
@@ -814,8 +816,21 @@ def _lstm_reference(inputs: list, attrs: dict) -> list[np.ndarray]:
     return [h.copy(), h.reshape(np.shape(inputs[18])), c.reshape(np.shape(inputs[19]))]
 
 
-register(OpDef(name="LSTM", attrs=_lstm_attrs, infer=_lstm_infer, reference=_lstm_reference, stateful=False,
-               doc=_lstm_reference.__doc__ or ""))
+def _write_back_state(reference):
+    """``execute`` for an LSTM op: run ``reference``, store the new states in place."""
+    def execute(inputs: list, attrs: dict, runtime=None) -> list[np.ndarray]:
+        results = reference(inputs, attrs)
+        for result, index in attrs["state_writeback"]:
+            state = inputs[index]
+            if not isinstance(state, np.ndarray) or not state.flags.writeable:
+                raise ExecutionError(f"variable state tensor (input {index}) is not writable")
+            np.copyto(state, results[result].reshape(state.shape))
+        return results[:1]
+    return execute
+
+
+register(OpDef(name="LSTM", attrs=_lstm_attrs, infer=_lstm_infer, reference=_lstm_reference, stateful=True,
+               execute=_write_back_state(_lstm_reference), doc=_lstm_reference.__doc__ or ""))
 
 
 def _seq_lstm_attrs(node: Node, tensors: Sequence[Tensor]) -> dict:
@@ -847,7 +862,8 @@ def _seq_lstm_reference(inputs: list, attrs: dict) -> list[np.ndarray]:
 
 
 register(OpDef(name="UNIDIRECTIONAL_SEQUENCE_LSTM", attrs=_seq_lstm_attrs, infer=_seq_lstm_infer,
-               reference=_seq_lstm_reference, doc=(_seq_lstm_reference.__doc__ or "").strip()))
+               reference=_seq_lstm_reference, stateful=True, execute=_write_back_state(_seq_lstm_reference),
+               doc=(_seq_lstm_reference.__doc__ or "").strip()))
 
 
 # -- L2_NORMALIZATION / LOCAL_RESPONSE_NORMALIZATION ------------------------------------
