@@ -58,6 +58,7 @@ def infer_subgraph(model: Model, sg: Subgraph, input_specs: dict[int, TensorSpec
     contexts: list[NodeContext] = []
     folded: list[int] = []
     for node in sg.nodes:
+        _check_not_quantized(node, sg)
         opdef = get_op(node.op)
         if opdef is None:
             raise UnsupportedError(f"node {node.index} ({node.op}): op is not supported by litegpu "
@@ -99,6 +100,20 @@ def infer_subgraph(model: Model, sg: Subgraph, input_specs: dict[int, TensorSpec
             outputs=[specs[o] or TensorSpec((), sg.tensors[o].dtype) for o in node.outputs],
             tensors=sg.tensors, dynamic=outs is None))
     return contexts, specs, folded
+
+
+_QUANTIZED_KINDS = ("INT8", "UINT8", "INT16")
+
+
+def _check_not_quantized(node, sg: Subgraph) -> None:
+    """Full-integer models fail at compile time until int8 kernels exist."""
+    for t in (*node.inputs, *node.outputs):
+        tensor = sg.tensors[t] if t >= 0 else None
+        if tensor is not None and tensor.data is None and tensor.type_name in _QUANTIZED_KINDS \
+                and tensor.quantization is not None and tensor.quantization.is_set:
+            raise UnsupportedError(
+                f"node {node.index} ({node.op}): tensor {tensor.name!r} is quantized {tensor.type_name}; "
+                "full-integer (int8) models are not supported: int8 kernels are not available yet")
 
 
 def _run_reference(opdef, node, values, attrs) -> list[np.ndarray]:
