@@ -1,0 +1,91 @@
+"""End to end: every shared model runs on litegpu's cpu backend and matches LiteRT."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import litegpu
+from litegpu.cli import random_inputs
+
+LiteRT = pytest.importorskip("ai_edge_litert.interpreter").Interpreter
+
+SHARED = Path(os.environ.get("LITEGPU_SHARED_MODELS", Path(__file__).resolve().parents[1] / ".." / "shared" / "models"))
+MODELS = sorted(p.name for p in SHARED.glob("*.tflite")) if SHARED.is_dir() else []
+INT8 = {"mobilenet_v2_int8.tflite"}
+STATEFUL = {"stateful_counter.tflite"}
+TOLERANCE = 1e-4
+
+
+def rel_error(got: np.ndarray, want: np.ndarray) -> float:
+    """max |got - want| / max |want| (exact compare for non-float outputs)."""
+    assert got.shape == want.shape and got.dtype == want.dtype
+    if want.dtype.kind not in "fc":
+        return 0.0 if np.array_equal(got, want) else float("inf")
+    scale = max(float(np.abs(want).max()), 1e-30) if want.size else 1.0
+    return float(np.abs(got.astype(np.float64) - want.astype(np.float64)).max()) / scale if want.size else 0.0
+
+
+def run_both(path: Path, batch: int | None = None) -> list[float]:
+    ours = litegpu.Interpreter(model_path=str(path), num_threads=2)
+    theirs = LiteRT(model_path=str(path), num_threads=2)
+    for interp in (ours, theirs):
+        if batch is not None:
+            for d in interp.get_input_details():
+                interp.resize_tensor_input(d["index"], [batch, *d["shape"][1:]])
+        interp.allocate_tensors()
+    inputs = random_inputs(theirs.get_input_details(), seed=7)
+    for interp in (ours, theirs):
+        for d, x in zip(interp.get_input_details(), inputs):
+            interp.set_tensor(d["index"], x)
+        interp.invoke()
+    report = ours.get_delegation_report()
+    assert report.nodes_on("cpu") == len(report.assignments)
+    return [rel_error(ours.get_tensor(a["index"]), theirs.get_tensor(b["index"]))
+            for a, b in zip(ours.get_output_details(), theirs.get_output_details())]
+
+
+@pytest.mark.skipif(not MODELS, reason=f"no shared models at {SHARED}")
+@pytest.mark.parametrize("name", [m for m in MODELS if m not in INT8 | STATEFUL])
+def test_model_matches_litert(name: str) -> None:
+    errors = run_both(SHARED / name)
+    assert max(errors) <= TOLERANCE, errors
+
+
+@pytest.mark.skipif("dynamic_batch_mlp.tflite" not in MODELS, reason="dynamic_batch_mlp.tflite not shared")
+def test_dynamic_batch_resize_matches_litert() -> None:
+    errors = run_both(SHARED / "dynamic_batch_mlp.tflite", batch=3)
+    assert max(errors) <= TOLERANCE
+
+
+@pytest.mark.skipif("mobilenet_v2_int8.tflite" not in MODELS, reason="int8 model not shared")
+def test_int8_model_fails_at_load_with_clear_error() -> None:
+    with pytest.raises(litegpu.UnsupportedError, match="int8 kernels are not available"):
+        litegpu.Interpreter(model_path=str(SHARED / "mobilenet_v2_int8.tflite"))
+    # The reader still reads it, so inspect works on it.
+    model = litegpu.load_model(SHARED / "mobilenet_v2_int8.tflite")
+    assert len(model.subgraphs[0].nodes) == 64
+
+
+@pytest.mark.skipif("stateful_counter.tflite" not in MODELS, reason="stateful_counter.tflite not shared")
+def test_stateful_counter_keeps_state_like_litert() -> None:
+    path = str(SHARED / "stateful_counter.tflite")
+    ours, theirs = litegpu.Interpreter(model_path=path), LiteRT(model_path=path)
+    assert ours.get_signature_list() == theirs.get_signature_list()
+    runners = [(i.get_signature_runner("increment"), i.get_signature_runner("reset")) for i in (ours, theirs)]
+    rng = np.random.default_rng(3)
+    for step in range(7):
+        x = rng.standard_normal(4).astype(np.float32)
+        results = []
+        for inc, reset in runners:
+            results.append(reset() if step == 4 else _call_increment(inc, x))
+        assert results[0].keys() == results[1].keys()
+        for key in results[0]:
+            np.testing.assert_allclose(results[0][key], results[1][key], rtol=1e-6, atol=1e-6)
+
+
+def _call_increment(runner, x: np.ndarray) -> dict:
+    (name,) = runner.get_input_details().keys()
+    return runner(**{name: x})
