@@ -183,22 +183,24 @@ class Interpreter:
             signature_key = next(iter(sigs))
         if signature_key not in sigs:
             raise InvalidArgumentError(f"no signature {signature_key!r}; the model has {sorted(sigs)}")
-        return SignatureRunner(self._session, sigs[signature_key])
+        sig = sigs[signature_key]
+        # The main subgraph's runner shares the interpreter's input shapes, as in LiteRT.
+        return SignatureRunner(self._session, sig, self._shapes if sig.subgraph_index == 0 else {})
 
 
 class SignatureRunner:
     """Runs one signature: ``runner(name=array, ...) -> {output name: array}``."""
 
-    def __init__(self, session: Session, signature) -> None:
+    def __init__(self, session: Session, signature, shapes: dict[int, tuple[int, ...]]) -> None:
         self._session = session
         self._sig = signature
         self._sg = session.model.subgraphs[signature.subgraph_index]
-        self._shapes: dict[int, tuple[int, ...]] = {}
-        self._compiled = session.compile(signature.subgraph_index)
+        self._shapes = shapes
+        self._compiled = session.compile(signature.subgraph_index, shapes)
 
     def get_input_details(self) -> dict[str, dict]:
         """Input details keyed by signature name."""
-        return {name: tensor_details(self._sg.tensors[t], self._compiled.specs[t].shape, name)
+        return {name: tensor_details(self._sg.tensors[t], self._compiled.specs[t].shape)
                 for name, t in sorted(self._sig.inputs.items())}
 
     def get_output_details(self) -> dict[str, dict]:
@@ -208,7 +210,7 @@ class SignatureRunner:
             arr = self._compiled.host.get(t)
             spec = self._compiled.specs.get(t)
             shape = arr.shape if arr is not None else (spec.shape if spec else self._sg.tensors[t].shape)
-            out[name] = tensor_details(self._sg.tensors[t], shape, name)
+            out[name] = tensor_details(self._sg.tensors[t], shape)
         return out
 
     def resize_input(self, name: str, new_shape: Sequence[int]) -> None:
