@@ -13,8 +13,12 @@ from __future__ import annotations
 
 import pytest
 
-from .cases import Case, all_cases
-from .conformance import compare, litegpu_outputs, litert_outputs, unsupported
+# Absolute imports on purpose: pytest may import this file under another name (e.g.
+# ``core.testing.conformance_suite`` from a source checkout), and the cases, backends
+# and plugin state must still be litegpu's own.
+from litegpu.plugins import manager
+from litegpu.testing.cases import Case, all_cases
+from litegpu.testing.conformance import compare, litegpu_outputs, litert_outputs, unsupported
 
 __all__ = ["test_op"]
 
@@ -26,7 +30,6 @@ def test_op(backend: str, case: Case) -> None:
     """litegpu on ``backend`` matches LiteRT on ``case`` within ``case.tol``."""
     model_bytes, inputs = case.build()
     if backend != FALLBACK_BACKEND:
-        from litegpu.plugins import manager
         refused = unsupported(model_bytes, manager().backend(backend))
         if refused:
             sg, node, op, answer = refused[0]
