@@ -115,6 +115,18 @@ def _dilation(options: dict) -> tuple[int, int]:
     return _positive(options, ("dilation_h_factor", "dilation_w_factor"), 1, "dilation")
 
 
+# LiteRT's float kernels turn a fused activation into a clamp range
+# (CalculateActivationRange); TANH and SIGN_BIT have no range there, so conv, depthwise,
+# transpose conv and pooling silently ignore them. The normalized attr says what runs.
+_CLAMP_ACTIVATIONS = ("NONE", "RELU", "RELU_N1_TO_1", "RELU6")
+
+
+def _clamp_activation(options: dict) -> str:
+    """The fused activation a LiteRT float kernel really applies: a clamp, or NONE."""
+    name = activation_attr(options)
+    return name if name in _CLAMP_ACTIVATIONS else "NONE"
+
+
 def _opt(inputs: list, i: int):
     """Input ``i`` of a reference/infer call, ``None`` when omitted."""
     return inputs[i] if i < len(inputs) else None
@@ -187,7 +199,7 @@ def _conv_attrs(node: Node, tensors: Sequence[Tensor]) -> dict:
     _check_bias(node, tensors, 2, cout)
     o = node.options
     return {"padding": _padding_attr(o), "stride": _stride(o), "dilation": _dilation(o),
-            "activation": activation_attr(o)}
+            "activation": _clamp_activation(o)}
 
 
 def _conv_infer(inputs: list[TensorSpec], attrs: dict) -> list[TensorSpec]:
@@ -242,7 +254,7 @@ def _depthwise_attrs(node: Node, tensors: Sequence[Tensor]) -> dict:
     _check_bias(node, tensors, 2, cout)
     o = node.options
     return {"padding": _padding_attr(o), "stride": _stride(o), "dilation": _dilation(o),
-            "activation": activation_attr(o), "depth_multiplier": cout // cin}
+            "activation": _clamp_activation(o), "depth_multiplier": cout // cin}
 
 
 def _depthwise_reference(inputs: list, attrs: dict) -> list[np.ndarray]:
@@ -314,7 +326,7 @@ def _transpose_conv_attrs(node: Node, tensors: Sequence[Tensor]) -> dict:
     if shape.data is not None and int(shape.data[3]) != w.shape[0]:
         raise ModelFormatError(f"output_shape has {int(shape.data[3])} channels, weights have {w.shape[0]}")
     o = node.options
-    return {"padding": _padding_attr(o), "stride": _stride(o), "activation": activation_attr(o)}
+    return {"padding": _padding_attr(o), "stride": _stride(o), "activation": _clamp_activation(o)}
 
 
 def _transpose_conv_infer(inputs: list[TensorSpec], attrs: dict) -> list[TensorSpec]:
@@ -410,7 +422,7 @@ def _pool_attrs(node: Node, tensors: Sequence[Tensor]) -> dict:
     o = node.options
     return {"padding": _padding_attr(o), "stride": _stride(o),
             "filter": _positive(o, ("filter_height", "filter_width"), 0, "filter size"),
-            "activation": activation_attr(o)}
+            "activation": _clamp_activation(o)}
 
 
 def _pool_infer(inputs: list[TensorSpec], attrs: dict) -> list[TensorSpec]:
@@ -476,7 +488,11 @@ def _fc_attrs(node: Node, tensors: Sequence[Tensor]) -> dict:
     if keep and (len(x.shape) < 1 or x.shape[-1] != k):
         raise ModelFormatError(f"keep_num_dims needs input's last dim {list(x.shape)} = weights' K {k}")
     _check_bias(node, tensors, 2, out_ch)
-    return {"activation": activation_attr(o), "keep_num_dims": keep}
+    activation = activation_attr(o)
+    if activation not in _CLAMP_ACTIVATIONS:
+        # LiteRT refuses these at prepare time rather than ignoring them.
+        raise UnsupportedError(f"fused activation {activation} on FULLY_CONNECTED")
+    return {"activation": activation, "keep_num_dims": keep}
 
 
 def _fc_out_shape(x_shape: tuple[int, ...], w_shape: tuple[int, ...], keep: bool) -> tuple[int, ...]:
