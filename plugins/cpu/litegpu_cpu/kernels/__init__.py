@@ -1,2 +1,3 @@
 """cpu kernels; importing this package registers them."""
 from .registry import KERNELS, kernel, make_kernel, reference_kernel  # noqa: F401
+from . import conv, elementwise, misc, pool  # noqa: F401,E402  (each registers its kernels)

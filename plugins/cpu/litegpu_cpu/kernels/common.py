@@ -12,6 +12,7 @@ from typing import Callable
 import numpy as np
 
 from litegpu.backend import NodeContext
+from litegpu.ops.nn import conv_output_size, transpose_conv_padding
 
 F32 = np.dtype(np.float32)
 INF = np.float32(np.inf)
@@ -83,23 +84,11 @@ def optional_input(ctx: NodeContext, i: int):
     return ctx.inputs[i] if i < len(ctx.inputs) else None
 
 
-def pad_before(padding: str, in_size: int, out_size: int, kernel: int, stride: int,
-               dilation: int = 1) -> int:
-    """Padding before the first element along one axis (TFLite's SAME rule: the extra
-    element of an odd total goes after). ``out_size`` comes from the output spec, which
-    is authoritative."""
-    if padding != "SAME":
-        return 0
-    effective = (kernel - 1) * dilation + 1
-    total = max((out_size - 1) * stride + effective - in_size, 0)
-    return total // 2
+def pad_before(padding: str, in_size: int, kernel: int, stride: int, dilation: int = 1) -> int:
+    """Padding before the first element along one axis (the op definitions' rule, reused)."""
+    return conv_output_size(in_size, kernel, stride, dilation, padding)[1]
 
 
 def transpose_pad_before(padding: str, out_size: int, kernel: int, stride: int) -> int:
-    """Padding before for TRANSPOSE_CONV: TFLite computes it as for the forward conv
-    that maps the transpose conv's output back to an input of ``ceil(out/stride)``."""
-    if padding != "SAME":
-        return 0
-    conv_out = (out_size + stride - 1) // stride
-    total = max((conv_out - 1) * stride + kernel - out_size, 0)
-    return total // 2
+    """Padding before along one axis of TRANSPOSE_CONV (the op definitions' rule, reused)."""
+    return transpose_conv_padding(out_size, kernel, stride, padding)

@@ -92,8 +92,8 @@ def conv2d(ctx: NodeContext):
         return None    # grouped conv: leave it to the reference
     sh, sw = attrs["stride"]
     dh, dw = attrs["dilation"]
-    pt = pad_before(attrs["padding"], h, oh, kh, sh, dh)
-    pl = pad_before(attrs["padding"], w, ow, kw, sw, dw)
+    pt = pad_before(attrs["padding"], h, kh, sh, dh)
+    pl = pad_before(attrs["padding"], w, kw, sw, dw)
     k = kh * kw * c
     wmat = np.ascontiguousarray(np.asarray(w_spec.value, dtype=F32).reshape(o, k).T)   # [K, O]
     epilogue = _epilogue(None if bias_spec is None else bias_spec.value, attrs["activation"])
@@ -174,8 +174,8 @@ def depthwise_conv2d(ctx: NodeContext):
     mult = oc // c
     sh, sw = attrs["stride"]
     dh, dw = attrs["dilation"]
-    pt = pad_before(attrs["padding"], h, oh, kh, sh, dh)
-    pl = pad_before(attrs["padding"], w, ow, kw, sw, dw)
+    pt = pad_before(attrs["padding"], h, kh, sh, dh)
+    pl = pad_before(attrs["padding"], w, kw, sw, dw)
     wt = np.ascontiguousarray(np.asarray(w_spec.value, dtype=F32).reshape(kh, kw, oc))
     bias = (np.zeros(oc, F32) if bias_spec is None
             else np.ascontiguousarray(bias_spec.value, dtype=F32).reshape(oc))
@@ -226,15 +226,26 @@ def col2im(cols, bias, out, h, w, kh_size, kw_size, sh, sw, pt, pl, lo, hi):
 
 @kernel("TRANSPOSE_CONV")
 def transpose_conv(ctx: NodeContext):
-    """TRANSPOSE_CONV: one GEMM of the input against all taps, then a gather per output pixel."""
-    w_spec = ctx.inputs[1]
-    if w_spec.value is None or not all_float32(ctx, (1, 2)):
+    """TRANSPOSE_CONV: inputs (output_shape, weights, x, bias?)."""
+    return _transpose_conv(ctx, x_index=2, w_index=1, bias_index=3)
+
+
+@kernel("Convolution2DTransposeBias")
+def transpose_conv_bias(ctx: NodeContext):
+    """MediaPipe's Convolution2DTransposeBias: inputs (x, weights, bias)."""
+    return _transpose_conv(ctx, x_index=0, w_index=1, bias_index=2)
+
+
+def _transpose_conv(ctx: NodeContext, x_index: int, w_index: int, bias_index: int):
+    """One GEMM of the input against all taps, then a gather per output pixel."""
+    w_spec = ctx.inputs[w_index]
+    if w_spec.value is None or not all_float32(ctx, (w_index, x_index)):
         return None
-    bias_spec = optional_input(ctx, 3)
+    bias_spec = optional_input(ctx, bias_index)
     if bias_spec is not None and bias_spec.value is None:
         return None
     attrs = ctx.attrs
-    n, h, w, c = ctx.inputs[2].shape
+    n, h, w, c = ctx.inputs[x_index].shape
     o, kh, kw, ci = w_spec.shape
     _, oh, ow, _ = ctx.outputs[0].shape
     if ci != c:
@@ -246,13 +257,14 @@ def transpose_conv(ctx: NodeContext):
     wmat = np.ascontiguousarray(np.asarray(w_spec.value, dtype=F32).transpose(3, 1, 2, 0).reshape(c, kh * kw * o))
     bias = (np.zeros(o, F32) if bias_spec is None
             else np.ascontiguousarray(bias_spec.value, dtype=F32).reshape(o))
-    lo, hi = clamp_bounds(attrs.get("activation", "NONE"))
-    post = post_activation(attrs.get("activation", "NONE"))
+    activation = attrs.get("activation", "NONE")
+    lo, hi = clamp_bounds(activation)
+    post = post_activation(activation)
     m = n * h * w
     cols = np.empty((m, kh * kw * o), F32)
 
     def run(inputs, outputs):
-        np.matmul(inputs[2].reshape(m, c), wmat, out=cols)
+        np.matmul(inputs[x_index].reshape(m, c), wmat, out=cols)
         col2im(cols, bias, outputs[0], h, w, kh, kw, sh, sw, pt, pl, lo, hi)
         if post is not None:
             post(outputs[0])

@@ -1,0 +1,269 @@
+"""GEMM-shaped ops through BLAS (FULLY_CONNECTED, BATCH_MATMUL), reductions, SOFTMAX,
+RESIZE_BILINEAR (numba), PAD/PADV2 and CONCATENATION.
+
+Everything shape-dependent (axes, slices, index tables, scratch) is worked out in the
+factory; ``run`` only calls numpy/numba on the arrays it is handed.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from litegpu.backend import NodeContext
+
+from .common import F32, activation_in_place, all_float32, optional_input
+from .registry import kernel
+
+
+# -- FULLY_CONNECTED / BATCH_MATMUL -------------------------------------------------------------
+
+@kernel("FULLY_CONNECTED")
+def fully_connected(ctx: NodeContext):
+    """``out = x.reshape(-1, K) @ W^T + bias`` with the activation in place."""
+    w_spec = ctx.inputs[1]
+    if not all_float32(ctx, (0, 1)) or len(w_spec.shape) != 2:
+        return None
+    bias_spec = optional_input(ctx, 2)
+    if bias_spec is not None and np.dtype(bias_spec.dtype) != F32:
+        return None
+    o, k = w_spec.shape
+    m = int(np.prod(ctx.inputs[0].shape)) // k
+    act = activation_in_place(ctx.attrs["activation"])
+    # W is [O, K] row-major, so W.T is a column-major [K, O]: BLAS reads it transposed for free,
+    # and for one row (a GEMV) that layout is the faster one.
+    wt = None if w_spec.value is None else np.ascontiguousarray(w_spec.value, dtype=F32).T
+    bias = None
+    if bias_spec is not None and bias_spec.value is not None:
+        bias = np.ascontiguousarray(bias_spec.value, dtype=F32)
+    has_bias = bias_spec is not None
+
+    def run(inputs, outputs):
+        out2 = outputs[0].reshape(m, o)
+        np.matmul(inputs[0].reshape(m, k), inputs[1].T if wt is None else wt, out=out2)
+        if has_bias:
+            b = inputs[2] if bias is None else bias
+            if b is not None:
+                np.add(out2, b, out=out2)
+        if act is not None:
+            act(out2)
+    return run
+
+
+@kernel("BATCH_MATMUL")
+def batch_matmul(ctx: NodeContext):
+    """np.matmul over the last two axes (adj_x / adj_y as transposed views), batch broadcast."""
+    if not all_float32(ctx, (0, 1)):
+        return None
+    adj_x, adj_y = bool(ctx.attrs.get("adj_x")), bool(ctx.attrs.get("adj_y"))
+
+    def run(inputs, outputs):
+        a, b = inputs[0], inputs[1]
+        if adj_x:
+            a = np.swapaxes(a, -1, -2)
+        if adj_y:
+            b = np.swapaxes(b, -1, -2)
+        np.matmul(a, b, out=outputs[0])
+    return run
+
+
+# -- reductions ---------------------------------------------------------------------------------
+
+def _reduce_axes(ctx: NodeContext) -> tuple[int, ...] | None:
+    """The constant reduction axes, normalized and deduplicated, or None when unknown/invalid."""
+    spec = optional_input(ctx, 1)
+    if spec is None or spec.value is None:
+        return None
+    rank = len(ctx.inputs[0].shape)
+    axes = set()
+    for a in np.asarray(spec.value).reshape(-1).tolist():
+        if not -rank <= a < rank:
+            return None
+        axes.add(int(a) % rank)
+    return tuple(sorted(axes))
+
+
+def _reducer(ufunc, mean: bool):
+    def factory(ctx: NodeContext):
+        if not all_float32(ctx):
+            return None
+        axes = _reduce_axes(ctx)
+        if axes is None:
+            return None
+        shape = ctx.inputs[0].shape
+        kept = tuple(1 if i in axes else d for i, d in enumerate(shape))
+        count = int(np.prod([shape[i] for i in axes], dtype=np.int64))
+        if count == 0:
+            return None
+        scale = np.float32(count)
+        # NHWC spatial mean (the classifier head, squeeze-excite): reduce the middle of a
+        # [N, H*W, C] view, which numpy does as row additions over contiguous channels.
+        rank = len(shape)
+        middle = rank >= 3 and axes == tuple(range(1, rank - 1))
+        if middle:
+            n, c = shape[0], shape[-1]
+            view_in, view_out = (n, count, c), (n, c)
+
+            def reduce(x, out):
+                ufunc.reduce(x.reshape(view_in), axis=1, out=out.reshape(view_out))
+        else:
+            def reduce(x, out):
+                ufunc.reduce(x, axis=axes, keepdims=True, out=out.reshape(kept))
+
+        if mean:
+            def run(inputs, outputs):
+                out = outputs[0]
+                reduce(inputs[0], out)
+                np.divide(out, scale, out=out)
+        else:
+            def run(inputs, outputs):
+                reduce(inputs[0], outputs[0])
+        return run
+    factory.__doc__ = f"{'Mean' if mean else ufunc.__name__} over constant axes into the output."
+    return factory
+
+
+kernel("MEAN")(_reducer(np.add, mean=True))
+kernel("SUM")(_reducer(np.add, mean=False))
+kernel("REDUCE_MAX")(_reducer(np.maximum, mean=False))
+kernel("REDUCE_MIN")(_reducer(np.minimum, mean=False))
+
+
+# -- SOFTMAX ------------------------------------------------------------------------------------
+
+@kernel("SOFTMAX")
+def softmax(ctx: NodeContext):
+    """Softmax over the last axis: exp((x - max) * beta) / sum, with preallocated row scratch."""
+    if not all_float32(ctx):
+        return None
+    shape = ctx.inputs[0].shape
+    if not shape or shape[-1] == 0:
+        return None
+    d = shape[-1]
+    rows = int(np.prod(shape[:-1], dtype=np.int64))
+    beta = np.float32(ctx.attrs.get("beta", 1.0))
+    scratch = np.empty((rows, 1), F32)
+
+    def run(inputs, outputs):
+        x2 = inputs[0].reshape(rows, d)
+        o2 = outputs[0].reshape(rows, d)
+        np.max(x2, axis=1, keepdims=True, out=scratch)
+        np.subtract(x2, scratch, out=o2)
+        if beta != 1:
+            np.multiply(o2, beta, out=o2)
+        np.exp(o2, out=o2)
+        np.sum(o2, axis=1, keepdims=True, out=scratch)
+        np.divide(o2, scratch, out=o2)
+    return run
+
+
+# -- RESIZE_BILINEAR ----------------------------------------------------------------------------
+
+@njit(cache=True, parallel=True)
+def resize_bilinear(x, out, y0, y1, fy, x0, x1, fx):
+    """Bilinear interpolation from per-axis tables (lower index, upper index, upper weight)."""
+    n_size, oh_size, ow_size, c_size = out.shape
+    one = np.float32(1)
+    for r in prange(n_size * oh_size):
+        n = r // oh_size
+        oh = r - n * oh_size
+        a0, a1, wy = y0[oh], y1[oh], fy[oh]
+        for ow in range(ow_size):
+            b0, b1, wx = x0[ow], x1[ow], fx[ow]
+            for c in range(c_size):
+                top = x[n, a0, b0, c] * (one - wx) + x[n, a0, b1, c] * wx
+                bottom = x[n, a1, b0, c] * (one - wx) + x[n, a1, b1, c] * wx
+                out[n, oh, ow, c] = top * (one - wy) + bottom * wy
+
+
+def bilinear_table(in_size: int, out_size: int, align_corners: bool, half_pixel_centers: bool):
+    """Per output index: lower and upper source index and the upper weight, computed in
+    float32 as TFLite does (``scale = in/out``, or ``(in-1)/(out-1)`` with align_corners)."""
+    if align_corners and out_size > 1:
+        scale = np.float32(in_size - 1) / np.float32(out_size - 1)
+    else:
+        scale = np.float32(in_size) / np.float32(out_size)
+    pos = np.arange(out_size, dtype=F32)
+    src = (pos + np.float32(0.5)) * scale - np.float32(0.5) if half_pixel_centers else pos * scale
+    lower = np.maximum(np.floor(src), 0).astype(np.int64)
+    upper = np.minimum(np.ceil(src), in_size - 1).astype(np.int64)
+    return lower, upper, (src - lower).astype(F32)
+
+
+@kernel("RESIZE_BILINEAR")
+def resize_bilinear_kernel(ctx: NodeContext):
+    """RESIZE_BILINEAR with index/weight tables built at compile time."""
+    if not all_float32(ctx):
+        return None
+    _, h, w, _ = ctx.inputs[0].shape
+    _, oh, ow, _ = ctx.outputs[0].shape
+    if min(h, w, oh, ow) < 1:
+        return None
+    align, half = bool(ctx.attrs.get("align_corners")), bool(ctx.attrs.get("half_pixel_centers"))
+    ty = bilinear_table(h, oh, align, half)
+    tx = bilinear_table(w, ow, align, half)
+
+    def run(inputs, outputs):
+        resize_bilinear(inputs[0], outputs[0], *ty, *tx)
+    return run
+
+
+# -- PAD / PADV2 / CONCATENATION ---------------------------------------------------------------
+
+def _pad_factory(ctx: NodeContext):
+    spec = optional_input(ctx, 1)
+    if spec is None or spec.value is None:
+        return None
+    x_spec, out_spec = ctx.inputs[0], ctx.outputs[0]
+    pads = np.asarray(spec.value).reshape(-1, 2)
+    if pads.shape[0] != len(x_spec.shape) or np.any(pads < 0) or np.dtype(x_spec.dtype) != np.dtype(out_spec.dtype):
+        return None
+    interior = tuple(slice(int(b), int(b) + d) for (b, _), d in zip(pads, x_spec.shape))
+    value_spec = optional_input(ctx, 2)
+    fixed = None
+    if value_spec is None:
+        fixed = x_spec.dtype.type(0)
+    elif value_spec.value is not None:
+        fixed = np.asarray(value_spec.value).reshape(-1)[0]
+
+    def run(inputs, outputs):
+        out = outputs[0]
+        out.fill(fixed if fixed is not None else inputs[2].reshape(-1)[0])
+        out[interior] = inputs[0]
+    return run
+
+
+@kernel("PAD", "PADV2")
+def pad(ctx: NodeContext):
+    """Constant padding: fill the output with the pad value, then copy the input into its interior."""
+    return _pad_factory(ctx)
+
+
+@kernel("CONCATENATION")
+def concatenation(ctx: NodeContext):
+    """Copy each input into its slice of the output along the axis; activation in place."""
+    out_shape = ctx.outputs[0].shape
+    rank = len(out_shape)
+    axis = int(ctx.attrs["axis"])
+    if not -rank <= axis < max(rank, 1):
+        return None
+    axis %= max(rank, 1)
+    dtype = np.dtype(ctx.outputs[0].dtype)
+    activation = ctx.attrs.get("activation", "NONE")
+    if activation != "NONE" and dtype != F32:
+        return None
+    act = activation_in_place(activation)
+    slices, offset = [], 0
+    for spec in ctx.inputs:
+        size = spec.shape[axis]
+        slices.append((slice(None),) * axis + (slice(offset, offset + size),))
+        offset += size
+    if offset != out_shape[axis]:
+        return None
+
+    def run(inputs, outputs):
+        out = outputs[0]
+        for sl, x in zip(slices, inputs):
+            out[sl] = x
+        if act is not None:
+            act(out)
+    return run

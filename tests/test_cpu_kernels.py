@@ -1,0 +1,513 @@
+"""The cpu backend's specialized kernels against direct numpy formulations written here
+(loops over taps and pixels, float64) and against the op registry's reference.
+
+Each case builds a NodeContext the way the backend does at compile time (constants carry
+their value), runs the factory's kernel on preallocated outputs and compares.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from litegpu.backend import NodeContext
+from litegpu.graph import Node
+from litegpu.ops import get_op
+from litegpu.ops.registry import TensorSpec
+from litegpu_cpu.kernels import KERNELS
+
+RNG = np.random.default_rng(20240611)
+CLAMPS = {"NONE": (-np.inf, np.inf), "RELU": (0, np.inf), "RELU6": (0, 6), "RELU_N1_TO_1": (-1, 1)}
+
+
+def act(y: np.ndarray, name: str) -> np.ndarray:
+    """A fused activation, written out."""
+    if name == "TANH":
+        return np.tanh(y)
+    if name == "SIGN_BIT":
+        return np.sign(y)
+    lo, hi = CLAMPS[name]
+    return np.clip(y, lo, hi)
+
+
+def rand(*shape: int, scale: float = 1.0) -> np.ndarray:
+    return (RNG.standard_normal(shape) * scale).astype(np.float32)
+
+
+def build(op: str, attrs: dict, inputs: list, out_shapes: list, consts=(), out_dtype=np.float32):
+    """The compiled kernel for ``op`` (asserting the factory did not decline) and fresh outputs."""
+    specs = []
+    for i, a in enumerate(inputs):
+        if a is None:
+            specs.append(None)
+        else:
+            a = np.asarray(a)
+            specs.append(TensorSpec(tuple(a.shape), a.dtype, a if i in consts else None))
+    outs = [TensorSpec(tuple(s), np.dtype(out_dtype)) for s in out_shapes]
+    node = Node(index=0, op=op, opcode=0, version=1, inputs=tuple(range(len(inputs))),
+                outputs=tuple(range(len(inputs), len(inputs) + len(outs))))
+    ctx = NodeContext(node=node, opdef=get_op(op), attrs=attrs, inputs=specs, outputs=outs)
+    run = KERNELS[op](ctx)
+    assert run is not None, f"{op} kernel declined {attrs}"
+    # NaN-filled outputs so an element the kernel forgets to write fails the comparison.
+    return run, [np.full(s.shape, np.nan if s.dtype.kind == "f" else -1, s.dtype) for s in outs]
+
+
+def run_kernel(op, attrs, inputs, out_shapes, consts=(), out_dtype=np.float32):
+    run, outs = build(op, attrs, inputs, out_shapes, consts, out_dtype)
+    run(list(inputs), outs)
+    return outs
+
+
+def close(got: np.ndarray, want: np.ndarray, rel: float = 1e-5) -> None:
+    """max |got - want| <= rel * max |want| (the conformance suite's measure)."""
+    want = np.asarray(want, np.float64)
+    assert got.shape == want.shape, (got.shape, want.shape)
+    scale = max(float(np.max(np.abs(want))), 1e-6) if want.size else 1.0
+    err = float(np.max(np.abs(got.astype(np.float64) - want))) if want.size else 0.0
+    assert err <= rel * scale, f"max error {err:.3g} vs scale {scale:.3g}"
+
+
+def vs_reference(op: str, inputs: list, attrs: dict, got: list) -> None:
+    """Compare with the op registry's numpy reference, when the op is defined there."""
+    opdef = get_op(op)
+    if opdef is None:
+        return
+    for g, w in zip(got, opdef.reference(list(inputs), attrs)):
+        close(g, w)
+
+
+def same_pad(size: int, k: int, s: int, d: int = 1) -> tuple[int, int]:
+    """SAME output size and padding before, from TF's definition."""
+    out = -(-size // s)
+    total = max((out - 1) * s + (k - 1) * d + 1 - size, 0)
+    return out, total // 2
+
+
+def out_and_pad(padding: str, size: int, k: int, s: int, d: int = 1) -> tuple[int, int]:
+    if padding == "SAME":
+        return same_pad(size, k, s, d)
+    return (size - (k - 1) * d - 1) // s + 1, 0
+
+
+# -- CONV_2D ----------------------------------------------------------------------------------
+
+def direct_conv(x, f, b, stride, dilation, padding, activation):
+    """Per output pixel: sum over taps inside the image of x[pixel] . f[:, tap] (float64)."""
+    n, h, w, c = x.shape
+    o, kh, kw, _ = f.shape
+    oh, pt = out_and_pad(padding, h, kh, stride[0], dilation[0])
+    ow, pl = out_and_pad(padding, w, kw, stride[1], dilation[1])
+    y = np.zeros((n, oh, ow, o))
+    for i in range(oh):
+        for j in range(ow):
+            for a in range(kh):
+                for e in range(kw):
+                    ih, iw = i * stride[0] - pt + a * dilation[0], j * stride[1] - pl + e * dilation[1]
+                    if 0 <= ih < h and 0 <= iw < w:
+                        y[:, i, j, :] += np.einsum("nc,oc->no", x[:, ih, iw, :].astype(np.float64), f[:, a, e, :])
+    if b is not None:
+        y += b
+    return act(y, activation)
+
+
+CONV_CASES = [
+    # (N, H, W, C, O, KH, KW, stride, dilation, padding, activation, bias)
+    (1, 8, 8, 16, 24, 1, 1, (1, 1), (1, 1), "VALID", "RELU6", True),     # pointwise GEMM
+    (2, 5, 7, 3, 8, 1, 1, (1, 1), (1, 1), "SAME", "NONE", False),        # pointwise, batch 2, no bias
+    (2, 9, 11, 5, 7, 3, 3, (2, 2), (1, 1), "SAME", "NONE", True),
+    (1, 10, 9, 4, 6, 3, 3, (1, 1), (2, 2), "SAME", "RELU", True),        # dilated
+    (1, 11, 8, 3, 5, 5, 3, (2, 1), (1, 1), "VALID", "TANH", True),
+    (1, 9, 9, 8, 4, 1, 1, (2, 2), (1, 1), "SAME", "NONE", True),         # strided 1x1 shortcut
+    (1, 16, 15, 3, 8, 7, 7, (2, 2), (1, 1), "SAME", "RELU_N1_TO_1", True),
+    (2, 6, 6, 4, 3, 2, 2, (2, 2), (1, 1), "VALID", "SIGN_BIT", True),
+]
+
+
+@pytest.mark.parametrize("case", CONV_CASES, ids=lambda c: f"k{c[5]}x{c[6]}-s{c[7][0]}{c[7][1]}-d{c[8][0]}-{c[9]}-{c[10]}")
+def test_conv2d(case):
+    n, h, w, c, o, kh, kw, stride, dilation, padding, activation, has_bias = case
+    x, f = rand(n, h, w, c), rand(o, kh, kw, c, scale=0.3)
+    b = rand(o) if has_bias else None
+    want = direct_conv(x, f, b, stride, dilation, padding, activation)
+    attrs = {"padding": padding, "stride": stride, "dilation": dilation, "activation": activation}
+    inputs = [x, f, b]
+    (got,) = run_kernel("CONV_2D", attrs, inputs, [want.shape], consts=(1, 2))
+    close(got, want)
+    vs_reference("CONV_2D", inputs, attrs, [got])
+
+
+def test_conv2d_large_im2col_blocks(monkeypatch):
+    """Force several im2col blocks so block boundaries are exercised."""
+    from litegpu_cpu.kernels import conv
+    monkeypatch.setattr(conv, "_IM2COL_BLOCK_BYTES", 4 * 27 * 7)   # 7 rows of K=27 per block
+    x, f, b = rand(1, 9, 10, 3), rand(4, 3, 3, 3), rand(4)
+    attrs = {"padding": "SAME", "stride": (1, 1), "dilation": (1, 1), "activation": "NONE"}
+    (got,) = run_kernel("CONV_2D", attrs, [x, f, b], [(1, 9, 10, 4)], consts=(1, 2))
+    close(got, direct_conv(x, f, b, (1, 1), (1, 1), "SAME", "NONE"))
+
+
+def test_conv2d_declines_non_constant_filter():
+    x, f = rand(1, 4, 4, 2), rand(3, 1, 1, 2)
+    attrs = {"padding": "VALID", "stride": (1, 1), "dilation": (1, 1), "activation": "NONE"}
+    specs = [TensorSpec(x.shape, x.dtype), TensorSpec(f.shape, f.dtype)]
+    node = Node(index=0, op="CONV_2D", opcode=3, version=1, inputs=(0, 1), outputs=(2,))
+    ctx = NodeContext(node=node, opdef=get_op("CONV_2D"), attrs=attrs, inputs=specs,
+                      outputs=[TensorSpec((1, 4, 4, 3), np.dtype(np.float32))])
+    assert KERNELS["CONV_2D"](ctx) is None
+
+
+# -- DEPTHWISE_CONV_2D -------------------------------------------------------------------------
+
+def direct_depthwise(x, f, b, stride, dilation, padding, activation, mult):
+    n, h, w, c = x.shape
+    _, kh, kw, oc = f.shape
+    oh, pt = out_and_pad(padding, h, kh, stride[0], dilation[0])
+    ow, pl = out_and_pad(padding, w, kw, stride[1], dilation[1])
+    y = np.zeros((n, oh, ow, oc))
+    for i in range(oh):
+        for j in range(ow):
+            for a in range(kh):
+                for e in range(kw):
+                    ih, iw = i * stride[0] - pt + a * dilation[0], j * stride[1] - pl + e * dilation[1]
+                    if 0 <= ih < h and 0 <= iw < w:
+                        for ch in range(oc):
+                            y[:, i, j, ch] += x[:, ih, iw, ch // mult] * np.float64(f[0, a, e, ch])
+    if b is not None:
+        y += b
+    return act(y, activation)
+
+
+DW_CASES = [
+    # (N, H, W, C, M, K, stride, dilation, padding, activation, bias)
+    (1, 12, 12, 16, 1, 3, (1, 1), (1, 1), "SAME", "RELU6", True),
+    (2, 11, 9, 8, 1, 3, (2, 2), (1, 1), "SAME", "NONE", True),
+    (1, 10, 10, 3, 2, 3, (1, 1), (1, 1), "VALID", "RELU", True),       # depth multiplier 2
+    (1, 13, 12, 5, 1, 5, (2, 2), (1, 1), "SAME", "NONE", False),
+    (1, 12, 12, 4, 3, 3, (1, 2), (2, 2), "SAME", "TANH", True),        # dilation, multiplier 3
+]
+
+
+@pytest.mark.parametrize("case", DW_CASES, ids=lambda c: f"m{c[4]}-k{c[5]}-s{c[6][0]}{c[6][1]}-d{c[7][0]}-{c[8]}-{c[9]}")
+def test_depthwise(case):
+    n, h, w, c, m, k, stride, dilation, padding, activation, has_bias = case
+    x, f = rand(n, h, w, c), rand(1, k, k, c * m)
+    b = rand(c * m) if has_bias else None
+    want = direct_depthwise(x, f, b, stride, dilation, padding, activation, m)
+    attrs = {"padding": padding, "stride": stride, "dilation": dilation, "activation": activation,
+             "depth_multiplier": m}
+    inputs = [x, f, b]
+    (got,) = run_kernel("DEPTHWISE_CONV_2D", attrs, inputs, [want.shape], consts=(1, 2))
+    close(got, want)
+    vs_reference("DEPTHWISE_CONV_2D", inputs, attrs, [got])
+
+
+# -- TRANSPOSE_CONV ---------------------------------------------------------------------------
+
+def direct_transpose_conv(x, f, b, out_hw, stride, padding, activation):
+    """Scatter: input pixel (i, j) adds x . f[:, a, e] at output (i*s - pad + a, j*s - pad + e)."""
+    n, h, w, c = x.shape
+    o, kh, kw, _ = f.shape
+    pads = []
+    for size, k, s in zip(out_hw, (kh, kw), stride):
+        pads.append(same_pad(size, k, s)[1] if padding == "SAME" else 0)
+    y = np.zeros((n, *out_hw, o))
+    for i in range(h):
+        for j in range(w):
+            for a in range(kh):
+                for e in range(kw):
+                    oi, oj = i * stride[0] - pads[0] + a, j * stride[1] - pads[1] + e
+                    if 0 <= oi < out_hw[0] and 0 <= oj < out_hw[1]:
+                        y[:, oi, oj, :] += np.einsum("nc,oc->no", x[:, i, j, :].astype(np.float64), f[:, a, e, :])
+    if b is not None:
+        y += b
+    return act(y, activation)
+
+
+TCONV_CASES = [
+    # (N, H, W, C, O, K, stride, out_hw, padding, activation, bias)
+    (1, 6, 6, 8, 4, 3, (2, 2), (12, 12), "SAME", "NONE", True),
+    (2, 5, 4, 3, 5, 3, (2, 2), (11, 9), "VALID", "RELU", True),
+    (1, 5, 5, 4, 3, 2, (2, 2), (10, 10), "SAME", "NONE", False),
+    (1, 7, 6, 3, 2, 3, (1, 1), (7, 6), "SAME", "RELU6", True),
+    (1, 5, 5, 2, 3, 4, (3, 2), (15, 9), "SAME", "NONE", True),      # odd output, uneven stride
+]
+
+
+@pytest.mark.parametrize("case", TCONV_CASES, ids=lambda c: f"k{c[5]}-s{c[6][0]}{c[6][1]}-{c[8]}-{c[9]}")
+def test_transpose_conv(case):
+    n, h, w, c, o, k, stride, out_hw, padding, activation, has_bias = case
+    x, f = rand(n, h, w, c), rand(o, k, k, c)
+    b = rand(o) if has_bias else None
+    want = direct_transpose_conv(x, f, b, out_hw, stride, padding, activation)
+    shape = np.array([n, *out_hw, o], np.int32)
+    attrs = {"padding": padding, "stride": stride, "activation": activation}
+    inputs = [shape, f, x, b]
+    (got,) = run_kernel("TRANSPOSE_CONV", attrs, inputs, [want.shape], consts=(0, 1, 3))
+    close(got, want)
+    vs_reference("TRANSPOSE_CONV", inputs, attrs, [got])
+
+
+def test_convolution2d_transpose_bias():
+    x, f, b = rand(1, 4, 5, 3), rand(6, 3, 3, 3), rand(6)
+    want = direct_transpose_conv(x, f, b, (8, 10), (2, 2), "SAME", "NONE")
+    attrs = {"padding": "SAME", "stride": (2, 2), "activation": "NONE"}
+    (got,) = run_kernel("Convolution2DTransposeBias", attrs, [x, f, b], [want.shape], consts=(1, 2))
+    close(got, want)
+    vs_reference("Convolution2DTransposeBias", [x, f, b], attrs, [got])
+
+
+# -- pooling -----------------------------------------------------------------------------------
+
+def direct_pool(x, kind, filt, stride, padding, activation):
+    n, h, w, c = x.shape
+    oh, pt = out_and_pad(padding, h, filt[0], stride[0])
+    ow, pl = out_and_pad(padding, w, filt[1], stride[1])
+    y = np.zeros((n, oh, ow, c))
+    for i in range(oh):
+        for j in range(ow):
+            rows = [r for r in range(i * stride[0] - pt, i * stride[0] - pt + filt[0]) if 0 <= r < h]
+            cols = [q for q in range(j * stride[1] - pl, j * stride[1] - pl + filt[1]) if 0 <= q < w]
+            window = x[:, rows][:, :, cols].astype(np.float64)
+            y[:, i, j] = window.max(axis=(1, 2)) if kind == "MAX" else window.mean(axis=(1, 2))
+    return act(y, activation)
+
+
+POOL_CASES = [
+    ("MAX", (2, 2), (2, 2), "VALID", "NONE", (1, 8, 8, 16)),
+    ("MAX", (3, 3), (2, 2), "SAME", "RELU", (2, 9, 11, 5)),
+    ("AVG", (3, 3), (1, 1), "SAME", "RELU6", (1, 7, 7, 6)),
+    ("AVG", (2, 3), (2, 2), "VALID", "NONE", (2, 9, 10, 3)),
+    ("AVG", (7, 7), (1, 1), "VALID", "NONE", (1, 7, 7, 32)),    # global average
+]
+
+
+@pytest.mark.parametrize("case", POOL_CASES, ids=lambda c: f"{c[0]}-{c[1][0]}x{c[1][1]}-s{c[2][0]}-{c[3]}-{c[4]}")
+def test_pool(case):
+    kind, filt, stride, padding, activation, shape = case
+    x = rand(*shape)
+    want = direct_pool(x, kind, filt, stride, padding, activation)
+    op = "MAX_POOL_2D" if kind == "MAX" else "AVERAGE_POOL_2D"
+    attrs = {"padding": padding, "stride": stride, "filter": filt, "activation": activation}
+    (got,) = run_kernel(op, attrs, [x], [want.shape])
+    close(got, want)
+    vs_reference(op, [x], attrs, [got])
+
+
+# -- FULLY_CONNECTED / BATCH_MATMUL -----------------------------------------------------------
+
+@pytest.mark.parametrize("x_shape,keep,has_bias,const_w,activation", [
+    ((1, 64), False, True, True, "NONE"),
+    ((3, 20), False, True, True, "RELU"),
+    ((2, 5, 16), True, False, True, "NONE"),
+    ((2, 5, 16), False, True, False, "RELU6"),
+])
+def test_fully_connected(x_shape, keep, has_bias, const_w, activation):
+    o, k = 12, x_shape[-1]
+    x, w = rand(*x_shape), rand(o, k)
+    b = rand(o) if has_bias else None
+    rows = x.reshape(-1, k).astype(np.float64)
+    want = np.einsum("mk,ok->mo", rows, w.astype(np.float64)) + (0 if b is None else b)
+    want = act(want, activation).reshape((*x_shape[:-1], o) if keep else (-1, o))
+    attrs = {"activation": activation, "keep_num_dims": keep}
+    inputs = [x, w, b]
+    (got,) = run_kernel("FULLY_CONNECTED", attrs, inputs, [want.shape], consts=(1, 2) if const_w else (2,))
+    close(got, want)
+    vs_reference("FULLY_CONNECTED", inputs, attrs, [got])
+
+
+@pytest.mark.parametrize("a_shape,b_shape,adj_x,adj_y", [
+    ((2, 4, 6), (2, 6, 5), False, False),
+    ((1, 4, 8, 16), (1, 4, 8, 16), False, True),
+    ((3, 6, 4), (6, 5), True, False),               # broadcast batch
+    ((2, 1, 5, 3), (4, 4, 5), True, True),
+])
+def test_batch_matmul(a_shape, b_shape, adj_x, adj_y):
+    a, b = rand(*a_shape), rand(*b_shape)
+    sa = "...km" if adj_x else "...mk"
+    sb = "...nk" if adj_y else "...kn"
+    want = np.einsum(f"{sa},{sb}->...mn", a.astype(np.float64), b.astype(np.float64))
+    attrs = {"adj_x": adj_x, "adj_y": adj_y}
+    (got,) = run_kernel("BATCH_MATMUL", attrs, [a, b], [want.shape])
+    close(got, want)
+    vs_reference("BATCH_MATMUL", [a, b], attrs, [got])
+
+
+# -- elementwise -------------------------------------------------------------------------------
+
+BINARY = {"ADD": np.add, "SUB": np.subtract, "MUL": np.multiply, "DIV": np.divide,
+          "MAXIMUM": np.maximum, "MINIMUM": np.minimum}
+
+
+@pytest.mark.parametrize("op", sorted(BINARY))
+@pytest.mark.parametrize("shapes,activation", [
+    (((1, 6, 6, 8), (1, 6, 6, 8)), "NONE"),
+    (((2, 5, 5, 8), (1, 1, 1, 8)), "RELU6"),
+    (((4, 1), (3,)), "RELU"),
+    (((2, 3), ()), "RELU_N1_TO_1"),
+])
+def test_binary(op, shapes, activation):
+    a, b = rand(*shapes[0]), rand(*shapes[1])
+    if op == "DIV":
+        b = np.where(np.abs(b) < 0.1, np.float32(0.5), b).astype(np.float32)
+    fused = op in ("ADD", "SUB", "MUL", "DIV")
+    activation = activation if fused else "NONE"
+    want = BINARY[op](a.astype(np.float64), b.astype(np.float64))
+    if fused:
+        want = act(want, activation)
+    attrs = {"activation": activation} if fused else {}
+    (got,) = run_kernel(op, attrs, [a, b], [want.shape])
+    close(got, want)
+    vs_reference(op, [a, b], attrs, [got])
+
+
+def test_add_int32():
+    a = RNG.integers(-1000, 1000, (3, 4)).astype(np.int32)
+    b = RNG.integers(-1000, 1000, (4,)).astype(np.int32)
+    (got,) = run_kernel("ADD", {"activation": "NONE"}, [a, b], [(3, 4)], out_dtype=np.int32)
+    assert got.dtype == np.int32 and np.array_equal(got, a + b)
+
+
+def test_squared_difference():
+    a, b = rand(2, 8), rand(8)
+    (got,) = run_kernel("SQUARED_DIFFERENCE", {}, [a, b], [(2, 8)])
+    close(got, (a.astype(np.float64) - b) ** 2)
+
+
+def _gelu(x):
+    from math import erf, sqrt
+    return np.vectorize(lambda v: 0.5 * v * (1 + erf(v / sqrt(2))))(x)
+
+
+def _gelu_tanh(x):
+    return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
+
+
+UNARY = {
+    "RELU": lambda x: np.maximum(x, 0),
+    "RELU6": lambda x: np.clip(x, 0, 6),
+    "RELU_N1_TO_1": lambda x: np.clip(x, -1, 1),
+    "TANH": np.tanh,
+    "LOGISTIC": lambda x: 1 / (1 + np.exp(-x)),
+    "HARD_SWISH": lambda x: x * np.clip(x + 3, 0, 6) / 6,
+    "GELU": _gelu,
+    "EXP": np.exp,
+    "NEG": np.negative,
+    "ABS": np.abs,
+    "SQUARE": np.square,
+    "SQRT": lambda x: np.sqrt(np.abs(x)),
+    "RSQRT": lambda x: 1 / np.sqrt(np.abs(x)),
+}
+
+
+@pytest.mark.parametrize("op", sorted(UNARY))
+def test_unary(op):
+    x = rand(2, 7, 5, 9, scale=4.0)
+    x[0, 0, 0, :3] = [-100.0, 100.0, 0.0]     # logistic saturation, hard-swish clamps
+    if op in ("SQRT", "RSQRT"):
+        x = np.abs(x) + np.float32(0.01)
+    if op in ("EXP", "SQUARE"):
+        x = np.clip(x, -20, 20)
+    want = UNARY[op](x.astype(np.float64))
+    attrs = {"approximate": False} if op == "GELU" else {}
+    (got,) = run_kernel(op, attrs, [x], [x.shape])
+    close(got, want)
+    vs_reference(op, [x], attrs, [got])
+
+
+def test_gelu_approximate():
+    x = rand(3, 33, scale=3.0)
+    (got,) = run_kernel("GELU", {"approximate": True}, [x], [x.shape])
+    close(got, _gelu_tanh(x.astype(np.float64)))
+
+
+# -- reductions, softmax ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("op", ["MEAN", "SUM", "REDUCE_MAX", "REDUCE_MIN"])
+@pytest.mark.parametrize("shape,axes,keep", [
+    ((2, 7, 5, 16), (1, 2), True),       # spatial, keep dims (squeeze-excite)
+    ((1, 7, 7, 32), (1, 2), False),      # classifier head
+    ((1, 64, 128), (-1,), True),         # layer norm
+    ((3, 4, 5), (0, 2), False),
+])
+def test_reduce(op, shape, axes, keep):
+    x = rand(*shape)
+    fn = {"MEAN": np.mean, "SUM": np.sum, "REDUCE_MAX": np.max, "REDUCE_MIN": np.min}[op]
+    want = fn(x.astype(np.float64), axis=axes, keepdims=keep)
+    axes_arr = np.array(axes, np.int32)
+    attrs = {"keep_dims": keep}
+    (got,) = run_kernel(op, attrs, [x, axes_arr], [want.shape], consts=(1,))
+    close(got, want)
+    vs_reference(op, [x, axes_arr], attrs, [got])
+
+
+@pytest.mark.parametrize("shape,beta", [((2, 10), 1.0), ((1, 4, 64, 64), 1.0), ((3, 7), 0.5)])
+def test_softmax(shape, beta):
+    x = rand(*shape, scale=3.0)
+    z = x.astype(np.float64) * beta
+    e = np.exp(z - z.max(axis=-1, keepdims=True))
+    want = e / e.sum(axis=-1, keepdims=True)
+    (got,) = run_kernel("SOFTMAX", {"beta": beta}, [x], [shape])
+    close(got, want)
+    vs_reference("SOFTMAX", [x], {"beta": beta}, [got])
+
+
+# -- resize, pad, concatenation -----------------------------------------------------------------
+
+def direct_resize(x, out_hw, align, half):
+    n, h, w, c = x.shape
+    y = np.zeros((n, *out_hw, c))
+
+    def source(i, size_in, size_out):
+        scale = (size_in - 1) / (size_out - 1) if align and size_out > 1 else size_in / size_out
+        s = (i + 0.5) * scale - 0.5 if half else i * scale
+        lo = max(int(np.floor(s)), 0)
+        hi = min(int(np.ceil(s)), size_in - 1)
+        return lo, hi, s - lo
+
+    for i in range(out_hw[0]):
+        y0, y1, fy = source(i, h, out_hw[0])
+        for j in range(out_hw[1]):
+            x0, x1, fx = source(j, w, out_hw[1])
+            top = x[:, y0, x0] * (1 - fx) + x[:, y0, x1] * fx
+            bottom = x[:, y1, x0] * (1 - fx) + x[:, y1, x1] * fx
+            y[:, i, j] = top * (1 - fy) + bottom * fy
+    return y
+
+
+@pytest.mark.parametrize("in_hw,out_hw,align,half", [
+    ((4, 4), (8, 8), False, False),
+    ((5, 7), (10, 13), True, False),
+    ((6, 5), (12, 11), False, True),
+    ((8, 8), (3, 5), False, True),     # downscale
+])
+def test_resize_bilinear(in_hw, out_hw, align, half):
+    x = rand(2, *in_hw, 3)
+    want = direct_resize(x.astype(np.float64), out_hw, align, half)
+    size = np.array(out_hw, np.int32)
+    attrs = {"align_corners": align, "half_pixel_centers": half}
+    (got,) = run_kernel("RESIZE_BILINEAR", attrs, [x, size], [want.shape], consts=(1,))
+    close(got, want)
+    vs_reference("RESIZE_BILINEAR", [x, size], attrs, [got])
+
+
+@pytest.mark.parametrize("op,value", [("PAD", None), ("PADV2", -2.5)])
+def test_pad(op, value):
+    x = rand(2, 3, 4, 5)
+    pads = np.array([[0, 0], [1, 2], [3, 0], [0, 1]], np.int32)
+    want = np.full((2, 6, 7, 6), 0.0 if value is None else value)
+    want[:, 1:4, 3:7, 0:5] = x
+    inputs = [x, pads] + ([] if value is None else [np.array([value], np.float32)])
+    (got,) = run_kernel(op, {}, inputs, [want.shape], consts=(1, 2))
+    close(got, want)
+    vs_reference(op, inputs, {}, [got])
+
+
+@pytest.mark.parametrize("axis,activation", [(3, "NONE"), (-1, "RELU"), (1, "NONE"), (0, "RELU6")])
+def test_concatenation(axis, activation):
+    parts = [rand(2, 3, 4, 5), rand(2, 3, 4, 5), rand(2, 3, 4, 5)]
+    parts[1] = parts[1][:, :, :, :2].copy() if axis in (3, -1) else parts[1]
+    want = act(np.concatenate(parts, axis=axis).astype(np.float64), activation)
+    attrs = {"axis": axis, "activation": activation}
+    (got,) = run_kernel("CONCATENATION", attrs, parts, [want.shape])
+    close(got, want)
+    vs_reference("CONCATENATION", parts, attrs, [got])
