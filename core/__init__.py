@@ -6,6 +6,7 @@ __version__ = "0.1.0"
 from .errors import (BackendUnavailableError, ExecutionError, InvalidArgumentError, LiteGpuError,
                      ModelFormatError, ResourceLimitError, UnsupportedError)
 from .model import load_model
+from .executor import Limits
 from .interpreter import Interpreter, SignatureRunner
 from .session import Delegate, load_delegate
 from .compiled_model import (CompiledModel, CpuOptions, Environment, GpuOptions, HardwareAccelerator, Options,
@@ -13,7 +14,7 @@ from .compiled_model import (CompiledModel, CpuOptions, Environment, GpuOptions,
 
 __all__ = [
     "__version__", "LiteGpuError", "ModelFormatError", "UnsupportedError", "BackendUnavailableError",
-    "InvalidArgumentError", "ExecutionError", "ResourceLimitError", "load_model", "Interpreter",
+    "InvalidArgumentError", "ExecutionError", "ResourceLimitError", "load_model", "Interpreter", "Limits",
     "SignatureRunner", "Delegate", "load_delegate", "CompiledModel", "CpuOptions", "Environment", "GpuOptions",
     "HardwareAccelerator", "Options", "TensorBuffer",
 ]
