@@ -535,8 +535,9 @@ def _bmm_attrs(node: Node, tensors: Sequence[Tensor]) -> dict:
     check_inputs(node, 2)
     a = _required(node, tensors, 0, "lhs")
     b = _required(node, tensors, 1, "rhs")
-    _check_rank(a, (2, 3, 4, 5), "lhs")
-    _check_rank(b, (2, 3, 4, 5), "rhs")
+    for t, what in ((a, "lhs"), (b, "rhs")):
+        if len(t.shape) < 2:
+            raise ModelFormatError(f"{what} must have rank >= 2, has shape {list(t.shape)}")
     _check_float(a, "lhs")
     attrs = {"adj_x": bool(node.options.get("adj_x", False)), "adj_y": bool(node.options.get("adj_y", False))}
     _bmm_shapes(a.shape, b.shape, attrs)
@@ -576,8 +577,11 @@ def _resize_attrs(node: Node, tensors: Sequence[Tensor]) -> dict:
         raise ModelFormatError(f"size {size.data.tolist()} must be positive")
     align = bool(node.options.get("align_corners", False))
     half = bool(node.options.get("half_pixel_centers", False))
-    if align and half:
-        raise ModelFormatError("align_corners and half_pixel_centers cannot both be set")
+    if align and half and node.op == "RESIZE_BILINEAR":
+        # LiteRT's builtin bilinear kernel refuses both flags, but its default CPU path
+        # (XNNPACK) runs them with align_corners winning; we match what users get.
+        # Nearest neighbour defines the combination (align_corners scale, half-pixel offset).
+        half = False
     return {"align_corners": align, "half_pixel_centers": half}
 
 
@@ -893,7 +897,11 @@ def _l2norm_attrs(node: Node, tensors: Sequence[Tensor]) -> dict:
     _check_float(x, "input")
     if len(x.shape) < 1:
         raise ModelFormatError("input must have rank >= 1")
-    return {"activation": activation_attr(node.options)}
+    activation = activation_attr(node.options)
+    if activation != "NONE":
+        # LiteRT's float kernel refuses any fused activation at prepare time.
+        raise UnsupportedError(f"fused activation {activation} on L2_NORMALIZATION")
+    return {"activation": activation}
 
 
 def _l2norm_reference(inputs: list, attrs: dict) -> list[np.ndarray]:

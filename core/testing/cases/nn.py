@@ -301,6 +301,7 @@ _bmm_case("adj-y", (2, 3, 4), (2, 5, 4), (2, 3, 5), adj_y=True)
 _bmm_case("adj-x-adj-y", (2, 4, 3), (2, 5, 4), (2, 3, 5), adj_x=True, adj_y=True)
 _bmm_case("broadcast-rank4", (2, 1, 3, 4), (1, 3, 4, 2), (2, 3, 3, 2))
 _bmm_case("rank5", (1, 2, 2, 3, 4), (1, 2, 2, 4, 3), (1, 2, 2, 3, 3))
+_bmm_case("rank2-by-rank3", (3, 4), (2, 4, 5), (2, 3, 5))
 _bmm_case("rank3-by-rank2-const", (2, 3, 4), (4, 6), (2, 3, 6), const_rhs=True)
 
 
@@ -317,6 +318,9 @@ _RESIZE = [
     ("down-align-corners", (2, 7, 9, 3), (4, 5), dict(align_corners=True)),
     ("down-half-pixel", (2, 7, 9, 3), (4, 5), dict(half_pixel_centers=True)),
     ("to-1x1-align-corners", (1, 3, 3, 2), (1, 1), dict(align_corners=True)),
+    ("up-align-corners-half-pixel", (1, 3, 4, 2), (5, 7), dict(align_corners=True, half_pixel_centers=True)),
+    ("down-align-corners-half-pixel", (1, 7, 9, 2), (3, 4), dict(align_corners=True, half_pixel_centers=True)),
+    ("up3x-half-pixel-batch2", (2, 2, 3, 3), (6, 9), dict(half_pixel_centers=True)),
 ]
 
 
