@@ -259,7 +259,8 @@ def _dequantize(t: Tensor) -> np.ndarray:
         raise ModelFormatError(f"tensor {t.name!r}: DEQUANTIZE of {t.type_name} without quantization")
     shape = [1] * data.ndim
     scales = q.scales.astype(np.float32)
-    zps = q.zero_points if q.zero_points.size else np.zeros(scales.size, np.int64)
+    # One zero point may serve every channel; the reader allows 0, 1 or one per scale.
+    zps = np.broadcast_to(q.zero_points if q.zero_points.size else np.zeros(1, np.int64), scales.shape)
     if scales.size > 1:
         if data.ndim == 0 or data.shape[q.quantized_dimension] != scales.size:
             raise ModelFormatError(f"tensor {t.name!r}: {scales.size} scales do not match its shape")
@@ -292,6 +293,7 @@ def _fold_weight_ops(nodes: list[Node], tensors: list[Tensor]) -> tuple[list[Nod
 def _check_dataflow(path: str, nodes: list[Node], tensors: list[Tensor], inputs, outputs) -> None:
     """Each activation is produced once, before it is read; no node reads its own output."""
     produced_by: dict[int, int] = {}
+    graph_inputs = set(inputs)
     available = set(inputs)
     for t in tensors:
         if t.is_constant or t.is_variable:
@@ -303,6 +305,9 @@ def _check_dataflow(path: str, nodes: list[Node], tensors: list[Tensor], inputs,
                     f"{path}.operators[{node.index}]: tensor {o} is already produced by operator {produced_by[o]}")
             if tensors[o].is_constant:
                 raise ModelFormatError(f"{path}.operators[{node.index}]: writes constant tensor {o}")
+            if o in graph_inputs:
+                raise ModelFormatError(f"{path}.operators[{node.index}] ({node.op}): writes tensor {o}, "
+                                       "an input of the subgraph (two producers)")
             produced_by[o] = node.index
         for i in node.inputs:
             if i < 0 or i in available:

@@ -3,10 +3,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import ModelFormatError
+from ..errors import ModelFormatError, ResourceLimitError
 from .flatbuf import Table
 
 _INDEX_VECTOR_KINDS = {1: "[int]", 2: "[ushort]", 3: "[ubyte]"}
+# The largest dense tensor a sparse constant may expand to at load time. The sparse
+# form is bounded by the file size, its dense form only by this; raise it (assign to
+# ``litegpu.model.sparse.MAX_DENSE_BYTES``) for models with bigger sparse weights.
+MAX_DENSE_BYTES = 1 << 30
 
 
 def _index_vector(dm: Table, type_slot: int, value_slot: int, what: str) -> np.ndarray:
@@ -23,6 +27,14 @@ def _index_vector(dm: Table, type_slot: int, value_slot: int, what: str) -> np.n
 def densify(raw: np.ndarray, dtype: np.dtype, shape: tuple[int, ...], sp: Table) -> np.ndarray:
     """Expand the sparse buffer ``raw`` into a dense read-only array of ``shape``."""
     n = len(shape)
+    count = int(np.prod(shape, dtype=np.int64)) if n else 1
+    if count * dtype.itemsize > MAX_DENSE_BYTES:
+        raise ResourceLimitError(
+            f"{sp.path}: densifying shape {list(shape)} needs {count * dtype.itemsize} bytes, over the limit of "
+            f"{MAX_DENSE_BYTES} (litegpu.model.sparse.MAX_DENSE_BYTES)")
+    if raw.size % dtype.itemsize:
+        raise ModelFormatError(f"{sp.path}: sparse values hold {raw.size} bytes, not a whole number of "
+                               f"{dtype} elements")
     order = sp.array(0, "[int]", "traversal_order")
     block_map = sp.array(1, "[int]", "block_map")
     order = [] if order is None else [int(x) for x in order]
@@ -42,7 +54,8 @@ def densify(raw: np.ndarray, dtype: np.dtype, shape: tuple[int, ...], sp: Table)
         fmt = dm.scalar(0, "byte", 0, "format")
         if fmt == 0:
             size = dm.scalar(1, "int", 0, "dense_size")
-            if size < 0 or pos.size * max(size, 1) > (1 << 31):
+            # Positions per level never exceed the dense element count; more means a hostile size.
+            if size < 0 or pos.size * max(size, 1) > count:
                 raise ModelFormatError(f"{dm.path}.dense_size: {size} is invalid")
             coords = [np.repeat(c, size) for c in coords]
             coords.append(np.tile(np.arange(size, dtype=np.int64), pos.size))
@@ -57,10 +70,12 @@ def densify(raw: np.ndarray, dtype: np.dtype, shape: tuple[int, ...], sp: Table)
                 raise ModelFormatError(f"{dm.path}.array_segments: not a valid segment list")
             start, stop = seg[pos], seg[pos + 1]
             counts = stop - start
-            if counts.sum() > (1 << 31):
-                raise ModelFormatError(f"{dm.path}: too many elements")
-            new_pos = np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in zip(start, stop)]) \
-                if counts.size else np.zeros(0, np.int64)
+            total = int(counts.sum())
+            if total > count:
+                raise ModelFormatError(f"{dm.path}: {total} stored elements, more than the {count} of the tensor")
+            # Every range start..stop, concatenated, without a Python loop over rows.
+            first = np.repeat(start - (np.cumsum(counts) - counts), counts)
+            new_pos = np.arange(total, dtype=np.int64) + first
             coords = [np.repeat(c, counts) for c in coords]
             coords.append(idx[new_pos])
             pos = new_pos
