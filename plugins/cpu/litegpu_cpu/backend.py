@@ -12,6 +12,7 @@ from litegpu.backend import (COMPLETE, Backend, CompileOptions, Event, NodeConte
 from litegpu.errors import ExecutionError, LiteGpuError
 from litegpu.graph import Model
 
+from .fusion import FusedGroup, fusable, make_fused_kernel, plan_group
 from .kernels import make_kernel
 
 _QUANTIZED = (np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int16))
@@ -77,7 +78,13 @@ class CpuProgram(Program):
         self.in_slots = [slot(t) for t in partition.inputs]
         self.out_slots = [slot(t) for t in partition.outputs]
         self.steps = []
-        for ctx in partition.nodes:
+        for group in _groups(partition):
+            if isinstance(group, FusedGroup):
+                kernel = make_fused_kernel(group)
+                self.steps.append((kernel, [slot(t) for t in group.inputs], [slot(t) for t in group.outputs],
+                                   False, group.nodes[0]))
+                continue
+            ctx = group
             ins = [slot(i) if i >= 0 else -1 for i in ctx.node.inputs]
             outs = [slot(o) for o in ctx.node.outputs]
             dynamic = ctx.opdef.stateful or ctx.dynamic
@@ -112,6 +119,36 @@ class CpuProgram(Program):
             elif outputs[i] is not slots[s]:
                 np.copyto(outputs[i], slots[s])
         return COMPLETE
+
+
+def _groups(partition: Partition) -> list:
+    """The partition's nodes, with runs of fusable elementwise nodes replaced by FusedGroups."""
+    nodes = partition.nodes
+    if os.environ.get("LITEGPU_CPU_FUSION", "1") == "0":
+        return list(nodes)
+    last_reader: dict[int, int] = {}
+    for pos, ctx in enumerate(nodes):
+        for t in ctx.node.inputs:
+            last_reader[t] = pos
+    out: list = []
+    i = 0
+    while i < len(nodes):
+        j = i
+        if fusable(nodes[i]):
+            shape = tuple(nodes[i].outputs[0].shape)
+            while j < len(nodes) and fusable(nodes[j]) and tuple(nodes[j].outputs[0].shape) == shape:
+                j += 1
+        if j - i >= 2:
+            produced = [ctx.node.outputs[0] for ctx in nodes[i:j]]
+            escaping = {t for t in produced if last_reader.get(t, -1) >= j or t in partition.outputs}
+            group = plan_group(nodes[i:j], escaping)
+            if group is not None:
+                out.append(group)
+                i = j
+                continue
+        out.append(nodes[i])
+        i += 1
+    return out
 
 
 def _returning_kernel(ctx: NodeContext, options: CompileOptions):

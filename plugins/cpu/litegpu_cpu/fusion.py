@@ -1,0 +1,196 @@
+"""Fuse runs of elementwise float32 nodes into one generated numba loop.
+
+A run of consecutive static elementwise nodes with one output shape becomes a single
+kernel that reads each element once, keeps intermediates in registers and writes only
+the values used after the run. Operands are indexed per element, as a scalar, or
+broadcast along the last dimension (bias adds, squeeze-excite scales).
+
+Generated sources are written to a cache directory and imported as modules, so numba's
+own disk cache (``cache=True``) works for them; a source is keyed by its hash, and
+shapes are run-time arguments, so identical chains share one compiled function.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from litegpu.backend import NodeContext
+
+F32 = np.dtype(np.float32)
+PARALLEL_MIN_ELEMENTS = 1 << 15
+
+# Scalar expressions over float32 values; {a}, {b} are operands. Constants are float32
+# globals of the generated module so no value is promoted to float64.
+_UNARY = {
+    "RELU": "max({a}, _0)",
+    "RELU6": "min(max({a}, _0), _6)",
+    "RELU_N1_TO_1": "min(max({a}, -_1), _1)",
+    "RELU_0_TO_1": "min(max({a}, _0), _1)",
+    "LOGISTIC": "_1 / (_1 + np.exp(-{a}))",
+    "TANH": "np.tanh({a})",
+    "EXP": "np.exp({a})",
+    "NEG": "-{a}",
+    "ABS": "abs({a})",
+    "SQUARE": "{a} * {a}",
+    "SQRT": "np.sqrt({a})",
+    "RSQRT": "_1 / np.sqrt({a})",
+    "HARD_SWISH": "{a} * min(max({a} + _3, _0), _6) / _6",
+}
+_BINARY = {
+    "ADD": "{a} + {b}",
+    "SUB": "{a} - {b}",
+    "MUL": "{a} * {b}",
+    "DIV": "{a} / {b}",
+    "MAXIMUM": "max({a}, {b})",
+    "MINIMUM": "min({a}, {b})",
+    "SQUARED_DIFFERENCE": "({a} - {b}) * ({a} - {b})",
+}
+_ACTIVATION = {"NONE": None, "RELU": "RELU", "RELU6": "RELU6", "RELU_N1_TO_1": "RELU_N1_TO_1", "TANH": "TANH"}
+
+
+def fusable(ctx: NodeContext) -> bool:
+    """True for a static float32 elementwise node this module can generate code for."""
+    op = ctx.node.op
+    if ctx.dynamic or (op not in _UNARY and op not in _BINARY):
+        return False
+    if ctx.attrs.get("activation", "NONE") not in _ACTIVATION:
+        return False
+    if any(s is None or np.dtype(s.dtype) != F32 for s in (*ctx.inputs, *ctx.outputs)):
+        return False
+    expected = 1 if op in _UNARY else 2
+    return len(ctx.inputs) == expected and len(ctx.outputs) == 1
+
+
+def _mode(shape: tuple[int, ...], out_shape: tuple[int, ...]) -> str | None:
+    """How an operand of ``shape`` is indexed inside a loop over ``out_shape``."""
+    size = int(np.prod(shape, dtype=np.int64))
+    if tuple(shape) == tuple(out_shape):
+        return "full"
+    if size == 1:
+        return "scalar"
+    if out_shape and len(shape) >= 1 and shape[-1] == out_shape[-1] and size == shape[-1] \
+            and len(shape) <= len(out_shape):
+        return "lastdim"
+    return None
+
+
+@dataclass
+class FusedGroup:
+    """A run of nodes fused into one kernel: external inputs in, escaping values out."""
+
+    nodes: list[NodeContext]
+    inputs: list[int]
+    outputs: list[int]
+    source: str
+    parallel: bool
+    size: int
+    channels: int
+    constants: np.ndarray
+
+
+def plan_group(nodes: list[NodeContext], escaping: set[int]) -> FusedGroup | None:
+    """Generate the fused kernel's source for ``nodes`` (all :func:`fusable`, one output shape)."""
+    out_shape = tuple(nodes[0].outputs[0].shape)
+    names: dict[int, str] = {}
+    inputs: list[int] = []
+    pool: list[np.ndarray] = []   # constants, packed into one argument (dispatch cost grows per argument)
+    pool_size = 0
+    body: list[str] = []
+    for k, ctx in enumerate(nodes):
+        if tuple(ctx.outputs[0].shape) != out_shape:
+            return None
+        operands = []
+        for t, spec in zip(ctx.node.inputs, ctx.inputs):
+            if t not in names:
+                mode = _mode(tuple(spec.shape), out_shape)
+                if mode is None:
+                    return None
+                index = {"full": "i", "scalar": "0", "lastdim": "i % c"}[mode]
+                if spec.value is not None:
+                    names[t] = f"k[{pool_size} + {index}]"
+                    pool.append(np.asarray(spec.value, F32).reshape(-1))
+                    pool_size += pool[-1].size
+                else:
+                    names[t] = f"x{len(inputs)}[{index}]"
+                    inputs.append(t)
+            operands.append(names[t])
+        op = ctx.node.op
+        expr = (_UNARY[op].format(a=operands[0]) if op in _UNARY
+                else _BINARY[op].format(a=operands[0], b=operands[1]))
+        body.append(f"        v{k} = np.float32({expr})")
+        act = _ACTIVATION[ctx.attrs.get("activation", "NONE")]
+        if act:
+            body.append(f"        v{k} = np.float32({_UNARY[act].format(a=f'v{k}')})")
+        names[ctx.node.outputs[0]] = f"v{k}"
+    outputs = [ctx.node.outputs[0] for ctx in nodes if ctx.node.outputs[0] in escaping]
+    if not outputs:
+        return None
+    for j, t in enumerate(outputs):
+        body.append(f"        y{j}[i] = {names[t]}")
+    size = int(np.prod(out_shape, dtype=np.int64))
+    parallel = size >= PARALLEL_MIN_ELEMENTS
+    args = ", ".join(["k"] + [f"x{j}" for j in range(len(inputs))] + [f"y{j}" for j in range(len(outputs))])
+    loop = "prange" if parallel else "range"
+    source = "\n".join([
+        '"""Generated by litegpu_cpu.fusion; safe to delete."""',
+        "import numpy as np",
+        "from numba import njit, prange",
+        "_0, _1, _3, _6 = np.float32(0), np.float32(1), np.float32(3), np.float32(6)",
+        "",
+        f"@njit(cache=True, parallel={parallel}, fastmath=False, error_model='numpy')",
+        f"def fused(n, c, {args}):",
+        f"    for i in {loop}(n):",
+        *body,
+        "",
+    ])
+    channels = out_shape[-1] if out_shape else 1
+    constants = np.concatenate(pool) if pool else np.zeros(1, F32)
+    return FusedGroup(nodes, inputs, outputs, source, parallel, size, max(channels, 1), constants)
+
+
+def cache_dir() -> Path:
+    """Where generated kernel modules live (``$LITEGPU_CACHE_DIR/numba`` or ``~/.cache/litegpu/numba``)."""
+    base = os.environ.get("LITEGPU_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "litegpu")
+    return Path(base) / "numba"
+
+
+_LOADED: dict[str, object] = {}
+
+
+def load_kernel(source: str):
+    """The ``fused`` function of a generated source, importing it from the cache directory."""
+    digest = hashlib.sha256(source.encode()).hexdigest()[:24]
+    fn = _LOADED.get(digest)
+    if fn is not None:
+        return fn
+    directory = cache_dir()
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path = directory / f"fused_{digest}.py"
+    if not path.exists() or path.read_text() != source:
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(source)
+        os.replace(tmp, path)
+    name = f"litegpu_fused_{digest}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    _LOADED[digest] = module.fused
+    return module.fused
+
+
+def make_fused_kernel(group: FusedGroup):
+    """``run(inputs, outputs)`` over flat views, inputs and outputs in group order."""
+    fused = load_kernel(group.source)
+    n, c, k = group.size, group.channels, group.constants
+
+    def run(inputs: list, outputs: list) -> None:
+        fused(n, c, k, *[x.reshape(-1) for x in inputs], *[y.reshape(-1) for y in outputs])
+
+    return run
