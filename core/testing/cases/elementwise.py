@@ -279,6 +279,7 @@ def _unary_cases() -> list[Case]:
         unary_case("NEG", "f32", wide), unary_case("NEG", "int32", _int_gen(I32)),
         unary_case("NEG", "int64", _int_gen(I64)), unary_case("NEG", "int8", _int_gen(I8, -100, 100)),
         unary_case("SIGN", "f32", _small_floats), unary_case("SIGN", "int32", _int_gen(I32, -2, 2)),
+        unary_case("SIGN", "f64", lambda r, s: _small_floats(r, s).astype(np.float64)),
         unary_case("EXP", "f32", wide), unary_case("EXP", "f32-rank1", wide, (17,)),
         unary_case("LOG", "f32", pos), unary_case("SIN", "f32", wide), unary_case("COS", "f32", wide),
         unary_case("SQRT", "f32", pos), unary_case("RSQRT", "f32", pos),
@@ -345,6 +346,12 @@ def _cast_cases() -> list[Case]:
         cast("bool-f32", _bools, F32),
         cast("bool-int32", _bools, I32),
         cast("f32-complex64", _f, np.complex64),
+        cast("f32-f64", _f, np.float64),
+        cast("f64-int32", lambda r, s: normal(r, s, 100.0, np.float64), I32),
+        cast("float16-f32", lambda r, s: normal(r, s, 10.0, np.float16), F32),
+        cast("int32-uint16-wraps", _int_gen(I32, -1000, 70000), np.uint16),
+        cast("f32-uint32-saturates", lambda r, s: normal(r, s, 1e9), np.uint32),
+        cast("int16-int32", _int_gen(np.int16, -30000, 30000), I32),
         cast("complex64-f32", lambda r, s: (normal(r, s) + 1j * normal(r, s)).astype(np.complex64), F32),
     ]
 
