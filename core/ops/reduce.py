@@ -164,7 +164,8 @@ def _l2_attrs(node: Node, tensors) -> dict:
     act = activation_attr(node.options)
     if act != "NONE":
         raise UnsupportedError(f"fused activation {act} (LiteRT supports only NONE)")
-    return {"epsilon": L2_EPSILON}
+    # "activation" is always NONE; kept so code written against nn.py's definition works.
+    return {"epsilon": L2_EPSILON, "activation": "NONE"}
 
 
 def l2_normalize(x: np.ndarray, epsilon: float) -> np.ndarray:
