@@ -363,6 +363,10 @@ def test_conv_without_bias_is_conv_with_zero_bias():
      ModelFormatError, "rank >= 2"),
     (lambda: one_op("L2_NORMALIZATION", [rand(RNG, 2, 4)], [(2, 4)], fused_activation_function="RELU"),
      UnsupportedError, "RELU"),
+    (lambda: one_op("FULLY_CONNECTED", [rand(RNG, 2, 4), Const(np.ones((3, 4), np.int8)), None], [(2, 3)]),
+     UnsupportedError, "weights has type INT8"),
+    (lambda: one_op("CONV_2D", [rand(RNG, 1, 4, 4, 2), Const(np.ones((2, 1, 1, 2), np.int8)), None],
+                    [(1, 4, 4, 2)], padding="SAME", stride_h=1, stride_w=1), UnsupportedError, "filter has type"),
 ])
 def test_invalid_nodes_raise_errors_naming_the_problem(make, error, match):
     m, _ = make()

@@ -189,6 +189,7 @@ def _conv_attrs(node: Node, tensors: Sequence[Tensor]) -> dict:
     _check_rank(x, 4, "input")
     _check_rank(w, 4, "filter [O, KH, KW, I]")
     _check_float(x, "input")
+    _check_float(w, "filter")
     cin, cper, cout = x.shape[3], w.shape[3], w.shape[0]
     # Grouped convolution: the input's channels split into groups of the filter's I.
     if cper < 1 or cin % cper:
@@ -244,6 +245,7 @@ def _depthwise_attrs(node: Node, tensors: Sequence[Tensor]) -> dict:
     _check_rank(x, 4, "input")
     _check_rank(w, 4, "filter [1, KH, KW, I*M]")
     _check_float(x, "input")
+    _check_float(w, "filter")
     if w.shape[0] != 1:
         raise ModelFormatError(f"depthwise filter must have shape [1, KH, KW, I*M], has {list(w.shape)}")
     cin, cout = x.shape[3], w.shape[3]
@@ -320,6 +322,7 @@ def _transpose_conv_attrs(node: Node, tensors: Sequence[Tensor]) -> dict:
     _check_rank(w, 4, "weights [O, KH, KW, I]")
     _check_rank(x, 4, "input")
     _check_float(x, "input")
+    _check_float(w, "weights")
     if x.shape[3] != w.shape[3]:
         raise ModelFormatError(f"input has {x.shape[3]} channels, weights expect {w.shape[3]}")
     _check_bias(node, tensors, 3, w.shape[0])
@@ -379,6 +382,7 @@ def _transpose_conv_bias_attrs(node: Node, tensors: Sequence[Tensor]) -> dict:
     _check_rank(x, 4, "input")
     _check_rank(w, 4, "weights [O, KH, KW, I]")
     _check_float(x, "input")
+    _check_float(w, "weights")
     if x.shape[3] != w.shape[3]:
         raise ModelFormatError(f"input has {x.shape[3]} channels, weights expect {w.shape[3]}")
     _check_bias(node, tensors, 2, w.shape[0])
@@ -476,6 +480,7 @@ def _fc_attrs(node: Node, tensors: Sequence[Tensor]) -> dict:
     x = _required(node, tensors, 0, "input")
     w = _required(node, tensors, 1, "weights")
     _check_float(x, "input")
+    _check_float(w, "weights")
     _check_rank(w, 2, "weights [O, K]")
     o = node.options
     if o.get("weights_format", 0) != 0:
@@ -539,6 +544,7 @@ def _bmm_attrs(node: Node, tensors: Sequence[Tensor]) -> dict:
         if len(t.shape) < 2:
             raise ModelFormatError(f"{what} must have rank >= 2, has shape {list(t.shape)}")
     _check_float(a, "lhs")
+    _check_float(b, "rhs")
     attrs = {"adj_x": bool(node.options.get("adj_x", False)), "adj_y": bool(node.options.get("adj_y", False))}
     _bmm_shapes(a.shape, b.shape, attrs)
     return attrs
@@ -747,6 +753,8 @@ def _lstm_attrs_common(node: Node, tensors: Sequence[Tensor], seq: bool) -> dict
               "projection_bias": (n_output,), "input_layer_norm": (n_cell,), "forget_layer_norm": (n_cell,),
               "cell_layer_norm": (n_cell,), "output_layer_norm": (n_cell,)}
     for name, shape in expect.items():
+        if t[name] is not None:
+            _check_float(t[name], name)
         if t[name] is not None and tuple(t[name].shape) != shape:
             raise ModelFormatError(f"{name} has shape {list(t[name].shape)}, expected {list(shape)}")
     batch = x.shape[1] if seq and node.options.get("time_major", False) else x.shape[0]

@@ -101,6 +101,10 @@ _CONV = [
     ("relu-n1-to-1", (1, 5, 5, 2), (3, 3, 3, 2), (1, 5, 5, 3),
      dict(padding="SAME", stride_h=1, stride_w=1, fused_activation_function="RELU_N1_TO_1"), True),
     ("stride3-same-k5", (1, 13, 11, 3), (4, 5, 5, 3), (1, 5, 4, 4), dict(padding="SAME", stride_h=3, stride_w=3), True),
+    ("stride2-dilation2-valid-batch2", (2, 11, 10, 3), (4, 3, 3, 3), (2, 4, 3, 4),
+     dict(padding="VALID", stride_h=2, stride_w=2, dilation_h_factor=2, dilation_w_factor=2), True),
+    ("grouped2-stride2-relu", (1, 7, 7, 6), (4, 3, 3, 3), (1, 4, 4, 4),
+     dict(padding="SAME", stride_h=2, stride_w=2, fused_activation_function="RELU"), True),
     ("grouped2", (1, 6, 6, 4), (6, 3, 3, 2), (1, 6, 6, 6), dict(padding="SAME", stride_h=1, stride_w=1), True),
 ]
 
@@ -392,6 +396,15 @@ _lstm_case("cifg", 1, 4, 5, cifg=True, fused_activation_function="TANH")
 _lstm_case("peephole", 2, 3, 4, peephole=True, fused_activation_function="TANH")
 _lstm_case("projection-clip", 2, 3, 5, 3, fused_activation_function="TANH", proj_clip=0.3)
 _lstm_case("cell-clip", 2, 3, 4, fused_activation_function="TANH", cell_clip=0.2)
+
+
+@case("LSTM", "twenty-inputs")
+def _lstm_twenty_inputs(rng):
+    """The older 20-input form, without layer-norm tensors."""
+    x = rand(rng, 2, 3)
+    return one_op("LSTM", lstm_args(rng, x, 4)[:20], [(2, 4)], fused_activation_function="TANH")
+
+
 _lstm_case("relu-activation", 2, 3, 4, fused_activation_function="RELU")
 _lstm_case("layer-norm", 2, 3, 4, layer_norm=True, fused_activation_function="TANH")
 _lstm_case("layer-norm-cifg-peephole-projection", 3, 4, 5, 2, cifg=True, peephole=True, layer_norm=True,
