@@ -7,6 +7,23 @@ and :func:`conv_output_size` only; kernels reuse them so that every backend pads
 
 The references are written for clarity first and vectorized by looping over filter taps
 (a handful of iterations) while each tap is one matmul or broadcast over the whole image.
+
+Normalized attributes (kernels are written against these names):
+
+- CONV_2D: ``padding`` ("SAME"/"VALID"), ``stride`` (sh, sw), ``dilation`` (dh, dw),
+  ``activation``; grouped when input channels = groups x filter I.
+- DEPTHWISE_CONV_2D: the same plus ``depth_multiplier`` (from the shapes, not the option).
+- TRANSPOSE_CONV, Convolution2DTransposeBias: ``padding``, ``stride``, ``activation``.
+- AVERAGE/MAX/L2_POOL_2D: ``padding``, ``stride``, ``filter`` (fh, fw), ``activation``.
+- FULLY_CONNECTED: ``activation``, ``keep_num_dims``. BATCH_MATMUL: ``adj_x``, ``adj_y``.
+- RESIZE_BILINEAR / RESIZE_NEAREST_NEIGHBOR: ``align_corners``, ``half_pixel_centers``.
+- LSTM / UNIDIRECTIONAL_SEQUENCE_LSTM: ``activation``, ``cell_clip``, ``proj_clip``,
+  ``state_writeback`` (and ``time_major``); see the LSTM section for state handling.
+- L2_NORMALIZATION: ``activation`` (always NONE); LOCAL_RESPONSE_NORMALIZATION:
+  ``radius``, ``bias``, ``alpha``, ``beta``.
+
+``activation`` of the conv-like ops and pools is what LiteRT's float kernels really do:
+TANH and SIGN_BIT become NONE (see :func:`_clamp_activation`).
 """
 from __future__ import annotations
 
