@@ -138,9 +138,13 @@ class _Reader:
                 raise ModelFormatError(f"{q.path}: {scales.size} scales but {zps.size} zero points")
             quant = Quantization(scales, zps, qdim)
         sparsity = t.table(6, "sparsity")
-        raw = self._buffer_data(t.scalar(2, "uint", 0, "buffer"), f"{t.path}.buffer")
+        buffer_index = t.scalar(2, "uint", 0, "buffer")
+        raw = self._buffer_data(buffer_index, f"{t.path}.buffer")
         data = None
-        if raw.size and dtype is not None:
+        if buffer_index and raw.size == 0 and dtype is not None and 0 in shape:
+            data = np.zeros(shape, dtype)  # a constant with no elements (e.g. empty reduction axes)
+            data.flags.writeable = False
+        elif raw.size and dtype is not None:
             if sparsity is not None:
                 data = densify(raw, dtype, shape, sparsity)
             else:

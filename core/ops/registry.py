@@ -143,13 +143,15 @@ def value_of(spec: TensorSpec | None) -> np.ndarray:
     return spec.value
 
 
+# LiteRT applies a fused activation as an output clamp range; TANH and SIGN_BIT have
+# none, so as fused activations they leave values unchanged (probed against LiteRT).
 ACTIVATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "NONE": lambda x: x,
     "RELU": lambda x: np.maximum(x, 0),
     "RELU_N1_TO_1": lambda x: np.clip(x, -1, 1),
     "RELU6": lambda x: np.clip(x, 0, 6),
-    "TANH": np.tanh,
-    "SIGN_BIT": np.sign,
+    "TANH": lambda x: x,
+    "SIGN_BIT": lambda x: x,
 }
 
 

@@ -51,7 +51,9 @@ _BINARY = {
     "MINIMUM": "min({a}, {b})",
     "SQUARED_DIFFERENCE": "({a} - {b}) * ({a} - {b})",
 }
-_ACTIVATION = {"NONE": None, "RELU": "RELU", "RELU6": "RELU6", "RELU_N1_TO_1": "RELU_N1_TO_1", "TANH": "TANH"}
+# Fused activations are clamps in LiteRT; TANH and SIGN_BIT have no range and change nothing.
+_ACTIVATION = {"NONE": None, "RELU": "RELU", "RELU6": "RELU6", "RELU_N1_TO_1": "RELU_N1_TO_1", "TANH": None,
+               "SIGN_BIT": None}
 
 
 def fusable(ctx: NodeContext) -> bool:
