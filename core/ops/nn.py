@@ -19,8 +19,8 @@ Normalized attributes (kernels are written against these names):
 - RESIZE_BILINEAR / RESIZE_NEAREST_NEIGHBOR: ``align_corners``, ``half_pixel_centers``.
 - LSTM / UNIDIRECTIONAL_SEQUENCE_LSTM: ``activation``, ``cell_clip``, ``proj_clip``,
   ``state_writeback`` (and ``time_major``); see the LSTM section for state handling.
-- L2_NORMALIZATION: ``activation`` (always NONE); LOCAL_RESPONSE_NORMALIZATION:
-  ``radius``, ``bias``, ``alpha``, ``beta``.
+- LOCAL_RESPONSE_NORMALIZATION: ``radius``, ``bias``, ``alpha``, ``beta``.
+  (L2_NORMALIZATION lives in :mod:`litegpu.ops.reduce`.)
 
 ``activation`` of the conv-like ops and pools is what LiteRT's float kernels really do:
 TANH and SIGN_BIT become NONE (see :func:`_clamp_activation`).
@@ -911,37 +911,13 @@ register(OpDef(name="UNIDIRECTIONAL_SEQUENCE_LSTM", attrs=_seq_lstm_attrs, infer
                doc=(_seq_lstm_reference.__doc__ or "").strip()))
 
 
-# -- L2_NORMALIZATION / LOCAL_RESPONSE_NORMALIZATION ------------------------------------
+# -- LOCAL_RESPONSE_NORMALIZATION ------------------------------------------------------
 
-_L2_EPSILON = 1e-6  # TFLite's floor on the norm
-
-
-def _l2norm_attrs(node: Node, tensors: Sequence[Tensor]) -> dict:
-    check_inputs(node, 1)
-    x = _required(node, tensors, 0, "input")
-    _check_float(x, "input")
-    if len(x.shape) < 1:
-        raise ModelFormatError("input must have rank >= 1")
-    activation = activation_attr(node.options)
-    if activation != "NONE":
-        # LiteRT's float kernel refuses any fused activation at prepare time.
-        raise UnsupportedError(f"fused activation {activation} on L2_NORMALIZATION")
-    return {"activation": activation}
-
-
-def _l2norm_reference(inputs: list, attrs: dict) -> list[np.ndarray]:
-    """x / max(||x||_2, 1e-6) along the last axis."""
-    x = inputs[0].astype(np.float32)
-    norm = np.sqrt(np.sum(x * x, axis=-1, keepdims=True))
-    return [_finish(x / np.maximum(norm, np.float32(_L2_EPSILON)), None, attrs["activation"])]
+# L2_NORMALIZATION is defined in reduce.py (an op along the last axis).
 
 
 def _same_shape(inputs: list[TensorSpec], attrs: dict) -> list[TensorSpec]:
     return [TensorSpec(inputs[0].shape, inputs[0].dtype)]
-
-
-register(OpDef(name="L2_NORMALIZATION", attrs=_l2norm_attrs, infer=_same_shape, reference=_l2norm_reference,
-               doc=_l2norm_reference.__doc__ or ""))
 
 
 def _lrn_attrs(node: Node, tensors: Sequence[Tensor]) -> dict:
