@@ -735,6 +735,19 @@ LSTM_INPUT_NAMES = (
     "input_layer_norm", "forget_layer_norm", "cell_layer_norm", "output_layer_norm",
 )
 _LSTM_STATE_WRITEBACK = ((1, 18), (2, 19))
+
+# Inside an LSTM the activation is a real function on the cell input and cell state
+# (TFLite's ApplyActivationToVector), not a fused output clamp: TANH really is tanh here.
+# NONE is the identity; LiteRT's kernel leaves its scratch buffer unwritten for NONE, so
+# its result is undefined there and no conformance case can pin it down.
+LSTM_ACTIVATIONS = {
+    "NONE": lambda x: x,
+    "RELU": lambda x: np.maximum(x, 0),
+    "RELU_N1_TO_1": lambda x: np.clip(x, -1, 1),
+    "RELU6": lambda x: np.clip(x, 0, 6),
+    "TANH": np.tanh,
+    "SIGN_BIT": lambda x: np.signbit(x).astype(np.float32),
+}
 _LAYER_NORM_EPSILON = 1e-8  # TFLite's kLayerNormEpsilon
 
 
@@ -819,15 +832,15 @@ def _lstm_step(x: np.ndarray, h: np.ndarray, c: np.ndarray, w: dict, attrs: dict
             z = _layer_norm(z) * w[f"{name}_layer_norm"]
         return z + w[f"{name}_gate_bias"]
 
-    act = attrs["activation"]
+    act = LSTM_ACTIVATIONS[attrs["activation"]]
     forget = _sigmoid(gate("forget", c))
     # CIFG couples the input gate to the forget gate.
     input_gate = 1 - forget if w["input_to_input"] is None else _sigmoid(gate("input", c))
-    cell = forget * c + input_gate * apply_activation(gate("cell", None), act)
+    cell = forget * c + input_gate * act(gate("cell", None))
     if attrs["cell_clip"] > 0:
         cell = np.clip(cell, -attrs["cell_clip"], attrs["cell_clip"])
     output_gate = _sigmoid(gate("output", cell))
-    out = output_gate * apply_activation(cell, act)
+    out = output_gate * act(cell)
     if w["projection_weights"] is not None:
         out = out @ w["projection_weights"].T
         if w["projection_bias"] is not None:

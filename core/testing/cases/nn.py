@@ -406,6 +406,7 @@ def _lstm_twenty_inputs(rng):
 
 
 _lstm_case("relu-activation", 2, 3, 4, fused_activation_function="RELU")
+_lstm_case("relu6-activation", 2, 3, 4, fused_activation_function="RELU6")
 _lstm_case("layer-norm", 2, 3, 4, layer_norm=True, fused_activation_function="TANH")
 _lstm_case("layer-norm-cifg-peephole-projection", 3, 4, 5, 2, cifg=True, peephole=True, layer_norm=True,
            fused_activation_function="TANH")
