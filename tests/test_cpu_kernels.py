@@ -20,11 +20,10 @@ CLAMPS = {"NONE": (-np.inf, np.inf), "RELU": (0, np.inf), "RELU6": (0, 6), "RELU
 
 
 def act(y: np.ndarray, name: str) -> np.ndarray:
-    """A fused activation, written out."""
-    if name == "TANH":
-        return np.tanh(y)
-    if name == "SIGN_BIT":
-        return np.sign(y)
+    """A fused activation as LiteRT's float kernels apply it: an output clamp. TANH and
+    SIGN_BIT have no clamp range there, so they leave the values alone."""
+    if name in ("TANH", "SIGN_BIT"):
+        return y
     lo, hi = CLAMPS[name]
     return np.clip(y, lo, hi)
 
@@ -120,6 +119,10 @@ CONV_CASES = [
     (1, 9, 9, 8, 4, 1, 1, (2, 2), (1, 1), "SAME", "NONE", True),         # strided 1x1 shortcut
     (1, 16, 15, 3, 8, 7, 7, (2, 2), (1, 1), "SAME", "RELU_N1_TO_1", True),
     (2, 6, 6, 4, 3, 2, 2, (2, 2), (1, 1), "VALID", "SIGN_BIT", True),
+    # more than 32 output channels: the untransposed GEMM paths
+    (2, 6, 5, 8, 40, 1, 1, (1, 1), (1, 1), "SAME", "RELU6", True),
+    (1, 7, 6, 4, 36, 3, 3, (1, 1), (1, 1), "SAME", "RELU", True),
+    (1, 7, 7, 4, 33, 3, 3, (2, 2), (1, 1), "VALID", "NONE", False),
 ]
 
 
@@ -136,14 +139,15 @@ def test_conv2d(case):
     vs_reference("CONV_2D", inputs, attrs, [got])
 
 
-def test_conv2d_large_im2col_blocks(monkeypatch):
-    """Force several im2col blocks so block boundaries are exercised."""
+@pytest.mark.parametrize("o", [4, 40])
+def test_conv2d_im2col_blocks(monkeypatch, o):
+    """Force several im2col blocks (and a shorter last one) so block boundaries are exercised."""
     from litegpu_cpu.kernels import conv
     monkeypatch.setattr(conv, "_IM2COL_BLOCK_BYTES", 4 * 27 * 7)   # 7 rows of K=27 per block
-    x, f, b = rand(1, 9, 10, 3), rand(4, 3, 3, 3), rand(4)
-    attrs = {"padding": "SAME", "stride": (1, 1), "dilation": (1, 1), "activation": "NONE"}
-    (got,) = run_kernel("CONV_2D", attrs, [x, f, b], [(1, 9, 10, 4)], consts=(1, 2))
-    close(got, direct_conv(x, f, b, (1, 1), (1, 1), "SAME", "NONE"))
+    x, f, b = rand(1, 9, 10, 3), rand(o, 3, 3, 3), rand(o)
+    attrs = {"padding": "SAME", "stride": (1, 1), "dilation": (1, 1), "activation": "RELU"}
+    (got,) = run_kernel("CONV_2D", attrs, [x, f, b], [(1, 9, 10, o)], consts=(1, 2))
+    close(got, direct_conv(x, f, b, (1, 1), (1, 1), "SAME", "RELU"))
 
 
 def test_conv2d_declines_non_constant_filter():

@@ -1,9 +1,10 @@
 """Helpers shared by the cpu kernels: fused activations, padding, spec checks.
 
-Fused activations come in two forms. Numba kernels take a clamp ``(lo, hi)`` applied
-as they store (RELU, RELU6, RELU_N1_TO_1 and NONE are all clamps); the rare
-non-clamp activations (TANH, SIGN_BIT) run afterwards in place. Numpy/BLAS kernels
-take one in-place function for the whole activation.
+A fused activation is an output clamp, as in LiteRT's float kernels
+(CalculateActivationRange): RELU, RELU6, RELU_N1_TO_1 clamp, NONE does nothing, and
+TANH / SIGN_BIT have no range there, so they do nothing either (the op definitions
+normalize them the same way). Numba kernels take the clamp ``(lo, hi)`` and apply it as
+they store; numpy/BLAS kernels take one in-place function.
 """
 from __future__ import annotations
 
@@ -23,8 +24,8 @@ _CLAMPS: dict[str, tuple[float, float]] = {
     "RELU": (0.0, np.inf),
     "RELU6": (0.0, 6.0),
     "RELU_N1_TO_1": (-1.0, 1.0),
-    "TANH": (-np.inf, np.inf),       # not a clamp: see post_activation
-    "SIGN_BIT": (-np.inf, np.inf),   # not a clamp: see post_activation
+    "TANH": (-np.inf, np.inf),       # no range in LiteRT: a no-op
+    "SIGN_BIT": (-np.inf, np.inf),   # no range in LiteRT: a no-op
 }
 
 InPlace = Callable[[np.ndarray], None]
@@ -36,33 +37,17 @@ def clamp_bounds(activation: str) -> tuple[np.float32, np.float32]:
     return np.float32(lo), np.float32(hi)
 
 
-def _tanh(out: np.ndarray) -> None:
-    np.tanh(out, out=out)
-
-
-def _sign(out: np.ndarray) -> None:
-    np.sign(out, out=out)
-
-
-def post_activation(activation: str) -> InPlace | None:
-    """The in-place step left after the clamp, for activations that are not clamps."""
-    return {"TANH": _tanh, "SIGN_BIT": _sign}.get(activation)
-
-
 def _relu(out: np.ndarray) -> None:
     np.maximum(out, 0, out=out)
 
 
 def activation_in_place(activation: str) -> InPlace | None:
     """One in-place function applying ``activation`` to an array, or None for NONE."""
-    if activation == "NONE":
+    lo, hi = _CLAMPS[activation]
+    if lo == -np.inf and hi == np.inf:
         return None
     if activation == "RELU":
         return _relu
-    post = post_activation(activation)
-    if post is not None:
-        return post
-    lo, hi = _CLAMPS[activation]
 
     def clamp(out: np.ndarray) -> None:
         np.clip(out, lo, hi, out=out)

@@ -8,7 +8,7 @@ from numba import njit, prange
 
 from litegpu.backend import NodeContext
 
-from .common import all_float32, clamp_bounds, pad_before, post_activation
+from .common import all_float32, clamp_bounds, pad_before
 from .registry import kernel
 
 
@@ -58,12 +58,9 @@ def _pool_factory(ctx: NodeContext, is_max: bool):
     pt = pad_before(attrs["padding"], h, fh, sh)
     pl = pad_before(attrs["padding"], w, fw, sw)
     lo, hi = clamp_bounds(attrs["activation"])
-    post = post_activation(attrs["activation"])
 
     def run(inputs, outputs):
         pool2d(inputs[0], outputs[0], fh, fw, sh, sw, pt, pl, is_max, lo, hi)
-        if post is not None:
-            post(outputs[0])
     return run
 
 

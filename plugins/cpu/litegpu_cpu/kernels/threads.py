@@ -1,0 +1,73 @@
+"""Thread pools of the cpu kernels: numba's (numba.prange kernels) and OpenBLAS's (GEMMs
+through numpy).
+
+The two pools must not both be wide. OpenBLAS's workers busy-wait after each GEMM, and
+numba's OpenMP workers after each parallel region; in a network that alternates the
+two (a depthwise conv, then a pointwise GEMM) each pool's spinners take the cores the
+other needs. On 2 loaded cores we measured mobilenet_v2 at 280 ms per invoke with a
+2-thread OpenBLAS against 10-27 ms with OpenBLAS on one thread. So the policy is:
+numba gets ``num_threads``, OpenBLAS runs on the calling thread only.
+
+Setting OpenBLAS's thread count goes through the ``*_set_num_threads`` symbol of the
+OpenBLAS that numpy bundles, found with ctypes; when it is not found (another BLAS, a
+different build) nothing changes and :func:`blas_threads_settable` says so.
+"""
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+from typing import Callable
+
+_SETTER: Callable[[int], None] | None = None
+_SEARCHED = False
+_SYMBOLS = ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads",
+            "openblas_set_num_threads64_", "openblas_set_num_threads")
+
+
+def _find_setter() -> Callable[[int], None] | None:
+    """The OpenBLAS thread-count setter of numpy's bundled BLAS, or None."""
+    global _SETTER, _SEARCHED
+    if _SEARCHED:
+        return _SETTER
+    _SEARCHED = True
+    import numpy as np
+    base = os.path.dirname(os.path.dirname(np.__file__))
+    candidates = glob.glob(os.path.join(base, "numpy.libs", "*openblas*")) + \
+        glob.glob(os.path.join(base, "numpy", ".dylibs", "*openblas*"))
+    for path in candidates:
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for name in _SYMBOLS:
+            fn = getattr(lib, name, None)
+            if fn is not None:
+                fn.argtypes = [ctypes.c_int]
+                fn.restype = None
+                _SETTER = fn
+                return fn
+    return None
+
+
+def blas_threads_settable() -> bool:
+    """True when this process's numpy BLAS thread count can be set."""
+    return _find_setter() is not None
+
+
+def set_blas_threads(n: int) -> bool:
+    """Set OpenBLAS's thread count (process-wide); False when it cannot be set."""
+    setter = _find_setter()
+    if setter is None:
+        return False
+    setter(max(1, int(n)))
+    return True
+
+
+def configure_threads(num_threads: int) -> None:
+    """Apply the cpu backend's thread policy: numba kernels on ``num_threads`` threads
+    (0: numba's default), GEMMs on the calling thread (see the module docstring)."""
+    import numba
+    if num_threads > 0:
+        numba.set_num_threads(min(num_threads, numba.config.NUMBA_NUM_THREADS))
+    set_blas_threads(1)
