@@ -15,6 +15,7 @@ from litegpu.backend import NodeContext
 from .common import (F32, activation_in_place, all_float32, clamp_bounds, optional_input, pad_before,
                      transpose_pad_before)
 from .registry import kernel
+from .threads import ensure_gemm_policy
 
 # Rows of the im2col matrix built per GEMM call: bounds the scratch (and keeps it
 # nearer the caches) on big feature maps; small layers take one block.
@@ -121,6 +122,7 @@ def conv2d(ctx: NodeContext):
     pl = pad_before(attrs["padding"], w, kw, sw, dw)
     k = kh * kw * c
     m = n * oh * ow
+    ensure_gemm_policy()
     w_ok = np.ascontiguousarray(np.asarray(w_spec.value, dtype=F32).reshape(o, k))   # [O, K]
     narrow = o <= _NARROW
     if narrow:
@@ -310,6 +312,7 @@ def _transpose_conv(ctx: NodeContext, x_index: int, w_index: int, bias_index: in
     lo, hi = clamp_bounds(activation)
     m = n * h * w
     cols = np.empty((m, kh * kw * o), F32)
+    ensure_gemm_policy()
 
     def run(inputs, outputs):
         np.matmul(inputs[x_index].reshape(m, c), wmat, out=cols)

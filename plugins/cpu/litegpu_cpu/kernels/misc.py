@@ -13,6 +13,7 @@ from litegpu.backend import NodeContext
 
 from .common import F32, activation_in_place, all_float32, optional_input
 from .registry import kernel
+from .threads import ensure_gemm_policy
 
 
 # -- FULLY_CONNECTED / BATCH_MATMUL -------------------------------------------------------------
@@ -28,6 +29,7 @@ def fully_connected(ctx: NodeContext):
         return None
     o, k = w_spec.shape
     m = int(np.prod(ctx.inputs[0].shape)) // k
+    ensure_gemm_policy()
     act = activation_in_place(ctx.attrs["activation"])
     # W is [O, K] row-major, so W.T is a column-major [K, O]: BLAS reads it transposed for free,
     # and for one row (a GEMV) that layout is the faster one.
@@ -55,6 +57,7 @@ def batch_matmul(ctx: NodeContext):
     if not all_float32(ctx, (0, 1)):
         return None
     adj_x, adj_y = bool(ctx.attrs.get("adj_x")), bool(ctx.attrs.get("adj_y"))
+    ensure_gemm_policy()
 
     def run(inputs, outputs):
         a, b = inputs[0], inputs[1]

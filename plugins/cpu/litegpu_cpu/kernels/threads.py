@@ -4,9 +4,16 @@ through numpy).
 The two pools must not both be wide. OpenBLAS's workers busy-wait after each GEMM, and
 numba's OpenMP workers after each parallel region; in a network that alternates the
 two (a depthwise conv, then a pointwise GEMM) each pool's spinners take the cores the
-other needs. On 2 loaded cores we measured mobilenet_v2 at 280 ms per invoke with a
-2-thread OpenBLAS against 10-27 ms with OpenBLAS on one thread. So the policy is:
-numba gets ``num_threads``, OpenBLAS runs on the calling thread only.
+other needs. Measured on 2 loaded cores (mobilenet_v2 / resnet18 per invoke):
+OpenBLAS 2 threads: 100-280 / 240-870 ms; OpenBLAS 1 thread but numba's OpenMP
+workers spinning (libgomp's default): 165-280 / 340-880 ms; OpenBLAS 1 thread and
+OpenMP workers that sleep when idle: 17-22 / 72-100 ms. So the policy is:
+
+- numba gets ``num_threads``, and its OpenMP workers wait passively
+  (``OMP_WAIT_POLICY=PASSIVE``, set at import unless the user set it; libgomp reads
+  it when numba first starts its pool, at the first parallel kernel call);
+- OpenBLAS runs on the calling thread only (set once, when the first GEMM kernel is
+  built: :func:`ensure_gemm_policy`).
 
 Setting OpenBLAS's thread count goes through the ``*_set_num_threads`` symbol of the
 OpenBLAS that numpy bundles, found with ctypes; when it is not found (another BLAS, a
@@ -19,7 +26,11 @@ import glob
 import os
 from typing import Callable
 
+# Before numba's OpenMP pool starts (nothing in this package launches a parallel kernel at import).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 _SETTER: Callable[[int], None] | None = None
+_GEMM_POLICY_SET = False
 _SEARCHED = False
 _SYMBOLS = ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads",
             "openblas_set_num_threads64_", "openblas_set_num_threads")
@@ -64,10 +75,19 @@ def set_blas_threads(n: int) -> bool:
     return True
 
 
+def ensure_gemm_policy() -> None:
+    """Put OpenBLAS on one thread, once per process (see the module docstring). Called by
+    the factories of GEMM kernels, so a process that never builds one is left alone."""
+    global _GEMM_POLICY_SET
+    if not _GEMM_POLICY_SET:
+        _GEMM_POLICY_SET = True
+        set_blas_threads(1)
+
+
 def configure_threads(num_threads: int) -> None:
     """Apply the cpu backend's thread policy: numba kernels on ``num_threads`` threads
     (0: numba's default), GEMMs on the calling thread (see the module docstring)."""
     import numba
     if num_threads > 0:
         numba.set_num_threads(min(num_threads, numba.config.NUMBA_NUM_THREADS))
-    set_blas_threads(1)
+    ensure_gemm_policy()
