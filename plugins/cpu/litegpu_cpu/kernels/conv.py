@@ -19,7 +19,7 @@ from .threads import ensure_gemm_policy
 
 # Rows of the im2col matrix built per GEMM call: bounds the scratch (and keeps it
 # nearer the caches) on big feature maps; small layers take one block.
-_IM2COL_BLOCK_BYTES = 1 << 20
+_IM2COL_BLOCK_BYTES = 4 << 20
 
 
 @njit(cache=True, parallel=True)
