@@ -55,6 +55,9 @@ class Partition:
     outputs: list[int]    # tensor indices read after the partition
     specs: dict[int, TensorSpec] = field(default_factory=dict)   # every tensor the partition touches
     arena: Any = None     # litegpu.memory.ArenaPlan for tensors internal to the partition
+    # Positions into ``nodes`` run as one step each (from Backend.schedule); the arena is
+    # planned at this granularity, so a fused step never overwrites what it still reads.
+    steps: list[list[int]] = field(default_factory=list)
 
 
 @dataclass
@@ -116,6 +119,13 @@ class Backend:
     def supports(self, node: NodeContext, model: Model) -> Support:
         """Whether this backend can run ``node``."""
         raise NotImplementedError("need supports")
+
+    def schedule(self, nodes: list[NodeContext], outputs: list[int]) -> list[list[int]]:
+        """Group the partition's nodes into steps that run as one kernel (default: one node each).
+
+        ``outputs`` are the tensors read after the partition. Memory is planned per step.
+        """
+        return [[i] for i in range(len(nodes))]
 
     def compile(self, partition: Partition, options: CompileOptions) -> Program:
         """Compile a partition into a runnable program."""

@@ -151,14 +151,16 @@ class CompiledSubgraph:
             read = [i for ctx in nodes for i in ctx.node.inputs if i >= 0]
             p_inputs = list(dict.fromkeys(i for i in read if i not in produced and not _is_const(specs, i)))
             p_outputs = [o for o in dict.fromkeys(produced) if consumers.get(o, -1) > p or o in sg.outputs]
-            arena = self._plan_arena(nodes, produced - set(p_outputs), specs)
+            backend = by_name[backend_name]
+            steps = backend.schedule(nodes, p_outputs)
+            arena = self._plan_arena(nodes, steps, produced - set(p_outputs), specs)
             total += arena.size
             self.report.arena_bytes += arena.size
             self.report.arena_naive_bytes += arena.naive_size
             touched = {t: specs[t] for ctx in nodes for t in (*ctx.node.inputs, *ctx.node.outputs)
                        if t >= 0 and specs.get(t) is not None}
-            partition = Partition(backend_name, sg, nodes, p_inputs, p_outputs, touched, arena)
-            program = by_name[backend_name].compile(partition, options)
+            partition = Partition(backend_name, sg, nodes, p_inputs, p_outputs, touched, arena, steps)
+            program = backend.compile(partition, options)
             self.steps.append((program, p_inputs, p_outputs))
         # Host storage: subgraph inputs, variables and tensors crossing partitions.
         for t in {*sg.inputs, *(o for _, _, outs in self.steps for o in outs),
@@ -178,14 +180,17 @@ class CompiledSubgraph:
         # Subgraph outputs that were folded to constants, and pass-through inputs.
         self.compile_seconds = time.perf_counter() - start
 
-    def _plan_arena(self, nodes: list[NodeContext], internal: set[int], specs) -> ArenaPlan:
+    def _plan_arena(self, nodes: list[NodeContext], steps: list[list[int]], internal: set[int],
+                    specs) -> ArenaPlan:
         first: dict[int, int] = {}
         last: dict[int, int] = {}
-        for pos, ctx in enumerate(nodes):
-            for t in (*ctx.node.inputs, *ctx.node.outputs):
-                if t in internal:
-                    first.setdefault(t, pos)
-                    last[t] = pos
+        for step, positions in enumerate(steps):
+            for pos in positions:
+                ctx = nodes[pos]
+                for t in (*ctx.node.inputs, *ctx.node.outputs):
+                    if t in internal:
+                        first.setdefault(t, step)
+                        last[t] = step
         usages = [Usage(t, _nbytes(specs[t]), first[t], last[t]) for t in first
                   if specs.get(t) is not None and specs[t].value is None]
         limit = self.limits.max_bytes or default_memory_limit()

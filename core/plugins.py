@@ -68,6 +68,17 @@ class PluginManager:
             self.pm.register(plugin, name=name)
             self._collect(rec, plugin)
 
+    def unregister(self, name: str) -> None:
+        """Remove a plugin registered with :meth:`register`, and its backends."""
+        with self._lock:
+            for rec in [r for r in self.records if r.name == name]:
+                for backend in rec.backends:
+                    self.backends.pop(backend, None)
+                self.records.remove(rec)
+            plugin = self.pm.get_plugin(name)
+            if plugin is not None:
+                self.pm.unregister(plugin)
+
     def _collect(self, rec: PluginRecord, plugin: object) -> None:
         caller = self.pm.subset_hook_caller
         try:

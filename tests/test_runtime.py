@@ -47,16 +47,19 @@ class _AddProgram(Program):
 
 
 @pytest.fixture(scope="module")
-def addonly() -> AddOnlyBackend:
+def addonly():
     backend = AddOnlyBackend()
+
+    class Plugin:
+        @litegpu.hookspecs.hookimpl
+        def litegpu_backends(self):
+            return [backend]
+
     pm = manager()
-    if "addonly" not in pm.backends:
-        class Plugin:
-            @litegpu.hookspecs.hookimpl
-            def litegpu_backends(self):
-                return [backend]
-        pm.register(Plugin(), "addonly-test-plugin")
-    return pm.backends["addonly"]
+    pm.register(Plugin(), "addonly-test-plugin")
+    yield pm.backends["addonly"]
+    pm.unregister("addonly-test-plugin")
+    assert "addonly" not in pm.backends
 
 
 def chain_model(ops: list[str]) -> bytes:
@@ -155,7 +158,8 @@ def test_arena_shares_memory_between_disjoint_lifetimes() -> None:
                 assert not set(ra) & set(rb), (a, b)
 
 
-def test_long_chain_runs_in_small_arena() -> None:
+def test_long_chain_runs_in_small_arena(monkeypatch) -> None:
+    monkeypatch.setenv("LITEGPU_CPU_FUSION", "0")  # one node per step: memory is shared across steps
     model = chain_model(["ADD", "MUL", "SUB"] * 10)
     interp = litegpu.Interpreter(model_content=model)
     report = interp.get_delegation_report()
@@ -187,6 +191,28 @@ def while_model(limit: float) -> bytes:
     b.op("WHILE", [x], [y], cond_subgraph_index=cond.index, body_subgraph_index=body.index)
     b.output(y)
     return b.build()
+
+
+def test_fused_chain_never_overwrites_what_it_reads() -> None:
+    """A fused run reading a broadcast operand that an earlier node of the run produced."""
+    b = ModelBuilder()
+    x = b.input("x", (4, 8))
+    m = b.tensor("m", (4, 8))
+    b.op("MUL", [x, b.const("two", np.full((4, 8), 2, np.float32))], [m])
+    s = b.tensor("s", (4, 1))
+    b.op("MEAN", [m, b.const("axis", np.array([1], np.int32))], [s], keep_dims=True)
+    d = b.tensor("d", (4, 8))
+    b.op("SUB", [m, s], [d])
+    e = b.tensor("e", (4, 8))
+    b.op("MUL", [d, d], [e])
+    f = b.tensor("f", (4, 8))
+    b.op("ADD", [e, m], [f])
+    b.output(f)
+    x_val = np.random.default_rng(1).standard_normal((4, 8)).astype(np.float32)
+    m_val = x_val * 2
+    d_val = m_val - m_val.mean(axis=1, keepdims=True)
+    np.testing.assert_allclose(run(litegpu.Interpreter(model_content=b.build()), x_val), d_val * d_val + m_val,
+                               rtol=1e-5, atol=1e-6)
 
 
 def test_while_loop_runs_and_matches_litert() -> None:

@@ -12,8 +12,9 @@ from litegpu.backend import (COMPLETE, Backend, CompileOptions, Event, NodeConte
 from litegpu.errors import ExecutionError, LiteGpuError
 from litegpu.graph import Model
 
-from .fusion import FusedGroup, fusable, make_fused_kernel, plan_group
+from .fusion import FusedGroup, fusion_runs, make_fused_kernel, plan_group
 from .kernels import make_kernel
+from .kernels.threads import configure_threads
 
 _QUANTIZED = (np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int16))
 _RUNTIME_ERRORS = (ValueError, IndexError, TypeError, KeyError, ZeroDivisionError, OverflowError,
@@ -44,10 +45,12 @@ class CpuBackend(Backend):
                 return Support(False, f"tensor {tensor.name!r} has type {tensor.type_name}, which has no kernels")
         return Support(True)
 
+    def schedule(self, nodes: list[NodeContext], outputs: list[int]) -> list[list[int]]:
+        """Runs of fusable elementwise nodes become one step; every other node its own."""
+        return fusion_runs(nodes)
+
     def compile(self, partition: Partition, options: CompileOptions) -> Program:
-        if options.num_threads > 0:
-            import numba
-            numba.set_num_threads(min(options.num_threads, numba.config.NUMBA_NUM_THREADS))
+        configure_threads(options.num_threads)
         return CpuProgram(partition, options)
 
 
@@ -122,32 +125,25 @@ class CpuProgram(Program):
 
 
 def _groups(partition: Partition) -> list:
-    """The partition's nodes, with runs of fusable elementwise nodes replaced by FusedGroups."""
+    """The partition's steps: a FusedGroup for each fused run, else single node contexts."""
     nodes = partition.nodes
-    if os.environ.get("LITEGPU_CPU_FUSION", "1") == "0":
-        return list(nodes)
+    steps = partition.steps or [[i] for i in range(len(nodes))]
     last_reader: dict[int, int] = {}
     for pos, ctx in enumerate(nodes):
         for t in ctx.node.inputs:
             last_reader[t] = pos
     out: list = []
-    i = 0
-    while i < len(nodes):
-        j = i
-        if fusable(nodes[i]):
-            shape = tuple(nodes[i].outputs[0].shape)
-            while j < len(nodes) and fusable(nodes[j]) and tuple(nodes[j].outputs[0].shape) == shape:
-                j += 1
-        if j - i >= 2:
-            produced = [ctx.node.outputs[0] for ctx in nodes[i:j]]
-            escaping = {t for t in produced if last_reader.get(t, -1) >= j or t in partition.outputs}
-            group = plan_group(nodes[i:j], escaping)
+    for positions in steps:
+        run = [nodes[p] for p in positions]
+        if len(run) >= 2:
+            after = positions[-1]
+            produced = [ctx.node.outputs[0] for ctx in run]
+            escaping = {t for t in produced if last_reader.get(t, -1) > after or t in partition.outputs}
+            group = plan_group(run, escaping)
             if group is not None:
                 out.append(group)
-                i = j
                 continue
-        out.append(nodes[i])
-        i += 1
+        out.extend(run)
     return out
 
 

@@ -69,6 +69,26 @@ def fusable(ctx: NodeContext) -> bool:
     return len(ctx.inputs) == expected and len(ctx.outputs) == 1
 
 
+def fusion_runs(nodes: list[NodeContext]) -> list[list[int]]:
+    """Positions grouped into maximal runs of fusable nodes with one output shape (others alone).
+
+    Disabled with ``LITEGPU_CPU_FUSION=0``.
+    """
+    if os.environ.get("LITEGPU_CPU_FUSION", "1") == "0":
+        return [[i] for i in range(len(nodes))]
+    steps: list[list[int]] = []
+    i = 0
+    while i < len(nodes):
+        j = i + 1
+        if fusable(nodes[i]):
+            shape = tuple(nodes[i].outputs[0].shape)
+            while j < len(nodes) and fusable(nodes[j]) and tuple(nodes[j].outputs[0].shape) == shape:
+                j += 1
+        steps.append(list(range(i, j)))
+        i = j
+    return steps
+
+
 def _mode(shape: tuple[int, ...], out_shape: tuple[int, ...]) -> str | None:
     """How an operand of ``shape`` is indexed inside a loop over ``out_shape``."""
     size = int(np.prod(shape, dtype=np.int64))
