@@ -82,6 +82,7 @@ class Session:
                                       precision_loss_allowed=precision_loss_allowed,
                                       runtime=make_runtime(self.call_subgraph, self.resources, self.limits))
         self._cache: dict[tuple, CompiledSubgraph] = {}
+        self._calls: dict[tuple, CompiledSubgraph] = {}   # control flow's fast path, keyed by input shapes
 
     def compile(self, sg_index: int, input_shapes: dict[int, tuple[int, ...]] | None = None) -> CompiledSubgraph:
         """The subgraph compiled for ``input_shapes`` (default: the model's shapes); cached."""
@@ -107,7 +108,10 @@ class Session:
         self._depth += 1
         try:
             arrays = [np.asarray(v) for v in inputs]
-            compiled = self.compile(sg_index, {t: a.shape for t, a in zip(sg.inputs, arrays)})
+            key = (sg_index, *(a.shape for a in arrays))
+            compiled = self._calls.get(key)
+            if compiled is None:
+                compiled = self._calls[key] = self.compile(sg_index, {t: a.shape for t, a in zip(sg.inputs, arrays)})
             for t, a in zip(sg.inputs, arrays):
                 compiled.set_input(t, a.astype(sg.tensors[t].dtype, copy=False))
             compiled.run()

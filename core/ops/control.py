@@ -39,7 +39,7 @@ def _while(inputs, attrs, runtime):
         (cond,) = runtime.call_subgraph(attrs["cond"], values)[:1]
         if not _truth(cond, "WHILE condition"):
             return values
-        values = [np.array(v) for v in runtime.call_subgraph(attrs["body"], values)]
+        values = runtime.call_subgraph(attrs["body"], values)  # fresh arrays, safe to keep
     raise ResourceLimitError(f"WHILE ran {runtime.max_while_iterations} iterations without ending "
                              "(raise Limits.max_while_iterations for longer loops)")
 
@@ -51,7 +51,7 @@ def _if_attrs(node, tensors) -> dict:
 
 def _if(inputs, attrs, runtime):
     branch = attrs["then"] if _truth(inputs[0], "IF condition") else attrs["else"]
-    return [np.array(v) for v in runtime.call_subgraph(branch, list(inputs[1:]))]
+    return runtime.call_subgraph(branch, list(inputs[1:]))
 
 
 def _call_once(inputs, attrs, runtime):

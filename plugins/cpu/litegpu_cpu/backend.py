@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import platform
+from functools import partial
 from typing import Sequence
 
 import numpy as np
@@ -95,6 +96,37 @@ class CpuProgram(Program):
             self.steps.append((kernel, ins, outs, dynamic, ctx))
         slots.append(None)  # slot -1: an omitted optional input
         self.slots = slots
+        # With no run-time shapes every slot is fixed once inputs and outputs are: the
+        # steps are bound to their arrays once and a run is a flat list of calls.
+        self.static = not any(dynamic for _, _, _, dynamic, _ in self.steps)
+        self._bound: list = []
+        self._bound_to: tuple = ()
+
+    def _run_bound(self, inputs: Sequence[np.ndarray], outputs: list) -> None:
+        key = tuple(map(id, inputs)) + tuple(map(id, outputs))
+        if key != self._bound_to:
+            slots = self.slots
+            self._bound = [(partial(kernel, [slots[i] for i in ins], [slots[o] for o in outs]), ctx)
+                           for kernel, ins, outs, _, ctx in self.steps]
+            self._bound_to = key
+        for call, ctx in self._bound:
+            try:
+                call()
+            except (LiteGpuError, *_RUNTIME_ERRORS) as exc:
+                raise _fail(ctx, exc) from None
+
+    def _run_steps(self) -> None:
+        slots = self.slots
+        for kernel, ins, outs, dynamic, ctx in self.steps:
+            args = [slots[i] for i in ins]
+            try:
+                if dynamic:
+                    for o, r in zip(outs, kernel(args)):
+                        slots[o] = r
+                else:
+                    kernel(args, [slots[o] for o in outs])
+            except (LiteGpuError, *_RUNTIME_ERRORS) as exc:
+                raise _fail(ctx, exc) from None
 
     def run(self, inputs: Sequence[np.ndarray], outputs: list, wait_for: Sequence[Event] = ()) -> Event:
         slots = self.slots
@@ -103,25 +135,23 @@ class CpuProgram(Program):
         for s, arr in zip(self.out_slots, outputs):
             if arr is not None:
                 slots[s] = arr
-        for kernel, ins, outs, dynamic, ctx in self.steps:
-            args = [slots[i] for i in ins]
-            try:
-                if dynamic:
-                    results = kernel(args)
-                    for o, r in zip(outs, results):
-                        slots[o] = r
-                else:
-                    kernel(args, [slots[o] for o in outs])
-            except LiteGpuError as exc:
-                raise type(exc)(f"node {ctx.node.index} ({ctx.node.op}): {exc}") from None
-            except _RUNTIME_ERRORS as exc:
-                raise ExecutionError(f"node {ctx.node.index} ({ctx.node.op}): {type(exc).__name__}: {exc}") from None
+        if self.static:
+            self._run_bound(inputs, outputs)
+        else:
+            self._run_steps()
         for i, s in enumerate(self.out_slots):
             if outputs[i] is None:
                 outputs[i] = slots[s]
             elif outputs[i] is not slots[s]:
                 np.copyto(outputs[i], slots[s])
         return COMPLETE
+
+
+def _fail(ctx: NodeContext, exc: Exception) -> LiteGpuError:
+    """The litegpu error for a kernel failure, naming the node."""
+    if isinstance(exc, LiteGpuError):
+        return type(exc)(f"node {ctx.node.index} ({ctx.node.op}): {exc}")
+    return ExecutionError(f"node {ctx.node.index} ({ctx.node.op}): {type(exc).__name__}: {exc}")
 
 
 def _groups(partition: Partition) -> list:
