@@ -36,7 +36,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-DEFAULT_MODELS_DIR = Path(os.environ.get("LITEGPU_MODELS", "/work/shared/models"))
+# The shared models next to the checkout (as tests/test_shared_models.py finds them).
+DEFAULT_MODELS_DIR = Path(os.environ.get(
+    "LITEGPU_SHARED_MODELS", Path(__file__).resolve().parents[2] / ".." / "shared" / "models"))
 DEFAULT_MODELS = ("dynamic_batch_mlp", "elementwise_200", "stateful_counter", "lstm_classifier", "unet_small")
 MUTATIONS = ("flip", "truncate", "offset", "length", "index", "shape", "word")
 OUTCOMES = ("ok", "error", "raw", "crash", "hang")
