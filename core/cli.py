@@ -127,6 +127,11 @@ def cmd_inspect(args: argparse.Namespace) -> int:
             for t in idx:
                 tensor = sg.tensors[t]
                 print(f"  {label} {t} {tensor.name!r} {tensor.type_name}{list(tensor.shape_signature)}")
+        if args.tensors:
+            for t in sg.tensors:
+                kind = "const" if t.is_constant else "variable" if t.is_variable else "activation"
+                quant = f" scale={t.quantization.scales[:4].tolist()}" if t.quantization and t.quantization.is_set else ""
+                print(f"  tensor {t.index} {t.name!r} {t.type_name}{list(t.shape_signature)} {kind}{quant}")
     try:
         interp = _make_interpreter(args)
     except LiteGpuError as exc:
@@ -256,6 +261,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--save", help="folder to save outputs as .npy")
     p.set_defaults(func=cmd_run)
     p = model_command("inspect", "show signatures, tensors, op histogram, partitions and the delegation report")
+    p.add_argument("--tensors", action="store_true", help="list every tensor of every subgraph")
     p.set_defaults(func=cmd_inspect)
     p = model_command("bench", "time a model like LiteRT's benchmark_model")
     p.add_argument("--num-runs", type=int, default=50)

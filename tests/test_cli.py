@@ -53,9 +53,10 @@ def test_run_with_npy_input(small_model: Path, tmp_path: Path) -> None:
 
 
 def test_inspect_prints_ops_and_report(small_model: Path) -> None:
-    out = litegpu("inspect", str(small_model))
+    out = litegpu("inspect", str(small_model), "--tensors")
     assert out.returncode == 0, out.stderr
     assert "ADDx1" in out.stdout and "partition 0: cpu" in out.stdout
+    assert "tensor 1 'c' FLOAT32[1, 4] const" in out.stdout
 
 
 def test_bench_compare_litert(small_model: Path) -> None:
