@@ -62,7 +62,8 @@ class FieldMap:
 
 
 _INDEX_NAMES = (".inputs", ".outputs", ".intermediates", ".buffer", ".opcode_index", "subgraph_index",
-                ".tensor_index")
+                ".tensor_index", ".traversal_order", ".block_map", ".values", ".quantized_dimension")
+_SIZE_NAMES = (".shape", ".shape_signature", ".dense_size")
 
 
 def field_map(data: bytes) -> FieldMap:
@@ -78,7 +79,7 @@ def field_map(data: bytes) -> FieldMap:
             if what.endswith(" length"):
                 fm.lengths.append(pos)
                 name = what[:-len(" length")]
-                if name.endswith((".shape", ".shape_signature")):
+                if name.endswith(_SIZE_NAMES):
                     fm.shapes.extend(pos + 4 + 4 * i for i in range(value))
                 elif name.endswith(_INDEX_NAMES):
                     fm.indices.extend(pos + 4 + 4 * i for i in range(value))
@@ -88,6 +89,8 @@ def field_map(data: bytes) -> FieldMap:
                 fm.vtable.append(pos)
             elif kind in ("uint", "int") and what.endswith(_INDEX_NAMES):
                 fm.indices.append(pos)
+            elif kind == "int" and what.endswith(_SIZE_NAMES):
+                fm.shapes.append(pos)
             return value
 
         def uoffset(self, pos: int, what: str) -> int:
@@ -98,7 +101,8 @@ def field_map(data: bytes) -> FieldMap:
     r.buf = Recording(data)
     r.read()
     for name in ("offsets", "vtable", "lengths", "indices", "shapes"):
-        setattr(fm, name, sorted(set(getattr(fm, name))))
+        # Narrow index vectors (uint8/uint16) were stepped as words: keep what lies in the file.
+        setattr(fm, name, sorted(p for p in set(getattr(fm, name)) if p <= len(data) - 2))
     return fm
 
 
