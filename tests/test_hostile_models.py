@@ -583,3 +583,27 @@ def test_omitted_required_input_is_a_clean_error() -> None:
         it.allocate_tensors()
         it.set_tensor(0, np.ones(2, np.float32))
         it.invoke()
+
+
+def _many_operators(data: bytes, n: int) -> bytes:
+    """``data`` with subgraph 0's operators replaced by ``n`` offsets to one tiny appended Operator."""
+    sg = root(data).tables(2, "subgraphs")[0]
+    field = sg._field(3, 4, "operators")
+    out = bytearray(data) + bytes(-len(data) % 4)
+    vec = len(out)
+    vtable = vec + 4 + 4 * n
+    table = vtable + 8
+    elements = vec + 4 + 4 * np.arange(n, dtype=np.int64)
+    out += struct.pack("<I", n) + (table - elements).astype("<u4").tobytes()
+    out += struct.pack("<HHH", 6, 8, 4) + bytes(2)  # vtable: opcode_index at +4
+    out += struct.pack("<iI", table - vtable, 0)     # the Operator: opcode_index 0
+    struct.pack_into("<I", out, field, vec - field)
+    return bytes(out)
+
+
+def test_table_count_is_bounded(mlp) -> None:
+    # Millions of 4-byte offsets to one table would cost a Python object each: refused up front.
+    _, data = mlp
+    expect_error(_many_operators(data, 1_000_001), r"operators \(1000001 tables\)", "more than 1000000 tables")
+    # Below the limit the same trick is read, and fails on the dataflow instead.
+    expect_error(_many_operators(data, 1000), r"never produced|already produced")

@@ -19,6 +19,9 @@ _SCALARS = {
     "ushort": ("<H", 2), "int": ("<i", 4), "uint": ("<I", 4), "long": ("<q", 8),
     "ulong": ("<Q", 8), "float": ("<f", 4), "double": ("<d", 8),
 }
+# Like the flatbuffers verifier's ``max_tables``: a vector of table offsets costs 4 bytes
+# in the file but a Python object here, so a hostile file could ask for millions of them.
+MAX_TABLES = 1_000_000
 _VECTOR_DTYPES = {
     "[int]": np.dtype("<i4"), "[uint]": np.dtype("<u4"), "[float]": np.dtype("<f4"),
     "[long]": np.dtype("<i8"), "[ubyte]": np.dtype("u1"), "[bool]": np.dtype("u1"),
@@ -32,6 +35,14 @@ class Buffer:
     def __init__(self, data: bytes | memoryview | np.ndarray) -> None:
         self.view = memoryview(data).cast("B") if not isinstance(data, memoryview) else data.cast("B")
         self.size = len(self.view)
+        self.tables_left = MAX_TABLES
+
+    def take_tables(self, n: int, what: str) -> None:
+        """Count ``n`` more tables against :data:`MAX_TABLES`; raise past the limit."""
+        self.tables_left -= n
+        if self.tables_left < 0:
+            raise ModelFormatError(f"{what}: the model has more than {MAX_TABLES} tables "
+                                   "(litegpu.model.flatbuf.MAX_TABLES)")
 
     def check(self, pos: int, nbytes: int, what: str) -> None:
         """Raise unless ``[pos, pos + nbytes)`` lies inside the buffer."""
@@ -73,6 +84,7 @@ class Table:
         self.buf = buf
         self.pos = pos
         self.path = path
+        buf.take_tables(1, path)
         soff = buf.scalar(pos, "int", f"{path} vtable offset")
         vt = pos - soff
         buf.check(vt, 4, f"{path} vtable")
@@ -141,6 +153,8 @@ class Table:
     def tables(self, slot: int, name: str) -> list["Table"]:
         """A vector of tables (empty when absent)."""
         start, n = self._vector(slot, 4, name)
+        if n > self.buf.tables_left:  # fail before building any of them
+            self.buf.take_tables(n, f"{self.path}.{name} ({n} tables)")
         return [Table(self.buf, self.buf.uoffset(start + 4 * i, f"{self.path}.{name}[{i}]"),
                       f"{self.path}.{name}[{i}]") for i in range(n)]
 
