@@ -607,3 +607,24 @@ def test_table_count_is_bounded(mlp) -> None:
     expect_error(_many_operators(data, 1_000_001), r"operators \(1000001 tables\)", "more than 1000000 tables")
     # Below the limit the same trick is read, and fails on the dataflow instead.
     expect_error(_many_operators(data, 1000), r"never produced|already produced")
+
+
+def test_vector_shared_by_many_tables_is_refused(mlp) -> None:
+    # 2000 operators (one table, referenced 2000 times) whose inputs vector holds 100k entries:
+    # 2e8 indices to decode from a file of 0.4 MB. A converter never shares vectors like this.
+    _, data = mlp
+    n, k = 2000, 100_000
+    sg = root(data).tables(2, "subgraphs")[0]
+    field = sg._field(3, 4, "operators")
+    out = bytearray(data) + bytes(-len(data) % 4)
+    vec = len(out)
+    vtable = vec + 4 + 4 * n
+    table = vtable + 8
+    inputs = table + 12
+    elements = vec + 4 + 4 * np.arange(n, dtype=np.int64)
+    out += struct.pack("<I", n) + (table - elements).astype("<u4").tobytes()
+    out += struct.pack("<HHHH", 8, 12, 4, 8)                      # opcode_index at +4, inputs at +8
+    out += struct.pack("<iII", table - vtable, 0, inputs - (table + 8))
+    out += struct.pack("<I", k) + bytes(4 * k)                    # k inputs, all tensor 0
+    struct.pack_into("<I", out, field, vec - field)
+    expect_error(bytes(out), r"operators\[\d+\]\.inputs", "more elements than twice")

@@ -36,6 +36,10 @@ class Buffer:
         self.view = memoryview(data).cast("B") if not isinstance(data, memoryview) else data.cast("B")
         self.size = len(self.view)
         self.tables_left = MAX_TABLES
+        # Each vector element is read once in a well-formed model, so all vectors together
+        # hold fewer elements than the file has bytes. Vectors shared by many tables (legal
+        # in a flatbuffer, never written by converters) could otherwise multiply the work.
+        self.elements_left = 2 * self.size + 4096
 
     def take_tables(self, n: int, what: str) -> None:
         """Count ``n`` more tables against :data:`MAX_TABLES`; raise past the limit."""
@@ -132,6 +136,10 @@ class Table:
             return 0, 0
         n = self.buf.scalar(pos, "uint", f"{self.path}.{name} length")
         self.buf.check(pos + 4, n * elem_size, f"{self.path}.{name} ({n} elements)")
+        self.buf.elements_left -= n
+        if self.buf.elements_left < 0:
+            raise ModelFormatError(f"{self.path}.{name}: vectors read so far hold more elements than twice "
+                                   f"the {self.buf.size} model bytes (vectors shared by many tables?)")
         return pos + 4, n
 
     def string(self, slot: int, name: str, default: str = "") -> str:
