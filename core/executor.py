@@ -177,6 +177,7 @@ class CompiledSubgraph:
         if total > limit:
             raise ResourceLimitError(f"the model needs {total} bytes of tensor memory, over the limit of "
                                      f"{limit} bytes (raise it with Limits.max_bytes)")
+        self._plan: list | bool | None = None   # built by the first run
         # Subgraph outputs that were folded to constants, and pass-through inputs.
         self.compile_seconds = time.perf_counter() - start
 
@@ -214,12 +215,31 @@ class CompiledSubgraph:
 
     def run(self) -> None:
         """Run every partition in order on the host-side tensors."""
+        plan = self._plan
+        if plan is None:
+            plan = self._plan = self._fixed_plan()
+        if plan:
+            for run, ins, outs in plan:
+                run(ins, outs)
+            return
         host = self.host
         for program, ins, outs in self.steps:
             out_arrays = [host.get(o) for o in outs]
             program.run([host[i] for i in ins], out_arrays)
             for o, arr in zip(outs, out_arrays):
                 host[o] = arr
+
+    def _fixed_plan(self) -> list | bool:
+        """``(program.run, input arrays, output arrays)`` per partition when every tensor that
+        crosses a partition has a host array before the first run (no run-time shapes): the
+        lists never change, so a run does no lookups. False otherwise."""
+        host = self.host
+        plan = []
+        for program, ins, outs in self.steps:
+            if any(host.get(t) is None for t in (*ins, *outs)):
+                return False
+            plan.append((program.run, [host[i] for i in ins], [host[o] for o in outs]))
+        return plan
 
     def output(self, tensor: int) -> np.ndarray:
         """The current value of an output (or any host-side) tensor."""

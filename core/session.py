@@ -100,28 +100,69 @@ class Session:
 
     def call_subgraph(self, sg_index: int, inputs: list[np.ndarray]) -> list[np.ndarray]:
         """Run subgraph ``sg_index`` on ``inputs`` (control flow); returns copies of its outputs."""
-        sg = self.model.subgraphs[sg_index]
-        if len(inputs) != len(sg.inputs):
-            raise InvalidArgumentError(f"subgraph {sg_index} takes {len(sg.inputs)} inputs, got {len(inputs)}")
+        try:
+            key = (sg_index, *[a.shape for a in inputs])
+        except AttributeError:   # not arrays: the general path converts them
+            key = None
+        call = self._calls.get(key)
+        if call is None:
+            call = self._subgraph_call(sg_index, inputs)
         if self._depth >= _MAX_CALL_DEPTH:
             raise ResourceLimitError(f"subgraph calls nested deeper than {_MAX_CALL_DEPTH}")
         self._depth += 1
         try:
-            arrays = [np.asarray(v) for v in inputs]
-            key = (sg_index, *(a.shape for a in arrays))
-            compiled = self._calls.get(key)
-            if compiled is None:
-                compiled = self._calls[key] = self.compile(sg_index, {t: a.shape for t, a in zip(sg.inputs, arrays)})
-            for t, a in zip(sg.inputs, arrays):
-                compiled.set_input(t, a.astype(sg.tensors[t].dtype, copy=False))
-            compiled.run()
-            return [np.array(compiled.output(t)) for t in sg.outputs]
+            return call(inputs)
         finally:
             self._depth -= 1
+
+    def _subgraph_call(self, sg_index: int, inputs: list) -> "_SubgraphCall":
+        """The cached call of subgraph ``sg_index`` compiled for the shapes of ``inputs``."""
+        if not 0 <= sg_index < len(self.model.subgraphs):
+            raise InvalidArgumentError(f"subgraph {sg_index} does not exist; the model has "
+                                       f"{len(self.model.subgraphs)}")
+        sg = self.model.subgraphs[sg_index]
+        if len(inputs) != len(sg.inputs):
+            raise InvalidArgumentError(f"subgraph {sg_index} takes {len(sg.inputs)} inputs, got {len(inputs)}")
+        shapes = [np.shape(v) for v in inputs]
+        key = (sg_index, *shapes)
+        call = self._calls.get(key)
+        if call is None:
+            compiled = self.compile(sg_index, dict(zip(sg.inputs, shapes)))
+            call = self._calls[key] = _SubgraphCall(compiled)
+        return call
 
     def reset_variables(self) -> None:
         """Forget resource variables and CALL_ONCE state (a fresh interpreter's state)."""
         self.resources.clear()
+
+
+class _SubgraphCall:
+    """Calls one compiled subgraph with inputs of the shapes it was compiled for.
+
+    Work that does not depend on the values is done once: which input tensors any node
+    reads (an input nothing reads, such as a loop-carried value a condition ignores, is
+    not copied in), their host arrays and dtypes.
+    """
+
+    def __init__(self, compiled: CompiledSubgraph) -> None:
+        sg = compiled.sg
+        read = {t for node in sg.nodes for t in node.inputs} | set(sg.outputs)
+        self.compiled = compiled
+        self.inputs = [(pos, t, compiled.host[t]) for pos, t in enumerate(sg.inputs) if t in read]
+        self.outputs = list(sg.outputs)
+
+    def __call__(self, inputs: list) -> list[np.ndarray]:
+        compiled = self.compiled
+        for pos, t, dst in self.inputs:
+            value = inputs[pos]
+            if type(value) is not np.ndarray or value.dtype != dst.dtype:
+                value = np.asarray(value).astype(dst.dtype, copy=False)
+            if value.shape != dst.shape:
+                compiled.set_input(t, value)   # raises, naming the tensor
+            np.copyto(dst, value)
+        compiled.run()
+        host = compiled.host
+        return [host[t].copy() if t in host else np.array(compiled.output(t)) for t in self.outputs]
 
 
 def open_model(source) -> Model:

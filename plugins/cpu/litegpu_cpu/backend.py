@@ -89,9 +89,13 @@ class CpuProgram(Program):
                                    False, group.nodes[0]))
                 continue
             ctx = group
+            dynamic = ctx.opdef.stateful or ctx.dynamic
+            if not dynamic and all(spec.value is not None for spec in ctx.outputs):
+                # Outputs known at compile time (SHAPE of a static tensor): their slots
+                # already hold the values, so the node has nothing left to do.
+                continue
             ins = [slot(i) if i >= 0 else -1 for i in ctx.node.inputs]
             outs = [slot(o) for o in ctx.node.outputs]
-            dynamic = ctx.opdef.stateful or ctx.dynamic
             kernel = _returning_kernel(ctx, options) if dynamic else make_kernel(ctx)
             self.steps.append((kernel, ins, outs, dynamic, ctx))
         slots.append(None)  # slot -1: an omitted optional input
@@ -101,19 +105,32 @@ class CpuProgram(Program):
         self.static = not any(dynamic for _, _, _, dynamic, _ in self.steps)
         self._bound: list = []
         self._bound_to: tuple = ()
+        self._fill: list[tuple[int, int]] = []
 
-    def _run_bound(self, inputs: Sequence[np.ndarray], outputs: list) -> None:
-        key = tuple(map(id, inputs)) + tuple(map(id, outputs))
-        if key != self._bound_to:
-            slots = self.slots
-            self._bound = [(partial(kernel, [slots[i] for i in ins], [slots[o] for o in outs]), ctx)
-                           for kernel, ins, outs, _, ctx in self.steps]
-            self._bound_to = key
-        for call, ctx in self._bound:
-            try:
-                call()
-            except (LiteGpuError, *_RUNTIME_ERRORS) as exc:
-                raise _fail(ctx, exc) from None
+    def _bind(self, inputs: Sequence[np.ndarray], outputs: list, key: tuple) -> None:
+        """Point the slots at this run's arrays and bind every step to its arrays.
+
+        A kernel with a ``bind(inputs, outputs)`` attribute returns a call with its views
+        (reshapes, slices) made here, once, rather than on every run.
+        """
+        slots = self.slots
+        for s, arr in zip(self.in_slots, inputs):
+            slots[s] = arr
+        for s, arr in zip(self.out_slots, outputs):
+            if arr is not None:
+                slots[s] = arr
+        bound = []
+        for kernel, ins, outs, _, ctx in self.steps:
+            args, results = [slots[i] for i in ins], [slots[o] for o in outs]
+            bind = getattr(kernel, "bind", None)
+            call = bind(args, results) if bind is not None else None
+            bound.append((call or partial(kernel, args, results), ctx))
+        self._bound = bound
+        # Outputs the caller left to us (None), and outputs whose slot is not the caller's array.
+        self._fill = [(i, s) for i, s in enumerate(self.out_slots) if outputs[i] is None]
+        self._copy = [(i, s) for i, s in enumerate(self.out_slots)
+                      if outputs[i] is not None and outputs[i] is not slots[s]]
+        self._bound_to = key
 
     def _run_steps(self) -> None:
         slots = self.slots
@@ -129,16 +146,28 @@ class CpuProgram(Program):
                 raise _fail(ctx, exc) from None
 
     def run(self, inputs: Sequence[np.ndarray], outputs: list, wait_for: Sequence[Event] = ()) -> Event:
+        if self.static:
+            key = (*map(id, inputs), *map(id, outputs))
+            if key != self._bound_to:
+                self._bind(inputs, outputs, key)
+            try:
+                for call, ctx in self._bound:
+                    call()
+            except (LiteGpuError, *_RUNTIME_ERRORS) as exc:
+                raise _fail(ctx, exc) from None
+            slots = self.slots
+            for i, s in self._fill:
+                outputs[i] = slots[s]
+            for i, s in self._copy:
+                np.copyto(outputs[i], slots[s])
+            return COMPLETE
         slots = self.slots
         for s, arr in zip(self.in_slots, inputs):
             slots[s] = arr
         for s, arr in zip(self.out_slots, outputs):
             if arr is not None:
                 slots[s] = arr
-        if self.static:
-            self._run_bound(inputs, outputs)
-        else:
-            self._run_steps()
+        self._run_steps()
         for i, s in enumerate(self.out_slots):
             if outputs[i] is None:
                 outputs[i] = slots[s]

@@ -61,6 +61,45 @@ kernel("MAXIMUM")(_binary(np.maximum))
 kernel("MINIMUM")(_binary(np.minimum))
 
 
+_BOOL = np.dtype(np.bool_)
+
+
+def _predicate(ufunc, allowed: tuple):
+    """A factory for a comparison or logical op: inputs of one dtype in ``allowed``, bool out."""
+    def factory(ctx: NodeContext):
+        dtypes = {np.dtype(s.dtype) for s in ctx.inputs if s is not None}
+        if len(ctx.inputs) != 2 or len(dtypes) != 1 or dtypes.pop() not in allowed \
+                or np.dtype(ctx.outputs[0].dtype) != _BOOL:
+            return None
+
+        def run(inputs, outputs):
+            ufunc(inputs[0], inputs[1], out=outputs[0])
+        return run
+    factory.__doc__ = f"Broadcasting {ufunc.__name__} into a bool output."
+    return factory
+
+
+kernel("LESS")(_predicate(np.less, _NUMERIC))
+kernel("LESS_EQUAL")(_predicate(np.less_equal, _NUMERIC))
+kernel("GREATER")(_predicate(np.greater, _NUMERIC))
+kernel("GREATER_EQUAL")(_predicate(np.greater_equal, _NUMERIC))
+kernel("EQUAL")(_predicate(np.equal, _NUMERIC + (_BOOL,)))
+kernel("NOT_EQUAL")(_predicate(np.not_equal, _NUMERIC + (_BOOL,)))
+kernel("LOGICAL_AND")(_predicate(np.logical_and, (_BOOL,)))
+kernel("LOGICAL_OR")(_predicate(np.logical_or, (_BOOL,)))
+
+
+@kernel("LOGICAL_NOT")
+def logical_not(ctx: NodeContext):
+    """np.logical_not into the bool output."""
+    if _dtypes(ctx, (_BOOL,)) is None:
+        return None
+
+    def run(inputs, outputs):
+        np.logical_not(inputs[0], out=outputs[0])
+    return run
+
+
 @kernel("SQUARED_DIFFERENCE")
 def squared_difference(ctx: NodeContext):
     """(a - b)^2 with broadcasting, two in-place passes."""

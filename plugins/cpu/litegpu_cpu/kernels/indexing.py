@@ -1,0 +1,252 @@
+"""Indexing kernels: GATHER (numba, bounds-checked), SPLIT / SPLIT_V and STRIDED_SLICE / SLICE
+with constant parameters (precomputed slices), SELECT / SELECT_V2 (np.where into the output).
+
+Each factory works out the shapes, axes and slice objects when the model is compiled, so
+``run`` is one or a few numpy calls on the arrays it is handed. Out-of-range GATHER
+indices raise :class:`~litegpu.errors.ExecutionError` as the reference does.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from litegpu.backend import NodeContext
+from litegpu.errors import ExecutionError
+
+from .common import optional_input
+from .registry import kernel
+
+_INDEX_DTYPES = (np.dtype(np.int16), np.dtype(np.int32), np.dtype(np.int64))
+
+
+def _const_ints(ctx: NodeContext, i: int) -> list[int] | None:
+    """Input ``i``'s constant value as a flat list of ints, or None when it is not constant."""
+    spec = optional_input(ctx, i)
+    if spec is None or spec.value is None:
+        return None
+    return [int(v) for v in np.asarray(spec.value).reshape(-1)]
+
+
+# -- GATHER -------------------------------------------------------------------------------------
+
+@njit(cache=True)
+def gather_rows(params, indices, out):
+    """``out[o, j, :] = params[o, indices[j], :]``; returns -1, or the position of the first
+    index outside ``[0, params.shape[1])`` (nothing is read out of bounds)."""
+    outer, limit, inner = params.shape
+    n = indices.size
+    for j in range(n):
+        k = indices[j]
+        if k < 0 or k >= limit:
+            return j
+    for o in range(outer):
+        for j in range(n):
+            k = indices[j]
+            for e in range(inner):
+                out[o, j, e] = params[o, k, e]
+    return -1
+
+
+def _gather_error(indices: np.ndarray, at: int, limit: int) -> ExecutionError:
+    bad = int(indices.reshape(-1)[at])
+    return ExecutionError(f"GATHER index {bad} out of range [0, {limit})")
+
+
+@kernel("GATHER")
+def gather(ctx: NodeContext):
+    """GATHER along a constant axis without batch dims: a scalar index is one slice copy,
+    several are a numba row gather over a ``[outer, axis, inner]`` view."""
+    if ctx.attrs.get("batch_dims", 0) != 0:
+        return None
+    p_spec, ix_spec, out_spec = ctx.inputs[0], ctx.inputs[1], ctx.outputs[0]
+    if np.dtype(ix_spec.dtype) not in _INDEX_DTYPES or np.dtype(p_spec.dtype) != np.dtype(out_spec.dtype):
+        return None
+    shape = tuple(p_spec.shape)
+    rank = len(shape)
+    axis = int(ctx.attrs.get("axis", 0))
+    if not -rank <= axis < rank:
+        return None
+    axis %= rank
+    outer = int(np.prod(shape[:axis], dtype=np.int64))
+    limit = shape[axis]
+    inner = int(np.prod(shape[axis + 1:], dtype=np.int64))
+    n = int(np.prod(ix_spec.shape, dtype=np.int64))
+    p_view, out_view = (outer, limit, inner), (outer, n, inner)
+
+    if n == 1 and outer == 1:
+        # One index into the leading axis (the LSTM's per-step input): a single slice copy.
+        def run(inputs, outputs):
+            ix = inputs[1]
+            k = int(ix.reshape(-1)[0])
+            if k < 0 or k >= limit:
+                raise _gather_error(ix, 0, limit)
+            np.copyto(outputs[0].reshape(inner), inputs[0].reshape(limit, inner)[k])
+        return run
+
+    def run(inputs, outputs):
+        ix = inputs[1]
+        flat = ix.reshape(-1)
+        at = gather_rows(inputs[0].reshape(p_view), flat, outputs[0].reshape(out_view))
+        if at >= 0:
+            raise _gather_error(ix, at, limit)
+    return run
+
+
+# -- SPLIT / SPLIT_V ----------------------------------------------------------------------------
+
+def _split_kernel(ctx: NodeContext, x_index: int, axis: int):
+    """Copy consecutive slices of input ``x_index`` along ``axis`` into the outputs."""
+    x_shape = tuple(ctx.inputs[x_index].shape)
+    rank = len(x_shape)
+    if not -rank <= axis < rank:
+        return None
+    axis %= rank
+    slices, offset = [], 0
+    for spec in ctx.outputs:
+        size = spec.shape[axis]
+        slices.append((slice(None),) * axis + (slice(offset, offset + size),))
+        offset += size
+    if offset != x_shape[axis]:
+        return None
+    pairs = list(enumerate(slices))
+
+    def run(inputs, outputs):
+        x = inputs[x_index]
+        for i, sl in pairs:
+            np.copyto(outputs[i], x[sl])
+    return run
+
+
+@kernel("SPLIT")
+def split(ctx: NodeContext):
+    """SPLIT with a constant axis: one slice copy per output."""
+    axis = _const_ints(ctx, 0)
+    if axis is None or len(axis) != 1:
+        return None
+    return _split_kernel(ctx, 1, axis[0])
+
+
+@kernel("SPLIT_V")
+def split_v(ctx: NodeContext):
+    """SPLIT_V with constant sizes and axis (sizes already resolved in the output shapes)."""
+    axis = _const_ints(ctx, 2)
+    if axis is None or len(axis) != 1 or _const_ints(ctx, 1) is None:
+        return None
+    return _split_kernel(ctx, 0, axis[0])
+
+
+# -- STRIDED_SLICE / SLICE ----------------------------------------------------------------------
+
+def _as_slice(flat: np.ndarray, shape: tuple[int, ...]):
+    """Basic-indexing slices of a C-contiguous input of ``shape`` that pick exactly the flat
+    positions ``flat`` (in its order, up to a reshape), or None when no slice does.
+
+    Each output axis longer than 1 must step through the positions by a fixed amount that
+    is a multiple of one input axis's stride; the candidate is checked by applying it to an
+    array of positions, so a wrong guess only costs the faster path, never correctness.
+    """
+    if flat.size == 0 or flat.ndim == 0:
+        return None
+    strides = [int(np.prod(shape[d + 1:], dtype=np.int64)) for d in range(len(shape))]
+    origin = int(flat.reshape(-1)[0])
+    first = np.unravel_index(origin, shape)
+    steps: dict[int, tuple[int, int]] = {}      # input axis -> (step in elements of that axis, count)
+    for a, count in enumerate(flat.shape):
+        if count <= 1:
+            continue
+        sel = [0] * flat.ndim
+        sel[a] = 1
+        step = int(flat[tuple(sel)]) - origin
+        for d, s in enumerate(strides):
+            if d not in steps and step != 0 and step % s == 0 and abs(step // s) < shape[d]:
+                steps[d] = (step // s, count)
+                break
+        else:
+            return None
+    index = []
+    for d in range(len(shape)):
+        start = int(first[d])
+        step, count = steps.get(d, (1, 1))
+        stop = start + step * count
+        index.append(slice(start, stop if stop >= 0 else None, step))
+    index = tuple(index)
+    probe = np.arange(int(np.prod(shape, dtype=np.int64)), dtype=np.int64).reshape(shape)[index]
+    if probe.size != flat.size or not np.array_equal(probe.reshape(-1), flat.reshape(-1)):
+        return None
+    return index
+
+
+def _nothing(inputs: list, outputs: list) -> None:
+    """The kernel of a node with an empty output."""
+
+
+def _constant_index_kernel(ctx: NodeContext):
+    """A data-movement node whose index operands are constant: the reference, run once on an
+    array of positions, says which input element each output element is; the kernel copies
+    them by basic slicing when that selection is a slice, else by ``np.take``."""
+    x_spec, out_spec = ctx.inputs[0], ctx.outputs[0]
+    if any(s is None or s.value is None for s in ctx.inputs[1:]):
+        return None
+    if np.dtype(x_spec.dtype) != np.dtype(out_spec.dtype):
+        return None
+    shape = tuple(x_spec.shape)
+    size = int(np.prod(shape, dtype=np.int64))
+    if int(np.prod(out_spec.shape, dtype=np.int64)) == 0:
+        return _nothing
+    if size == 0 or size >= 1 << 31:
+        return None
+    positions = np.arange(size, dtype=np.int64).reshape(shape)
+    values = [positions] + [s.value for s in ctx.inputs[1:]]
+    try:
+        (flat,) = ctx.opdef.reference(values, ctx.attrs)
+    except Exception:  # noqa: BLE001  (an invalid node: the reference kernel reports it at run time)
+        return None
+    flat = np.asarray(flat)
+    if tuple(flat.shape) != tuple(out_spec.shape):
+        return None
+    index = _as_slice(flat, shape)
+    out_shape = tuple(out_spec.shape)
+    if index is not None:
+        def run(inputs, outputs):
+            np.copyto(outputs[0], inputs[0][index].reshape(out_shape))
+        return run
+    take = np.ascontiguousarray(flat.reshape(-1).astype(np.intp))
+
+    def run(inputs, outputs):
+        np.take(inputs[0].reshape(-1), take, out=outputs[0].reshape(-1))
+    return run
+
+
+@kernel("STRIDED_SLICE", "SLICE")
+def strided_slice(ctx: NodeContext):
+    """STRIDED_SLICE / SLICE with constant begin/end/strides: a precomputed slice copy."""
+    return _constant_index_kernel(ctx)
+
+
+# -- SELECT / SELECT_V2 -------------------------------------------------------------------------
+
+@kernel("SELECT", "SELECT_V2")
+def select(ctx: NodeContext):
+    """``np.where(cond, x, y)`` into the output; SELECT's rank-1 condition picks along dim 0."""
+    c_spec, x_spec, y_spec = ctx.inputs
+    out_spec = ctx.outputs[0]
+    dtype = np.dtype(out_spec.dtype)
+    if np.dtype(x_spec.dtype) != dtype or np.dtype(y_spec.dtype) != dtype or np.dtype(c_spec.dtype) != np.bool_:
+        return None
+    c_view = None
+    if ctx.node.op == "SELECT" and len(c_spec.shape) == 1 and len(x_spec.shape) > 1:
+        c_view = tuple(c_spec.shape) + (1,) * (len(x_spec.shape) - 1)
+
+    # numpy's where has no out=: y everywhere, then x where the condition holds.
+    if c_view is None:
+        def run(inputs, outputs):
+            out = outputs[0]
+            np.copyto(out, inputs[2])
+            np.copyto(out, inputs[1], where=inputs[0])
+        return run
+
+    def run(inputs, outputs):
+        out = outputs[0]
+        np.copyto(out, inputs[2])
+        np.copyto(out, inputs[1], where=inputs[0].reshape(c_view))
+    return run
