@@ -77,7 +77,8 @@ def infer_subgraph(model: Model, sg: Subgraph, input_specs: dict[int, TensorSpec
                 outs = None
             except LiteGpuError as exc:
                 raise type(exc)(f"node {node.index} ({node.op}): {exc}") from None
-            except (ValueError, IndexError, TypeError, KeyError, ZeroDivisionError, OverflowError) as exc:
+            except (ValueError, IndexError, TypeError, KeyError, ZeroDivisionError, OverflowError,
+                    AttributeError) as exc:  # AttributeError: a required input omitted (-1) in the file
                 raise ModelFormatError(f"node {node.index} ({node.op}): shape inference failed: {exc}") from None
             if outs is not None and len(outs) != len(node.outputs):
                 raise ModelFormatError(f"node {node.index} ({node.op}): has {len(node.outputs)} outputs, "
@@ -121,7 +122,8 @@ def _run_reference(opdef, node, values, attrs) -> list[np.ndarray]:
         return opdef.reference(values, attrs)
     except LiteGpuError as exc:
         raise type(exc)(f"node {node.index} ({node.op}): {exc}") from None
-    except (ValueError, IndexError, TypeError, KeyError, ZeroDivisionError, OverflowError, MemoryError) as exc:
+    except (ValueError, IndexError, TypeError, KeyError, ZeroDivisionError, OverflowError, MemoryError,
+            AttributeError) as exc:
         raise ExecutionError(f"node {node.index} ({node.op}): {type(exc).__name__}: {exc}") from None
 
 
@@ -143,8 +145,9 @@ class CompiledSubgraph:
         by_name.setdefault(CPU, cpu)
         self.host: dict[int, np.ndarray] = {}
         consumers = _last_reader_partition(self.report, contexts, sg)
-        self.steps: list[tuple[Program, list[int], list[int]]] = []
-        total = 0
+        # Plan every partition and the host tensors first, and check the memory limit
+        # before anything is allocated.
+        planned = []
         for p, (backend_name, positions) in enumerate(self.report.partitions):
             nodes = [contexts[pos] for pos in positions]
             produced = {o for ctx in nodes for o in ctx.node.outputs}
@@ -154,29 +157,24 @@ class CompiledSubgraph:
             backend = by_name[backend_name]
             steps = backend.schedule(nodes, p_outputs)
             arena = self._plan_arena(nodes, steps, produced - set(p_outputs), specs)
-            total += arena.size
             self.report.arena_bytes += arena.size
             self.report.arena_naive_bytes += arena.naive_size
             touched = {t: specs[t] for ctx in nodes for t in (*ctx.node.inputs, *ctx.node.outputs)
                        if t >= 0 and specs.get(t) is not None}
-            partition = Partition(backend_name, sg, nodes, p_inputs, p_outputs, touched, arena, steps)
-            program = backend.compile(partition, options)
-            self.steps.append((program, p_inputs, p_outputs))
+            planned.append((backend, Partition(backend_name, sg, nodes, p_inputs, p_outputs, touched, arena, steps)))
         # Host storage: subgraph inputs, variables and tensors crossing partitions.
-        for t in {*sg.inputs, *(o for _, _, outs in self.steps for o in outs),
-                  *(t.index for t in sg.tensors if t.is_variable)}:
-            spec = specs.get(t)
-            if spec is None:
-                continue
-            if spec.value is not None:
-                self.host[t] = spec.value
-                continue
-            total += _nbytes(spec)
-            self.host[t] = np.zeros(spec.shape, spec.dtype)
+        host_specs = {t: specs[t] for t in {*sg.inputs, *(o for _, part in planned for o in part.outputs),
+                                            *(t.index for t in sg.tensors if t.is_variable)}
+                      if specs.get(t) is not None}
+        total = self.report.arena_bytes + sum(_nbytes(s) for s in host_specs.values() if s.value is None)
         limit = self.limits.max_bytes or default_memory_limit()
         if total > limit:
             raise ResourceLimitError(f"the model needs {total} bytes of tensor memory, over the limit of "
                                      f"{limit} bytes (raise it with Limits.max_bytes)")
+        for t, spec in host_specs.items():
+            self.host[t] = spec.value if spec.value is not None else np.zeros(spec.shape, spec.dtype)
+        self.steps: list[tuple[Program, list[int], list[int]]] = [
+            (backend.compile(part, options), part.inputs, part.outputs) for backend, part in planned]
         self._plan: list | bool | None = None   # built by the first run
         # Subgraph outputs that were folded to constants, and pass-through inputs.
         self.compile_seconds = time.perf_counter() - start
@@ -228,6 +226,12 @@ class CompiledSubgraph:
             program.run([host[i] for i in ins], out_arrays)
             for o, arr in zip(outs, out_arrays):
                 host[o] = arr
+
+    @property
+    def fixed(self) -> bool:
+        """True once a run found every host array fixed for good (no run-time shapes), so
+        arrays read from :meth:`output` stay the ones later runs write."""
+        return bool(self._plan)
 
     def _fixed_plan(self) -> list | bool:
         """``(program.run, input arrays, output arrays)`` per partition when every tensor that

@@ -330,8 +330,6 @@ def test_shape_edited_in_shared_model(mlp) -> None:
     expect_error(path, r"tensors\[0\]\.shape\[1\]: dimension -7")
 
 
-@pytest.mark.xfail(raises=MemoryError, strict=False,
-                   reason="executor allocates host tensors before it checks Limits.max_bytes")
 def test_huge_activation_is_a_limit_error_at_allocation() -> None:
     # Valid to read (a shape is only a number), but allocating it must be refused cleanly.
     shape = [1 << 20, 1 << 18]  # 2^38 float32 elements: 1 TiB
@@ -573,8 +571,6 @@ def test_mutated_sparse_models_load_or_fail_cleanly() -> None:
         assert loaded < 600
 
 
-@pytest.mark.xfail(raises=AttributeError, strict=False,
-                   reason="shape inference passes None for an omitted (-1) input of an op that requires it")
 def test_omitted_required_input_is_a_clean_error() -> None:
     data = graph([t(), t()], [add([0, -1], [1])])
     litegpu.load_model(data)  # -1 is legal in the file format: the op decides what is optional
