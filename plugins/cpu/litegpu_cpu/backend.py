@@ -19,7 +19,7 @@ from .kernels.threads import configure_threads
 
 _QUANTIZED = (np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int16))
 _RUNTIME_ERRORS = (ValueError, IndexError, TypeError, KeyError, ZeroDivisionError, OverflowError,
-                   FloatingPointError, MemoryError)
+                   FloatingPointError, MemoryError, AttributeError)
 
 
 class CpuBackend(Backend):
@@ -123,8 +123,11 @@ class CpuProgram(Program):
         for kernel, ins, outs, _, ctx in self.steps:
             args, results = [slots[i] for i in ins], [slots[o] for o in outs]
             bind = getattr(kernel, "bind", None)
-            call = bind(args, results) if bind is not None else None
-            bound.append((call or partial(kernel, args, results), ctx))
+            # A bound call may keep reshaped views: only when reshaping cannot copy.
+            if bind is not None and all(a is None or a.flags.c_contiguous for a in (*args, *results)):
+                bound.append((bind(args, results), ctx))
+            else:
+                bound.append((partial(kernel, args, results), ctx))
         self._bound = bound
         # Outputs the caller left to us (None), and outputs whose slot is not the caller's array.
         self._fill = [(i, s) for i, s in enumerate(self.out_slots) if outputs[i] is None]

@@ -16,6 +16,7 @@ import importlib.util
 import os
 import sys
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -215,4 +216,8 @@ def make_fused_kernel(group: FusedGroup):
     def run(inputs: list, outputs: list) -> None:
         fused(n, c, k, *[x.reshape(-1) for x in inputs], *[y.reshape(-1) for y in outputs])
 
+    def bind(inputs: list, outputs: list):
+        return partial(fused, n, c, k, *[x.reshape(-1) for x in inputs], *[y.reshape(-1) for y in outputs])
+
+    run.bind = bind
     return run

@@ -5,6 +5,7 @@ the ones numpy would take several passes for (HARD_SWISH, GELU).
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import numpy as np
 from numba import njit, prange
@@ -28,6 +29,13 @@ def _dtypes(ctx: NodeContext, allowed: tuple) -> np.dtype | None:
     return dtype if dtype in allowed else None
 
 
+def _bind_ufunc(ufunc):
+    """``bind`` for a kernel that is one ufunc call: the call with its arrays bound."""
+    def bind(inputs, outputs):
+        return partial(ufunc, *inputs, out=outputs[0])
+    return bind
+
+
 # -- binary ---------------------------------------------------------------------------------
 
 def _binary(ufunc, allowed: tuple = _NUMERIC):
@@ -43,6 +51,7 @@ def _binary(ufunc, allowed: tuple = _NUMERIC):
         if act is None:
             def run(inputs, outputs):
                 ufunc(inputs[0], inputs[1], out=outputs[0])
+            run.bind = _bind_ufunc(ufunc)
         else:
             def run(inputs, outputs):
                 out = outputs[0]
@@ -74,6 +83,7 @@ def _predicate(ufunc, allowed: tuple):
 
         def run(inputs, outputs):
             ufunc(inputs[0], inputs[1], out=outputs[0])
+        run.bind = _bind_ufunc(ufunc)
         return run
     factory.__doc__ = f"Broadcasting {ufunc.__name__} into a bool output."
     return factory
@@ -125,6 +135,8 @@ def _unary(*steps):
         if not rest:
             def run(inputs, outputs):
                 first(inputs[0], out=outputs[0])
+            if isinstance(first, np.ufunc):
+                run.bind = _bind_ufunc(first)
         else:
             def run(inputs, outputs):
                 out = outputs[0]

@@ -14,7 +14,7 @@ from litegpu.backend import NodeContext
 from litegpu.errors import ExecutionError
 
 from .common import optional_input
-from .registry import kernel
+from .registry import bindable, kernel
 
 _INDEX_DTYPES = (np.dtype(np.int16), np.dtype(np.int32), np.dtype(np.int64))
 
@@ -75,13 +75,16 @@ def gather(ctx: NodeContext):
 
     if n == 1 and outer == 1:
         # One index into the leading axis (the LSTM's per-step input): a single slice copy.
-        def run(inputs, outputs):
-            ix = inputs[1]
-            k = int(ix.reshape(-1)[0])
-            if k < 0 or k >= limit:
-                raise _gather_error(ix, 0, limit)
-            np.copyto(outputs[0].reshape(inner), inputs[0].reshape(limit, inner)[k])
-        return run
+        def bind(inputs, outputs):
+            ix, rows, out = inputs[1].reshape(1), inputs[0].reshape(limit, inner), outputs[0].reshape(inner)
+
+            def call():
+                k = int(ix[0])
+                if k < 0 or k >= limit:
+                    raise _gather_error(ix, 0, limit)
+                out[...] = rows[k]
+            return call
+        return bindable(bind)
 
     def run(inputs, outputs):
         ix = inputs[1]
@@ -108,13 +111,15 @@ def _split_kernel(ctx: NodeContext, x_index: int, axis: int):
         offset += size
     if offset != x_shape[axis]:
         return None
-    pairs = list(enumerate(slices))
-
-    def run(inputs, outputs):
+    def bind(inputs, outputs):
         x = inputs[x_index]
-        for i, sl in pairs:
-            np.copyto(outputs[i], x[sl])
-    return run
+        pairs = [(out, x[sl]) for out, sl in zip(outputs, slices)]
+
+        def call():
+            for out, piece in pairs:
+                out[...] = piece
+        return call
+    return bindable(bind)
 
 
 @kernel("SPLIT")

@@ -6,6 +6,11 @@ precomputes what it can (weight layouts, index tables) and returns
 input), ``outputs`` are preallocated C-contiguous arrays of the inferred shapes,
 written in place. A factory may return ``None`` to decline a node (e.g. a dtype it
 has no kernel for); the reference kernel is then used.
+
+A kernel may also carry ``bind(inputs, outputs) -> call``: the backend, which hands a
+static partition the same arrays on every run, binds each step once and then calls
+``call()`` with no arguments, so reshaped views, slices and argument lists are made
+once rather than per run. :func:`bindable` builds such a kernel from ``bind`` alone.
 """
 from __future__ import annotations
 
@@ -28,6 +33,15 @@ def kernel(*ops: str):
             KERNELS[op] = factory
         return factory
     return wrap
+
+
+def bindable(bind: Callable[[list, list], Callable[[], None]]) -> Kernel:
+    """A kernel from ``bind(inputs, outputs) -> call``: run once it binds and calls; the
+    backend binds once per set of arrays (see the module docstring)."""
+    def run(inputs: list, outputs: list) -> None:
+        bind(inputs, outputs)()
+    run.bind = bind
+    return run
 
 
 def reference_kernel(ctx: NodeContext) -> Kernel:
