@@ -10,6 +10,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass
+from functools import partial
 from typing import Sequence
 
 import numpy as np
@@ -217,8 +218,8 @@ class CompiledSubgraph:
         if plan is None:
             plan = self._plan = self._fixed_plan()
         if plan:
-            for run, ins, outs in plan:
-                run(ins, outs)
+            for run in plan:
+                run()
             return
         host = self.host
         for program, ins, outs in self.steps:
@@ -234,15 +235,20 @@ class CompiledSubgraph:
         return bool(self._plan)
 
     def _fixed_plan(self) -> list | bool:
-        """``(program.run, input arrays, output arrays)`` per partition when every tensor that
-        crosses a partition has a host array before the first run (no run-time shapes): the
-        lists never change, so a run does no lookups. False otherwise."""
+        """One call of no arguments per partition when every tensor that crosses a partition
+        has a host array before the first run (no run-time shapes): the arrays never change,
+        so a run does no lookups. A program may offer ``bind(inputs, outputs)`` returning
+        such a call (or None), else its ``run`` is called on the fixed lists. False when
+        shapes are decided at run time."""
         host = self.host
         plan = []
         for program, ins, outs in self.steps:
             if any(host.get(t) is None for t in (*ins, *outs)):
                 return False
-            plan.append((program.run, [host[i] for i in ins], [host[o] for o in outs]))
+            in_arrays, out_arrays = [host[i] for i in ins], [host[o] for o in outs]
+            bind = getattr(program, "bind", None)
+            call = bind(in_arrays, out_arrays) if bind is not None else None
+            plan.append(call or partial(program.run, in_arrays, out_arrays))
         return plan
 
     def output(self, tensor: int) -> np.ndarray:

@@ -108,7 +108,13 @@ class CpuProgram(Program):
         self._fill: list[tuple[int, int]] = []
 
     def _bind(self, inputs: Sequence[np.ndarray], outputs: list, key: tuple) -> None:
-        """Point the slots at this run's arrays and bind every step to its arrays.
+        """Point the slots at this run's arrays and bind every step to its arrays."""
+        self._bound, self._fill, self._copy = self._bound_steps(inputs, outputs)
+        self._bound_to = key
+
+    def _bound_steps(self, inputs: Sequence[np.ndarray], outputs: list) -> tuple[list, list, list]:
+        """Each step as a call of no arguments on these arrays, plus the outputs left to us
+        (None: filled from our slots) and the outputs to copy into (slot not the caller's).
 
         A kernel with a ``bind(inputs, outputs)`` attribute returns a call with its views
         (reshapes, slices) made here, once, rather than on every run.
@@ -128,12 +134,29 @@ class CpuProgram(Program):
                 bound.append((bind(args, results), ctx))
             else:
                 bound.append((partial(kernel, args, results), ctx))
-        self._bound = bound
-        # Outputs the caller left to us (None), and outputs whose slot is not the caller's array.
-        self._fill = [(i, s) for i, s in enumerate(self.out_slots) if outputs[i] is None]
-        self._copy = [(i, s) for i, s in enumerate(self.out_slots)
-                      if outputs[i] is not None and outputs[i] is not slots[s]]
-        self._bound_to = key
+        fill = [(i, s) for i, s in enumerate(self.out_slots) if outputs[i] is None]
+        copy = [(i, s) for i, s in enumerate(self.out_slots)
+                if outputs[i] is not None and outputs[i] is not slots[s]]
+        return bound, fill, copy
+
+    def bind(self, inputs: Sequence[np.ndarray], outputs: list):
+        """A call of no arguments that runs this program on exactly these arrays (the caller
+        passes the same ones every run), or None when run-time shapes prevent it. It skips
+        :meth:`run`'s check of which arrays it was handed."""
+        if not self.static or any(o is None for o in outputs):
+            return None
+        bound, _, copy = self._bound_steps(inputs, outputs)
+        copies = [(outputs[i], self.slots[s]) for i, s in copy]
+
+        def run_bound() -> None:
+            try:
+                for call, ctx in bound:
+                    call()
+            except (LiteGpuError, *_RUNTIME_ERRORS) as exc:
+                raise _fail(ctx, exc) from None
+            for dst, src in copies:
+                dst[...] = src
+        return run_bound
 
     def _run_steps(self) -> None:
         slots = self.slots
