@@ -13,12 +13,35 @@ from numba import njit, prange
 
 from litegpu.backend import NodeContext
 
-from .common import F32, activation_in_place, all_float32, optional_input
+from .common import F32, activation_in_place, all_float32, clamp_bounds, optional_input
 from .registry import bindable, kernel
 from .threads import ensure_gemm_policy
 
 
 # -- FULLY_CONNECTED / BATCH_MATMUL -------------------------------------------------------------
+
+# Up to this many multiply-adds an FC runs in one numba loop with bias and clamp fused:
+# for the few-row FCs of MLP heads and recurrent cells the three numpy calls (GEMM, bias
+# add, clamp) cost more than the arithmetic.
+_SMALL_FC_MACS = 1 << 16
+
+
+@njit(cache=True)
+def small_fc(x, wt, bias, out, lo, hi):
+    """``out[m, :] = clamp(bias + sum_k x[m, k] * wt[k, :])``; the inner loop runs along the
+    output row, so it vectorizes without reordering any sum."""
+    rows, depth = x.shape
+    width = wt.shape[1]
+    for r in range(rows):
+        for j in range(width):
+            out[r, j] = bias[j]
+        for q in range(depth):
+            v = x[r, q]
+            for j in range(width):
+                out[r, j] += v * wt[q, j]
+        for j in range(width):
+            out[r, j] = min(max(out[r, j], lo), hi)
+
 
 @kernel("FULLY_CONNECTED")
 def fully_connected(ctx: NodeContext):
@@ -40,6 +63,14 @@ def fully_connected(ctx: NodeContext):
     if bias_spec is not None and bias_spec.value is not None:
         bias = np.ascontiguousarray(bias_spec.value, dtype=F32)
     has_bias = bias_spec is not None
+    if wt is not None and (bias is not None or not has_bias) and m * k * o <= _SMALL_FC_MACS:
+        wt_rows = np.ascontiguousarray(wt)   # [K, O]
+        b_full = bias if bias is not None else np.zeros(o, F32)
+        lo, hi = clamp_bounds(ctx.attrs["activation"])
+
+        def bind_small(inputs, outputs):
+            return partial(small_fc, inputs[0].reshape(m, k), wt_rows, b_full, outputs[0].reshape(m, o), lo, hi)
+        return bindable(bind_small)
 
     # np.dot takes the 2-D BLAS path with less overhead than np.matmul (same GEMM, same
     # results); it matters for the one-row FCs of recurrent cells and small MLPs.
