@@ -28,10 +28,11 @@ class CpuBackend(Backend):
     name = "cpu"
 
     def device_info(self) -> dict:
+        import llvmlite
         import numba
-        return {"device": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-                "numpy": np.__version__, "numba": numba.__version__,
-                "threads": numba.config.NUMBA_NUM_THREADS}
+        return {"device": _cpu_model(), "cores": os.cpu_count(), "simd": _simd_features(),
+                "numpy": np.__version__, "numba": numba.__version__, "llvmlite": llvmlite.__version__,
+                "threads": numba.config.NUMBA_NUM_THREADS, "threading layer": numba.config.THREADING_LAYER}
 
     def supports(self, node: NodeContext, model: Model) -> Support:
         for t in (*node.node.inputs, *node.node.outputs):
@@ -53,6 +54,28 @@ class CpuBackend(Backend):
     def compile(self, partition: Partition, options: CompileOptions) -> Program:
         configure_threads(options.num_threads)
         return CpuProgram(partition, options)
+
+
+def _cpuinfo() -> dict[str, str]:
+    info: dict[str, str] = {}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                info.setdefault(key.strip(), value.strip())
+    except OSError:
+        pass
+    return info
+
+
+def _cpu_model() -> str:
+    return _cpuinfo().get("model name") or platform.processor() or platform.machine()
+
+
+def _simd_features() -> str:
+    flags = set(_cpuinfo().get("flags", "").split())
+    wanted = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512_vnni", "neon", "asimd")
+    return " ".join(f for f in wanted if f in flags) or "unknown"
 
 
 class CpuProgram(Program):
