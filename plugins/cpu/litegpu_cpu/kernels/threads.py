@@ -6,14 +6,23 @@ numba's OpenMP workers after each parallel region; in a network that alternates 
 two (a depthwise conv, then a pointwise GEMM) each pool's spinners take the cores the
 other needs. Measured on 2 loaded cores (mobilenet_v2 / resnet18 per invoke):
 OpenBLAS 2 threads: 100-280 / 240-870 ms; OpenBLAS 1 thread but numba's OpenMP
-workers spinning (libgomp's default): 165-280 / 340-880 ms; OpenBLAS 1 thread and
-OpenMP workers that sleep when idle: 17-22 / 72-100 ms. So the policy is:
+workers spinning (libgomp's default, 300000 spins, milliseconds): 165-280 / 340-880 ms;
+OpenBLAS 1 thread and OpenMP workers that sleep when idle: 17-22 / 72-100 ms.
 
-- numba gets ``num_threads``, and its OpenMP workers wait passively
-  (``OMP_WAIT_POLICY=PASSIVE``, set at import unless the user set it; libgomp reads
-  it when numba first starts its pool, at the first parallel kernel call);
+Sleeping at once is not free either: waking a sleeping worker costs every parallel
+kernel ~50-70 us on the 2-core VM (an empty prange call: 72 us passive, 1.9 us when the
+worker is still spinning), which is most of mobilenet_v3_small's time (9.1 ms passive
+against 3.4 ms). A short spin keeps the worker awake across the gaps between
+back-to-back kernels without holding a core for long: 10000 spins last ~0.1-0.3 ms
+there (30000: ~1 ms, which starts to slow resnet18's GEMMs). So the policy is:
+
+- numba gets ``num_threads``; its OpenMP workers spin briefly, then sleep
+  (``GOMP_SPINCOUNT=10000``, set at import unless the user set ``GOMP_SPINCOUNT`` or
+  ``OMP_WAIT_POLICY``; libgomp reads it when numba first starts its pool, at the first
+  parallel kernel call);
 - OpenBLAS runs on the calling thread only (set once, when the first GEMM kernel is
-  built: :func:`ensure_gemm_policy`).
+  built: :func:`ensure_gemm_policy`); large GEMMs are split over numba's threads by
+  :mod:`.gemm` instead.
 
 Setting OpenBLAS's thread count goes through the ``*_set_num_threads`` symbol of the
 OpenBLAS that numpy bundles, found with ctypes; when it is not found (another BLAS, a
@@ -27,7 +36,8 @@ import os
 from typing import Callable
 
 # Before numba's OpenMP pool starts (nothing in this package launches a parallel kernel at import).
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
+    os.environ["GOMP_SPINCOUNT"] = "10000"
 
 _SETTER: Callable[[int], None] | None = None
 _GEMM_POLICY_SET = False
