@@ -14,6 +14,7 @@ from litegpu.backend import NodeContext
 
 from .common import (F32, activation_in_place, all_float32, clamp_bounds, optional_input, pad_before,
                      transpose_pad_before)
+from . import gemm
 from .registry import kernel
 from .threads import ensure_gemm_policy
 
@@ -135,16 +136,19 @@ def conv2d(ctx: NodeContext):
     pointwise = kh == 1 and kw == 1 and sh == 1 and sw == 1 and pt == 0 and pl == 0 and (oh, ow) == (h, w)
     if pointwise and narrow:
         ot_full = np.empty((o, m), F32)
+        how = gemm.plan(o, m, k)
 
         def run_pointwise_narrow(inputs, outputs):
             out2 = outputs[0].reshape(m, o)
-            np.matmul(w_ok, inputs[0].reshape(m, c).T, out=ot_full)
+            gemm.matmul(w_ok, inputs[0].reshape(m, c), ot_full, how, transb=True)
             store_transposed(ot_full, out2, 0, bias, lo, hi)
         return run_pointwise_narrow
     if pointwise:
+        how = gemm.plan(m, o, k)
+
         def run_pointwise(inputs, outputs):
             out2 = outputs[0].reshape(m, o)
-            np.matmul(inputs[0].reshape(m, c), wmat, out=out2)
+            gemm.matmul(inputs[0].reshape(m, c), wmat, out2, how)
             if epilogue is not None:
                 epilogue(out2)
         return run_pointwise
@@ -154,25 +158,25 @@ def conv2d(ctx: NodeContext):
     starts = [(r0, min(block, m - r0)) for r0 in range(0, m, block)]
     if narrow:
         ots = {rows: np.empty((o, rows), F32) for _, rows in starts}
-        blocks = [(r0, rows, cols[:rows], ots[rows]) for r0, rows in starts]
+        blocks = [(r0, rows, cols[:rows], ots[rows], gemm.plan(o, rows, k)) for r0, rows in starts]
 
         def run_im2col_narrow(inputs, outputs):
             x = inputs[0].reshape(-1)
             out2 = outputs[0].reshape(m, o)
-            for r0, rows, cview, ot in blocks:
+            for r0, rows, cview, ot, how in blocks:
                 im2col(x, h, w, c, cview, r0, rows, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl)
-                np.matmul(w_ok, cview.T, out=ot)
+                gemm.matmul(w_ok, cview, ot, how, transb=True)
                 store_transposed(ot, out2, r0, bias, lo, hi)
         return run_im2col_narrow
 
-    views = [(r0, rows, cols[:rows]) for r0, rows in starts]
+    views = [(r0, rows, cols[:rows], gemm.plan(rows, o, k)) for r0, rows in starts]
 
     def run_im2col(inputs, outputs):
         x = inputs[0].reshape(-1)
         out2 = outputs[0].reshape(m, o)
-        for r0, rows, cview in views:
+        for r0, rows, cview, how in views:
             im2col(x, h, w, c, cview, r0, rows, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl)
-            np.matmul(cview, wmat, out=out2[r0:r0 + rows])
+            gemm.matmul(cview, wmat, out2[r0:r0 + rows], how)
         if epilogue is not None:
             epilogue(out2)
     return run_im2col
@@ -314,7 +318,9 @@ def _transpose_conv(ctx: NodeContext, x_index: int, w_index: int, bias_index: in
     cols = np.empty((m, kh * kw * o), F32)
     ensure_gemm_policy()
 
+    how = gemm.plan(m, kh * kw * o, c)
+
     def run(inputs, outputs):
-        np.matmul(inputs[x_index].reshape(m, c), wmat, out=cols)
+        gemm.matmul(inputs[x_index].reshape(m, c), wmat, cols, how)
         col2im(cols, bias, outputs[0], h, w, kh, kw, sh, sw, pt, pl, lo, hi)
     return run

@@ -14,6 +14,7 @@ from numba import njit, prange
 from litegpu.backend import NodeContext
 
 from .common import F32, activation_in_place, all_float32, clamp_bounds, optional_input
+from . import gemm
 from .registry import bindable, kernel
 from .threads import ensure_gemm_policy
 
@@ -71,6 +72,24 @@ def fully_connected(ctx: NodeContext):
         def bind_small(inputs, outputs):
             return partial(small_fc, inputs[0].reshape(m, k), wt_rows, b_full, outputs[0].reshape(m, o), lo, hi)
         return bindable(bind_small)
+
+    how = gemm.plan(m, o, k) if wt is not None else None
+    if how is not None:
+        w_rows = wt.T   # W itself, [O, K] C-contiguous: the GEMM reads it transposed
+
+        def bind_split(inputs, outputs):
+            out2 = outputs[0].reshape(m, o)
+            x2 = inputs[0].reshape(m, k)
+            b = (inputs[2] if bias is None else bias) if has_bias else None
+
+            def call():
+                gemm.matmul(x2, w_rows, out2, how, transb=True)
+                if b is not None:
+                    np.add(out2, b, out=out2)
+                if act is not None:
+                    act(out2)
+            return call
+        return bindable(bind_split)
 
     # np.dot takes the 2-D BLAS path with less overhead than np.matmul (same GEMM, same
     # results); it matters for the one-row FCs of recurrent cells and small MLPs.

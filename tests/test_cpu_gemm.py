@@ -1,0 +1,118 @@
+"""The cpu backend's two-thread GEMM (OpenBLAS halves under numba's prange) and the
+rational erf behind its GELU kernel.
+
+Products are checked against float64 numpy with every split the planner can choose (rows,
+columns, transposed B, odd sizes); the conv and FC kernels that use them against the
+same kernels on one thread; GELU against math.erf over the whole useful float32 range.
+"""
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+import pytest
+
+from litegpu.backend import NodeContext
+from litegpu.graph import Node
+from litegpu.ops import get_op
+from litegpu.ops.registry import TensorSpec
+from litegpu_cpu.kernels import KERNELS, gemm
+from litegpu_cpu.kernels.elementwise import gelu
+
+pytestmark = pytest.mark.skipif(not gemm.sgemm_address(), reason="numpy's OpenBLAS cblas_sgemm not found")
+
+
+@pytest.fixture
+def threads():
+    """numba on two threads for the test, restored after."""
+    before = numba.get_num_threads()
+    numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
+    yield numba.get_num_threads()
+    numba.set_num_threads(before)
+
+
+def exact(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return a.astype(np.float64) @ b.astype(np.float64)
+
+
+@pytest.mark.parametrize("m,n,k", [(301, 17, 40), (7, 999, 33), (1, 1000, 257), (64, 128, 128), (2, 2, 5)])
+@pytest.mark.parametrize("transb", [False, True])
+@pytest.mark.parametrize("split_n", [False, True])
+def test_halves_match_float64(threads, m, n, k, transb, split_n):
+    rng = np.random.default_rng(m * n + k)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((n, k) if transb else (k, n)).astype(np.float32)
+    out = np.full((m, n), np.nan, np.float32)
+    at = (n if split_n else m) // 2
+    gemm.matmul(a, b, out, (split_n, at), transb=transb)
+    want = exact(a, b.T if transb else b)
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4 * math.sqrt(k))
+
+
+def test_plan_keeps_small_products_and_one_thread_on_the_caller():
+    assert gemm.plan(8, 8, 8, threads=2) is None
+    assert gemm.plan(1024, 1024, 1024, threads=1) is None
+    assert gemm.plan(4096, 64, 576, threads=2) == (False, 2048)      # tall: split rows
+    assert gemm.plan(16, 16384, 144, threads=2) == (True, 8192)      # wide: split columns
+    assert gemm.plan(1, 1000, 1280, threads=2) == (True, 500)        # one row: columns
+
+
+def test_mismatched_operands_are_refused_before_blas(threads):
+    a = np.zeros((64, 32), np.float32)
+    b = np.zeros((16, 64), np.float32)      # K mismatch
+    with pytest.raises(ValueError, match="do not fit"):
+        gemm.matmul(a, b, np.zeros((64, 64), np.float32), (False, 32))
+    with pytest.raises(ValueError, match="do not fit"):
+        gemm.matmul(a, np.zeros((32, 64), np.float64), np.zeros((64, 64), np.float32), (False, 32))
+
+
+def _node(op: str, inputs: list, consts: tuple, attrs: dict, out_shape: tuple):
+    specs = [TensorSpec(x.shape, x.dtype, x if i in consts else None) for i, x in enumerate(inputs)]
+    node = Node(index=0, op=op, opcode=0, version=1, inputs=tuple(range(len(inputs))), outputs=(len(inputs),))
+    ctx = NodeContext(node=node, opdef=get_op(op), attrs=attrs, inputs=specs,
+                      outputs=[TensorSpec(out_shape, np.dtype(np.float32))])
+    run = KERNELS[op](ctx)
+    out = np.full(out_shape, np.nan, np.float32)
+    run(inputs, [out])
+    return out
+
+
+@pytest.mark.parametrize("h,c,o,kernel", [(64, 16, 16, 3), (40, 64, 64, 1), (24, 32, 64, 3), (64, 32, 8, 1)])
+def test_convs_on_two_threads_match_one(threads, h, c, o, kernel):
+    """Narrow (transposed) and wide, im2col and pointwise convs, split vs not split."""
+    rng = np.random.default_rng(h + c + o)
+    x = rng.standard_normal((1, h, h, c)).astype(np.float32)
+    w = rng.standard_normal((o, kernel, kernel, c)).astype(np.float32)
+    b = rng.standard_normal(o).astype(np.float32)
+    attrs = {"stride": (1, 1), "dilation": (1, 1), "padding": "SAME", "activation": "RELU6"}
+    assert gemm.plan(h * h, o, kernel * kernel * c) is not None
+    two = _node("CONV_2D", [x, w, b], (1, 2), attrs, (1, h, h, o))
+    numba.set_num_threads(1)
+    one = _node("CONV_2D", [x, w, b], (1, 2), attrs, (1, h, h, o))
+    assert not np.isnan(two).any()
+    np.testing.assert_allclose(two, one, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("m", [1, 64])
+def test_fully_connected_on_two_threads_matches_float64(threads, m):
+    rng = np.random.default_rng(m)
+    x = rng.standard_normal((m, 512)).astype(np.float32)
+    w = rng.standard_normal((1000, 512)).astype(np.float32)
+    b = rng.standard_normal(1000).astype(np.float32)
+    assert gemm.plan(m, 1000, 512) is not None
+    got = _node("FULLY_CONNECTED", [x, w, b], (1, 2), {"activation": "RELU", "keep_num_dims": False}, (m, 1000))
+    want = np.maximum(exact(x, w.T) + b, 0)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_gelu_erf_form_within_one_float32_rounding_of_math_erf():
+    x = np.concatenate([np.linspace(-12, 12, 200001), [0.0, -0.0, 1e-30, -1e-30, 50, -50]]).astype(np.float32)
+    out = np.empty_like(x)
+    gelu(x, out, False)
+    v = x.astype(np.float64)
+    want = 0.5 * v * (1 + np.array([math.erf(t / math.sqrt(2)) for t in v]))
+    # float32 spacing of the exact value, and an absolute floor for results near 0
+    # (erf's approximation error 1.4e-8 times |x| / 2).
+    ulp = np.spacing(np.abs(want).astype(np.float32)).astype(np.float64)
+    assert np.all(np.abs(out - want) <= ulp + 1e-8 * np.maximum(np.abs(v), 1))
