@@ -13,7 +13,7 @@ from litegpu.backend import (COMPLETE, Backend, CompileOptions, Event, NodeConte
 from litegpu.errors import ExecutionError, LiteGpuError
 from litegpu.graph import Model
 
-from .fusion import FusedGroup, fusion_runs, make_fused_kernel, plan_group
+from .fusion import FusedGroup, fusion_runs, generate_alone, make_fused_kernel, plan_group
 from .kernels import make_kernel
 from .kernels.threads import configure_threads
 
@@ -243,7 +243,7 @@ def _groups(partition: Partition) -> list:
     out: list = []
     for positions in steps:
         run = [nodes[p] for p in positions]
-        if len(run) >= 2:
+        if len(run) >= 2 or generate_alone(run[0]):
             after = positions[-1]
             produced = [ctx.node.outputs[0] for ctx in run]
             escaping = {t for t in produced if last_reader.get(t, -1) > after or t in partition.outputs}

@@ -1,0 +1,83 @@
+"""Generated (fused) cpu kernels for LOGISTIC and EXP: their table-and-polynomial exp
+against float64 numpy over the whole float32 range, extremes and NaN included, alone and
+inside a fused chain (swish)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from litegpu.backend import NodeContext
+from litegpu.graph import Node
+from litegpu.ops import get_op
+from litegpu.ops.registry import TensorSpec
+from litegpu_cpu.fusion import generate_alone, make_fused_kernel, plan_group
+
+F32 = np.dtype(np.float32)
+EDGES = np.array([0, -0.0, 1e-30, -1e-30, 1, -1, 20, -20, 88.5, 88.8, -87, -103, -104, -150, 150,
+                  np.inf, -np.inf, np.nan], np.float32)
+
+
+def ctx(index: int, op: str, inputs: tuple[int, ...], output: int, shape: tuple[int, ...]) -> NodeContext:
+    node = Node(index=index, op=op, opcode=0, version=1, inputs=inputs, outputs=(output,))
+    return NodeContext(node=node, opdef=get_op(op), attrs={"activation": "NONE"} if op == "MUL" else {},
+                       inputs=[TensorSpec(shape, F32) for _ in inputs], outputs=[TensorSpec(shape, F32)])
+
+
+def run_group(nodes: list[NodeContext], x: np.ndarray, out_tensor: int) -> np.ndarray:
+    group = plan_group(nodes, {out_tensor})
+    assert group is not None and "_exp64" in group.source
+    out = np.full_like(x, 7)
+    make_fused_kernel(group)([x], [out])
+    return out
+
+
+def inputs() -> np.ndarray:
+    wide = np.linspace(-120, 120, 100_001, dtype=np.float32)
+    return np.concatenate([wide, EDGES])
+
+
+def close_to(got: np.ndarray, want: np.ndarray) -> None:
+    """Within two float32 roundings of the float64 value (exact for inf and NaN)."""
+    with np.errstate(over="ignore"):
+        want32 = want.astype(np.float32)
+    finite = np.isfinite(want32)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want32))
+    np.testing.assert_array_equal(got[~finite & ~np.isnan(want32)], want32[~finite & ~np.isnan(want32)])
+    tol = 2 * np.spacing(np.abs(want32[finite])).astype(np.float64)
+    assert np.all(np.abs(got[finite].astype(np.float64) - want[finite]) <= tol)
+
+
+def test_logistic_alone_matches_float64():
+    x = inputs()
+    node = ctx(0, "LOGISTIC", (0,), 1, x.shape)
+    assert generate_alone(node)
+    got = run_group([node], x, 1)
+    with np.errstate(over="ignore"):
+        want = 1.0 / (1.0 + np.exp(-x.astype(np.float64)))
+    close_to(got, want)
+
+
+def test_exp_alone_matches_float64():
+    x = inputs()
+    got = run_group([ctx(0, "EXP", (0,), 1, x.shape)], x, 1)
+    with np.errstate(over="ignore"):
+        want = np.exp(x.astype(np.float64))
+    close_to(got, want)
+
+
+def test_swish_chain_matches_the_float32_reference():
+    """x * logistic(x) fused, against the op references run one after the other."""
+    x = inputs()
+    nodes = [ctx(0, "LOGISTIC", (0,), 1, x.shape), ctx(1, "MUL", (0, 1), 2, x.shape)]
+    got = run_group(nodes, x, 2)
+    s = get_op("LOGISTIC").reference([x], {})[0]
+    want = get_op("MUL").reference([x, s], {"activation": "NONE"})[0]
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    ok = ~np.isnan(want)
+    np.testing.assert_allclose(got[ok], want[ok], rtol=3e-7, atol=1e-30)
+
+
+@pytest.mark.parametrize("env", ["0"])
+def test_fusion_off_generates_nothing_alone(monkeypatch, env):
+    monkeypatch.setenv("LITEGPU_CPU_FUSION", env)
+    assert not generate_alone(ctx(0, "LOGISTIC", (0,), 1, (4,)))
