@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
@@ -80,9 +81,10 @@ class Session:
         self._depth = 0
         self.options = CompileOptions(num_threads=num_threads or min(os.cpu_count() or 1, 4),
                                       precision_loss_allowed=precision_loss_allowed,
-                                      runtime=make_runtime(self.call_subgraph, self.resources, self.limits))
+                                      runtime=make_runtime(_Caller(self), self.resources, self.limits))
         self._cache: dict[tuple, CompiledSubgraph] = {}
-        self._calls: dict[tuple, CompiledSubgraph] = {}   # control flow's fast path, keyed by input shapes
+        self._calls: dict[tuple, _SubgraphCall] = {}   # control flow's fast path, keyed by input shapes
+        self._loops: dict[tuple, Callable | None] = {}   # WHILE loops over fixed arrays, by subgraphs and shapes
 
     def compile(self, sg_index: int, input_shapes: dict[int, tuple[int, ...]] | None = None) -> CompiledSubgraph:
         """The subgraph compiled for ``input_shapes`` (default: the model's shapes); cached."""
@@ -115,6 +117,67 @@ class Session:
         finally:
             self._depth -= 1
 
+    def while_loop(self, cond: int, body: int, values: list[np.ndarray], limit: int,
+                   truth: Callable[[np.ndarray, str], bool]) -> list[np.ndarray] | None:
+        """WHILE's loop: the final values, or None when ``limit`` iterations did not end it.
+
+        The first iteration goes through :meth:`call_subgraph`; when both subgraphs then
+        have fixed arrays and the body keeps every value's shape and dtype, the rest run
+        on those arrays directly: the body's output arrays are the next iteration's values,
+        with no per-call lookups and no copies out. ``truth`` reads the condition (WHILE's
+        own rule, passed in so there is one).
+        """
+        call = self.call_subgraph
+        for done in range(limit):
+            if not truth(call(cond, values)[0], "WHILE condition"):
+                return values
+            values = call(body, values)
+            if done == 0:
+                key = (cond, body, *(np.shape(v) for v in values))
+                fast = self._loops.get(key, False)
+                if fast is False:
+                    fast = self._loops[key] = self._fixed_loop(cond, body, values)
+                if fast is not None:
+                    return fast(values, limit - 1, truth)
+        return None
+
+    def _fixed_loop(self, cond: int, body: int, values: list[np.ndarray]):
+        """The loop over fixed arrays for :meth:`while_loop`, or None when it does not apply."""
+        shapes = tuple(np.shape(v) for v in values)
+        c, b = self._calls.get((cond, *shapes)), self._calls.get((body, *shapes))
+        if c is None or b is None or c.fixed is None or b.fixed is None or not c.fixed:
+            return None
+        outs = b.fixed
+        if len(outs) != len(values) or any(o.shape != np.shape(v) or o.dtype != getattr(v, "dtype", None)
+                                           for o, v in zip(outs, values)):
+            return None
+        # Output j may be input j's own array (a value passed through), but no other input's:
+        # copying the values in, in order, would overwrite it before it is read.
+        for j, o in enumerate(outs):
+            for pos, dst, _ in b.inputs:
+                if pos != j and np.shares_memory(o, dst):
+                    return None
+        flag = c.fixed[0]
+        c_set, c_run, b_set, b_run = c.set_inputs, c.run, b.set_inputs, b.run
+
+        def loop(values: list[np.ndarray], remaining: int, truth) -> list[np.ndarray] | None:
+            if self._depth >= _MAX_CALL_DEPTH:
+                raise ResourceLimitError(f"subgraph calls nested deeper than {_MAX_CALL_DEPTH}")
+            self._depth += 1
+            try:
+                for _ in range(remaining):
+                    c_set(values)
+                    c_run()
+                    if not truth(flag, "WHILE condition"):
+                        return [np.array(v) for v in values]
+                    b_set(values)
+                    b_run()
+                    values = outs
+                return None
+            finally:
+                self._depth -= 1
+        return loop
+
     def _subgraph_call(self, sg_index: int, inputs: list) -> "_SubgraphCall":
         """The cached call of subgraph ``sg_index`` compiled for the shapes of ``inputs``."""
         if not 0 <= sg_index < len(self.model.subgraphs):
@@ -136,6 +199,18 @@ class Session:
         self.resources.clear()
 
 
+class _Caller:
+    """The runtime's ``call_subgraph``: called like :meth:`Session.call_subgraph`, and
+    offering :meth:`Session.while_loop`, which WHILE uses when present."""
+
+    def __init__(self, session: Session) -> None:
+        self._call = session.call_subgraph
+        self.while_loop = session.while_loop
+
+    def __call__(self, sg_index: int, inputs: list) -> list[np.ndarray]:
+        return self._call(sg_index, inputs)
+
+
 class _SubgraphCall:
     """Calls one compiled subgraph with inputs of the shapes it was compiled for.
 
@@ -154,14 +229,20 @@ class _SubgraphCall:
         self.run = compiled.run
         self.fixed: list[np.ndarray] | None = None   # output arrays, once known not to change
 
-    def __call__(self, inputs: list) -> list[np.ndarray]:
+    def set_inputs(self, inputs: list) -> None:
+        """Copy ``inputs`` (of the compiled shapes) into the subgraph's input arrays."""
         # Shapes match: the call is chosen by them. ``dst[...] = v`` is np.copyto without
         # its dispatch cost; the dtype test by identity falls back to a (no-op) astype.
         for pos, dst, dtype in self.inputs:
             value = inputs[pos]
+            if value is dst:
+                continue
             if type(value) is not np.ndarray or value.dtype is not dtype:
                 value = np.asarray(value).astype(dtype, copy=False)
             dst[...] = value
+
+    def __call__(self, inputs: list) -> list[np.ndarray]:
+        self.set_inputs(inputs)
         self.run()
         fixed = self.fixed
         if fixed is not None:

@@ -35,6 +35,14 @@ def _while_attrs(node, tensors) -> dict:
 
 def _while(inputs, attrs, runtime):
     values = [np.array(v) for v in inputs]
+    loop = getattr(runtime.call_subgraph, "while_loop", None)
+    if loop is not None:
+        # The session's loop: the same iterations, over its compiled subgraphs' arrays.
+        result = loop(attrs["cond"], attrs["body"], values, runtime.max_while_iterations, _truth)
+        if result is not None:
+            return result
+        raise ResourceLimitError(f"WHILE ran {runtime.max_while_iterations} iterations without ending "
+                                 "(raise Limits.max_while_iterations for longer loops)")
     for _ in range(runtime.max_while_iterations):
         (cond,) = runtime.call_subgraph(attrs["cond"], values)[:1]
         if not _truth(cond, "WHILE condition"):
