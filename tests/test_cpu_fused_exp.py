@@ -81,3 +81,25 @@ def test_swish_chain_matches_the_float32_reference():
 def test_fusion_off_generates_nothing_alone(monkeypatch, env):
     monkeypatch.setenv("LITEGPU_CPU_FUSION", env)
     assert not generate_alone(ctx(0, "LOGISTIC", (0,), 1, (4,)))
+
+
+@pytest.mark.parametrize("shape,beta", [((1, 4, 64, 64), 1.0), ((3, 7), 0.37), ((2, 1), 2.0), ((5, 1000), 1.0)])
+def test_softmax_kernel_matches_float64(shape, beta):
+    from litegpu_cpu.kernels import KERNELS
+    rng = np.random.default_rng(len(shape))
+    x = (rng.standard_normal(shape) * 6).astype(np.float32)
+    node = Node(index=0, op="SOFTMAX", opcode=0, version=1, inputs=(0,), outputs=(1,))
+    c = NodeContext(node=node, opdef=get_op("SOFTMAX"), attrs={"beta": beta}, inputs=[TensorSpec(shape, F32)],
+                    outputs=[TensorSpec(shape, F32)])
+    out = np.full(shape, np.nan, np.float32)
+    KERNELS["SOFTMAX"](c)([x], [out])
+    v = x.astype(np.float64) * np.float64(np.float32(beta))
+    e = np.exp(v - v.max(axis=-1, keepdims=True))
+    close_to(out, e / e.sum(axis=-1, keepdims=True))
+    # Rows holding inf or NaN give what the reference gives (NaN), not garbage.
+    x[0, ..., 0] = np.inf
+    x.reshape(-1, shape[-1])[-1, -1] = np.nan
+    KERNELS["SOFTMAX"](c)([x], [out])
+    with np.errstate(all="ignore"):
+        want = get_op("SOFTMAX").reference([x], {"beta": beta})[0]
+    np.testing.assert_array_equal(np.isnan(out), np.isnan(want))

@@ -23,6 +23,8 @@ import numpy as np
 
 from litegpu.backend import NodeContext
 
+from .kernels import mathfn
+
 F32 = np.dtype(np.float32)
 PARALLEL_MIN_ELEMENTS = 1 << 15
 
@@ -52,26 +54,8 @@ _BINARY = {
     "MINIMUM": "min({a}, {b})",
     "SQUARED_DIFFERENCE": "({a} - {b}) * ({a} - {b})",
 }
-# exp in float64 without a libm call, so loops over it vectorize (np.exp per element does
-# not without SVML): range reduction by ln 2 (split in two parts), a degree-8 Taylor
-# polynomial on |r| <= ln2/2 (error < 1e-12, far below float32's), and 2**n from a table.
-# The argument is clamped to [-150, 130], where float32 results are already 0 or inf; the
-# table index is clamped too, so a NaN argument (NaN result) cannot read outside it.
-# Swish over [1, 112, 112, 96]: 2.6 ms with np.exp in float32, 0.8 ms with this.
-_EXP64_SOURCE = """
-_POW2 = np.array([2.0 ** e for e in range(-220, 191)])   # n = round(x / ln 2) for x in [-150, 130]
-_LOG2E, _LN2_HI, _LN2_LO = 1.4426950408889634, 0.6931471803691238, 1.9082149292705877e-10
-
-
-@njit(cache=True, inline="always")
-def _exp64(x):
-    x = min(max(x, -150.0), 130.0)
-    n = np.floor(x * _LOG2E + 0.5)
-    r = (x - n * _LN2_HI) - n * _LN2_LO
-    p = 1.0 + r * (1.0 + r * (0.5 + r * (1.0 / 6 + r * (1.0 / 24 + r * (1.0 / 120 + r * (
-        1.0 / 720 + r * (1.0 / 5040 + r * (1.0 / 40320))))))))
-    return p * _POW2[min(max(np.int64(n) + 220, 0), 410)]
-"""
+# LOGISTIC and EXP call kernels.mathfn.exp64 (vectorizable, unlike np.exp per element);
+# the import line names that module's digest, so editing it changes every source using it.
 # Ops whose kernel is generated even alone: the numpy ufunc chain takes several passes
 # and a libm call per element.
 GENERATE_ALONE = ("LOGISTIC", "EXP")
@@ -196,7 +180,8 @@ def plan_group(nodes: list[NodeContext], escaping: set[int]) -> FusedGroup | Non
         "import numpy as np",
         "from numba import njit, prange",
         "_0, _1, _3, _6 = np.float32(0), np.float32(1), np.float32(3), np.float32(6)",
-        *([_EXP64_SOURCE] if uses_exp else []),
+        *([f"from litegpu_cpu.kernels.mathfn import exp64 as _exp64  # mathfn {mathfn.DIGEST}"]
+          if uses_exp else []),
         "",
         f"@njit(cache=True, parallel={parallel}, fastmath=False, error_model='numpy')",
         f"def fused(n, c, {args}):",

@@ -15,6 +15,7 @@ from litegpu.backend import NodeContext
 
 from .common import F32, activation_in_place, all_float32, clamp_bounds, optional_input
 from . import gemm
+from .mathfn import exp64
 from .registry import bindable, kernel
 from .threads import ensure_gemm_policy
 
@@ -193,9 +194,30 @@ kernel("REDUCE_MIN")(_reducer(np.minimum, mean=False))
 
 # -- SOFTMAX ------------------------------------------------------------------------------------
 
+@njit(cache=True, parallel=True, fastmath={"reassoc"})
+def softmax_rows(x, out, beta):
+    """``out[r] = exp(beta * (x[r] - max)) / sum`` per row, rows in parallel: the
+    exponentials in float64 (:func:`.mathfn.exp64`, which vectorizes) and their sum in
+    float64, which ``reassoc`` lets LLVM vectorize (it only reorders that sum)."""
+    rows, d = x.shape
+    for r in prange(rows):
+        e = np.empty(d, np.float64)
+        m = x[r, 0]
+        for j in range(1, d):
+            m = max(m, x[r, j])
+        m64 = np.float64(m)
+        total = 0.0
+        for j in range(d):
+            e[j] = exp64((np.float64(x[r, j]) - m64) * beta)
+            total += e[j]
+        inv = 1.0 / total
+        for j in range(d):
+            out[r, j] = np.float32(e[j] * inv)
+
+
 @kernel("SOFTMAX")
 def softmax(ctx: NodeContext):
-    """Softmax over the last axis: exp((x - max) * beta) / sum, with preallocated row scratch."""
+    """Softmax over the last axis in one numba pass per row (see :func:`softmax_rows`)."""
     if not all_float32(ctx):
         return None
     shape = ctx.inputs[0].shape
@@ -203,20 +225,11 @@ def softmax(ctx: NodeContext):
         return None
     d = shape[-1]
     rows = int(np.prod(shape[:-1], dtype=np.int64))
-    beta = np.float32(ctx.attrs.get("beta", 1.0))
-    scratch = np.empty((rows, 1), F32)
+    beta = float(np.float32(ctx.attrs.get("beta", 1.0)))
 
-    def run(inputs, outputs):
-        x2 = inputs[0].reshape(rows, d)
-        o2 = outputs[0].reshape(rows, d)
-        np.max(x2, axis=1, keepdims=True, out=scratch)
-        np.subtract(x2, scratch, out=o2)
-        if beta != 1:
-            np.multiply(o2, beta, out=o2)
-        np.exp(o2, out=o2)
-        np.sum(o2, axis=1, keepdims=True, out=scratch)
-        np.divide(o2, scratch, out=o2)
-    return run
+    def bind(inputs, outputs):
+        return partial(softmax_rows, inputs[0].reshape(rows, d), outputs[0].reshape(rows, d), beta)
+    return bindable(bind)
 
 
 # -- RESIZE_BILINEAR ----------------------------------------------------------------------------
