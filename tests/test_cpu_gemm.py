@@ -117,3 +117,52 @@ def test_gelu_erf_form_within_one_float32_rounding_of_math_erf():
     # (erf's approximation error 1.4e-8 times |x| / 2).
     ulp = np.spacing(np.abs(want).astype(np.float32)).astype(np.float64)
     assert np.all(np.abs(out - want) <= ulp + 1e-8 * np.maximum(np.abs(v), 1))
+
+
+def direct_conv(x, w, b, pad_t, pad_l, oh, ow, dh, dw, lo, hi):
+    """float64 conv by taps: stride 1, explicit padding before (after is implied by OH/OW)."""
+    n, h, wd, c = x.shape
+    o, kh, kw, _ = w.shape
+    hp, wp = oh + (kh - 1) * dh, ow + (kw - 1) * dw
+    xp = np.zeros((n, hp, wp, c))
+    xp[:, pad_t:pad_t + h, pad_l:pad_l + wd] = x
+    out = np.zeros((n, oh, ow, o)) + b
+    for a in range(kh):
+        for q in range(kw):
+            out += xp[:, a * dh:a * dh + oh, q * dw:q * dw + ow] @ w[:, a, q, :].T.astype(np.float64)
+    return np.clip(out, lo, hi)
+
+
+@pytest.mark.parametrize("n,h,wd,c,o,kh,kw,padding,dil", [
+    (1, 20, 33, 5, 16, 3, 3, "SAME", 1),     # narrow (transposed) accumulator
+    (2, 17, 16, 8, 8, 5, 5, "SAME", 1),      # batch of two, 5x5
+    (1, 18, 40, 3, 12, 3, 3, "VALID", 1),
+    (1, 21, 30, 4, 8, 3, 3, "SAME", 2),      # dilation
+    (1, 9, 24, 6, 16, 1, 3, "SAME", 1),      # 1x3
+    (1, 30, 30, 16, 48, 3, 3, "SAME", 1),    # wide accumulator
+    (2, 12, 31, 7, 40, 3, 3, "VALID", 1),
+])
+@pytest.mark.parametrize("nthreads", [1, 2])
+def test_shifted_tap_convs_match_float64(threads, n, h, wd, c, o, kh, kw, padding, dil, nthreads):
+    from litegpu_cpu.kernels.common import pad_before
+    from litegpu.ops.nn import conv_output_size
+    numba.set_num_threads(min(nthreads, threads))
+    rng = np.random.default_rng(h * wd + c)
+    x = rng.standard_normal((n, h, wd, c)).astype(np.float32)
+    w = rng.standard_normal((o, kh, kw, c)).astype(np.float32)
+    b = rng.standard_normal(o).astype(np.float32)
+    oh = conv_output_size(h, kh, 1, dil, padding)[0]
+    ow = conv_output_size(wd, kw, 1, dil, padding)[0]
+    attrs = {"stride": (1, 1), "dilation": (dil, dil), "padding": padding, "activation": "RELU6"}
+    specs = [TensorSpec(x.shape, x.dtype), TensorSpec(w.shape, w.dtype, w), TensorSpec(b.shape, b.dtype, b)]
+    node = Node(index=0, op="CONV_2D", opcode=0, version=1, inputs=(0, 1, 2), outputs=(3,))
+    c_ctx = NodeContext(node=node, opdef=get_op("CONV_2D"), attrs=attrs, inputs=specs,
+                        outputs=[TensorSpec((n, oh, ow, o), np.dtype(np.float32))])
+    run = KERNELS["CONV_2D"](c_ctx)
+    assert run.__name__ == "run_shifted"
+    out = np.full((n, oh, ow, o), np.nan, np.float32)
+    for _ in range(2):   # the padded scratch is reused: a second run must not see the first
+        run([x, w, b], [out])
+    want = direct_conv(x, w, b, pad_before(padding, h, kh, 1, dil), pad_before(padding, wd, kw, 1, dil),
+                       oh, ow, dil, dil, 0, 6)
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)

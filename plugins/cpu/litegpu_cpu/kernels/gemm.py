@@ -59,13 +59,13 @@ def sgemm_address() -> int:
 
 
 @intrinsic
-def _sgemm(typingctx, fn, transb, m, n, k, a, lda, b, ldb, c, ldc):
-    """``C = A @ op(B)`` through the cblas_sgemm at address ``fn`` (row-major, alpha 1,
-    beta 0); pointers and sizes are passed as integers."""
-    sig = types.void(*([types.intp] * 11))
+def _sgemm(typingctx, fn, transb, m, n, k, a, lda, b, ldb, c, ldc, beta):
+    """``C = A @ op(B) + beta * C`` through the cblas_sgemm at address ``fn`` (row-major,
+    alpha 1); pointers and sizes are passed as integers, ``beta`` as a float32."""
+    sig = types.void(*([types.intp] * 11), types.float32)
 
     def codegen(context, builder, signature, args):
-        fn_, tb, m_, n_, k_, a_, lda_, b_, ldb_, c_, ldc_ = args
+        fn_, tb, m_, n_, k_, a_, lda_, b_, ldb_, c_, ldc_, beta_ = args
         i32, f32 = ir.IntType(32), ir.FloatType()
         i64 = ir.IntType(64)
         p8 = ir.IntType(8).as_pointer()
@@ -74,10 +74,13 @@ def _sgemm(typingctx, fn, transb, m, n, k, a, lda, b, ldb, c, ldc):
         builder.call(callee, [ir.Constant(i32, _CBLAS_ROW_MAJOR), ir.Constant(i32, _CBLAS_NO_TRANS),
                               builder.trunc(tb, i32), m_, n_, k_, ir.Constant(f32, 1.0),
                               builder.inttoptr(a_, p8), lda_, builder.inttoptr(b_, p8), ldb_,
-                              ir.Constant(f32, 0.0), builder.inttoptr(c_, p8), ldc_])
+                              beta_, builder.inttoptr(c_, p8), ldc_])
         return context.get_dummy_value()
 
     return sig, codegen
+
+
+_ZERO = np.float32(0)
 
 
 @njit(cache=True, parallel=True)
@@ -96,10 +99,39 @@ def gemm_halves(fn, a, b, c, transb, split_n, at):
             if split_n:
                 b_off = lo * ldb if transb else lo
                 _sgemm(fn, tb, m, hi - lo, k, a.ctypes.data, k, b.ctypes.data + 4 * b_off, ldb,
-                       c.ctypes.data + 4 * lo, n)
+                       c.ctypes.data + 4 * lo, n, _ZERO)
             else:
                 _sgemm(fn, tb, hi - lo, n, k, a.ctypes.data + 4 * lo * k, k, b.ctypes.data, ldb,
-                       c.ctypes.data + 4 * lo * n, n)
+                       c.ctypes.data + 4 * lo * n, n, _ZERO)
+
+
+@njit(cache=True, parallel=True)
+def shifted_taps(fn, rows, wtaps, acc, offsets, transposed):
+    """Stride-1 convolution as one GEMM per filter tap, with no im2col: ``rows`` is the
+    zero-padded input as [pixels of the padded image, C]; output pixel ``p`` (counted
+    over the padded width) reads row ``p + offsets[t]`` under tap ``t``, so each tap is
+    a GEMM on a contiguous slice of ``rows``, accumulated (beta 1) into ``acc``.
+    ``transposed``: ``acc`` is [O, P] and ``wtaps[t]`` is [O, C]; else ``acc`` is [P, O]
+    and ``wtaps[t]`` is [C, O]. The P pixels are split between two threads."""
+    c = rows.shape[1]
+    if transposed:
+        o, p = acc.shape
+    else:
+        p, o = acc.shape
+    half = p // 2
+    for part in prange(2):
+        lo = 0 if part == 0 else half
+        hi = half if part == 0 else p
+        if hi > lo:
+            for t in range(offsets.size):
+                beta = _ZERO if t == 0 else np.float32(1)
+                src = rows.ctypes.data + 4 * (offsets[t] + lo) * c
+                wt = wtaps.ctypes.data + 4 * t * o * c
+                if transposed:
+                    _sgemm(fn, _CBLAS_TRANS, o, hi - lo, c, wt, c, src, c, acc.ctypes.data + 4 * lo, p, beta)
+                else:
+                    _sgemm(fn, _CBLAS_NO_TRANS, hi - lo, o, c, src, c, wt, o, acc.ctypes.data + 4 * lo * o, o,
+                           beta)
 
 
 def plan(m: int, n: int, k: int, threads: int | None = None) -> tuple[bool, int] | None:
