@@ -43,7 +43,6 @@ def bench(path: Path, inputs, threads: int, runs: int) -> dict:
     from ai_edge_litert.interpreter import Interpreter as LiteRT
     row: dict = {}
     theirs = LiteRT(model_path=str(path), num_threads=threads)
-    theirs.allocate_tensors()
     if inputs is None:
         inputs = random_inputs(theirs.get_input_details(), seed=0)
     start = time.perf_counter()
