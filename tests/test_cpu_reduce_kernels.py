@@ -29,9 +29,10 @@ def reduce_with_kernel(op: str, x: np.ndarray, axes: tuple[int, ...]) -> tuple[n
 
 @pytest.mark.parametrize("shape,axes,numba_path", [
     ((1, 56, 56, 16), (1, 2), True),       # squeeze-excite mean
-    ((2, 30, 20, 7), (1, 2), True),        # batch of two, odd sizes
-    ((1, 64, 128), (2,), True),            # LayerNorm mean
-    ((5, 3), (1,), True),
+    ((2, 60, 40, 7), (1, 2), True),        # batch of two, odd sizes
+    ((4, 64, 128), (2,), True),            # LayerNorm means (a batch of 4)
+    ((1, 64, 128), (2,), False),           # small: numpy
+    ((5, 3), (1,), False),
     ((1, 7, 7, 1280), (1, 2), False),      # few pixels: numpy
     ((3, 4, 5), (0, 2), False),            # not one run of axes
 ])

@@ -175,6 +175,10 @@ def sum_middle(x3, out2, divisor):
                 out2[a, b] = np.float32((acc[0, b] + acc[1, b]) / divisor)
 
 
+# Elements from which a sum goes through :func:`sum_middle` (below, numpy's reduce).
+_NUMBA_SUM_MIN = 1 << 15
+
+
 def _reducer(ufunc, mean: bool):
     def factory(ctx: NodeContext):
         if not all_float32(ctx):
@@ -192,9 +196,11 @@ def _reducer(ufunc, mean: bool):
         # [N, H*W, C] view, which numpy does as row additions over contiguous channels.
         rank = len(shape)
         middle = rank >= 3 and axes == tuple(range(1, rank - 1))
-        if ufunc is np.add and ((middle and count >= 128) or axes == (rank - 1,)):
+        size = int(np.prod(shape, dtype=np.int64))
+        if ufunc is np.add and size >= _NUMBA_SUM_MIN and ((middle and count >= 128) or axes == (rank - 1,)):
             # One contiguous run of reduced axes: a [outer, reduced, inner] view. (Few pixels
-            # of many channels, 7x7x1280, numpy's row additions do better: 4.6 us vs 11.)
+            # of many channels, 7x7x1280, numpy's row additions do better: 4.6 us vs 11;
+            # small tensors too: a parallel region can cost more than the whole sum.)
             first, last = axes[0], axes[-1]
             view = (int(np.prod(shape[:first], dtype=np.int64)), count,
                     int(np.prod(shape[last + 1:], dtype=np.int64)))
