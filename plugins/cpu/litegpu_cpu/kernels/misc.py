@@ -146,36 +146,24 @@ def _reduce_axes(ctx: NodeContext) -> tuple[int, ...] | None:
     return tuple(sorted(axes))
 
 
-@njit(cache=True, parallel=True, fastmath={"reassoc"})
-def sum_middle(x3, out2, divisor):
-    """``out2[a, b] = sum_j x3[a, j, b] / divisor``, summed in float64. A last-axis
-    reduction (``b`` of size 1: LayerNorm's mean) runs rows in parallel and lets
-    ``reassoc`` vectorize each row's sum; a spatial one (squeeze-excite, the classifier
-    head) adds contiguous channel rows, the pixels split between two threads."""
+@njit(cache=True)
+def sum_pixels(x3, out2, divisor):
+    """``out2[a, b] = sum_j x3[a, j, b] / divisor``, summed in float64: a spatial sum
+    (squeeze-excite, the classifier head) as additions of contiguous channel rows, which
+    vectorize. One thread: a parallel version took seconds to compile for a kernel of
+    tens of microseconds."""
     outer, p, inner = x3.shape
-    if inner == 1:
-        for a in prange(outer):
-            total = 0.0
-            for j in range(p):
-                total += x3[a, j, 0]
-            out2[a, 0] = np.float32(total / divisor)
-    else:
-        half = p // 2
-        for a in range(outer):
-            acc = np.zeros((2, inner))
-            for part in prange(2):
-                lo = 0 if part == 0 else half
-                hi = half if part == 0 else p
-                row = np.zeros(inner)
-                for j in range(lo, hi):
-                    for b in range(inner):
-                        row[b] += x3[a, j, b]
-                acc[part] = row
+    acc = np.empty(inner)
+    for a in range(outer):
+        acc[:] = 0.0
+        for j in range(p):
             for b in range(inner):
-                out2[a, b] = np.float32((acc[0, b] + acc[1, b]) / divisor)
+                acc[b] += x3[a, j, b]
+        for b in range(inner):
+            out2[a, b] = np.float32(acc[b] / divisor)
 
 
-# Elements from which a sum goes through :func:`sum_middle` (below, numpy's reduce).
+# Elements from which a spatial sum goes through :func:`sum_pixels` (below, numpy's reduce).
 _NUMBA_SUM_MIN = 1 << 15
 
 
@@ -197,17 +185,14 @@ def _reducer(ufunc, mean: bool):
         rank = len(shape)
         middle = rank >= 3 and axes == tuple(range(1, rank - 1))
         size = int(np.prod(shape, dtype=np.int64))
-        if ufunc is np.add and size >= _NUMBA_SUM_MIN and ((middle and count >= 128) or axes == (rank - 1,)):
-            # One contiguous run of reduced axes: a [outer, reduced, inner] view. (Few pixels
-            # of many channels, 7x7x1280, numpy's row additions do better: 4.6 us vs 11;
-            # small tensors too: a parallel region can cost more than the whole sum.)
-            first, last = axes[0], axes[-1]
-            view = (int(np.prod(shape[:first], dtype=np.int64)), count,
-                    int(np.prod(shape[last + 1:], dtype=np.int64)))
+        if ufunc is np.add and middle and size >= _NUMBA_SUM_MIN and count >= 128:
+            # Many pixels: numba's row additions (56x56x16: 52 -> 15 us; 112x112x32: 190 ->
+            # 60 us). Few pixels of many channels (7x7x1280) numpy does as well.
+            view = (shape[0], count, shape[-1])
             divisor = float(count) if mean else 1.0
 
             def bind(inputs, outputs):
-                return partial(sum_middle, inputs[0].reshape(view), outputs[0].reshape(view[0], view[2]), divisor)
+                return partial(sum_pixels, inputs[0].reshape(view), outputs[0].reshape(view[0], view[2]), divisor)
             return bindable(bind)
         if middle:
             n, c = shape[0], shape[-1]
