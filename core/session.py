@@ -155,7 +155,7 @@ class Session:
         # copying the values in, in order, would overwrite it before it is read.
         for j, o in enumerate(outs):
             for pos, dst, _ in b.inputs:
-                if pos != j and np.shares_memory(o, dst):
+                if pos != j and np.may_share_memory(o, dst):
                     return None
         flag = c.fixed[0]
         c_set, c_run, b_set, b_run = c.set_inputs, c.run, b.set_inputs, b.run
