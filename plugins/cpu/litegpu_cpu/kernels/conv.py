@@ -12,7 +12,7 @@ from numba import njit, prange
 
 from litegpu.backend import NodeContext
 
-from .common import (F32, activation_in_place, all_float32, clamp_bounds, optional_input, pad_before,
+from .common import (F32, all_float32, clamp_bounds, optional_input, pad_before,
                      transpose_pad_before)
 from . import gemm
 from .registry import kernel
@@ -60,29 +60,6 @@ def im2col(x, h, w, c_size, cols, row0, rows, oh_size, ow_size, kh_size, kw_size
                         for c in range(c_size):
                             cols[r, col + c] = 0.0
                     col += c_size
-
-
-@njit(cache=True, parallel=True)
-def bias_clamp(out2, bias, lo, hi):
-    """``out2[r, :] = clamp(out2[r, :] + bias)`` in one pass over the GEMM result."""
-    rows, cols = out2.shape
-    for r in prange(rows):
-        for c in range(cols):
-            v = out2[r, c] + bias[c]
-            out2[r, c] = min(max(v, lo), hi)
-
-
-def _epilogue(ctx_bias: np.ndarray | None, activation: str):
-    """The step after a GEMM: bias and clamp fused in one numba pass (None: nothing to do)."""
-    lo, hi = clamp_bounds(activation)
-    if ctx_bias is None:
-        return activation_in_place(activation)
-    bias = np.ascontiguousarray(ctx_bias, dtype=F32)
-
-    def epilogue(out2: np.ndarray) -> None:
-        bias_clamp(out2, bias, lo, hi)
-
-    return epilogue
 
 
 @njit(cache=True, parallel=True)
@@ -200,7 +177,9 @@ def conv2d(ctx: NodeContext):
         lo, hi = clamp_bounds(attrs["activation"])
     else:
         wmat = np.ascontiguousarray(w_ok.T)   # [K, O]
-        epilogue = _epilogue(None if bias_spec is None else bias_spec.value, attrs["activation"])
+        # Bias and clamp, applied by the GEMM itself (per thread, on its half) or after it.
+        fused_epilogue = (np.zeros(o, F32) if bias_spec is None else np.ascontiguousarray(bias_spec.value, dtype=F32),
+                          *clamp_bounds(attrs["activation"]))
 
     pointwise = kh == 1 and kw == 1 and sh == 1 and sw == 1 and pt == 0 and pl == 0 and (oh, ow) == (h, w)
     if not pointwise and sh == 1 and sw == 1:
@@ -222,10 +201,7 @@ def conv2d(ctx: NodeContext):
         how = gemm.plan(m, o, k)
 
         def run_pointwise(inputs, outputs):
-            out2 = outputs[0].reshape(m, o)
-            gemm.matmul(inputs[0].reshape(m, c), wmat, out2, how)
-            if epilogue is not None:
-                epilogue(out2)
+            gemm.matmul(inputs[0].reshape(m, c), wmat, outputs[0].reshape(m, o), how, epilogue=fused_epilogue)
         return run_pointwise
 
     block = max(1, min(m, _IM2COL_BLOCK_BYTES // (4 * k)))
@@ -251,9 +227,7 @@ def conv2d(ctx: NodeContext):
         out2 = outputs[0].reshape(m, o)
         for r0, rows, cview, how in views:
             im2col(x, h, w, c, cview, r0, rows, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl)
-            gemm.matmul(cview, wmat, out2[r0:r0 + rows], how)
-        if epilogue is not None:
-            epilogue(out2)
+            gemm.matmul(cview, wmat, out2[r0:r0 + rows], how, epilogue=fused_epilogue)
     return run_im2col
 
 

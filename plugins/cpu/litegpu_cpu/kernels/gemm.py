@@ -84,10 +84,12 @@ _ZERO = np.float32(0)
 
 
 @njit(cache=True, parallel=True)
-def gemm_halves(fn, a, b, c, transb, split_n, at):
+def gemm_halves(fn, a, b, c, transb, split_n, at, bias, lo_v, hi_v, epilogue):
     """``c = a @ b`` (``b`` given as [N, K] when ``transb``), the rows of ``c`` (or its
     columns when ``split_n``) before ``at`` on one thread and the rest on the other. All
-    three arrays are C-contiguous float32 2-D."""
+    three arrays are C-contiguous float32 2-D. With ``epilogue`` each thread then applies
+    ``clamp(c + bias, lo_v, hi_v)`` to its own part, while it is still in cache, in the
+    same parallel region."""
     m, k = a.shape
     n = c.shape[1]
     ldb = b.shape[1]
@@ -100,9 +102,17 @@ def gemm_halves(fn, a, b, c, transb, split_n, at):
                 b_off = lo * ldb if transb else lo
                 _sgemm(fn, tb, m, hi - lo, k, a.ctypes.data, k, b.ctypes.data + 4 * b_off, ldb,
                        c.ctypes.data + 4 * lo, n, _ZERO)
+                if epilogue:
+                    for r in range(m):
+                        for j in range(lo, hi):
+                            c[r, j] = min(max(c[r, j] + bias[j], lo_v), hi_v)
             else:
                 _sgemm(fn, tb, hi - lo, n, k, a.ctypes.data + 4 * lo * k, k, b.ctypes.data, ldb,
                        c.ctypes.data + 4 * lo * n, n, _ZERO)
+                if epilogue:
+                    for r in range(lo, hi):
+                        for j in range(n):
+                            c[r, j] = min(max(c[r, j] + bias[j], lo_v), hi_v)
 
 
 @njit(cache=True, parallel=True)
@@ -150,11 +160,17 @@ def plan(m: int, n: int, k: int, threads: int | None = None) -> tuple[bool, int]
 
 
 def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, how: tuple[bool, int] | None,
-           transb: bool = False) -> None:
+           transb: bool = False, epilogue: tuple[np.ndarray, np.float32, np.float32] | None = None) -> None:
     """``out = a @ b`` (``a @ b.T`` when ``transb``) for C-contiguous float32 2-D arrays,
-    split as :func:`plan` decided (None: ``np.matmul`` on this thread)."""
+    split as :func:`plan` decided (None: ``np.matmul`` on this thread), then, when
+    ``epilogue = (bias, lo, hi)`` is given, ``out = clamp(out + bias, lo, hi)``."""
     if how is None:
         np.matmul(a, b.T if transb else b, out=out)
+        if epilogue is not None:
+            bias, lo_v, hi_v = epilogue
+            np.add(out, bias, out=out)
+            if lo_v > -np.inf or hi_v < np.inf:
+                np.clip(out, lo_v, hi_v, out=out)
         return
     # The shapes were planned at compile time; check them here anyway, since a mistake
     # would read or write out of bounds inside BLAS.
@@ -162,7 +178,15 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, how: tuple[bool, int] 
     nb = b.shape[0] if transb else b.shape[1]
     if a.shape[1] != kb or out.shape != (a.shape[0], nb) or not (
             a.flags.c_contiguous and b.flags.c_contiguous and out.flags.c_contiguous) or \
-            a.dtype != np.float32 or b.dtype != np.float32 or out.dtype != np.float32:
+            a.dtype != np.float32 or b.dtype != np.float32 or out.dtype != np.float32 or \
+            (epilogue is not None and epilogue[0].shape != (nb,)):
         raise ValueError(f"gemm operands {a.shape} x {b.shape}{' (transposed)' if transb else ''} -> "
                          f"{out.shape} do not fit")
-    gemm_halves(sgemm_address(), a, b, out, transb, how[0], how[1])
+    if epilogue is None:
+        gemm_halves(sgemm_address(), a, b, out, transb, how[0], how[1], _NO_BIAS, _NEG_INF, _POS_INF, False)
+    else:
+        gemm_halves(sgemm_address(), a, b, out, transb, how[0], how[1], epilogue[0], epilogue[1], epilogue[2], True)
+
+
+_NO_BIAS = np.zeros(1, np.float32)
+_NEG_INF, _POS_INF = np.float32(-np.inf), np.float32(np.inf)

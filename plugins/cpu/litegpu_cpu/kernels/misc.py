@@ -75,21 +75,13 @@ def fully_connected(ctx: NodeContext):
         return bindable(bind_small)
 
     how = gemm.plan(m, o, k) if wt is not None else None
-    if how is not None:
+    if how is not None and (bias is not None or not has_bias):
         w_rows = wt.T   # W itself, [O, K] C-contiguous: the GEMM reads it transposed
+        epilogue = (bias if bias is not None else np.zeros(o, F32), *clamp_bounds(ctx.attrs["activation"]))
 
         def bind_split(inputs, outputs):
-            out2 = outputs[0].reshape(m, o)
-            x2 = inputs[0].reshape(m, k)
-            b = (inputs[2] if bias is None else bias) if has_bias else None
-
-            def call():
-                gemm.matmul(x2, w_rows, out2, how, transb=True)
-                if b is not None:
-                    np.add(out2, b, out=out2)
-                if act is not None:
-                    act(out2)
-            return call
+            return partial(gemm.matmul, inputs[0].reshape(m, k), w_rows, outputs[0].reshape(m, o), how,
+                           True, epilogue)
         return bindable(bind_split)
 
     # np.dot takes the 2-D BLAS path with less overhead than np.matmul (same GEMM, same
