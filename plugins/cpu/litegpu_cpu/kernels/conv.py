@@ -83,24 +83,6 @@ def pad_rows(x, rows, h, w, c, pt, pl, wp):
             rows[dst + j] = x[src + j]
 
 
-@njit(cache=True, parallel=True)
-def store_valid(acc, out2, row0, oh_size, ow_size, wp, bias, lo, hi, transposed):
-    """``out2[row0 + oh*OW + ow, o] = clamp(acc[pixel oh*wp + ow] + bias[o])``: the output
-    pixels of a :func:`.gemm.shifted_taps` accumulator, dropping its columns past the
-    image (``acc`` is [O, P] when ``transposed``, else [P, O])."""
-    o_size = out2.shape[1]
-    for r in prange(oh_size):
-        for q in range(ow_size):
-            p = r * wp + q
-            dst = row0 + r * ow_size + q
-            if transposed:
-                for o in range(o_size):
-                    out2[dst, o] = min(max(acc[o, p] + bias[o], lo), hi)
-            else:
-                for o in range(o_size):
-                    out2[dst, o] = min(max(acc[p, o] + bias[o], lo), hi)
-
-
 # Stride-1 convs at least this wide (output columns; narrow outputs, wide outputs) skip
 # im2col: one GEMM per tap on shifted slices of the padded input (gemm.shifted_taps).
 # The padded width's extra columns are computed and dropped, (OW + KW - 1) / OW times the
@@ -135,8 +117,7 @@ def _shifted_conv(x_shape, w_value, bias, lo, hi, oh, ow, pt, pl, dh, dw, narrow
         flat = rows.reshape(-1)
         for i in range(n):
             pad_rows(x[i], flat, h, w, c, pt, pl, wp)
-            gemm.shifted_taps(fn, rows, wtaps, acc, offsets, narrow)
-            store_valid(acc, out2, i * oh * ow, oh, ow, wp, bias, lo, hi, narrow)
+            gemm.shifted_taps(fn, rows, wtaps, acc, offsets, narrow, out2, i * oh * ow, ow, wp, bias, lo, hi)
     return run_shifted
 
 

@@ -116,13 +116,15 @@ def gemm_halves(fn, a, b, c, transb, split_n, at, bias, lo_v, hi_v, epilogue):
 
 
 @njit(cache=True, parallel=True)
-def shifted_taps(fn, rows, wtaps, acc, offsets, transposed):
+def shifted_taps(fn, rows, wtaps, acc, offsets, transposed, out2, row0, ow_size, wp, bias, lo_v, hi_v):
     """Stride-1 convolution as one GEMM per filter tap, with no im2col: ``rows`` is the
     zero-padded input as [pixels of the padded image, C]; output pixel ``p`` (counted
-    over the padded width) reads row ``p + offsets[t]`` under tap ``t``, so each tap is
-    a GEMM on a contiguous slice of ``rows``, accumulated (beta 1) into ``acc``.
+    over the padded width ``wp``) reads row ``p + offsets[t]`` under tap ``t``, so each
+    tap is a GEMM on a contiguous slice of ``rows``, accumulated (beta 1) into ``acc``.
     ``transposed``: ``acc`` is [O, P] and ``wtaps[t]`` is [O, C]; else ``acc`` is [P, O]
-    and ``wtaps[t]`` is [C, O]. The P pixels are split between two threads."""
+    and ``wtaps[t]`` is [C, O]. The P pixels are split between two threads; each then
+    stores its pixels inside the image (columns below ``ow_size``) as
+    ``out2[row0 + oh*OW + ow] = clamp(acc + bias)``, dropping the padded columns."""
     c = rows.shape[1]
     if transposed:
         o, p = acc.shape
@@ -142,6 +144,17 @@ def shifted_taps(fn, rows, wtaps, acc, offsets, transposed):
                 else:
                     _sgemm(fn, _CBLAS_NO_TRANS, hi - lo, o, c, src, c, wt, o, acc.ctypes.data + 4 * lo * o, o,
                            beta)
+            for q in range(lo, hi):
+                r = q // wp
+                col = q - r * wp
+                if col < ow_size:
+                    dst = row0 + r * ow_size + col
+                    if transposed:
+                        for j in range(o):
+                            out2[dst, j] = min(max(acc[j, q] + bias[j], lo_v), hi_v)
+                    else:
+                        for j in range(o):
+                            out2[dst, j] = min(max(acc[q, j] + bias[j], lo_v), hi_v)
 
 
 def plan(m: int, n: int, k: int, threads: int | None = None) -> tuple[bool, int] | None:
