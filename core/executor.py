@@ -11,7 +11,6 @@ import os
 import time
 from dataclasses import dataclass
 from functools import partial
-from typing import Sequence
 
 import numpy as np
 

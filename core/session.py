@@ -15,10 +15,9 @@ from typing import Callable
 import numpy as np
 
 from .backend import Backend, CompileOptions
-from .errors import BackendUnavailableError, InvalidArgumentError, ResourceLimitError
+from .errors import InvalidArgumentError, ResourceLimitError
 from .executor import CompiledSubgraph, Limits, make_runtime
 from .graph import Model
-from .model import load_model
 from .ops import TensorSpec
 from .partition import CPU
 from .plugins import manager
@@ -252,16 +251,3 @@ class _SubgraphCall:
         if compiled.fixed:
             self.fixed = [compiled.output(t) for t in self.outputs]
         return out
-
-
-def open_model(source) -> Model:
-    """Load a model from a path or bytes."""
-    return load_model(source)
-
-
-def check_backend_names(names: list[str]) -> None:
-    """Raise :class:`BackendUnavailableError` for a named backend that doesn't exist."""
-    pm = manager()
-    for n in names:
-        if n.upper() != "GPU" and n not in pm.backends:
-            raise BackendUnavailableError(f"no backend named {n!r}; available: {sorted(pm.backends)}")

@@ -12,7 +12,9 @@ def _while_sum(limit: float, width: int):
     def build():
         b = ModelBuilder()
         cond = b.subgraph("cond")
-        ci, cacc, cx = cond.input("i", ()), cond.input("acc", (width,)), cond.input("x", (width,))
+        ci = cond.input("i", ())
+        cond.input("acc", (width,))  # the loop carries all three values through the condition too
+        cond.input("x", (width,))
         less = cond.tensor("less", (), np.bool_)
         cond.op("LESS", [ci, cond.const("limit", np.array(limit, np.float32))], [less])
         cond.output(less)

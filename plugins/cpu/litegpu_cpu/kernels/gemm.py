@@ -16,13 +16,13 @@ falls back to ``np.matmul`` on the calling thread, and nothing else changes.
 from __future__ import annotations
 
 import ctypes
-import glob
-import os
 
 import numpy as np
 from llvmlite import ir
 from numba import njit, prange, types
 from numba.extending import intrinsic
+
+from .threads import numpy_openblas_symbol
 
 # Products below this many multiply-adds are not worth a parallel region.
 SPLIT_MIN_MACS = 1 << 17
@@ -40,21 +40,9 @@ def sgemm_address() -> int:
     global _ADDRESS, _SEARCHED
     if not _SEARCHED:
         _SEARCHED = True
-        base = os.path.dirname(os.path.dirname(np.__file__))
-        paths = glob.glob(os.path.join(base, "numpy.libs", "*openblas*")) + \
-            glob.glob(os.path.join(base, "numpy", ".dylibs", "*openblas*"))
-        for path in paths:
-            try:
-                lib = ctypes.CDLL(path)
-            except OSError:
-                continue
-            for name in _SYMBOLS:
-                fn = getattr(lib, name, None)
-                if fn is not None:
-                    _ADDRESS = ctypes.cast(fn, ctypes.c_void_p).value
-                    break
-            if _ADDRESS:
-                break
+        fn = numpy_openblas_symbol(_SYMBOLS)
+        if fn is not None:
+            _ADDRESS = ctypes.cast(fn, ctypes.c_void_p).value
     return _ADDRESS or 0
 
 

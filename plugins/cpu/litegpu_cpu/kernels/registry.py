@@ -16,8 +16,6 @@ from __future__ import annotations
 
 from typing import Callable
 
-import numpy as np
-
 from litegpu.backend import NodeContext
 
 Kernel = Callable[[list, list], None]

@@ -61,12 +61,8 @@ _SYMBOLS = ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads
             "openblas_set_num_threads64_", "openblas_set_num_threads")
 
 
-def _find_setter() -> Callable[[int], None] | None:
-    """The OpenBLAS thread-count setter of numpy's bundled BLAS, or None."""
-    global _SETTER, _SEARCHED
-    if _SEARCHED:
-        return _SETTER
-    _SEARCHED = True
+def numpy_openblas_symbol(names: tuple[str, ...]):
+    """The first of ``names`` exported by the OpenBLAS that numpy bundles (a ctypes function), or None."""
     import numpy as np
     base = os.path.dirname(os.path.dirname(np.__file__))
     candidates = glob.glob(os.path.join(base, "numpy.libs", "*openblas*")) + \
@@ -76,14 +72,25 @@ def _find_setter() -> Callable[[int], None] | None:
             lib = ctypes.CDLL(path)
         except OSError:
             continue
-        for name in _SYMBOLS:
+        for name in names:
             fn = getattr(lib, name, None)
             if fn is not None:
-                fn.argtypes = [ctypes.c_int]
-                fn.restype = None
-                _SETTER = fn
                 return fn
     return None
+
+
+def _find_setter() -> Callable[[int], None] | None:
+    """The OpenBLAS thread-count setter of numpy's bundled BLAS, or None."""
+    global _SETTER, _SEARCHED
+    if _SEARCHED:
+        return _SETTER
+    _SEARCHED = True
+    fn = numpy_openblas_symbol(_SYMBOLS)
+    if fn is not None:
+        fn.argtypes = [ctypes.c_int]
+        fn.restype = None
+        _SETTER = fn
+    return _SETTER
 
 
 def blas_threads_settable() -> bool:
