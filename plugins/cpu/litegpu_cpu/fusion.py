@@ -53,12 +53,13 @@ _BINARY = {
     "MAXIMUM": "max({a}, {b})",
     "MINIMUM": "min({a}, {b})",
     "SQUARED_DIFFERENCE": "({a} - {b}) * ({a} - {b})",
+    "PRELU": "{a} if {a} >= _0 else {a} * {b}",
 }
 # LOGISTIC and EXP call kernels.mathfn.exp64 (vectorizable, unlike np.exp per element);
 # the import line names that module's digest, so editing it changes every source using it.
 # Ops whose kernel is generated even alone: the numpy ufunc chain takes several passes
 # and a libm call per element.
-GENERATE_ALONE = ("LOGISTIC", "EXP")
+GENERATE_ALONE = ("LOGISTIC", "EXP", "PRELU")  # PRELU has no other kernel than numpy's where()
 
 # Fused activations are clamps in LiteRT; TANH and SIGN_BIT have no range and change nothing.
 _ACTIVATION = {"NONE": None, "RELU": "RELU", "RELU6": "RELU6", "RELU_N1_TO_1": "RELU_N1_TO_1", "TANH": None,
