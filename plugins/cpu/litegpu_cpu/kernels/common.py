@@ -69,6 +69,22 @@ def optional_input(ctx: NodeContext, i: int):
     return ctx.inputs[i] if i < len(ctx.inputs) else None
 
 
+def constant_bias(ctx: NodeContext, w_index: int, x_index: int, bias_index: int) -> np.ndarray | None:
+    """For conv-like nodes: the bias as a contiguous float32 array of the output channels
+    (zeros when omitted), or None when the node has no float32 kernel here (non-float32
+    input or weights, weights or bias computed at run time)."""
+    w_spec = ctx.inputs[w_index]
+    if w_spec.value is None or not all_float32(ctx, (w_index, x_index)):
+        return None
+    bias_spec = optional_input(ctx, bias_index)
+    channels = ctx.outputs[0].shape[-1]
+    if bias_spec is None:
+        return np.zeros(channels, F32)
+    if bias_spec.value is None:
+        return None
+    return np.ascontiguousarray(bias_spec.value, dtype=F32).reshape(channels)
+
+
 def pad_before(padding: str, in_size: int, kernel: int, stride: int, dilation: int = 1) -> int:
     """Padding before the first element along one axis (the op definitions' rule, reused)."""
     return conv_output_size(in_size, kernel, stride, dilation, padding)[1]

@@ -12,7 +12,7 @@ from numba import njit, prange
 
 from litegpu.backend import NodeContext
 
-from .common import (F32, all_float32, clamp_bounds, optional_input, pad_before,
+from .common import (F32, clamp_bounds, constant_bias, pad_before,
                      transpose_pad_before)
 from . import gemm
 from .registry import kernel
@@ -133,10 +133,8 @@ def conv2d(ctx: NodeContext):
     convs on wide enough images run one GEMM per tap on the padded input; the rest go
     through im2col blocks into a scratch matrix. Narrow outputs use the transposed GEMM."""
     w_spec = ctx.inputs[1]
-    if w_spec.value is None or not all_float32(ctx, (0, 1)):
-        return None
-    bias_spec = optional_input(ctx, 2)
-    if bias_spec is not None and bias_spec.value is None:
+    bias = constant_bias(ctx, w_index=1, x_index=0, bias_index=2)
+    if bias is None:
         return None
     attrs = ctx.attrs
     n, h, w, c = ctx.inputs[0].shape
@@ -154,18 +152,15 @@ def conv2d(ctx: NodeContext):
     w_ok = np.ascontiguousarray(np.asarray(w_spec.value, dtype=F32).reshape(o, k))   # [O, K]
     narrow = o <= _NARROW
     if narrow:
-        bias = np.zeros(o, F32) if bias_spec is None else np.ascontiguousarray(bias_spec.value, dtype=F32)
         lo, hi = clamp_bounds(attrs["activation"])
     else:
         wmat = np.ascontiguousarray(w_ok.T)   # [K, O]
         # Bias and clamp, applied by the GEMM itself (per thread, on its half) or after it.
-        fused_epilogue = (np.zeros(o, F32) if bias_spec is None else np.ascontiguousarray(bias_spec.value, dtype=F32),
-                          *clamp_bounds(attrs["activation"]))
+        fused_epilogue = (bias, *clamp_bounds(attrs["activation"]))
 
     pointwise = kh == 1 and kw == 1 and sh == 1 and sw == 1 and pt == 0 and pl == 0 and (oh, ow) == (h, w)
     if not pointwise and sh == 1 and sw == 1:
-        full_bias = np.zeros(o, F32) if bias_spec is None else np.ascontiguousarray(bias_spec.value, dtype=F32)
-        shifted = _shifted_conv((n, h, w, c), w_spec.value, full_bias, *clamp_bounds(attrs["activation"]),
+        shifted = _shifted_conv((n, h, w, c), w_spec.value, bias, *clamp_bounds(attrs["activation"]),
                                 oh, ow, pt, pl, dh, dw, narrow)
         if shifted is not None:
             return shifted
@@ -248,10 +243,8 @@ def depthwise(x, wt, bias, out, sh, sw, dh, dw, pt, pl, mult, lo, hi):
 def depthwise_conv2d(ctx: NodeContext):
     """DEPTHWISE_CONV_2D with any depth multiplier, stride, dilation and padding."""
     w_spec = ctx.inputs[1]
-    if w_spec.value is None or not all_float32(ctx, (0, 1)):
-        return None
-    bias_spec = optional_input(ctx, 2)
-    if bias_spec is not None and bias_spec.value is None:
+    bias = constant_bias(ctx, w_index=1, x_index=0, bias_index=2)
+    if bias is None:
         return None
     attrs = ctx.attrs
     n, h, w, c = ctx.inputs[0].shape
@@ -265,8 +258,6 @@ def depthwise_conv2d(ctx: NodeContext):
     pt = pad_before(attrs["padding"], h, kh, sh, dh)
     pl = pad_before(attrs["padding"], w, kw, sw, dw)
     wt = np.ascontiguousarray(np.asarray(w_spec.value, dtype=F32).reshape(kh, kw, oc))
-    bias = (np.zeros(oc, F32) if bias_spec is None
-            else np.ascontiguousarray(bias_spec.value, dtype=F32).reshape(oc))
     lo, hi = clamp_bounds(attrs["activation"])
 
     def run(inputs, outputs):
@@ -324,10 +315,8 @@ def transpose_conv_bias(ctx: NodeContext):
 def _transpose_conv(ctx: NodeContext, x_index: int, w_index: int, bias_index: int):
     """One GEMM of the input against all taps, then a gather per output pixel."""
     w_spec = ctx.inputs[w_index]
-    if w_spec.value is None or not all_float32(ctx, (w_index, x_index)):
-        return None
-    bias_spec = optional_input(ctx, bias_index)
-    if bias_spec is not None and bias_spec.value is None:
+    bias = constant_bias(ctx, w_index, x_index, bias_index)
+    if bias is None:
         return None
     attrs = ctx.attrs
     n, h, w, c = ctx.inputs[x_index].shape
@@ -340,8 +329,6 @@ def _transpose_conv(ctx: NodeContext, x_index: int, w_index: int, bias_index: in
     pl = transpose_pad_before(attrs["padding"], ow, kw, sw)
     # [O, KH, KW, I] -> [I, KH*KW*O] so cols = x @ wmat has the taps of one pixel in a row.
     wmat = np.ascontiguousarray(np.asarray(w_spec.value, dtype=F32).transpose(3, 1, 2, 0).reshape(c, kh * kw * o))
-    bias = (np.zeros(o, F32) if bias_spec is None
-            else np.ascontiguousarray(bias_spec.value, dtype=F32).reshape(o))
     activation = attrs.get("activation", "NONE")
     lo, hi = clamp_bounds(activation)
     m = n * h * w
