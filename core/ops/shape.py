@@ -750,13 +750,18 @@ _op("MIRROR_PAD", _mirror_pad_attrs, _mirror_pad_infer, _mirror_pad_ref,
 
 # -- GATHER, GATHER_ND -------------------------------------------------------------------
 
+def _check_gather_indices(node: Node, tensors: Sequence[Tensor]) -> None:
+    """GATHER and GATHER_ND take int16, int32 or int64 indices (input 1)."""
+    dtype = tensors[node.inputs[1]].dtype
+    if dtype not in _INDEX_DTYPES + (np.dtype(np.int16),):
+        raise ModelFormatError(f"{node.op} indices must be int16, int32 or int64, are {dtype}")
+
+
 def _gather_attrs(node: Node, tensors: Sequence[Tensor]) -> dict:
     check_inputs(node, 2)
     _present(node, 0, 1)
     _check_outputs(node, 1)
-    if tensors[node.inputs[1]].dtype not in _INDEX_DTYPES + (np.dtype(np.int16),):
-        raise ModelFormatError(f"GATHER indices must be int16, int32 or int64, are "
-                               f"{tensors[node.inputs[1]].dtype}")
+    _check_gather_indices(node, tensors)
     return {"axis": int(_opt(node, "axis", 0)), "batch_dims": int(_opt(node, "batch_dims", 0))}
 
 
@@ -810,9 +815,7 @@ def _gather_nd_attrs(node: Node, tensors: Sequence[Tensor]) -> dict:
     check_inputs(node, 2)
     _present(node, 0, 1)
     _check_outputs(node, 1)
-    if tensors[node.inputs[1]].dtype not in _INDEX_DTYPES + (np.dtype(np.int16),):
-        raise ModelFormatError(f"GATHER_ND indices must be int16, int32 or int64, are "
-                               f"{tensors[node.inputs[1]].dtype}")
+    _check_gather_indices(node, tensors)
     return {}
 
 
