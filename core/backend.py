@@ -106,7 +106,7 @@ class Backend:
     """Base class of backends. Subclasses set ``name`` and implement the methods."""
 
     name: str = ""
-    priority: int = 0
+    is_gpu: bool = False   # True: chosen when a user asks for "GPU" / HardwareAccelerator.GPU
 
     def available(self) -> tuple[bool, str]:
         """Whether this backend can be used here, and why not."""

@@ -53,7 +53,7 @@ def resolve_backends(names: list[str]) -> list[Backend]:
     out: list[Backend] = []
     for name in names:
         if name.upper() == "GPU":
-            gpus = [b for b in pm.backends.values() if b.name != CPU and getattr(b, "is_gpu", False)
+            gpus = [b for b in pm.backends.values() if b.name != CPU and b.is_gpu
                     and b.available()[0]]
             if not gpus:
                 log.warning("GPU acceleration was requested but no GPU backend is available; running on cpu")
