@@ -5,6 +5,8 @@ keep their own state.
 """
 from __future__ import annotations
 
+import hashlib
+
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -97,3 +99,13 @@ class Model:
     version: int = 3
     metadata: dict[str, bytes] = field(default_factory=dict)
     nbytes: int = 0
+    # The file's bytes (a memory map or bytes), kept for :meth:`digest`.
+    content: Any = field(default=None, repr=False, compare=False)
+
+    def digest(self) -> str:
+        """SHA-256 of the model file (hex), computed once: part of compiled-kernel cache keys."""
+        cached = self.__dict__.get("_digest")
+        if cached is None:
+            cached = hashlib.sha256(self.content if self.content is not None else b"").hexdigest()
+            object.__setattr__(self, "_digest", cached)
+        return cached

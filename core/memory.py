@@ -36,16 +36,16 @@ class ArenaPlan:
         return 0.0 if self.naive_size == 0 else 1 - self.size / self.naive_size
 
 
-def _align(n: int) -> int:
-    return (n + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
+def _align(n: int, alignment: int = ALIGNMENT) -> int:
+    return (n + alignment - 1) // alignment * alignment
 
 
-def plan_arena(usages: list[Usage]) -> ArenaPlan:
-    """Greedy-by-size placement of ``usages`` into one arena."""
+def plan_arena(usages: list[Usage], alignment: int = ALIGNMENT) -> ArenaPlan:
+    """Greedy-by-size placement of ``usages`` into one arena; offsets are multiples of ``alignment``."""
     placed: list[tuple[int, int, Usage]] = []  # (offset, end, usage)
     offsets: dict[int, int] = {}
     for u in sorted(usages, key=lambda u: (-u.nbytes, u.first, u.tensor)):
-        size = _align(max(u.nbytes, 1))
+        size = _align(max(u.nbytes, 1), alignment)
         live = sorted((off, end) for off, end, other in placed
                       if not (other.last < u.first or u.last < other.first))
         offset = 0
@@ -56,4 +56,4 @@ def plan_arena(usages: list[Usage]) -> ArenaPlan:
         offsets[u.tensor] = offset
         placed.append((offset, offset + size, u))
     size = max((end for _, end, _ in placed), default=0)
-    return ArenaPlan(offsets, size, sum(_align(max(u.nbytes, 1)) for u in usages))
+    return ArenaPlan(offsets, size, sum(_align(max(u.nbytes, 1), alignment) for u in usages))

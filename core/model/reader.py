@@ -69,7 +69,7 @@ class _Reader:
         return Model(subgraphs=subgraphs, signatures=signatures,
                      description=root.string(3, "description"),
                      version=root.scalar(0, "uint", 0, "version"),
-                     metadata=metadata, nbytes=self.buf.size)
+                     metadata=metadata, nbytes=self.buf.size, content=self.data)
 
     # -- buffers and operator codes -------------------------------------------------
     def _buffer(self, t: Table) -> np.ndarray:

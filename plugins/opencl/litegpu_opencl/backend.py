@@ -1,0 +1,86 @@
+"""The opencl backend: OpenCL C generated per node, built with pyopencl.
+
+``available()`` opens the default device lazily (never at import or plugin load), so a
+machine without pyopencl or without an OpenCL platform lists the backend as unavailable
+with the reason, and models run on cpu.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from litegpu.backend import Backend, CompileOptions, NodeContext, Partition, Program, Support
+from litegpu.errors import BackendUnavailableError, LiteGpuError
+from litegpu.graph import Model
+
+from .codegen import Precision
+from .device import Device, default_device
+from .fusion import chain_steps
+from .kernels import Decline, load_all
+from .program import ClProgram, generate
+
+_OK_DTYPES = {np.dtype(t) for t in (np.float32, np.int32, np.int64, np.bool_, np.uint8, np.int8, np.int16)}
+
+
+class OpenClBackend(Backend):
+    """See the module docstring."""
+
+    name = "opencl"
+    is_gpu = True
+
+    def __init__(self) -> None:
+        self._error: str | None = None
+
+    def _default(self) -> Device:
+        return default_device()
+
+    def available(self) -> tuple[bool, str]:
+        try:
+            self._default()
+        except BackendUnavailableError as exc:
+            return False, str(exc)
+        return True, ""
+
+    def device_info(self) -> dict:
+        try:
+            return self._default().info()
+        except BackendUnavailableError as exc:
+            return {"error": str(exc)}
+
+    def device_for(self, options: CompileOptions) -> Device:
+        """The user's device from the environment (``opencl_context``/``opencl_queue``), else the default."""
+        context = options.extra.get("opencl_context")
+        if context is not None:
+            return Device.from_user(context, options.extra.get("opencl_queue"))
+        return self._default()
+
+    def supports(self, node: NodeContext, model: Model) -> Support:
+        if node.dynamic:
+            return Support(False, "output shape depends on tensor values (dynamic)")
+        for spec in (*node.inputs, *node.outputs):
+            if spec is not None and spec.dtype not in _OK_DTYPES:
+                return Support(False, f"tensor type {spec.dtype} is not supported")
+        for t in (*node.node.inputs, *node.node.outputs):
+            if t >= 0 and node.tensors and node.tensors[t].quantization is not None \
+                    and node.tensors[t].quantization.is_set and node.tensors[t].data is None \
+                    and node.tensors[t].dtype != np.float32:
+                return Support(False, "quantized tensors are not supported")
+        generators = load_all()
+        if node.node.op not in generators:
+            return Support(False, "operation is not supported")
+        specs = {t: s for t, s in zip(node.node.inputs, node.inputs) if t >= 0 and s is not None}
+        specs.update(zip(node.node.outputs, node.outputs))
+        try:
+            generate(node, Precision(), specs)
+        except Decline as exc:
+            return Support(False, str(exc))
+        except (KeyError, LiteGpuError) as exc:
+            return Support(False, f"no kernel for this variant: {exc}")
+        return Support(True)
+
+    def schedule(self, nodes: list[NodeContext], outputs: list[int]) -> list[list[int]]:
+        """Each producer with the elementwise nodes folded into its kernel (see fusion)."""
+        load_all()
+        return chain_steps(nodes, outputs)
+
+    def compile(self, partition: Partition, options: CompileOptions) -> Program:
+        return ClProgram(self.device_for(options), partition, options)

@@ -1,0 +1,338 @@
+"""OpenCL C generation: what a kernel generator returns, and the helpers it writes with.
+
+A generator (registered per op in :mod:`litegpu_opencl.kernels`) receives a
+:class:`NodeGen` for one node at compile time and returns the node's kernels as
+:class:`KernelSpec` objects: OpenCL C with shapes, strides, constants and the fused
+activation baked in, the launch sizes, and the arguments (tensors of the partition,
+constants to upload). The program builder dedupes sources, names kernels and binds
+arguments; a generator never touches pyopencl.
+
+Storage and arithmetic precision are macros of the prelude, so one source serves
+F32, F32_F16 (half storage, float arithmetic) and F16 (half arithmetic where the
+device has ``cl_khr_fp16``):
+
+- ``LD(p, i)`` / ``ST(p, i, v)``: element ``i`` of a float tensor as ``real`` / stored;
+- ``LD4(p, i)`` / ``ST4(p, i, v)``: four consecutive elements from element ``i``;
+- ``real`` / ``real4``: the arithmetic type; accumulators of reductions use ``float``;
+- ``FT``: the element type of a float tensor's pointer (``float`` or ``half``).
+
+Integer and bool tensors are plain C arrays (``int``, ``long``, ``uchar``).
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from litegpu.backend import NodeContext
+from litegpu.ops import TensorSpec
+
+
+@dataclass(frozen=True)
+class Precision:
+    """How float tensors are stored and computed."""
+
+    half_storage: bool = False
+    half_arith: bool = False
+
+    @property
+    def name(self) -> str:
+        """LiteRT's name for the mode: F32, F32_F16 or F16."""
+        if self.half_arith:
+            return "F16"
+        return "F32_F16" if self.half_storage else "F32"
+
+    @property
+    def storage(self) -> str:
+        """Storage precision in words, for reports."""
+        return "fp16" if self.half_storage else "fp32"
+
+    @property
+    def arithmetic(self) -> str:
+        """Arithmetic precision in words, for reports."""
+        return "fp16" if self.half_arith else "fp32"
+
+    def storage_dtype(self, dtype: np.dtype) -> np.dtype:
+        """The dtype a tensor of ``dtype`` has in device memory."""
+        dtype = np.dtype(dtype)
+        if dtype == np.float32 and self.half_storage:
+            return np.dtype(np.float16)
+        if dtype == np.bool_:
+            return np.dtype(np.uint8)
+        return dtype
+
+
+def prelude(precision: Precision) -> str:
+    """Macros and types every kernel source of a program starts with."""
+    if precision.half_arith:
+        return ("#pragma OPENCL EXTENSION cl_khr_fp16 : enable\n"
+                "typedef half real; typedef half4 real4; typedef half FT;\n"
+                "#define LD(p, i) ((p)[i])\n#define ST(p, i, v) ((p)[i] = (real)(v))\n"
+                "#define LD4(p, i) vload4(0, (p) + (i))\n#define ST4(p, i, v) vstore4(convert_half4(v), 0, (p) + (i))\n"
+                "#define TO_REAL4(v) convert_half4(v)\n")
+    if precision.half_storage:
+        return ("typedef float real; typedef float4 real4; typedef half FT;\n"
+                "#define LD(p, i) vload_half((i), (p))\n#define ST(p, i, v) vstore_half((float)(v), (i), (p))\n"
+                "#define LD4(p, i) vload_half4(0, (p) + (i))\n"
+                "#define ST4(p, i, v) vstore_half4(convert_float4(v), 0, (p) + (i))\n"
+                "#define TO_REAL4(v) convert_float4(v)\n")
+    return ("typedef float real; typedef float4 real4; typedef float FT;\n"
+            "#define LD(p, i) ((p)[i])\n#define ST(p, i, v) ((p)[i] = (v))\n"
+            "#define LD4(p, i) vload4(0, (p) + (i))\n#define ST4(p, i, v) vstore4((v), 0, (p) + (i))\n"
+            "#define TO_REAL4(v) convert_float4(v)\n")
+
+
+_C_TYPES = {np.dtype(np.int32): "int", np.dtype(np.int64): "long", np.dtype(np.uint8): "uchar",
+            np.dtype(np.int8): "char", np.dtype(np.int16): "short", np.dtype(np.bool_): "uchar",
+            np.dtype(np.uint32): "uint", np.dtype(np.float64): "double"}
+
+
+def c_type(dtype: np.dtype) -> str:
+    """The pointer element type of a tensor of ``dtype`` ("FT" for float32)."""
+    dtype = np.dtype(dtype)
+    if dtype == np.float32:
+        return "FT"
+    if dtype not in _C_TYPES:
+        raise KeyError(f"no OpenCL type for {dtype}")
+    return _C_TYPES[dtype]
+
+
+def c_float(x: float) -> str:
+    """A float literal that reads back as the same float32."""
+    x = float(np.float32(x))
+    if np.isnan(x):
+        return "NAN"
+    if np.isinf(x):
+        return "INFINITY" if x > 0 else "(-INFINITY)"
+    return f"{x!r}f"
+
+
+#: Fused activations of LiteRT as C expressions of ``x`` (TANH and SIGN_BIT are no-ops, as in LiteRT).
+ACTIVATION_C: dict[str, Callable[[str], str]] = {
+    "NONE": lambda x: x,
+    "TANH": lambda x: x,
+    "SIGN_BIT": lambda x: x,
+    "RELU": lambda x: f"fmax({x}, (real)0)",
+    "RELU6": lambda x: f"clamp({x}, (real)0, (real)6)",
+    "RELU_N1_TO_1": lambda x: f"clamp({x}, (real)-1, (real)1)",
+}
+
+ACTIVATION_C4: dict[str, Callable[[str], str]] = {
+    "NONE": lambda x: x,
+    "TANH": lambda x: x,
+    "SIGN_BIT": lambda x: x,
+    "RELU": lambda x: f"fmax({x}, (real4)0)",
+    "RELU6": lambda x: f"clamp({x}, (real4)0, (real4)6)",
+    "RELU_N1_TO_1": lambda x: f"clamp({x}, (real4)-1, (real4)1)",
+}
+
+
+#: Elementwise ops that can follow a producer inside its kernel (see :mod:`.fusion`):
+#: op name -> C expression of the running value ``x`` (and ``y``, the other operand,
+#: for binary ops), valid for ``real`` and ``real4`` alike. Filled by the elementwise
+#: kernels module.
+CHAIN_UNARY: dict[str, Callable[[str, dict], str]] = {}
+CHAIN_BINARY: dict[str, Callable[[str, str, dict], str]] = {}
+
+
+@dataclass
+class Arg:
+    """One kernel argument: a tensor of the partition (by index) or a constant to upload."""
+
+    tensor: int | None = None          # a tensor index of the subgraph
+    const: np.ndarray | None = None    # a constant the generator made (already in its final dtype)
+
+
+@dataclass
+class KernelSpec:
+    """One kernel launch of a node: source, sizes, arguments.
+
+    Each argument is two kernel arguments: a buffer and an element offset into it.
+
+    ``source`` is one ``__kernel void KERNEL(...)`` definition; the builder replaces the
+    name ``KERNEL`` with a name derived from the source, so identical kernels share one
+    compiled function.
+    """
+
+    source: str
+    global_size: tuple[int, ...]
+    local_size: tuple[int, ...] | None
+    args: list[Arg]
+
+    @property
+    def digest(self) -> str:
+        """A short content hash of the source (the kernel's name in the program)."""
+        return hashlib.sha256(self.source.encode()).hexdigest()[:16]
+
+
+@dataclass
+class Follower:
+    """An elementwise node folded into its producer's store (see :mod:`.fusion`).
+
+    ``other`` is the operand that is not the running value: None for unary ops, else
+    its tensor index; ``swap`` is True when the running value is the op's second
+    operand; ``kind`` says how ``other`` is indexed: "scalar" (one element, inlined when
+    constant), "same" (the output's shape) or "channel" (a vector over the last axis).
+    """
+
+    ctx: NodeContext
+    other: int | None = None
+    swap: bool = False
+    kind: str = ""
+
+
+class NodeGen:
+    """What a generator writes one node's kernels with.
+
+    Parameters are collected as the generator asks for tensors: ``param(t)`` returns
+    the C name of tensor ``t``'s pointer and records the argument; :meth:`kernel`
+    wraps a body into a :class:`KernelSpec` with the recorded parameters.
+    """
+
+    def __init__(self, ctx: NodeContext, precision: Precision, specs: dict[int, TensorSpec],
+                 followers: list[Follower] | None = None, out_tensor: int | None = None) -> None:
+        self.ctx = ctx
+        self.attrs = ctx.attrs
+        self.precision = precision
+        self.specs = specs
+        self.followers = followers or []
+        # The tensor the step finally writes: the last follower's output, else the node's.
+        self.out_tensor = out_tensor if out_tensor is not None else ctx.node.outputs[0]
+        self._params: list[tuple[str, str, Arg]] = []   # (pointer type, name, arg)
+        self._names: dict[tuple, str] = {}
+
+    # -- tensors and constants ----------------------------------------------------------
+    def spec(self, t: int) -> TensorSpec:
+        """The spec of tensor ``t``."""
+        return self.specs[t]
+
+    def input(self, pos: int) -> str:
+        """The C name of the node's input ``pos`` (a pointer to const)."""
+        return self._tensor(self.ctx.node.inputs[pos], const=True)
+
+    def output(self, pos: int = 0) -> str:
+        """The C name of the node's output ``pos``; output 0 is the step's final output."""
+        t = self.out_tensor if pos == 0 else self.ctx.node.outputs[pos]
+        return self._tensor(t, const=False)
+
+    def tensor_param(self, t: int, const: bool = True) -> str:
+        """The C name of any tensor of the partition."""
+        return self._tensor(t, const)
+
+    def _tensor(self, t: int, const: bool) -> str:
+        key = ("t", t)
+        if key in self._names:
+            return self._names[key]
+        name = f"t{len(self._params)}"
+        ctype = c_type(self.specs[t].dtype)
+        self._params.append((f"__global {'const ' if const else ''}{ctype}*", name, Arg(tensor=t)))
+        self._names[key] = name
+        return name
+
+    def const(self, array: np.ndarray, storage: bool = True) -> str:
+        """Upload a constant the generator made (repacked weights, index tables).
+
+        Float arrays are stored like float tensors (half in F32_F16 mode) unless
+        ``storage`` is False, when they stay float32 (read them with plain indexing).
+        """
+        array = np.ascontiguousarray(array)
+        if array.dtype == np.float32 and storage:
+            ctype = "FT"
+            array = array.astype(self.precision.storage_dtype(np.float32))
+        elif array.dtype == np.float32:
+            ctype = "float"
+        else:
+            ctype = c_type(array.dtype)
+            array = array.astype(self.precision.storage_dtype(array.dtype))
+        name = f"t{len(self._params)}"
+        self._params.append((f"__global const {ctype}*", name, Arg(const=array)))
+        return name
+
+    # -- loads and stores ---------------------------------------------------------------
+    def load(self, ptr: str, index: str, dtype: np.dtype = np.float32) -> str:
+        """Expression reading element ``index`` of a tensor of ``dtype``."""
+        return f"LD({ptr}, {index})" if np.dtype(dtype) == np.float32 else f"{ptr}[{index}]"
+
+    def store_output(self, index: str, value: str, pos: int = 0) -> str:
+        """Statement storing ``value`` (a ``real``) at ``index`` of the step's output.
+
+        Applies the node's fused activation and every follower, in order; ``index`` is
+        the flat index into the output (row-major), which followers use to read their
+        other operands.
+        """
+        out = self.output(pos)
+        if pos != 0:
+            return f"ST({out}, {index}, {value});"
+        expr = self.finish(value, index, vector=False)
+        dtype = self.specs[self.out_tensor].dtype
+        if np.dtype(dtype) != np.float32:
+            return f"{out}[{index}] = {expr};"
+        return f"ST({out}, {index}, {expr});"
+
+    def store_output4(self, index: str, value: str) -> str:
+        """Like :meth:`store_output` for four consecutive elements along the last axis
+        (``index`` is the first; the caller guarantees the last axis is a multiple of 4)."""
+        return f"ST4({self.output(0)}, {index}, {self.finish(value, index, vector=True)});"
+
+    def finish(self, value: str, index: str, vector: bool) -> str:
+        """``value`` after the fused activation and the followers."""
+        act = self.attrs.get("activation", "NONE")
+        expr = (ACTIVATION_C4 if vector else ACTIVATION_C)[act](value)
+        out_shape = self.specs[self.out_tensor].shape
+        channels = int(out_shape[-1]) if out_shape else 1
+        for f in self.followers:
+            op = f.ctx.node.op
+            if f.other is None:
+                expr = CHAIN_UNARY[op](f"({expr})", f.ctx.attrs)
+            else:
+                y = self._other(f, index, channels, vector)
+                a, b = (y, f"({expr})") if f.swap else (f"({expr})", y)
+                expr = CHAIN_BINARY[op](a, b, f.ctx.attrs)
+            expr = (ACTIVATION_C4 if vector else ACTIVATION_C)[f.ctx.attrs.get("activation", "NONE")](expr)
+        return expr
+
+    def _other(self, f: Follower, index: str, channels: int, vector: bool) -> str:
+        spec = self.specs[f.other]
+        if f.kind == "scalar":
+            if spec.value is not None:
+                lit = c_float(np.asarray(spec.value).reshape(-1)[0])
+                return f"(real4)({lit})" if vector else f"(real)({lit})"
+            ptr = self.tensor_param(f.other)
+            return f"(real4)(LD({ptr}, 0))" if vector else f"LD({ptr}, 0)"
+        ptr = self.tensor_param(f.other)
+        idx = index if f.kind == "same" else f"(({index}) % {channels})"
+        return f"LD4({ptr}, {idx})" if vector else f"LD({ptr}, {idx})"
+
+    # -- the kernel -----------------------------------------------------------------------
+    def kernel(self, body: str, global_size: tuple[int, ...], local_size: tuple[int, ...] | None = None
+               ) -> KernelSpec:
+        """A kernel of ``body`` (C statements) over the parameters recorded so far."""
+        # Each tensor is passed as (buffer, element offset): intermediates live at offsets
+        # of one arena buffer (sub-buffers are not used: PoCL 3.1 asserts on them as args).
+        params = ", ".join(f"{ptype} {name}_b, int {name}_o" for ptype, name, _ in self._params)
+        views = "".join(f"  {ptype} restrict {name} = {name}_b + {name}_o;\n" for ptype, name, _ in self._params)
+        source = f"__kernel void KERNEL({params})\n{{\n{views}{body}\n}}\n"
+        return KernelSpec(source, tuple(int(g) for g in global_size),
+                          None if local_size is None else tuple(int(x) for x in local_size),
+                          [arg for _, _, arg in self._params])
+
+    def reset(self) -> None:
+        """Forget recorded parameters (to write a second kernel of the same node)."""
+        self._params.clear()
+        self._names.clear()
+
+
+def round_up(n: int, multiple: int) -> int:
+    """``n`` rounded up to a multiple of ``multiple``."""
+    return (n + multiple - 1) // multiple * multiple
+
+
+def strides_of(shape: tuple[int, ...]) -> list[int]:
+    """Row-major element strides of ``shape``."""
+    out, acc = [], 1
+    for d in reversed(shape):
+        out.append(acc)
+        acc *= int(d)
+    return out[::-1]

@@ -1,0 +1,97 @@
+"""Which elementwise nodes fold into their producer's kernel.
+
+A step is a producer followed by a chain of elementwise nodes, each reading the
+previous one's output. A node joins the chain when:
+
+- its op has a chain expression (``CHAIN_UNARY`` / ``CHAIN_BINARY``) and the producer's
+  generator writes through the epilogue;
+- the chain's running tensor is read by this node only and is not a partition output
+  (nothing else will look at it, so it never needs memory);
+- everything is float32 and the output has the running tensor's shape;
+- a binary node's other operand is a scalar, a tensor of the same shape, or a vector
+  over the last axis (indexable from the output's flat index).
+"""
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+
+from litegpu.backend import NodeContext
+from litegpu.ops import TensorSpec
+
+from .codegen import CHAIN_BINARY, CHAIN_UNARY, Follower
+from .kernels import GENERATORS
+
+_F32 = np.dtype(np.float32)
+
+
+def operand_kind(other: TensorSpec, out_shape: tuple[int, ...]) -> str:
+    """How a follower's other operand is indexed from the output's flat index, or ""."""
+    shape = tuple(other.shape)
+    size = int(np.prod(shape, dtype=np.int64))
+    if size == 1:
+        return "scalar"
+    if shape == tuple(out_shape):
+        return "same"
+    if out_shape and size == out_shape[-1] and shape[-1:] == tuple(out_shape[-1:]) and len(shape) <= len(out_shape):
+        return "channel"
+    return ""
+
+
+def follower_of(ctx: NodeContext, running: int, shape: tuple[int, ...]) -> Follower | None:
+    """``ctx`` as a follower reading ``running`` (of ``shape``), or None when it cannot be one."""
+    op = ctx.node.op
+    if len(ctx.node.outputs) != 1 or ctx.outputs[0].dtype != _F32 or tuple(ctx.outputs[0].shape) != shape:
+        return None
+    ins = ctx.node.inputs
+    if op in CHAIN_UNARY and len(ins) >= 1 and ins[0] == running and all(
+            s is None or s.value is not None for s in ctx.inputs[1:]):
+        return Follower(ctx) if ctx.inputs[0].dtype == _F32 else None
+    if op in CHAIN_BINARY and len(ins) == 2 and running in ins and ins[0] != ins[1]:
+        swap = ins[1] == running
+        other = ins[0] if swap else ins[1]
+        spec = ctx.inputs[0 if swap else 1]
+        if spec is None or spec.dtype != _F32:
+            return None
+        kind = operand_kind(spec, shape)
+        return Follower(ctx, other, swap, kind) if kind else None
+    return None
+
+
+def chain_steps(nodes: list[NodeContext], outputs: list[int]) -> list[list[int]]:
+    """Positions grouped into steps: each producer with the followers folded into it."""
+    readers = Counter(i for ctx in nodes for i in set(ctx.node.inputs) if i >= 0)
+    keep = set(outputs)
+    steps: list[list[int]] = []
+    pos = 0
+    while pos < len(nodes):
+        ctx = nodes[pos]
+        step = [pos]
+        gen = GENERATORS.get(ctx.node.op)
+        if gen is not None and gen.epilogue and len(ctx.node.outputs) == 1 and not ctx.dynamic \
+                and ctx.outputs[0].dtype == _F32:
+            running, shape = ctx.node.outputs[0], tuple(ctx.outputs[0].shape)
+            while pos + 1 < len(nodes) and readers[running] == 1 and running not in keep:
+                nxt = nodes[pos + 1]
+                if nxt.dynamic or follower_of(nxt, running, shape) is None:
+                    break
+                pos += 1
+                step.append(pos)
+                running = nxt.node.outputs[0]
+        steps.append(step)
+        pos += 1
+    return steps
+
+
+def followers(nodes: list[NodeContext], step: list[int]) -> list[Follower]:
+    """The followers of a step, each with its operand's indexing."""
+    out: list[Follower] = []
+    running = nodes[step[0]].node.outputs[0]
+    shape = tuple(nodes[step[0]].outputs[0].shape)
+    for pos in step[1:]:
+        f = follower_of(nodes[pos], running, shape)
+        assert f is not None, "a scheduled follower must still qualify"
+        out.append(f)
+        running = nodes[pos].node.outputs[0]
+    return out

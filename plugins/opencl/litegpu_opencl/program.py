@@ -1,0 +1,266 @@
+"""A compiled opencl partition: one OpenCL program, an arena, a flat list of launches.
+
+Compile time does everything: each step's kernels are generated, identical sources are
+deduplicated, the program is built (or loaded from the kernel cache), intermediates get
+sub-buffers of one arena planned by lifetime, constants are uploaded, and every kernel
+object gets its fixed arguments. A run writes host inputs (or binds device tensors),
+enqueues the launches on the in-order queue and reads host outputs (or leaves them on
+the device); it returns an event for the last command.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from litegpu.backend import CompileOptions, Event, Partition, Program
+from litegpu.errors import ExecutionError, InvalidArgumentError, UnsupportedError
+from litegpu.memory import Usage, plan_arena
+
+from .build import build_program
+from .codegen import KernelSpec, NodeGen, Precision, prelude
+from .device import Device
+from .fusion import followers
+from .kernels import GENERATORS, Decline
+
+log = logging.getLogger("litegpu.opencl")
+_ZERO = np.int32(0)
+
+
+@dataclass
+class ClTensor:
+    """A tensor in device memory: a pyopencl buffer with its shape, dtype and storage dtype.
+
+    ``dtype`` is the tensor's type as the model sees it; ``storage`` is what the device
+    holds (float16 for float32 tensors in F32_F16/F16 mode).
+    """
+
+    buffer: Any
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    storage: np.dtype
+
+    @property
+    def size(self) -> int:
+        """Number of elements."""
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes in device memory."""
+        return self.size * self.storage.itemsize
+
+
+class ClEvent(Event):
+    """Completion of enqueued OpenCL work (wraps a ``pyopencl.Event``)."""
+
+    def __init__(self, event: Any) -> None:
+        self.event = event
+
+    def wait(self) -> None:
+        """Block until the work is done."""
+        self.event.wait()
+
+    def is_complete(self) -> bool:
+        """True when the work is done."""
+        import pyopencl
+        return self.event.command_execution_status == pyopencl.command_execution_status.COMPLETE
+
+
+def precision_for(device: Device, options: CompileOptions) -> Precision:
+    """F32 unless precision loss is allowed; then half storage, and half arithmetic on fp16 devices."""
+    if not options.precision_loss_allowed:
+        return Precision()
+    return Precision(half_storage=True, half_arith=device.fp16)
+
+
+def generate(ctx, precision: Precision, specs, step_followers=None, out_tensor=None) -> list[KernelSpec]:
+    """The kernels of one node (with its followers); raises Decline or UnsupportedError."""
+    gen = GENERATORS.get(ctx.node.op)
+    if gen is None:
+        raise Decline(f"no OpenCL kernel for {ctx.node.op}")
+    return gen.fn(NodeGen(ctx, precision, specs, step_followers, out_tensor))
+
+
+class _Launch:
+    __slots__ = ("kernel", "global_size", "local_size", "io")
+
+    def __init__(self, kernel, global_size, local_size, io) -> None:
+        self.kernel = kernel
+        self.global_size = global_size
+        self.local_size = local_size
+        self.io = io    # [(arg position, tensor index)] of partition inputs/outputs
+
+
+class ClProgram(Program):
+    """See the module docstring."""
+
+    def __init__(self, device: Device, partition: Partition, options: CompileOptions) -> None:
+        self.device = device
+        cl = self.cl = device.cl
+        self.precision = precision_for(device, options)
+        self.inputs = list(partition.inputs)
+        self.outputs = list(partition.outputs)
+        specs = partition.specs
+        nodes = partition.nodes
+        step_kernels: list[list[KernelSpec]] = []
+        for step in partition.steps:
+            ctx = nodes[step[0]]
+            out_tensor = nodes[step[-1]].node.outputs[0]
+            try:
+                kernels = generate(ctx, self.precision, specs, followers(nodes, step), out_tensor)
+            except Decline as exc:   # supports() said yes: a disagreement is our bug, named clearly
+                raise UnsupportedError(f"node {ctx.node.index} ({ctx.node.op}): {exc}") from None
+            step_kernels.append(kernels)
+        self.kernel_count = sum(len(k) for k in step_kernels)
+        # One program for the partition, one function per distinct source.
+        sources: dict[str, str] = {}
+        for kernels in step_kernels:
+            for k in kernels:
+                sources.setdefault(k.digest, k.source.replace("KERNEL", f"k_{k.digest}", 1))
+        source = prelude(self.precision) + "\n".join(sources.values())
+        self.program, self.cache_hit = build_program(device, source, options)
+        # Memory: arena sub-buffers for intermediates, own buffers for I/O, uploaded constants.
+        io = set(self.inputs) | set(self.outputs)
+        used: dict[int, tuple[int, int]] = {}
+        for s, kernels in enumerate(step_kernels):
+            for k in kernels:
+                for a in k.args:
+                    if a.tensor is not None and a.tensor not in io and specs[a.tensor].value is None:
+                        first, _ = used.get(a.tensor, (s, s))
+                        used[a.tensor] = (first, s)
+        plan = plan_arena([Usage(t, self._nbytes(specs[t]), f, l) for t, (f, l) in used.items()],
+                          alignment=device.base_alignment)
+        self.arena_bytes = plan.size
+        mf = cl.mem_flags
+        self.arena = cl.Buffer(device.context, mf.READ_WRITE, max(plan.size, device.base_alignment))
+        # (buffer, element offset) of each intermediate
+        arena_at = {t: np.int32(off // self.precision.storage_dtype(specs[t].dtype).itemsize)
+                    for t, off in plan.offsets.items()}
+        self.io_tensors: dict[int, ClTensor] = {t: self.new_tensor(specs[t].shape, specs[t].dtype) for t in io}
+        self.const_bytes = 0
+        # pyopencl's set_arg holds no reference: every buffer a kernel uses is kept here.
+        self._constants: list[Any] = []
+        consts: dict[int, Any] = {}
+        self.launches: list[_Launch] = []
+        for kernels in step_kernels:
+            for k in kernels:
+                if any(g == 0 for g in k.global_size):
+                    continue
+                kernel = cl.Kernel(self.program, f"k_{k.digest}")
+                io_args = []
+                for n, a in enumerate(k.args):
+                    pos, offset = 2 * n, _ZERO
+                    if a.tensor is not None and a.tensor in io:
+                        io_args.append((pos, a.tensor))
+                        buffer = self.io_tensors[a.tensor].buffer
+                    elif a.tensor is not None and specs[a.tensor].value is not None:
+                        if a.tensor not in consts:
+                            consts[a.tensor] = self._upload(np.asarray(specs[a.tensor].value))
+                        buffer = consts[a.tensor]
+                    elif a.tensor is not None:
+                        buffer, offset = self.arena, arena_at[a.tensor]
+                    else:
+                        buffer = self._upload(a.const, convert=False)
+                    kernel.set_arg(pos, buffer)
+                    kernel.set_arg(pos + 1, offset)
+                self.launches.append(_Launch(kernel, k.global_size, k.local_size, io_args))
+        self._bound: dict[int, ClTensor] = dict(self.io_tensors)
+
+    # -- memory ---------------------------------------------------------------------------
+    def _nbytes(self, spec) -> int:
+        return int(np.prod(spec.shape, dtype=np.int64)) * self.precision.storage_dtype(spec.dtype).itemsize
+
+    def new_tensor(self, shape, dtype) -> ClTensor:
+        """A device tensor of ``shape``/``dtype`` in this program's storage format."""
+        storage = self.precision.storage_dtype(dtype)
+        nbytes = int(np.prod(shape, dtype=np.int64)) * storage.itemsize
+        buf = self.cl.Buffer(self.device.context, self.cl.mem_flags.READ_WRITE, max(nbytes, 1))
+        return ClTensor(buf, tuple(int(d) for d in shape), np.dtype(dtype), storage)
+
+    def _upload(self, array: np.ndarray, convert: bool = True) -> Any:
+        if convert:
+            array = array.astype(self.precision.storage_dtype(array.dtype))
+        array = np.ascontiguousarray(array)
+        self.const_bytes += array.nbytes
+        mf = self.cl.mem_flags
+        if array.nbytes == 0:
+            buf = self.cl.Buffer(self.device.context, mf.READ_ONLY, 1)
+        else:
+            buf = self.cl.Buffer(self.device.context, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=array)
+        self._constants.append(buf)
+        return buf
+
+    # -- transfers --------------------------------------------------------------------------
+    def write(self, tensor: ClTensor, array: np.ndarray, wait_for=None):
+        """Copy a host array into a device tensor (converting to its storage dtype); returns the event."""
+        host = np.ascontiguousarray(array, dtype=tensor.storage) if array.dtype != tensor.storage \
+            else np.ascontiguousarray(array)
+        if host.size != tensor.size:
+            raise InvalidArgumentError(f"cannot write {host.size} elements into a tensor of {tensor.size}")
+        if host.nbytes == 0:
+            return None
+        return self.cl.enqueue_copy(self.device.queue, tensor.buffer, host, wait_for=wait_for, is_blocking=True)
+
+    def read(self, tensor: ClTensor, out: np.ndarray, wait_for=None) -> None:
+        """Copy a device tensor into a host array (blocking)."""
+        if tensor.size == 0:
+            return
+        if out.dtype == tensor.storage and out.flags.c_contiguous:
+            self.cl.enqueue_copy(self.device.queue, out, tensor.buffer, wait_for=wait_for, is_blocking=True)
+            return
+        tmp = np.empty(tensor.shape, tensor.storage)
+        self.cl.enqueue_copy(self.device.queue, tmp, tensor.buffer, wait_for=wait_for, is_blocking=True)
+        out[...] = tmp.reshape(out.shape).astype(out.dtype)
+
+    # -- running ------------------------------------------------------------------------------
+    def run(self, inputs: Sequence, outputs: Sequence, wait_for: Sequence[Event] = ()) -> Event:
+        """Run on host arrays or :class:`ClTensor` s (inputs and outputs in partition order).
+
+        Host inputs are written before the kernels; host outputs are read back before
+        returning (a ``None`` output gets a new host array). Device tensors are used in
+        place: no copy at all.
+        """
+        cl_wait = [e.event for e in wait_for if isinstance(e, ClEvent)]
+        for e in wait_for:
+            if not isinstance(e, ClEvent):
+                e.wait()
+        for t, x in zip(self.inputs, inputs):
+            if isinstance(x, ClTensor):
+                self._bind(t, x)
+            else:
+                self._bind(t, self.io_tensors[t])
+                self.write(self.io_tensors[t], np.asarray(x), cl_wait or None)
+        for t, x in zip(self.outputs, outputs):
+            self._bind(t, x if isinstance(x, ClTensor) else self.io_tensors[t])
+        queue, enqueue = self.device.queue, self.cl.enqueue_nd_range_kernel
+        event = None
+        try:
+            for i, launch in enumerate(self.launches):
+                event = enqueue(queue, launch.kernel, launch.global_size, launch.local_size,
+                                wait_for=cl_wait if i == 0 and cl_wait else None)
+        except self.cl.Error as exc:
+            raise ExecutionError(f"OpenCL launch failed: {exc}") from None
+        for j, (t, x) in enumerate(zip(self.outputs, outputs)):
+            if x is None:
+                spec = self.io_tensors[t]
+                x = np.empty(spec.shape, spec.dtype)
+                outputs[j] = x
+            if not isinstance(x, ClTensor):
+                self.read(self.io_tensors[t], x)
+        return ClEvent(event) if event is not None else ClEvent(self.cl.enqueue_marker(queue))
+
+    def _bind(self, t: int, tensor: ClTensor) -> None:
+        if self._bound.get(t) is tensor:
+            return
+        want = self.io_tensors[t]
+        if tensor.storage != want.storage or tensor.size != want.size:
+            raise InvalidArgumentError(f"tensor {t}: device buffer holds {tensor.size} x {tensor.storage}, "
+                                       f"the program needs {want.size} x {want.storage}")
+        for launch in self.launches:
+            for pos, tt in launch.io:
+                if tt == t:
+                    launch.kernel.set_arg(pos, tensor.buffer)
+        self._bound[t] = tensor
