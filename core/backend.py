@@ -76,13 +76,20 @@ class CompileOptions:
     num_threads: int = 0                 # 0: the backend's default
     precision_loss_allowed: bool = False
     runtime: Runtime | None = None
+    model: Model | None = None           # the whole model (e.g. ``model.digest()`` keys a kernel cache)
+    # Backend-specific settings from delegate options and the Environment (e.g.
+    # ``serialization_dir``, ``model_token``, ``opencl_context``); backends ignore keys they do not know.
     extra: dict = field(default_factory=dict)
 
 
 class Event:
-    """Completion of submitted work. The base event is already complete."""
+    """Completion of submitted work. The base event is already complete.
 
-    def wait(self) -> None:
+    ``wait_type`` is LiteRT's: "passive" blocks in the driver (the thread sleeps),
+    "active" polls :meth:`is_complete` (lower latency, burns a core).
+    """
+
+    def wait(self, wait_type: str = "passive") -> None:
         """Block until the work is done."""
 
     def is_complete(self) -> bool:
@@ -107,6 +114,10 @@ class Backend:
 
     name: str = ""
     is_gpu: bool = False   # True: chosen when a user asks for "GPU" / HardwareAccelerator.GPU
+    # True: programs read and write host numpy arrays. False: they take the backend's own
+    # device buffers (from ``allocate``); the executor keeps tensors in device memory
+    # between partitions of the backend and inserts copy_in/copy_out at device boundaries.
+    host_memory: bool = True
 
     def available(self) -> tuple[bool, str]:
         """Whether this backend can be used here, and why not."""
@@ -131,16 +142,31 @@ class Backend:
         """Compile a partition into a runnable program."""
         raise NotImplementedError("need compile")
 
-    def allocate(self, nbytes: int) -> Any:
-        """Device memory of ``nbytes`` (host backends return a numpy byte array)."""
-        return np.empty(nbytes, np.uint8)
+    def allocate(self, spec: TensorSpec, options: CompileOptions) -> Any:
+        """Device memory for a tensor of ``spec``, in the storage format programs compiled
+        with ``options`` use (e.g. half for float32 when precision loss is allowed).
+        Host backends return a numpy array."""
+        return np.empty(spec.shape, spec.dtype)
+
+    def wrap(self, native: Any, spec: TensorSpec, options: CompileOptions) -> Any:
+        """A buffer of this backend around a user's native device buffer (e.g. a
+        ``pyopencl.Buffer``) holding a tensor of ``spec``, without copying it."""
+        raise NotImplementedError(f"backend {self.name!r} cannot wrap native buffers")
+
+    def nbytes(self, buffer: Any) -> int:
+        """Bytes a copy of ``buffer`` moves."""
+        return int(buffer.nbytes)
 
     def copy_in(self, buffer: Any, array: np.ndarray, wait_for: Sequence[Event] = ()) -> Event:
-        """Copy a host array into device memory."""
+        """Copy a host array into device memory (the host array may be reused on return)."""
+        for e in wait_for:
+            e.wait()
         np.copyto(buffer, array)
         return COMPLETE
 
     def copy_out(self, buffer: Any, array: np.ndarray, wait_for: Sequence[Event] = ()) -> Event:
-        """Copy device memory into a host array."""
+        """Copy device memory into a host array; done when this returns."""
+        for e in wait_for:
+            e.wait()
         np.copyto(array, buffer)
         return COMPLETE

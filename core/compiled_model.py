@@ -39,9 +39,21 @@ class CpuOptions:
 
 @dataclass
 class GpuOptions:
-    """GPU options; ``enforce_f32=False`` allows fp16 storage (precision loss), as in LiteRT."""
+    """GPU options with LiteRT's names.
+
+    ``enforce_f32=False`` allows fp16 storage (precision loss). ``serialization_dir`` is
+    where compiled kernels are cached (default: litegpu's cache directory) and
+    ``model_token`` an optional extra cache key; the cache is keyed by content without it.
+    """
 
     enforce_f32: bool = True
+    serialization_dir: str | None = None
+    model_token: str | None = None
+
+    def extra(self) -> dict:
+        """The settings backends read from ``CompileOptions.extra``."""
+        return {k: v for k, v in (("serialization_dir", self.serialization_dir),
+                                  ("model_token", self.model_token)) if v is not None}
 
 
 @dataclass
@@ -162,9 +174,11 @@ class CompiledModel:
         options = options or Options(hardware_accelerators=hardware_accel or HardwareAccelerator.CPU)
         if backend:
             options.backend = backend
+        environment = environment or Environment()
         session = Session(model, _backend_names(options), num_threads=options.cpu_options.num_threads,
-                          precision_loss_allowed=not options.gpu_options.enforce_f32)
-        return cls(session, environment or Environment())
+                          precision_loss_allowed=not options.gpu_options.enforce_f32,
+                          extra={**environment.options, **options.gpu_options.extra()})
+        return cls(session, environment)
 
     @property
     def environment(self) -> Environment:

@@ -11,16 +11,18 @@ import os
 import time
 from dataclasses import dataclass
 from functools import partial
+from typing import Any, Sequence
 
 import numpy as np
 
-from .backend import Backend, CompileOptions, NodeContext, Partition, Program, Runtime
+from .backend import COMPLETE, Backend, CompileOptions, Event, NodeContext, Partition, Program, Runtime
 from .errors import (ExecutionError, InvalidArgumentError, LiteGpuError, ModelFormatError, ResourceLimitError,
                      UnsupportedError)
 from .graph import Model, Subgraph
 from .memory import ArenaPlan, Usage, plan_arena
 from .ops import DynamicShape, TensorSpec, get_op
 from .partition import CPU, DelegationReport, assign
+from .transfers import DeviceRunner
 
 log = logging.getLogger("litegpu")
 
@@ -176,6 +178,16 @@ class CompiledSubgraph:
         self.steps: list[tuple[Program, list[int], list[int]]] = [
             (backend.compile(part, options), part.inputs, part.outputs) for backend, part in planned]
         self._plan: list | bool | None = None   # built by the first run
+        self.report.programs = [f"partition {i} on {backend.name}: {getattr(program, 'summary', '')}"
+                                for i, ((backend, _), (program, _, _)) in enumerate(zip(planned, self.steps))
+                                if getattr(program, "summary", "")]
+        # With device partitions, runs go through a transfer plan (see litegpu.transfers).
+        self.runner: DeviceRunner | None = None
+        if any(not backend.host_memory for backend, _ in planned):
+            self.runner = DeviceRunner([(program, backend, ins, outs) for (backend, _), (program, ins, outs)
+                                        in zip(planned, self.steps)], self.host, specs, sg.outputs, options)
+            self.report.bytes_moved = self.runner.plan().bytes_moved
+        self._worker = None   # the thread of asynchronous runs that need the host mid-run
         # Subgraph outputs that were folded to constants, and pass-through inputs.
         self.compile_seconds = time.perf_counter() - start
 
@@ -213,6 +225,9 @@ class CompiledSubgraph:
 
     def run(self) -> None:
         """Run every partition in order on the host-side tensors."""
+        if self.runner is not None:
+            self.submit().wait()
+            return
         plan = self._plan
         if plan is None:
             plan = self._plan = self._fixed_plan()
@@ -227,10 +242,32 @@ class CompiledSubgraph:
             for o, arr in zip(outs, out_arrays):
                 host[o] = arr
 
+    def submit(self, bound: dict[int, tuple[Backend, Any]] | None = None, wait_for: Sequence[Event] = (),
+               asynchronous: bool = False) -> Event:
+        """Start a run; ``bound`` supplies device buffers for subgraph inputs/outputs as
+        (backend, buffer). Returns the run's event. Synchronous runs are done, up to the
+        device work whose results stay on the device, when this returns; an asynchronous
+        run whose plan needs the host after device work runs on a worker thread."""
+        if self.runner is None:
+            for e in wait_for:
+                e.wait()
+            self.run()
+            return COMPLETE
+        runner = self.runner
+        plan = runner.plan(bound)
+        if asynchronous and plan.host_after_device or self._worker is not None:
+            if self._worker is None:
+                from concurrent.futures import ThreadPoolExecutor
+                self._worker = ThreadPoolExecutor(1, thread_name_prefix="litegpu-run")
+            return FutureEvent(self._worker.submit(lambda: runner.run(plan, bound, wait_for).wait()))
+        return runner.run(plan, bound, wait_for)
+
     @property
     def fixed(self) -> bool:
         """True once a run found every host array fixed for good (no run-time shapes), so
         arrays read from :meth:`output` stay the ones later runs write."""
+        if self.runner is not None:   # fixed unless a host partition has run-time shapes
+            return all(o in self.host for _, _, _, outs in self.runner.steps for o in outs)
         return bool(self._plan)
 
     def _fixed_plan(self) -> list | bool:
@@ -259,6 +296,24 @@ class CompiledSubgraph:
             return spec.value
         raise InvalidArgumentError(f"tensor {tensor} is an intermediate whose memory is reused; "
                                    "only inputs, outputs and constants can be read")
+
+
+class FutureEvent(Event):
+    """Completion of a run on the worker thread; ``wait`` re-raises its error."""
+
+    def __init__(self, future) -> None:
+        self.future = future
+
+    def wait(self, wait_type: str = "passive") -> None:
+        """Block until the run is done."""
+        if wait_type == "active":
+            while not self.future.done():
+                pass
+        self.future.result()
+
+    def is_complete(self) -> bool:
+        """True when the run is done."""
+        return self.future.done()
 
 
 def _is_const(specs, t: int) -> bool:

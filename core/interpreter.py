@@ -43,15 +43,17 @@ def tensor_details(t: Tensor, shape: Sequence[int] | None = None, name: str | No
     }
 
 
-def _backend_names(delegates: Sequence[Any] | None) -> tuple[list[str], bool]:
-    names, precision_loss = [], False
+def _backend_names(delegates: Sequence[Any] | None) -> tuple[list[str], bool, dict]:
+    """Backend names, whether precision loss is allowed, and the other delegate options."""
+    names, precision_loss, extra = [], False, {}
     for d in delegates or ():
         if not isinstance(d, Delegate):
             raise InvalidArgumentError(f"experimental_delegates takes litegpu.load_delegate(...) objects, "
                                        f"got {type(d).__name__}")
         names.append(d.backend)
         precision_loss |= bool(d.options.get("precision_loss_allowed", False))
-    return names, precision_loss
+        extra.update((k, v) for k, v in d.options.items() if k != "precision_loss_allowed")
+    return names, precision_loss, extra
 
 
 class Interpreter:
@@ -73,10 +75,10 @@ class Interpreter:
         if num_threads is not None and (not isinstance(num_threads, int) or num_threads < -1):
             raise InvalidArgumentError(f"num_threads must be an int >= -1, got {num_threads!r}")
         self._model = load_model(model_path if model_path is not None else model_content)
-        names, precision_loss = _backend_names(experimental_delegates)
+        names, precision_loss, extra = _backend_names(experimental_delegates)
         self._session = Session(self._model, names, num_threads=max(num_threads or 0, 0),
                                 precision_loss_allowed=precision_loss,
-                                max_delegated_partitions=max_delegated_partitions, limits=limits)
+                                max_delegated_partitions=max_delegated_partitions, limits=limits, extra=extra)
         self._sg: Subgraph = self._model.subgraphs[0]
         self._shapes: dict[int, tuple[int, ...]] = {}
         # Delegates are applied when the interpreter is built, as in LiteRT: unsupported

@@ -40,6 +40,8 @@ class DelegationReport:
     folded: list[int] = field(default_factory=list)
     arena_bytes: int = 0
     arena_naive_bytes: int = 0
+    bytes_moved: int = 0          # copied between host and devices per run (host buffers in and out)
+    programs: list[str] = field(default_factory=list)   # each program's own summary (precision, kernels)
 
     def nodes_on(self, backend: str) -> int:
         """How many nodes run on ``backend``."""
@@ -58,6 +60,9 @@ class DelegationReport:
         for i, (backend, positions) in enumerate(self.partitions):
             first, last = self.assignments[positions[0]].node, self.assignments[positions[-1]].node
             lines.append(f"  partition {i}: {backend}, nodes {first}..{last} ({len(positions)})")
+        if self.bytes_moved:
+            lines.append(f"  host<->device copies: {self.bytes_moved} bytes per run")
+        lines.extend(f"  {p}" for p in self.programs)
         for a in self.assignments:
             if a.reason:
                 lines.append(f"  node {a.node} ({a.op}) on {a.backend}: {a.reason}")

@@ -70,7 +70,7 @@ class Session:
 
     def __init__(self, model: Model, backend_names: list[str], num_threads: int = 0,
                  precision_loss_allowed: bool = False, max_delegated_partitions: int = 0,
-                 limits: Limits | None = None) -> None:
+                 limits: Limits | None = None, extra: dict | None = None) -> None:
         self.model = model
         self.backends = resolve_backends(backend_names)
         self.cpu = manager().backend(CPU)
@@ -80,7 +80,8 @@ class Session:
         self._depth = 0
         self.options = CompileOptions(num_threads=num_threads or min(os.cpu_count() or 1, 4),
                                       precision_loss_allowed=precision_loss_allowed,
-                                      runtime=make_runtime(_Caller(self), self.resources, self.limits))
+                                      runtime=make_runtime(_Caller(self), self.resources, self.limits),
+                                      model=model, extra=dict(extra or {}))
         self._cache: dict[tuple, CompiledSubgraph] = {}
         self._calls: dict[tuple, _SubgraphCall] = {}   # control flow's fast path, keyed by input shapes
         self._loops: dict[tuple, Callable | None] = {}   # WHILE loops over fixed arrays, by subgraphs and shapes

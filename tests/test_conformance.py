@@ -239,8 +239,8 @@ def test_plugin_default_is_every_available_backend(fake_env):
     result = _run(fake_env, "test_plain.py", "-v")
     names = sorted(i[len("test_a["):-1] for i in _ids(result) if i.startswith("test_a["))
     assert "cpu" in names and "fake" in names and "broken" not in names
-    assert names == sorted(n for n, b in manager().backends.items() if b.available()[0]) + \
-        (["fake"] if "fake" not in manager().backends else [])
+    assert names == sorted([n for n, b in manager().backends.items() if b.available()[0]] +
+                           (["fake"] if "fake" not in manager().backends else []))
 
 
 def test_shipped_suite_skips_refused_nodes_with_reason_but_cpu_runs_everything(fake_env):

@@ -46,15 +46,17 @@ def litert_outputs(model_bytes: bytes, inputs: Sequence[np.ndarray]) -> list[np.
     return [np.array(interp.get_tensor(d["index"])) for d in interp.get_output_details()]
 
 
-def litegpu_outputs(model_bytes: bytes, inputs: Sequence[np.ndarray], backend: str) -> list[np.ndarray]:
+def litegpu_outputs(model_bytes: bytes, inputs: Sequence[np.ndarray], backend: str,
+                    precision_loss_allowed: bool = False) -> list[np.ndarray]:
     """Outputs of litegpu's Interpreter with ``backend`` as its delegate.
 
-    Uses the public API exactly as a user of ``ai_edge_litert`` would.
+    Uses the public API exactly as a user of ``ai_edge_litert`` would;
+    ``precision_loss_allowed`` is the delegate option that allows fp16.
     """
     import litegpu
 
-    interp = litegpu.Interpreter(model_content=bytes(model_bytes),
-                                 experimental_delegates=[litegpu.load_delegate(backend)])
+    delegate = litegpu.load_delegate(backend, {"precision_loss_allowed": precision_loss_allowed})
+    interp = litegpu.Interpreter(model_content=bytes(model_bytes), experimental_delegates=[delegate])
     details = interp.get_input_details()
     _check_count(len(details), inputs)
     for d, x in zip(details, inputs):

@@ -8,15 +8,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from litegpu.backend import Backend, CompileOptions, NodeContext, Partition, Program, Support
-from litegpu.errors import BackendUnavailableError, LiteGpuError
+from typing import Any, Sequence
+
+from litegpu.backend import COMPLETE, Backend, CompileOptions, Event, NodeContext, Partition, Program, Support
+from litegpu.errors import BackendUnavailableError, InvalidArgumentError, LiteGpuError
 from litegpu.graph import Model
+from litegpu.ops import TensorSpec
 
 from .codegen import Precision
 from .device import Device, default_device
 from .fusion import chain_steps
 from .kernels import Decline, load_all
-from .program import ClProgram, generate
+from .program import ClProgram, ClTensor, generate, new_tensor, precision_for, read, write
 
 _OK_DTYPES = {np.dtype(t) for t in (np.float32, np.int32, np.int64, np.bool_, np.uint8, np.int8, np.int16)}
 
@@ -26,6 +29,7 @@ class OpenClBackend(Backend):
 
     name = "opencl"
     is_gpu = True
+    host_memory = False
 
     def __init__(self) -> None:
         self._error: str | None = None
@@ -84,3 +88,36 @@ class OpenClBackend(Backend):
 
     def compile(self, partition: Partition, options: CompileOptions) -> Program:
         return ClProgram(self.device_for(options), partition, options)
+
+    # -- device memory ---------------------------------------------------------------------
+    def allocate(self, spec: TensorSpec, options: CompileOptions) -> ClTensor:
+        device = self.device_for(options)
+        return new_tensor(device, precision_for(device, options), spec.shape, spec.dtype)
+
+    def wrap(self, native: Any, spec: TensorSpec, options: CompileOptions) -> ClTensor:
+        """A tensor around a user's ``pyopencl.Buffer`` holding ``spec.dtype`` elements."""
+        device = self.device_for(options)
+        storage = Precision().storage_dtype(spec.dtype)
+        tensor = ClTensor(native, tuple(spec.shape), np.dtype(spec.dtype), storage, device)
+        if native.size < tensor.nbytes:
+            raise InvalidArgumentError(f"the OpenCL buffer has {native.size} bytes; a {spec.dtype} tensor of "
+                                       f"shape {list(spec.shape)} needs {tensor.nbytes}")
+        return tensor
+
+    def nbytes(self, buffer: ClTensor) -> int:
+        return buffer.nbytes
+
+    def copy_in(self, buffer: ClTensor, array: np.ndarray, wait_for: Sequence[Event] = ()) -> Event:
+        _wait(wait_for)
+        write(buffer, array)
+        return COMPLETE
+
+    def copy_out(self, buffer: ClTensor, array: np.ndarray, wait_for: Sequence[Event] = ()) -> Event:
+        _wait(wait_for)
+        read(buffer, array)
+        return COMPLETE
+
+
+def _wait(events: Sequence[Event]) -> None:
+    for e in events:
+        e.wait()

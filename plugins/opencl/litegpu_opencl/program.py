@@ -41,6 +41,7 @@ class ClTensor:
     shape: tuple[int, ...]
     dtype: np.dtype
     storage: np.dtype
+    device: Device | None = None
 
     @property
     def size(self) -> int:
@@ -59,14 +60,52 @@ class ClEvent(Event):
     def __init__(self, event: Any) -> None:
         self.event = event
 
-    def wait(self) -> None:
-        """Block until the work is done."""
+    def wait(self, wait_type: str = "passive") -> None:
+        """Block until the work is done: in the driver ("passive") or by polling ("active")."""
+        if wait_type == "active":
+            while not self.is_complete():
+                pass
         self.event.wait()
 
     def is_complete(self) -> bool:
         """True when the work is done."""
         import pyopencl
         return self.event.command_execution_status == pyopencl.command_execution_status.COMPLETE
+
+
+def new_tensor(device: Device, precision: Precision, shape, dtype) -> ClTensor:
+    """A device tensor of ``shape``/``dtype`` stored as ``precision`` stores it."""
+    cl = device.cl
+    storage = precision.storage_dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * storage.itemsize
+    buf = cl.Buffer(device.context, cl.mem_flags.READ_WRITE, max(nbytes, 1))
+    return ClTensor(buf, tuple(int(d) for d in shape), np.dtype(dtype), storage, device)
+
+
+def write(tensor: ClTensor, array: np.ndarray, wait_for=None) -> None:
+    """Copy a host array into a device tensor, converting to its storage dtype (blocking:
+    the host array may be reused on return)."""
+    host = np.ascontiguousarray(array, dtype=tensor.storage)
+    if host.size != tensor.size:
+        raise InvalidArgumentError(f"cannot write {host.size} elements into a device tensor of {tensor.size}")
+    if host.nbytes:
+        cl = tensor.device.cl
+        cl.enqueue_copy(tensor.device.queue, tensor.buffer, host, wait_for=wait_for, is_blocking=True)
+
+
+def read(tensor: ClTensor, out: np.ndarray, wait_for=None) -> None:
+    """Copy a device tensor into a host array (blocking), converting from its storage dtype."""
+    if out.size != tensor.size:
+        raise InvalidArgumentError(f"cannot read a device tensor of {tensor.size} elements into {out.size}")
+    if tensor.size == 0:
+        return
+    cl, queue = tensor.device.cl, tensor.device.queue
+    if out.dtype == tensor.storage and out.flags.c_contiguous:
+        cl.enqueue_copy(queue, out, tensor.buffer, wait_for=wait_for, is_blocking=True)
+        return
+    tmp = np.empty(tensor.shape, tensor.storage)
+    cl.enqueue_copy(queue, tmp, tensor.buffer, wait_for=wait_for, is_blocking=True)
+    out[...] = tmp.reshape(out.shape).astype(out.dtype)
 
 
 def precision_for(device: Device, options: CompileOptions) -> Precision:
@@ -120,9 +159,10 @@ class ClProgram(Program):
         for kernels in step_kernels:
             for k in kernels:
                 sources.setdefault(k.digest, k.source.replace("KERNEL", f"k_{k.digest}", 1))
+        self.function_count = len(sources)
         source = prelude(self.precision) + "\n".join(sources.values())
         self.program, self.cache_hit = build_program(device, source, options)
-        # Memory: arena sub-buffers for intermediates, own buffers for I/O, uploaded constants.
+        # Memory: intermediates at offsets of one arena; I/O buffers bound per run; constants uploaded.
         io = set(self.inputs) | set(self.outputs)
         used: dict[int, tuple[int, int]] = {}
         for s, kernels in enumerate(step_kernels):
@@ -139,7 +179,9 @@ class ClProgram(Program):
         # (buffer, element offset) of each intermediate
         arena_at = {t: np.int32(off // self.precision.storage_dtype(specs[t].dtype).itemsize)
                     for t, off in plan.offsets.items()}
-        self.io_tensors: dict[int, ClTensor] = {t: self.new_tensor(specs[t].shape, specs[t].dtype) for t in io}
+        # What each input/output buffer must hold: (elements, storage dtype).
+        self.io_layout = {t: (int(np.prod(specs[t].shape, dtype=np.int64)),
+                              self.precision.storage_dtype(specs[t].dtype)) for t in io}
         self.const_bytes = 0
         # pyopencl's set_arg holds no reference: every buffer a kernel uses is kept here.
         self._constants: list[Any] = []
@@ -153,10 +195,11 @@ class ClProgram(Program):
                 io_args = []
                 for n, a in enumerate(k.args):
                     pos, offset = 2 * n, _ZERO
-                    if a.tensor is not None and a.tensor in io:
+                    if a.tensor is not None and a.tensor in io:   # set when a run binds it
                         io_args.append((pos, a.tensor))
-                        buffer = self.io_tensors[a.tensor].buffer
-                    elif a.tensor is not None and specs[a.tensor].value is not None:
+                        kernel.set_arg(pos + 1, offset)
+                        continue
+                    if a.tensor is not None and specs[a.tensor].value is not None:
                         if a.tensor not in consts:
                             consts[a.tensor] = self._upload(np.asarray(specs[a.tensor].value))
                         buffer = consts[a.tensor]
@@ -167,18 +210,11 @@ class ClProgram(Program):
                     kernel.set_arg(pos, buffer)
                     kernel.set_arg(pos + 1, offset)
                 self.launches.append(_Launch(kernel, k.global_size, k.local_size, io_args))
-        self._bound: dict[int, ClTensor] = dict(self.io_tensors)
+        self._bound: dict[int, ClTensor] = {}
 
     # -- memory ---------------------------------------------------------------------------
     def _nbytes(self, spec) -> int:
         return int(np.prod(spec.shape, dtype=np.int64)) * self.precision.storage_dtype(spec.dtype).itemsize
-
-    def new_tensor(self, shape, dtype) -> ClTensor:
-        """A device tensor of ``shape``/``dtype`` in this program's storage format."""
-        storage = self.precision.storage_dtype(dtype)
-        nbytes = int(np.prod(shape, dtype=np.int64)) * storage.itemsize
-        buf = self.cl.Buffer(self.device.context, self.cl.mem_flags.READ_WRITE, max(nbytes, 1))
-        return ClTensor(buf, tuple(int(d) for d in shape), np.dtype(dtype), storage)
 
     def _upload(self, array: np.ndarray, convert: bool = True) -> Any:
         if convert:
@@ -193,72 +229,47 @@ class ClProgram(Program):
         self._constants.append(buf)
         return buf
 
-    # -- transfers --------------------------------------------------------------------------
-    def write(self, tensor: ClTensor, array: np.ndarray, wait_for=None):
-        """Copy a host array into a device tensor (converting to its storage dtype); returns the event."""
-        host = np.ascontiguousarray(array, dtype=tensor.storage) if array.dtype != tensor.storage \
-            else np.ascontiguousarray(array)
-        if host.size != tensor.size:
-            raise InvalidArgumentError(f"cannot write {host.size} elements into a tensor of {tensor.size}")
-        if host.nbytes == 0:
-            return None
-        return self.cl.enqueue_copy(self.device.queue, tensor.buffer, host, wait_for=wait_for, is_blocking=True)
-
-    def read(self, tensor: ClTensor, out: np.ndarray, wait_for=None) -> None:
-        """Copy a device tensor into a host array (blocking)."""
-        if tensor.size == 0:
-            return
-        if out.dtype == tensor.storage and out.flags.c_contiguous:
-            self.cl.enqueue_copy(self.device.queue, out, tensor.buffer, wait_for=wait_for, is_blocking=True)
-            return
-        tmp = np.empty(tensor.shape, tensor.storage)
-        self.cl.enqueue_copy(self.device.queue, tmp, tensor.buffer, wait_for=wait_for, is_blocking=True)
-        out[...] = tmp.reshape(out.shape).astype(out.dtype)
+    @property
+    def summary(self) -> str:
+        """Precision, kernels and memory, for the delegation report."""
+        p = self.precision
+        return (f"{p.name} ({p.storage} storage, {p.arithmetic} arithmetic), {len(self.launches)} launches of "
+                f"{self.function_count} kernels, arena {self.arena_bytes / 1e6:.2f} MB, "
+                f"constants {self.const_bytes / 1e6:.2f} MB, program {'from cache' if self.cache_hit else 'built'}")
 
     # -- running ------------------------------------------------------------------------------
-    def run(self, inputs: Sequence, outputs: Sequence, wait_for: Sequence[Event] = ()) -> Event:
-        """Run on host arrays or :class:`ClTensor` s (inputs and outputs in partition order).
+    def run(self, inputs: Sequence[ClTensor], outputs: Sequence[ClTensor], wait_for: Sequence[Event] = ()) -> Event:
+        """Enqueue the partition on device tensors (inputs and outputs in partition order).
 
-        Host inputs are written before the kernels; host outputs are read back before
-        returning (a ``None`` output gets a new host array). Device tensors are used in
-        place: no copy at all.
+        Returns at once with the event of the last launch; the in-order queue orders
+        later work after it. Events of other devices or the host are waited for here.
         """
-        cl_wait = [e.event for e in wait_for if isinstance(e, ClEvent)]
+        cl_wait = [e.event for e in wait_for if isinstance(e, ClEvent)] or None
         for e in wait_for:
             if not isinstance(e, ClEvent):
                 e.wait()
         for t, x in zip(self.inputs, inputs):
-            if isinstance(x, ClTensor):
-                self._bind(t, x)
-            else:
-                self._bind(t, self.io_tensors[t])
-                self.write(self.io_tensors[t], np.asarray(x), cl_wait or None)
+            self._bind(t, x)
         for t, x in zip(self.outputs, outputs):
-            self._bind(t, x if isinstance(x, ClTensor) else self.io_tensors[t])
+            self._bind(t, x)
         queue, enqueue = self.device.queue, self.cl.enqueue_nd_range_kernel
         event = None
         try:
-            for i, launch in enumerate(self.launches):
-                event = enqueue(queue, launch.kernel, launch.global_size, launch.local_size,
-                                wait_for=cl_wait if i == 0 and cl_wait else None)
+            for launch in self.launches:
+                event = enqueue(queue, launch.kernel, launch.global_size, launch.local_size, wait_for=cl_wait)
+                cl_wait = None
         except self.cl.Error as exc:
             raise ExecutionError(f"OpenCL launch failed: {exc}") from None
-        for j, (t, x) in enumerate(zip(self.outputs, outputs)):
-            if x is None:
-                spec = self.io_tensors[t]
-                x = np.empty(spec.shape, spec.dtype)
-                outputs[j] = x
-            if not isinstance(x, ClTensor):
-                self.read(self.io_tensors[t], x)
-        return ClEvent(event) if event is not None else ClEvent(self.cl.enqueue_marker(queue))
+        return ClEvent(event if event is not None else self.cl.enqueue_marker(queue, wait_for=cl_wait))
 
     def _bind(self, t: int, tensor: ClTensor) -> None:
         if self._bound.get(t) is tensor:
             return
-        want = self.io_tensors[t]
-        if tensor.storage != want.storage or tensor.size != want.size:
-            raise InvalidArgumentError(f"tensor {t}: device buffer holds {tensor.size} x {tensor.storage}, "
-                                       f"the program needs {want.size} x {want.storage}")
+        size, storage = self.io_layout[t]
+        if not isinstance(tensor, ClTensor) or tensor.storage != storage or tensor.size != size:
+            got = f"{tensor.size} x {tensor.storage}" if isinstance(tensor, ClTensor) else type(tensor).__name__
+            raise InvalidArgumentError(f"tensor {t}: the device buffer holds {got}, "
+                                       f"the program needs {size} x {storage}")
         for launch in self.launches:
             for pos, tt in launch.io:
                 if tt == t:

@@ -1,0 +1,41 @@
+"""Every conformance case the opencl backend takes, in F32_F16 mode (half storage).
+
+Tolerance: fp16 keeps 11 significant bits (relative step 2**-11 ≈ 4.9e-4); each stored
+intermediate rounds once, so a case whose chain stores a few values stays well within
+FP16_TOL relative to max|LiteRT|. Integer and bool outputs must still match exactly.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from litegpu.plugins import manager
+from litegpu.testing.cases import all_cases
+from litegpu.testing.conformance import compare, litegpu_outputs, litert_outputs, unsupported
+
+FP16_TOL = 1e-2
+
+
+@pytest.fixture(scope="module")
+def opencl():
+    backend = manager().backends.get("opencl")
+    if backend is None:
+        pytest.skip("the opencl backend is not installed")
+    ok, why = backend.available()
+    if not ok:
+        pytest.skip(f"opencl is unavailable here: {why}")
+    return backend
+
+
+@pytest.mark.parametrize("case", all_cases(), ids=lambda c: c.id)
+def test_op_fp16(opencl, case):
+    model_bytes, inputs = case.build()
+    refused = unsupported(model_bytes, opencl)
+    if refused:
+        pytest.skip(f"opencl does not support node {refused[0][1]} ({refused[0][2]}): {refused[0][3].reason}")
+    want = litert_outputs(model_bytes, inputs)
+    got = litegpu_outputs(model_bytes, inputs, "opencl", precision_loss_allowed=True)
+    for g in got:
+        if g.dtype.kind == "f":
+            assert np.isfinite(g).all() or not all(np.isfinite(w).all() for w in want), "fp16 made a NaN/Inf"
+    compare(got, want, max(FP16_TOL, case.tol), f"{case.id} on opencl in F32_F16")
