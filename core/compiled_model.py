@@ -13,12 +13,15 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from .backend import Event
 from .errors import InvalidArgumentError
 from .executor import CompiledSubgraph
 from .graph import Signature
 from .interpreter import tensor_details
 from .model import load_model
+from .ops import TensorSpec
 from .session import Session
+from .tensor_buffer import TensorBuffer
 
 
 class HardwareAccelerator(enum.IntFlag):
@@ -93,50 +96,23 @@ class Environment:
         self.close()
 
 
-class TensorBuffer:
-    """A tensor's memory: host memory here, device memory for device backends."""
-
-    def __init__(self, array: np.ndarray) -> None:
-        self._array = array
-
-    @classmethod
-    def create_from_host_memory(cls, data_array: np.ndarray) -> "TensorBuffer":
-        """Wrap an existing C-contiguous array without copying."""
-        if not isinstance(data_array, np.ndarray) or not data_array.flags.c_contiguous:
-            raise InvalidArgumentError("create_from_host_memory needs a C-contiguous numpy array")
-        return cls(data_array)
-
-    def write(self, data_array: np.ndarray) -> None:
-        """Copy ``data_array`` (same element count, convertible dtype) into the buffer."""
-        data = np.asarray(data_array)
-        if data.size != self._array.size:
-            raise InvalidArgumentError(f"write of {data.size} elements into a buffer of {self._array.size}")
-        self._array.reshape(-1)[...] = data.reshape(-1).astype(self._array.dtype, copy=False)
-
-    def read(self, num_elements: int, output_dtype: Any) -> np.ndarray:
-        """A copy of the first ``num_elements`` elements as ``output_dtype``."""
-        if not 0 <= num_elements <= self._array.size:
-            raise InvalidArgumentError(f"read of {num_elements} elements from a buffer of {self._array.size}")
-        return self._array.reshape(-1)[:num_elements].astype(output_dtype, copy=True)
-
-    def get_tensor_details(self) -> dict:
-        """``{"dtype": name, "shape": [...]}``."""
-        return {"dtype": self._array.dtype.name, "shape": list(self._array.shape)}
-
-    @property
-    def array(self) -> np.ndarray:
-        """The host array behind the buffer (no copy)."""
-        return self._array
-
-    def destroy(self) -> None:
-        """Release the buffer."""
-
-
 def _backend_names(options: Options) -> list[str]:
     """The backend preference list: a named backend, else GPU when its flag is set (cpu is the fallback)."""
     if options.backend:
         return [options.backend]
     return ["GPU"] if HardwareAccelerator(options.hardware_accelerators) & HardwareAccelerator.GPU else []
+
+
+def _output_copier(compiled: CompiledSubgraph, t: int, buf: TensorBuffer):
+    """Copies output ``t`` of a finished run into a host buffer (into a device buffer's host copy first)."""
+    def finish() -> None:
+        value = compiled.output(t)
+        target = buf._array
+        np.copyto(target.reshape(value.shape), value)
+        if buf.is_device:
+            backend, buffer = buf.device
+            backend.copy_in(buffer, target)
+    return finish
 
 
 class CompiledModel:
@@ -243,7 +219,10 @@ class CompiledModel:
         return self._details(i, self._signatures[i].outputs)
 
     def is_fully_accelerated(self) -> bool:
-        """True when every node of every signature runs on the requested accelerator."""
+        """True when every node of every signature runs on the requested accelerator
+        (False when an accelerator was requested but none is available)."""
+        if self._session.requested and not self._session.backends:
+            return False
         return all(c.report.fully_delegated for c in self._compiled)
 
     def delegation_reports(self) -> list:
@@ -252,11 +231,21 @@ class CompiledModel:
 
     # -- buffers -------------------------------------------------------------------------
     def _new_buffer(self, index: int, t: int) -> TensorBuffer:
+        """A buffer of the kind the accelerator prefers: device memory when a device
+        partition is the tensor's first reader (inputs) or its producer (outputs)."""
         compiled = self._compiled[index]
         spec = compiled.specs.get(t)
         tensor = self._session.model.subgraphs[self._signatures[index].subgraph_index].tensors[t]
         shape = spec.shape if spec is not None else tensor.shape
-        return TensorBuffer(np.zeros(shape, tensor.dtype))
+        host = np.zeros(shape, tensor.dtype)
+        backend = compiled.device_of(t)
+        if backend is None:
+            return TensorBuffer(host)
+        buffer = backend.allocate(TensorSpec(tuple(shape), np.dtype(tensor.dtype)), self._session.options)
+        backend.copy_in(buffer, host)
+        out = TensorBuffer(host, (backend, buffer))
+        out._host_stale = False
+        return out
 
     def create_input_buffers(self, signature_index: int = 0) -> list[TensorBuffer]:
         """New buffers for every input of a signature."""
@@ -311,23 +300,59 @@ class CompiledModel:
     # -- running -------------------------------------------------------------------------
     def run_by_index(self, signature_index: int, input_buffers: Sequence[TensorBuffer],
                      output_buffers: Sequence[TensorBuffer]) -> None:
-        """Run a signature, reading ``input_buffers`` and writing ``output_buffers`` (signature order)."""
+        """Run a signature, reading ``input_buffers`` and writing ``output_buffers`` (signature order).
+
+        Device buffers are used in place: a fully delegated model run on device buffers
+        copies nothing between host and device.
+        """
+        self._start(signature_index, input_buffers, output_buffers, asynchronous=False).wait()
+        for buf in output_buffers:
+            buf.wait()
+
+    def run_async(self, signature_index: int, input_buffers: Sequence[TensorBuffer],
+                  output_buffers: Sequence[TensorBuffer]) -> Event:
+        """Start a run and return at once with its event; every output buffer carries it.
+
+        Reading an output waits for it. Input buffers that carry an event are waited for
+        by the run (on the device when both are on one device). The host blocks only
+        when it reads.
+        """
+        return self._start(signature_index, input_buffers, output_buffers, asynchronous=True)
+
+    def _start(self, signature_index: int, input_buffers: Sequence[TensorBuffer],
+               output_buffers: Sequence[TensorBuffer], asynchronous: bool) -> Event:
         sig = self._signature(signature_index)
         if len(input_buffers) != len(sig.inputs) or len(output_buffers) != len(sig.outputs):
             raise InvalidArgumentError(f"signature {sig.key!r} takes {len(sig.inputs)} input and "
                                        f"{len(sig.outputs)} output buffers, got {len(input_buffers)} and "
                                        f"{len(output_buffers)}")
         compiled: CompiledSubgraph = self._compiled[signature_index]
+        bound: dict[int, tuple] = {}
+        wait_for: list[Event] = []
         for t, buf in zip(sig.inputs.values(), input_buffers):
-            compiled.set_input(t, buf.array)
-        compiled.run()
+            if buf.is_device and compiled.runner is not None and compiled.device_of(t) is buf.device[0]:
+                bound[t] = buf.device
+                if buf.event is not None:
+                    wait_for.append(buf.event)
+            else:
+                compiled.set_input(t, buf.array)
+        host_outputs = []
         for t, buf in zip(sig.outputs.values(), output_buffers):
-            value = compiled.output(t)
-            if buf.array.shape != value.shape:
-                if buf.array.size != value.size:
-                    raise InvalidArgumentError(f"output buffer for {sig.key!r} holds {buf.array.size} elements, "
-                                               f"the output has {value.size}")
-            np.copyto(buf.array.reshape(value.shape), value)
+            value_size = compiled.output_size(t)
+            if value_size is not None and buf.size != value_size:
+                raise InvalidArgumentError(f"output buffer for {sig.key!r} holds {buf.size} elements, "
+                                           f"the output has {value_size}")
+            if buf.is_device and compiled.runner is not None and compiled.device_of(t) is buf.device[0]:
+                bound[t] = buf.device
+            else:
+                host_outputs.append((t, buf))
+        event = compiled.submit(bound, wait_for, asynchronous)
+        for t, buf in zip(sig.outputs.values(), output_buffers):
+            if t in bound:
+                buf.device_written(event)
+        for t, buf in host_outputs:
+            buf.host_pending(event, _output_copier(compiled, t, buf))
+        return event
 
     def run_by_name(self, signature_key: str, input_map: dict[str, TensorBuffer],
                     output_map: dict[str, TensorBuffer]) -> None:

@@ -158,7 +158,10 @@ class CompiledSubgraph:
             p_outputs = [o for o in dict.fromkeys(produced) if consumers.get(o, -1) > p or o in sg.outputs]
             backend = by_name[backend_name]
             steps = backend.schedule(nodes, p_outputs)
-            arena = self._plan_arena(nodes, steps, produced - set(p_outputs), specs)
+            # Host memory is planned here; a device backend plans its own (its storage
+            # format decides the sizes) and reports it in its program summary.
+            arena = self._plan_arena(nodes, steps, produced - set(p_outputs) if backend.host_memory else set(),
+                                     specs)
             self.report.arena_bytes += arena.size
             self.report.arena_naive_bytes += arena.naive_size
             touched = {t: specs[t] for ctx in nodes for t in (*ctx.node.inputs, *ctx.node.outputs)
@@ -261,6 +264,24 @@ class CompiledSubgraph:
                 self._worker = ThreadPoolExecutor(1, thread_name_prefix="litegpu-run")
             return FutureEvent(self._worker.submit(lambda: runner.run(plan, bound, wait_for).wait()))
         return runner.run(plan, bound, wait_for)
+
+    def device_of(self, t: int) -> Backend | None:
+        """The device backend (not host memory) that produces tensor ``t``, else the one
+        that first reads it; None when ``t`` lives on the host."""
+        if self.runner is None:
+            return None
+        for _, backend, ins, outs in self.runner.steps:
+            if t in outs:
+                return None if backend.host_memory else backend
+        for _, backend, ins, _ in self.runner.steps:
+            if t in ins:
+                return None if backend.host_memory else backend
+        return None
+
+    def output_size(self, t: int) -> int | None:
+        """Elements of tensor ``t`` when known before the run."""
+        spec = self.specs.get(t)
+        return None if spec is None else int(np.prod(spec.shape, dtype=np.int64))
 
     @property
     def fixed(self) -> bool:

@@ -72,6 +72,7 @@ class Session:
                  precision_loss_allowed: bool = False, max_delegated_partitions: int = 0,
                  limits: Limits | None = None, extra: dict | None = None) -> None:
         self.model = model
+        self.requested = list(backend_names)
         self.backends = resolve_backends(backend_names)
         self.cpu = manager().backend(CPU)
         self.limits = limits or Limits()
