@@ -54,7 +54,8 @@ def progress(message: str) -> Iterator[None]:
 def _make_interpreter(args: argparse.Namespace):
     from .interpreter import Interpreter
     from .session import load_delegate
-    delegates = [load_delegate(b) for b in (args.backend or []) if b != "cpu"]
+    options = {"precision_loss_allowed": bool(getattr(args, "fp16", False))}
+    delegates = [load_delegate(b, options) for b in (args.backend or []) if b != "cpu"]
     with progress(f"compiling {Path(args.model).name}"):
         interp = Interpreter(model_path=args.model, experimental_delegates=delegates,
                              num_threads=args.num_threads)
@@ -185,7 +186,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
     print(f"  steady state: {_summary(times)}")
     print(f"  nodes per backend: " + ", ".join(f"{b}={report.nodes_on(b)}" for b in
                                                  sorted({a.backend for a in report.assignments})))
-    print(f"  arena {report.arena_bytes / 1e6:.2f} MB, peak RSS {_peak_rss_mb():.0f} MB")
+    print(f"  arena {report.arena_bytes / 1e6:.2f} MB, peak RSS {_peak_rss_mb():.0f} MB, "
+          f"host<->device copies {report.bytes_moved} bytes per run")
+    for summary in report.programs:
+        print(f"  {summary}")
     if args.compare_litert:
         return _compare_litert(args, interp, inputs, float(np.median(times)))
     return 0
@@ -255,6 +259,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--num-threads", type=int, default=2, help="cpu threads (default 2)")
         p.add_argument("--input", nargs="*", help=".npy files, one per input (default: seeded random)")
         p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+        p.add_argument("--fp16", action="store_true", help="allow precision loss: fp16 storage on GPU "
+                       "backends (LiteRT's precision_loss_allowed)")
         return p
 
     p = model_command("run", "run a model once and summarize its outputs")

@@ -256,7 +256,7 @@ class NodeGen:
         return f"LD({ptr}, {index})" if np.dtype(dtype) == np.float32 else f"{ptr}[{index}]"
 
     def store_output(self, index: str, value: str, pos: int = 0) -> str:
-        """Statement storing ``value`` (a ``real``) at ``index`` of the step's output.
+        """Statements storing ``value`` (a ``real``) at ``index`` of the step's output.
 
         Applies the node's fused activation and every follower, in order; ``index`` is
         the flat index into the output (row-major), which followers use to read their
@@ -265,33 +265,39 @@ class NodeGen:
         out = self.output(pos)
         if pos != 0:
             return f"ST({out}, {index}, {value});"
-        expr = self.finish(value, index, vector=False)
-        dtype = self.specs[self.out_tensor].dtype
-        if np.dtype(dtype) != np.float32:
-            return f"{out}[{index}] = {expr};"
-        return f"ST({out}, {index}, {expr});"
+        steps, result = self.finish(value, index, vector=False)
+        if np.dtype(self.specs[self.out_tensor].dtype) != np.float32:
+            return f"{{ {steps}{out}[{index}] = {result}; }}"
+        return f"{{ {steps}ST({out}, {index}, {result}); }}"
 
     def store_output4(self, index: str, value: str) -> str:
         """Like :meth:`store_output` for four consecutive elements along the last axis
         (``index`` is the first; the caller guarantees the last axis is a multiple of 4)."""
-        return f"ST4({self.output(0)}, {index}, {self.finish(value, index, vector=True)});"
+        steps, result = self.finish(value, index, vector=True)
+        return f"{{ {steps}ST4({self.output(0)}, {index}, {result}); }}"
 
-    def finish(self, value: str, index: str, vector: bool) -> str:
-        """``value`` after the fused activation and the followers."""
-        act = self.attrs.get("activation", "NONE")
-        expr = (ACTIVATION_C4 if vector else ACTIVATION_C)[act](value)
+    def finish(self, value: str, index: str, vector: bool) -> tuple[str, str]:
+        """``value`` after the fused activation and the followers: (statements, result variable).
+
+        Each stage goes into its own local variable, so an expression that uses its
+        operand twice (HARD_SWISH, SQUARED_DIFFERENCE) does not double the source per
+        follower.
+        """
+        act_c = ACTIVATION_C4 if vector else ACTIVATION_C
+        ctype = "real4" if vector else "real"
         out_shape = self.specs[self.out_tensor].shape
         channels = int(out_shape[-1]) if out_shape else 1
-        for f in self.followers:
-            op = f.ctx.node.op
+        lines = [f"const {ctype} ep0 = {act_c[self.attrs.get('activation', 'NONE')](value)};"]
+        for k, f in enumerate(self.followers, start=1):
+            x = f"ep{k - 1}"
             if f.other is None:
-                expr = CHAIN_UNARY[op](f"({expr})", f.ctx.attrs)
+                expr = CHAIN_UNARY[f.ctx.node.op](x, f.ctx.attrs)
             else:
                 y = self._other(f, index, channels, vector)
-                a, b = (y, f"({expr})") if f.swap else (f"({expr})", y)
-                expr = CHAIN_BINARY[op](a, b, f.ctx.attrs)
-            expr = (ACTIVATION_C4 if vector else ACTIVATION_C)[f.ctx.attrs.get("activation", "NONE")](expr)
-        return expr
+                a, b = (y, x) if f.swap else (x, y)
+                expr = CHAIN_BINARY[f.ctx.node.op](a, b, f.ctx.attrs)
+            lines.append(f"const {ctype} ep{k} = {act_c[f.ctx.attrs.get('activation', 'NONE')](expr)};")
+        return " ".join(lines) + " ", f"ep{len(self.followers)}"
 
     def _other(self, f: Follower, index: str, channels: int, vector: bool) -> str:
         spec = self.specs[f.other]

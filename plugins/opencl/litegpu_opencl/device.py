@@ -135,7 +135,7 @@ class Device:
         return {
             "platform": f"{self.platform.name.strip()} ({self.platform.version.strip()})",
             "device": d.name.strip(),
-            "type": self.cl.device_type.to_string(d.type),
+            "type": "GPU" if self.is_gpu else "CPU" if d.type & self.cl.device_type.CPU else "accelerator",
             "driver": d.driver_version.strip(),
             "opencl": d.version.strip(),
             "compute units": d.max_compute_units,
