@@ -72,7 +72,10 @@ def infer_subgraph(model: Model, sg: Subgraph, input_specs: dict[int, TensorSpec
                 raise ModelFormatError(f"node {node.index} ({node.op}): input {pos} (tensor {i}) has no value")
         unknown = any(i >= 0 and specs[i] is None for i in node.inputs)
         outs: list[TensorSpec] | None = None
-        if not opdef.stateful and not unknown:
+        # Stateful ops have value-dependent shapes, except those whose only state is
+        # variable tensors written back in place (LSTM): their shapes are static.
+        static = not opdef.stateful or "state_writeback" in attrs
+        if static and not unknown:
             try:
                 outs = opdef.infer(ins, attrs)
             except DynamicShape:
@@ -85,7 +88,8 @@ def infer_subgraph(model: Model, sg: Subgraph, input_specs: dict[int, TensorSpec
             if outs is not None and len(outs) != len(node.outputs):
                 raise ModelFormatError(f"node {node.index} ({node.op}): has {len(node.outputs)} outputs, "
                                        f"the op produces {len(outs)}")
-            if outs is not None and node.inputs and all(s is None or s.value is not None for s in ins) \
+            if outs is not None and not opdef.stateful and node.inputs \
+                    and all(s is None or s.value is not None for s in ins) \
                     and any(s is not None for s in ins):
                 values = _run_reference(opdef, node, [None if s is None else s.value for s in ins], attrs)
                 for o, v in zip(node.outputs, values):
@@ -157,6 +161,8 @@ class CompiledSubgraph:
             p_inputs = list(dict.fromkeys(i for i in read if i not in produced and not _is_const(specs, i)))
             p_outputs = [o for o in dict.fromkeys(produced) if consumers.get(o, -1) > p or o in sg.outputs]
             backend = by_name[backend_name]
+            if not backend.host_memory:   # state written back in place must come back from the device
+                p_outputs += [t for t in _written_state(nodes) if t not in p_outputs]
             steps = backend.schedule(nodes, p_outputs)
             # Host memory is planned here; a device backend plans its own (its storage
             # format decides the sizes) and reports it in its program summary.
@@ -187,8 +193,10 @@ class CompiledSubgraph:
         # With device partitions, runs go through a transfer plan (see litegpu.transfers).
         self.runner: DeviceRunner | None = None
         if any(not backend.host_memory for backend, _ in planned):
+            state = [t for _, part in planned for t in _written_state(part.nodes)]
             self.runner = DeviceRunner([(program, backend, ins, outs) for (backend, _), (program, ins, outs)
-                                        in zip(planned, self.steps)], self.host, specs, sg.outputs, options)
+                                        in zip(planned, self.steps)], self.host, specs,
+                                       [*sg.outputs, *state], options)
             self.report.bytes_moved = self.runner.plan().bytes_moved
         self._worker = None   # the thread of asynchronous runs that need the host mid-run
         # Subgraph outputs that were folded to constants, and pass-through inputs.
@@ -335,6 +343,12 @@ class FutureEvent(Event):
     def is_complete(self) -> bool:
         """True when the run is done."""
         return self.future.done()
+
+
+def _written_state(nodes: list[NodeContext]) -> list[int]:
+    """Variable tensors that nodes update in place (``attrs["state_writeback"]``, e.g. LSTM state)."""
+    return [ctx.node.inputs[i] for ctx in nodes for _, i in ctx.attrs.get("state_writeback", ())
+            if ctx.node.inputs[i] >= 0]
 
 
 def _is_const(specs, t: int) -> bool:

@@ -196,8 +196,15 @@ class Session:
         return call
 
     def reset_variables(self) -> None:
-        """Forget resource variables and CALL_ONCE state (a fresh interpreter's state)."""
+        """Forget resource variables and CALL_ONCE state, and put variable tensors (e.g. LSTM
+        state) back to their initial values: a fresh interpreter's state, as LiteRT's
+        ``reset_all_variables`` does."""
         self.resources.clear()
+        for compiled in self._cache.values():
+            for tensor in compiled.sg.tensors:
+                array = compiled.host.get(tensor.index)
+                if tensor.is_variable and array is not None:
+                    array[...] = 0 if tensor.data is None else np.asarray(tensor.data).reshape(array.shape)
 
 
 class _Caller:

@@ -23,7 +23,7 @@ from .build import build_program
 from .codegen import KernelSpec, NodeGen, Precision, prelude
 from .device import Device
 from .fusion import followers
-from .kernels import GENERATORS, Decline
+from .kernels import Decline, load_all
 
 log = logging.getLogger("litegpu.opencl")
 _ZERO = np.int32(0)
@@ -117,7 +117,7 @@ def precision_for(device: Device, options: CompileOptions) -> Precision:
 
 def generate(ctx, precision: Precision, specs, step_followers=None, out_tensor=None) -> list[KernelSpec]:
     """The kernels of one node (with its followers); raises Decline or UnsupportedError."""
-    gen = GENERATORS.get(ctx.node.op)
+    gen = load_all().get(ctx.node.op)
     if gen is None:
         raise Decline(f"no OpenCL kernel for {ctx.node.op}")
     return gen.fn(NodeGen(ctx, precision, specs, step_followers, out_tensor))
