@@ -1,23 +1,103 @@
-"""Building OpenCL programs, through the kernel cache when there is one.
+"""Building OpenCL programs, through the on-disk kernel cache (see :mod:`.cache`).
 
-Placeholder until the cache lands: builds from source every time.
+A hit loads the stored binary (``clCreateProgramWithBinary`` + build, milliseconds); a
+miss builds from source and stores the binary. pyopencl's own binary cache is bypassed
+while ours is on (``cache_dir=False``), so entries are not kept twice and our hits
+never depend on it; PoCL's cache (``POCL_CACHE_DIR``) is the driver's business and
+works underneath either way.
+
+PoCL compiles each kernel's work-group function lazily, at its first enqueue (seconds
+for a whole model), and the binary it hands out is a snapshot of its cache directory
+at build time. :func:`store_warmed_binary`, for the program to call after its first run,
+re-stores the entry with those functions inside, so a warm start needs neither a
+build nor PoCL's own cache.
 """
 from __future__ import annotations
 
+import logging
+import os
 from typing import Any
 
 from litegpu.backend import CompileOptions
-from litegpu.errors import UnsupportedError
+from litegpu.errors import ExecutionError, UnsupportedError
 
+from .cache import KernelCache, cache_dir, compile_forbidden, options_key
 from .device import Device
 
+log = logging.getLogger("litegpu.opencl")
+
 BUILD_OPTIONS = ""   # no fast-math: results must match LiteRT's fp32
+
+
+def _from_binary(device: Device, binary: bytes) -> Any:
+    cl = device.cl
+    return cl.Program(device.context, [device.device], [binary]).build(BUILD_OPTIONS)
+
+
+def _from_source(device: Device, source: str, options: CompileOptions, cache: KernelCache | None,
+                 key: str | None) -> Any:
+    cl = device.cl
+    if compile_forbidden(options.extra):
+        where = f"{cache.path(key)}" if cache is not None else f"{cache_dir(options.extra)} (cache off or unusable)"
+        raise ExecutionError(f"the OpenCL kernel cache had no entry for this program ({where}) and compiling "
+                             "is forbidden (forbid_compile / LITEGPU_OPENCL_FORBID_COMPILE)")
+    try:
+        # Built for our device only, so the program has exactly one binary to store.
+        return cl.Program(device.context, source).build(BUILD_OPTIONS, devices=[device.device],
+                                                        cache_dir=False if cache is not None else None)
+    except cl.Error as exc:
+        raise UnsupportedError(f"OpenCL program failed to build: {exc}") from None
 
 
 def build_program(device: Device, source: str, options: CompileOptions) -> tuple[Any, bool]:
     """The built program and whether it came from the cache."""
     cl = device.cl
+    cache = KernelCache.for_options(options.extra)
+    if cache is None:
+        return _from_source(device, source, options, None, None), False
+    key = options_key(source, BUILD_OPTIONS, device.identity, options)
+    binary = cache.load(key)
+    if binary is not None:
+        try:
+            program = _from_binary(device, binary)
+            log.debug("OpenCL kernel cache hit: %s", cache.path(key))
+            return program, True
+        except cl.Error as exc:   # verified bytes the driver no longer takes (e.g. it was upgraded in place)
+            cache.discard(key, f"refused by the driver ({exc})")
+    program = _from_source(device, source, options, cache, key)
     try:
-        return cl.Program(device.context, source).build(BUILD_OPTIONS), False
+        binaries = program.get_info(cl.program_info.BINARIES)
     except cl.Error as exc:
-        raise UnsupportedError(f"OpenCL program failed to build: {exc}") from None
+        log.warning("OpenCL kernel cache: the driver gives no program binary (%s); not cached", exc)
+        return program, False
+    if binaries and binaries[0]:
+        cache.store(key, bytes(binaries[0]))
+    return program, False
+
+
+POCL_PLATFORM = "Portable Computing Language"
+
+
+def store_warmed_binary(device: Device, source: str, options: CompileOptions) -> bool:
+    """After a first run on PoCL, replace the program's entry with one holding the compiled kernels.
+
+    Meant for a program built from source in this process (``cache_hit`` False), once its
+    first run has completed. Rebuilding the same source is then a PoCL cache hit (~0.1 s)
+    whose binary carries the work-group functions the run compiled. True when an entry
+    was stored; a no-op elsewhere: other drivers' binaries are already final code.
+    """
+    cl = device.cl
+    if device.platform.name != POCL_PLATFORM or os.environ.get("POCL_KERNEL_CACHE") == "0":
+        return False   # without PoCL's cache the rebuild would be a full compile
+    if compile_forbidden(options.extra):
+        return False
+    cache = KernelCache.for_options(options.extra)
+    if cache is None:
+        return False
+    try:
+        program = cl.Program(device.context, source).build(BUILD_OPTIONS, devices=[device.device], cache_dir=False)
+        binary = bytes(program.get_info(cl.program_info.BINARIES)[0])
+    except cl.Error as exc:
+        log.warning("OpenCL kernel cache: could not refresh a PoCL binary (%s)", exc)
+        return False
+    return bool(binary) and cache.store(options_key(source, BUILD_OPTIONS, device.identity, options), binary)

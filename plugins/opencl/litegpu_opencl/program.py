@@ -19,7 +19,7 @@ from litegpu.backend import CompileOptions, Event, Partition, Program
 from litegpu.errors import ExecutionError, InvalidArgumentError, UnsupportedError
 from litegpu.memory import Usage, plan_arena
 
-from .build import build_program
+from .build import build_program, store_warmed_binary
 from .codegen import KernelSpec, NodeGen, Precision, prelude
 from .device import Device
 from .fusion import followers
@@ -162,6 +162,9 @@ class ClProgram(Program):
         self.function_count = len(sources)
         source = prelude(self.precision) + "\n".join(sources.values())
         self.program, self.cache_hit = build_program(device, source, options)
+        # PoCL compiles each kernel's work-group code at its first launch, after the binary
+        # was cached: once the first run is done, the cache entry is refreshed to hold it.
+        self._refresh = None if self.cache_hit else (source, options)
         # Memory: intermediates at offsets of one arena; I/O buffers bound per run; constants uploaded.
         io = set(self.inputs) | set(self.outputs)
         used: dict[int, tuple[int, int]] = {}
@@ -260,7 +263,12 @@ class ClProgram(Program):
                 cl_wait = None
         except self.cl.Error as exc:
             raise ExecutionError(f"OpenCL launch failed: {exc}") from None
-        return ClEvent(event if event is not None else self.cl.enqueue_marker(queue, wait_for=cl_wait))
+        event = ClEvent(event if event is not None else self.cl.enqueue_marker(queue, wait_for=cl_wait))
+        if self._refresh is not None:   # the first run only: wait, then store the warmed binary
+            event.wait()
+            store_warmed_binary(self.device, *self._refresh)
+            self._refresh = None
+        return event
 
     def _bind(self, t: int, tensor: ClTensor) -> None:
         if self._bound.get(t) is tensor:
