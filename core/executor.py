@@ -96,6 +96,12 @@ def infer_subgraph(model: Model, sg: Subgraph, input_specs: dict[int, TensorSpec
                     specs[o] = TensorSpec.of(np.asarray(v))
                 folded.append(node.index)
                 continue
+            if outs is not None and not opdef.stateful and outs and all(o.value is not None for o in outs):
+                # The value follows from shapes alone (SHAPE of a static tensor): fold it too.
+                for o, spec in zip(node.outputs, outs):
+                    specs[o] = TensorSpec.of(np.asarray(spec.value))
+                folded.append(node.index)
+                continue
         if outs is None:
             for o in node.outputs:
                 specs[o] = None

@@ -264,6 +264,9 @@ class NodeGen:
         """
         out = self.output(pos)
         if pos != 0:
+            t = self.ctx.node.outputs[pos]
+            if np.dtype(self.specs[t].dtype) != np.float32:
+                return f"{out}[{index}] = {value};"
             return f"ST({out}, {index}, {value});"
         steps, result = self.finish(value, index, vector=False)
         if np.dtype(self.specs[self.out_tensor].dtype) != np.float32:

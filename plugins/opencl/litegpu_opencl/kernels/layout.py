@@ -1,0 +1,738 @@
+"""Data-movement kernels: reshapes, concatenation, padding, slicing, transposes, gathers.
+
+Every op here is one or a few *walks*: a loop nest over the elements written, where
+each loop axis moves the source and the destination by a fixed stride. A transpose is
+a walk with permuted source strides, a slice one with a base offset, a broadcast one
+with stride 0, a reversal one with a negative stride; DEPTH_TO_SPACE walks a 6-D view
+of its output. Source axes that a
+stride cannot describe are *bounds*: padding (outside the input gives the fill value),
+mirroring, a coordinate split into quotient and remainder (BATCH_TO_SPACE_ND's crops),
+or a coordinate read from an index tensor (GATHER, GATHER_ND, EMBEDDING_LOOKUP).
+
+Before code is written a walk is simplified: size-1 axes go, and neighbouring axes that
+step the same way merge, so a reshape becomes one flat loop and a concatenation on the
+channel axis two. Each work-item then moves a chunk of the innermost axis (see
+:func:`_cut`): float4s (LD4/ST4, vload4/vstore4 for integers) when that axis is
+contiguous on both sides and a multiple of 4 long, 4x4 blocks transposed in registers
+for transposes, else a short scalar loop.
+
+Several outputs (SPLIT, SPLIT_V, UNPACK) or inputs (CONCATENATION, PACK) are one kernel
+per output or input: each is a branch-free copy of its own columns.
+
+The op's attributes and index arithmetic come from :mod:`litegpu.ops.shape` (its
+normalized strided-slice plan, paddings, split sizes, gather dimensions, block shapes):
+nothing here re-derives LiteRT's rules.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from litegpu.ops import normalize_axis, value_of
+from litegpu.ops.registry import DynamicShape
+from litegpu.ops.shape import (  # private helpers: the single source of LiteRT's index rules
+    _block_and_pairs, _gather_dims, _mirror_paddings, _paddings, _perm, _reverse_axes, _slice_bounds,
+    _split_sizes, _split_v_sizes, _ss_plan_for)
+
+from ..codegen import KernelSpec, NodeGen, c_float, c_type, strides_of
+from . import Decline, generator
+
+_F32 = np.dtype(np.float32)
+_INT_LIMIT = 2 ** 31 - 1   # indices are C ints
+# Elements of the innermost axis one work-item moves at most: on PoCL, 64 beat 16 by up
+# to 2x on 800 KB copies (pad, depth-to-space, gather); fewer, longer work-items amortize
+# the per-item index decoding.
+_MAX_PER_ITEM = 64
+
+
+def _prod(shape) -> int:
+    return int(np.prod(shape, dtype=np.int64))
+
+
+@dataclass
+class Bound:
+    """A source axis that strides cannot describe.
+
+    Its coordinate starts as ``offset + sum(coord[j] * m for j, m in parts)`` over loop
+    axes; with ``index`` set (a C pointer) that expression is instead a position in the
+    index tensor, whose value is the coordinate. ``mode`` then says what happens:
+
+    - ``pad``: outside ``[0, size)`` the element is the fill value;
+    - ``index``: likewise (an out-of-range index reads nothing and gives 0);
+    - ``reflect`` / ``symmetric``: mirrored once at each end (MIRROR_PAD);
+    - ``divmod``: ``x / block`` steps by ``stride`` and ``x % block`` by ``mod_stride``.
+    """
+
+    parts: list[tuple[int, int]]
+    offset: int
+    size: int
+    stride: int
+    mode: str
+    index: str | None = None
+    block: int = 1
+    mod_stride: int = 0
+
+
+@dataclass
+class Walk:
+    """A copy as a loop nest of ``shape``: per axis the source and destination strides.
+
+    ``dst`` None means row-major over ``shape`` (the walk is the output's own order).
+    """
+
+    shape: list[int]
+    src: list[int]
+    dst: list[int] | None = None
+    src_base: int = 0
+    dst_base: int = 0
+    bounds: list[Bound] = field(default_factory=list)
+
+
+def _simplify(w: Walk) -> Walk:
+    """The same walk with size-1 axes dropped and mergeable neighbours merged."""
+    dst = list(w.dst) if w.dst is not None else strides_of(tuple(w.shape))
+    keep = [j for j, d in enumerate(w.shape) if d != 1]
+    renum = {j: k for k, j in enumerate(keep)}
+    shape = [w.shape[j] for j in keep]
+    src = [w.src[j] for j in keep]
+    dst = [dst[j] for j in keep]
+    bounds = [replace(b, parts=[(renum[j], m) for j, m in b.parts if j in renum]) for b in w.bounds]
+    used = {j for b in bounds for j, _ in b.parts}
+    # Merge from the inside out: axis a (outer) absorbs axis a+1 when both step contiguously.
+    j = len(shape) - 2
+    while j >= 0:
+        inner = j + 1
+        if j not in used and inner not in used and src[j] == src[inner] * shape[inner] \
+                and dst[j] == dst[inner] * shape[inner]:
+            shape[j] *= shape[inner]
+            src[j], dst[j] = src[inner], dst[inner]
+            del shape[inner], src[inner], dst[inner]
+            # Axes after the merged one move down by one in the bounds' references.
+            bounds = [replace(b, parts=[(a - 1 if a > inner else a, m) for a, m in b.parts]) for b in bounds]
+            used = {a for b in bounds for a, _ in b.parts}
+        j -= 1
+    if not shape:
+        shape, src, dst = [1], [0], [0]
+    return Walk(shape, src, dst, w.src_base, w.dst_base, bounds)
+
+
+def _literal(value, dtype: np.dtype) -> str:
+    """A C literal of ``value`` in ``dtype`` (as a ``real`` for float tensors)."""
+    dtype = np.dtype(dtype)
+    if dtype == _F32:
+        return f"(real)({c_float(float(value))})"
+    v = int(np.asarray(value).astype(dtype))
+    if v == -2 ** 63:
+        return "(long)(-9223372036854775807L - 1)"
+    return f"({c_type(dtype)})({v}L)" if dtype == np.int64 else f"({c_type(dtype)})({v})"
+
+
+def _terms(base, pairs) -> str:
+    """``base + c_j * k`` as C for (axis, k) pairs, dropping zero terms; ``base`` may be a
+    C expression."""
+    # An int j names coordinate c{j}; a string is a C variable.
+    out = [(f"c{j}" if isinstance(j, int) else j) + ("" if k == 1 else f" * {k}") for j, k in pairs if k != 0]
+    if base not in (0, "0") or not out:
+        out.insert(0, str(base))
+    return " + ".join(out)
+
+
+def _vector_store_ok(g: NodeGen, w: Walk, epilogue: bool) -> bool:
+    """Whether four-element stores keep the epilogue right: a follower indexed per
+    channel reads four consecutive channels, so each chunk must start a channel group."""
+    if not epilogue:
+        return True
+    rows_aligned = w.dst_base % 4 == 0 and all(d % 4 == 0 for d in w.dst[:-1])
+    out_shape = g.specs[g.out_tensor].shape
+    channels = int(out_shape[-1]) if out_shape else 1
+    channel_followers = any(f.kind == "channel" for f in g.followers)
+    return rows_aligned and (channels % 4 == 0 or not channel_followers)
+
+
+def _vector_run(inner: int) -> int:
+    """Elements per work-item along an innermost axis of ``inner`` (a multiple of 4): the
+    whole row when short, else the longest multiple of 4 dividing it."""
+    if inner <= _MAX_PER_ITEM:
+        return inner
+    return next(k for k in range(_MAX_PER_ITEM, 0, -4) if inner % k == 0)
+
+
+@dataclass
+class _Shape:
+    """How a simplified walk is cut into work-items (see :func:`walk_kernel`)."""
+
+    mode: str           # "vector", "block" or "scalar"
+    per_item: int       # elements of the innermost axis per work-item
+    block_axis: int | None = None   # "block": the axis read contiguously, four at a time
+    rows_per_item: int = 1          # "scalar": consecutive rows (of the next axis) per work-item
+
+    def factor(self, axis: int, last: int) -> int:
+        """How many consecutive coordinates of ``axis`` (not the innermost) one work-item covers."""
+        if axis == self.block_axis:
+            return 4
+        return self.rows_per_item if axis == last - 1 else 1
+
+
+def _cut(g: NodeGen, w: Walk, epilogue: bool) -> _Shape:
+    """Pick the work-item shape of a walk.
+
+    PoCL runs a work-group as loops over its work-items and only pays off with several
+    elements per work-item: measured on a 800 KB tensor, one float per work-item is 4-10x
+    slower than float4 chunks or short row loops. So each work-item takes a chunk of the
+    innermost axis: up to 64 elements as float4s when it is contiguous on both sides;
+    4x4 blocks transposed in registers when only another axis is contiguous in the source
+    (NHWC <-> NCHW: 2x faster than strided scalar loads); else a loop of up to 64 scalars.
+    """
+    last = len(w.shape) - 1
+    inner = w.shape[last]
+    bounded = {j for b in w.bounds for j, _ in b.parts}
+    if last not in bounded and w.dst[last] == 1 and inner % 4 == 0 and _vector_store_ok(g, w, epilogue):
+        if w.src[last] == 1:
+            return _Shape("vector", _vector_run(inner))
+        for j in range(last):
+            if j not in bounded and w.src[j] == 1 and w.shape[j] % 4 == 0:
+                return _Shape("block", _vector_run(inner), j)
+    if inner <= _MAX_PER_ITEM:
+        # Short rows: several consecutive rows per work-item (NCHW -> NHWC of 3 channels:
+        # 2x faster than one row each), when the next axis moves plainly.
+        rows = 1
+        if last >= 1 and last - 1 not in bounded:
+            rows = max(r for r in range(1, _MAX_PER_ITEM // inner + 1) if w.shape[last - 1] % r == 0)
+        return _Shape("scalar", inner, rows_per_item=rows)
+    # A divisor of the row avoids a bounds test in the loop.
+    return _Shape("scalar", next((k for k in range(_MAX_PER_ITEM, _MAX_PER_ITEM // 2 - 1, -1) if inner % k == 0),
+                                 _MAX_PER_ITEM))
+
+
+def walk_kernel(g: NodeGen, w: Walk, src: str, dtype: np.dtype, pos: int = 0,
+                fill: str | None = None) -> KernelSpec | None:
+    """The kernel copying from pointer ``src`` into output ``pos`` along ``w``.
+
+    ``fill`` is the value of padded or out-of-range elements (a ``real`` expression for
+    float tensors; zero when omitted). Float stores of a single-output node go through
+    the epilogue (fused activation, followers). Returns None when nothing is written.
+
+    Work-items: dimension 0 is the chunk of the innermost walk axis (omitted when a row
+    is one chunk), dimension 1 the row, i.e. the flat index over the other axes, decoded
+    once per work-item; bounds that do not involve the innermost axis are hoisted too.
+    """
+    w = _simplify(w)
+    total = _prod(w.shape)
+    if total == 0:
+        return None
+    extent = sum(abs(s) * (d - 1) for s, d in zip(w.src, w.shape)) + abs(w.src_base) + total
+    if max(extent, w.dst_base + total) > _INT_LIMIT:
+        raise Decline("tensor too large for 32-bit indexing")
+    dtype = np.dtype(dtype)
+    epilogue = dtype == _F32 and pos == 0 and len(g.ctx.node.outputs) == 1
+    cut = _cut(g, w, epilogue)
+    lines, global_size = _row_lines(w, cut)
+    io = _Access(g, src, dtype, pos, fill, cut.mode != "scalar", epilogue)
+    step = 4 if cut.mode != "scalar" else 1
+    if cut.rows_per_item > 1:
+        nxt = len(w.shape) - 2
+        body = _element_lines(g, w, cut, io, "s1", "d1")
+        loop = [f"for (int k = 0; k < {cut.per_item}; k += {step}) {{"] + [f"  {b}" for b in body] + ["}"]
+        lines += [f"for (int r = 0; r < {cut.rows_per_item}; r++) {{",
+                  f"  const int s1 = {_terms('s0', [('r', w.src[nxt])])};",
+                  f"  const int d1 = {_terms('d0', [('r', w.dst[nxt])])};"] + [f"  {b}" for b in loop] + ["}"]
+    elif cut.per_item == step:
+        lines += ["{"] + [f"  {b}" for b in _element_lines(g, w, cut, io)] + ["}"]
+    else:
+        body = _element_lines(g, w, cut, io)
+        lines += [f"for (int k = 0; k < {cut.per_item}; k += {step}) {{"] + [f"  {b}" for b in body] + ["}"]
+    return g.kernel("\n".join(f"  {line}" for line in lines), global_size)
+
+
+def _row_lines(w: Walk, cut: _Shape) -> tuple[list[str], tuple[int, ...]]:
+    """The work-item's ids, its row's coordinates, the row's source and destination
+    offsets ``s0`` / ``d0`` and the bounds that stay fixed along the row; and the global size."""
+    last, inner = len(w.shape) - 1, w.shape[-1]
+    chunks = -(-inner // cut.per_item)
+    # Rows: the other axes, those a work-item covers several of counted in groups.
+    row_shape = [d // cut.factor(j, last) for j, d in enumerate(w.shape[:last])]
+    if chunks > 1:
+        lines = ["const int ch = get_global_id(0);", "const int row = get_global_id(1);"]
+        global_size = (chunks, _prod(row_shape))
+    else:
+        lines = ["const int row = get_global_id(0);"]
+        global_size = (_prod(row_shape),)
+    # A side that walks in the output's own order needs no coordinates: its offset is row * inner.
+    its, rs = strides_of(tuple(w.shape)), strides_of(tuple(row_shape))
+    identity_src = cut.mode != "block" and w.src_base == 0 and list(w.src) == its
+    identity_dst = cut.mode != "block" and w.dst_base == 0 and list(w.dst) == its
+    row_size = inner * cut.rows_per_item
+    needed = {j for b in w.bounds for j, _ in b.parts}
+    if not identity_src:
+        needed |= {j for j in range(last) if w.src[j]}
+    if not identity_dst:
+        needed |= {j for j in range(last) if w.dst[j]}
+    for j in sorted(needed - {last}):
+        if len(row_shape) == 1:
+            expr = "row"
+        elif j == 0:
+            expr = f"row / {rs[0]}"
+        elif rs[j] == 1:
+            expr = f"row % {row_shape[j]}"
+        else:
+            expr = f"row / {rs[j]} % {row_shape[j]}"
+        factor = cut.factor(j, last)
+        lines.append(f"const int c{j} = {f'({expr}) * {factor}' if factor > 1 else expr};")
+    src = f"row * {row_size}" if identity_src else _terms(w.src_base, [(j, w.src[j]) for j in range(last)])
+    dst = f"row * {row_size}" if identity_dst else _terms(w.dst_base, [(j, w.dst[j]) for j in range(last)])
+    lines += [f"int s0 = {src};", f"const int d0 = {dst};"]
+    if _checked(w):
+        lines.append("bool inb = true;")
+    lines += _bound_lines([b for b in w.bounds if all(j != last for j, _ in b.parts)], "s0", "inb", "o")
+    return lines, global_size
+
+
+def _checked(w: Walk) -> bool:
+    """Whether some element of the walk may lie outside the source (padding, indices)."""
+    return any(b.mode in ("pad", "index") for b in w.bounds)
+
+
+class _Access:
+    """Load and store expressions of one walk: scalar or four-wide, float or integer."""
+
+    def __init__(self, g: NodeGen, src: str, dtype: np.dtype, pos: int, fill: str | None,
+                 vec: bool, epilogue: bool) -> None:
+        self.g, self.src, self.pos, self.vec, self.epilogue = g, src, pos, vec, epilogue
+        self.is_float = dtype == _F32
+        ctype = c_type(dtype)
+        self.type = ("real" if self.is_float else ctype) + ("4" if vec else "")
+        fill = fill or ("(real)0" if self.is_float else f"({ctype})0")
+        self.fill = f"({self.type})({fill})" if vec else fill
+
+    def load(self, index: str, ok: str | None) -> str:
+        """The element(s) at ``index``, or the fill value where ``ok`` is false."""
+        if self.is_float:
+            expr = f"LD4({self.src}, {index})" if self.vec else f"LD({self.src}, {index})"
+        else:
+            expr = f"vload4(0, {self.src} + {index})" if self.vec else f"{self.src}[{index}]"
+        return f"{ok} ? {expr} : {self.fill}" if ok else expr
+
+    def store(self, index: str, value: str) -> str:
+        """Statement storing ``value`` at ``index`` of the output (through the epilogue)."""
+        g = self.g
+        if self.epilogue:
+            return g.store_output4(index, value) if self.vec else g.store_output(index, value)
+        out = g.output(self.pos)
+        if self.is_float:
+            return f"ST4({out}, {index}, {value});" if self.vec else f"ST({out}, {index}, {value});"
+        return f"vstore4({value}, 0, {out} + {index});" if self.vec else f"{out}[{index}] = {value};"
+
+
+def _element_lines(g: NodeGen, w: Walk, cut: _Shape, io: _Access, s0: str = "s0", d0: str = "d0") -> list[str]:
+    """The statements for one step along the row (4 elements, a 4x4 block or 1 element)
+    that starts at source offset ``s0`` and destination offset ``d0``."""
+    last, inner = len(w.shape) - 1, w.shape[-1]
+    looped = cut.per_item != (1 if cut.mode == "scalar" else 4)
+    if inner <= cut.per_item:
+        pos = "k" if looped else "0"
+    else:
+        pos = f"ch * {cut.per_item} + k" if looped else f"ch * {cut.per_item}"
+    body = [f"const int c{last} = {pos};"]
+    if inner % cut.per_item:
+        body.append(f"if (c{last} >= {inner}) break;")
+    body += [f"int s = {_terms(s0, [(last, w.src[last])])};",
+             f"const int d = {_terms(d0, [(last, w.dst[last])])};"]
+    ok = "inb" if _checked(w) else None
+    along = [b for b in w.bounds if any(j == last for j, _ in b.parts)]
+    if along:
+        if ok:
+            body.append("bool ok = inb;")
+            ok = "ok"
+        body += _bound_lines(along, "s", "ok", "i")
+    if cut.mode == "block":
+        # Four contiguous loads along the block axis, stored transposed along the row.
+        step_t = w.dst[cut.block_axis]
+        for r in range(4):
+            body.append(f"const {io.type} a{r} = {io.load(f's + {r * w.src[last]}' if r else 's', ok)};")
+        for r, lane in enumerate("xyzw"):
+            body.append(io.store(f"d + {r * step_t}" if r else "d",
+                                 f"({io.type})(a0.{lane}, a1.{lane}, a2.{lane}, a3.{lane})"))
+    else:
+        body += [f"const {io.type} v = {io.load('s', ok)};", io.store("d", "v")]
+    return body
+
+
+def _bound_lines(bounds: list[Bound], s: str, ok: str, tag: str) -> list[str]:
+    """C statements applying ``bounds``: each adds its step to ``s`` and, for padding
+    and indices, ands its range test into ``ok``. ``tag`` keeps names unique."""
+    lines = []
+    for k, b in enumerate(bounds):
+        x = f"x{tag}{k}"
+        pos_expr = _terms(b.offset, b.parts)
+        if b.index is not None:
+            lines += [f"const long r{tag}{k} = {b.index}[{pos_expr}];",
+                      f"{ok} = {ok} && r{tag}{k} >= 0 && r{tag}{k} < {b.size};",
+                      f"const int {x} = {ok} ? (int)r{tag}{k} : 0;"]
+        else:
+            lines.append(f"int {x} = {pos_expr};")
+        if b.mode == "pad":
+            lines.append(f"{ok} = {ok} && {x} >= 0 && {x} < {b.size};")
+        elif b.mode == "reflect":
+            lines.append(f"{x} = {x} < 0 ? -{x} : {x}; {x} = {x} >= {b.size} ? {2 * b.size - 2} - {x} : {x};")
+        elif b.mode == "symmetric":
+            lines.append(f"{x} = {x} < 0 ? -{x} - 1 : {x}; {x} = {x} >= {b.size} ? {2 * b.size - 1} - {x} : {x};")
+        if b.mode == "divmod":
+            lines.append(f"{s} += {x} / {b.block} * {b.stride} + {x} % {b.block} * {b.mod_stride};")
+        else:
+            lines.append(f"{s} += {x} * {b.stride};")
+    return lines
+
+
+def _kernels(*specs: KernelSpec | None) -> list[KernelSpec]:
+    return [k for k in specs if k is not None]
+
+
+def _const(g: NodeGen, pos: int, what: str) -> np.ndarray:
+    """Input ``pos``'s constant value; a value known only at run time is declined."""
+    try:
+        return value_of(g.ctx.inputs[pos])
+    except DynamicShape:
+        raise Decline(f"{what} known only at run time") from None
+
+
+def _in_shape(g: NodeGen, pos: int = 0) -> tuple[int, ...]:
+    return tuple(int(d) for d in g.ctx.inputs[pos].shape)
+
+
+def _out_shape(g: NodeGen, pos: int = 0) -> tuple[int, ...]:
+    return tuple(int(d) for d in g.ctx.outputs[pos].shape)
+
+
+def _dtype(g: NodeGen) -> np.dtype:
+    return np.dtype(g.ctx.inputs[0].dtype)
+
+
+def _one(g: NodeGen, w: Walk, fill: str | None = None) -> list[KernelSpec]:
+    """The kernels of a node copying its input 0 into its one output along ``w``."""
+    return _kernels(walk_kernel(g, w, g.input(0), _dtype(g), 0, fill))
+
+
+# -- copies ---------------------------------------------------------------------------------
+
+@generator("RESHAPE", "SQUEEZE", "EXPAND_DIMS", epilogue=True)
+def reshape(g: NodeGen) -> list[KernelSpec]:
+    """Same elements in the same order: one flat (vectorised) copy."""
+    n = _prod(_out_shape(g))
+    return _one(g, Walk([n], [1]))
+
+
+@generator("TRANSPOSE", epilogue=True)
+def transpose(g: NodeGen) -> list[KernelSpec]:
+    """Output axis i walks input axis perm[i]; axes that stay together merge."""
+    shape = _in_shape(g)
+    perm = _perm(len(shape), _const(g, 1, "the permutation"))
+    strides = strides_of(shape)
+    return _one(g, Walk([shape[p] for p in perm], [strides[p] for p in perm]))
+
+
+@generator("REVERSE_V2", epilogue=True)
+def reverse(g: NodeGen) -> list[KernelSpec]:
+    """Reversed axes walk backwards from their last element (negative stride)."""
+    shape = _in_shape(g)
+    value = _const(g, 1, "the axes")
+    axes = _reverse_axes(len(shape), value) if value.size else ()   # no axes: a plain copy
+    strides = strides_of(shape)
+    src = [-s if a in axes else s for a, s in enumerate(strides)]
+    base = sum((shape[a] - 1) * strides[a] for a in axes)
+    return _one(g, Walk(list(shape), src, src_base=base))
+
+
+@generator("BROADCAST_TO", epilogue=True)
+def broadcast_to(g: NodeGen) -> list[KernelSpec]:
+    """Broadcast axes have source stride 0 (numpy rules: shapes aligned at the right)."""
+    shape, out = _in_shape(g), _out_shape(g)
+    full = (1,) * (len(out) - len(shape)) + shape
+    strides = strides_of(full)
+    return _one(g, Walk(list(out), [0 if d == 1 else s for d, s in zip(full, strides)]))
+
+
+@generator("TILE", epilogue=True)
+def tile(g: NodeGen) -> list[KernelSpec]:
+    """Each axis of the output splits into (repeat, original) with strides (0, stride)."""
+    shape, out = _in_shape(g), _out_shape(g)
+    strides = strides_of(shape)
+    view, src = [], []
+    for d, o, s in zip(shape, out, strides):
+        view += [o // d if d else 0, d]
+        src += [0, s]
+    return _one(g, Walk(view, src))
+
+
+# -- slices ---------------------------------------------------------------------------------
+
+@generator("SLICE", epilogue=True)
+def slice_(g: NodeGen) -> list[KernelSpec]:
+    """A walk of the output's shape from the first selected element."""
+    shape = _in_shape(g)
+    bounds = _slice_bounds(shape, _const(g, 1, "begin"), _const(g, 2, "size"))
+    strides = strides_of(shape)
+    return _one(g, Walk([e - b for b, e in bounds], list(strides),
+                        src_base=sum(b * s for (b, _), s in zip(bounds, strides))))
+
+
+@generator("STRIDED_SLICE", epilogue=True)
+def strided_slice(g: NodeGen) -> list[KernelSpec]:
+    """LiteRT's plan (new axes inserted, per-axis index ranges) as start and step per axis;
+    shrunk and new axes are size-1 axes of the walk, which simplification drops."""
+    shape = _in_shape(g)
+    eff_shape, indices, _ = _ss_plan_for(shape, _const(g, 1, "begin"), _const(g, 2, "end"),
+                                         _const(g, 3, "strides"), g.attrs)
+    strides = strides_of(tuple(eff_shape))
+    view, src, base = [], [], 0
+    for ix, s in zip(indices, strides):
+        view.append(len(ix))
+        if ix:
+            base += ix[0] * s
+            src.append((ix[1] - ix[0]) * s if len(ix) > 1 else 0)
+        else:
+            src.append(0)
+    return _one(g, Walk(view, src, src_base=base))
+
+
+# -- joins and splits -----------------------------------------------------------------------
+
+def _join(g: NodeGen, outer: int, widths: list[int]) -> list[KernelSpec]:
+    """Inputs of ``outer`` rows of ``widths[k]`` elements side by side in the output:
+    one kernel per input, each a copy into its columns."""
+    total = sum(widths)
+    kernels, offset = [], 0
+    for k, width in enumerate(widths):
+        g.reset()
+        w = Walk([outer, width], [width, 1], [total, 1], dst_base=offset)
+        kernels.append(walk_kernel(g, w, g.input(k), _dtype(g)))
+        offset += width
+    return _kernels(*kernels)
+
+
+def _split_from(g: NodeGen, outer: int, total: int, widths: list[int], x: int) -> list[KernelSpec]:
+    """The reverse of :func:`_join`: output k is ``widths[k]`` columns of each of the
+    ``outer`` rows (``total`` wide) of input ``x``; one kernel per output."""
+    kernels, offset = [], 0
+    for k, width in enumerate(widths):
+        g.reset()
+        w = Walk([outer, width], [total, 1], src_base=offset)
+        kernels.append(walk_kernel(g, w, g.input(x), np.dtype(g.ctx.inputs[x].dtype), pos=k))
+        offset += width
+    return _kernels(*kernels)
+
+
+@generator("CONCATENATION", epilogue=True)
+def concatenation(g: NodeGen) -> list[KernelSpec]:
+    """Rows of the axis and everything inside it, side by side (the fused activation is
+    already NONE in the attrs: LiteRT ignores it)."""
+    shape = _out_shape(g)
+    axis = normalize_axis(g.attrs["axis"], len(shape), "CONCATENATION axis")
+    inner = _prod(shape[axis + 1:])
+    return _join(g, _prod(shape[:axis]), [int(s.shape[axis]) * inner for s in g.ctx.inputs])
+
+
+@generator("PACK", epilogue=True)
+def pack(g: NodeGen) -> list[KernelSpec]:
+    """A concatenation of the inputs along a new axis."""
+    shape = _in_shape(g)
+    axis = normalize_axis(g.attrs["axis"], len(shape) + 1, "PACK axis")
+    inner = _prod(shape[axis:])
+    return _join(g, _prod(shape[:axis]), [inner] * len(g.ctx.inputs))
+
+
+@generator("UNPACK")
+def unpack(g: NodeGen) -> list[KernelSpec]:
+    """Output k is slice k of the axis: one kernel per output."""
+    shape = _in_shape(g)
+    axis = normalize_axis(g.attrs["axis"], len(shape), "UNPACK axis")
+    inner = _prod(shape[axis + 1:])
+    return _split_from(g, _prod(shape[:axis]), shape[axis] * inner, [inner] * shape[axis], 0)
+
+
+@generator("SPLIT")
+def split(g: NodeGen) -> list[KernelSpec]:
+    """Equal parts along the axis in input 0: one kernel per output."""
+    shape = _in_shape(g, 1)
+    axis, sizes = _split_sizes(shape, _const(g, 0, "the axis"), g.attrs["num_splits"])
+    inner = _prod(shape[axis + 1:])
+    return _split_from(g, _prod(shape[:axis]), shape[axis] * inner, [s * inner for s in sizes], 1)
+
+
+@generator("SPLIT_V")
+def split_v(g: NodeGen) -> list[KernelSpec]:
+    """Parts of the sizes in input 1 along the axis in input 2: one kernel per output."""
+    shape = _in_shape(g)
+    axis, sizes = _split_v_sizes(shape, _const(g, 1, "the sizes"), _const(g, 2, "the axis"),
+                                 g.attrs["num_splits"])
+    inner = _prod(shape[axis + 1:])
+    return _split_from(g, _prod(shape[:axis]), shape[axis] * inner, [s * inner for s in sizes], 0)
+
+
+# -- padding --------------------------------------------------------------------------------
+
+def _padded_walk(shape: tuple[int, ...], out: tuple[int, ...], pads: list[tuple[int, int]], mode: str) -> Walk:
+    """The output's walk: unpadded axes are strides, padded ones bounds of ``mode``."""
+    strides = strides_of(shape)
+    src, bounds = [], []
+    for a, ((lo, hi), d, s) in enumerate(zip(pads, shape, strides)):
+        if lo == 0 and hi == 0:
+            src.append(s)
+        else:
+            src.append(0)
+            bounds.append(Bound([(a, 1)], -lo, d, s, mode))
+    return Walk(list(out), src, bounds=bounds)
+
+
+@generator("PAD", "PADV2", epilogue=True)
+def pad(g: NodeGen) -> list[KernelSpec]:
+    """Outside the input: the constant (PADV2's input 2, else the zero point)."""
+    shape, dtype = _in_shape(g), _dtype(g)
+    pads = _paddings(shape, _const(g, 1, "the paddings"), "PAD")
+    if g.ctx.node.op == "PADV2":
+        spec = g.ctx.inputs[2]
+        if spec.value is not None:
+            fill = _literal(np.asarray(spec.value).reshape(-1)[0], dtype)
+        else:
+            ptr = g.input(2)
+            fill = f"LD({ptr}, 0)" if dtype == _F32 else f"{ptr}[0]"
+    else:
+        fill = _literal(g.attrs.get("pad_value", 0), dtype)
+    return _one(g, _padded_walk(shape, _out_shape(g), pads, "pad"), fill)
+
+
+@generator("MIRROR_PAD", epilogue=True)
+def mirror_pad(g: NodeGen) -> list[KernelSpec]:
+    """Padded coordinates mirror back into the input (REFLECT skips the edge)."""
+    shape, mode = _in_shape(g), g.attrs["mode"]
+    pads = _mirror_paddings(shape, _const(g, 1, "the paddings"), mode)
+    return _one(g, _padded_walk(shape, _out_shape(g), pads, mode.lower()))
+
+
+# -- depth, space and batch -----------------------------------------------------------------
+
+@generator("DEPTH_TO_SPACE", epilogue=True)
+def depth_to_space(g: NodeGen) -> list[KernelSpec]:
+    """The output as (n, h, by, w, bx, c) reads input (n, h, w, by, bx, c)."""
+    n, h, w, c = _in_shape(g)
+    bs = g.attrs["block_size"]
+    co = c // (bs * bs)
+    return _one(g, Walk([n, h, bs, w, bs, co], [h * w * c, w * c, bs * co, c, co, 1]))
+
+
+@generator("SPACE_TO_DEPTH", epilogue=True)
+def space_to_depth(g: NodeGen) -> list[KernelSpec]:
+    """The output as (n, h/bs, w/bs, by, bx, c) reads input (n, h/bs, by, w/bs, bx, c)."""
+    n, h, w, c = _in_shape(g)
+    bs = g.attrs["block_size"]
+    return _one(g, Walk([n, h // bs, w // bs, bs, bs, c], [h * w * c, bs * w * c, bs * c, w * c, c, 1]))
+
+
+def _block_input(g: NodeGen, what: str):
+    shape = _in_shape(g)
+    block, pairs = _block_and_pairs(shape, _const(g, 1, "block_shape"), _const(g, 2, "paddings/crops"), what)
+    return shape, block, pairs
+
+
+@generator("SPACE_TO_BATCH_ND", epilogue=True)
+def space_to_batch(g: NodeGen) -> list[KernelSpec]:
+    """The output as (b1..bM, n, q1..qM, rest): spatial input coordinate i is
+    ``q_i * B_i + b_i - pad_i``, padded with the zero point outside the input."""
+    shape, block, pads = _block_input(g, "SPACE_TO_BATCH_ND")
+    m = len(block)
+    strides = strides_of(shape)
+    out = _out_shape(g)
+    rest = _prod(shape[1 + m:])
+    view = list(block) + [shape[0]] + list(out[1:1 + m]) + [rest]
+    src = [0] * m + [strides[0]] + [0] * m + [1]
+    bounds = []
+    for i, (b, (lo, hi)) in enumerate(zip(block, pads)):
+        s = strides[1 + i]
+        if lo == 0 and hi == 0:
+            src[i], src[m + 1 + i] = s, b * s
+        else:
+            bounds.append(Bound([(m + 1 + i, b), (i, 1)], -lo, shape[1 + i], s, "pad"))
+    fill = _literal(g.attrs.get("pad_value", 0), _dtype(g))
+    return _one(g, Walk(view, src, bounds=bounds), fill)
+
+
+@generator("BATCH_TO_SPACE_ND", epilogue=True)
+def batch_to_space(g: NodeGen) -> list[KernelSpec]:
+    """Output spatial coordinate y_i is ``y_i + crop_i`` of the uncropped space, whose
+    quotient by B_i is the input's coordinate and remainder its place in the batch."""
+    shape, block, crops = _block_input(g, "BATCH_TO_SPACE_ND")
+    m = len(block)
+    strides = strides_of(shape)
+    out = _out_shape(g)
+    batch = out[0]
+    view = [batch] + list(out[1:1 + m]) + [_prod(shape[1 + m:])]
+    src = [strides[0]] + [0] * m + [1]
+    bounds = []
+    base = 0
+    for i, (b, (lo, _)) in enumerate(zip(block, crops)):
+        s = strides[1 + i]
+        if b == 1:
+            src[1 + i] = s
+            base += lo * s
+        else:
+            # Batch entry (b1, ..., bM, n) sits at ((b1 * B2 + b2) ...) * N + n.
+            batch_step = _prod(block[i + 1:]) * batch * strides[0]
+            bounds.append(Bound([(1 + i, 1)], lo, shape[1 + i], s, "divmod", block=b, mod_stride=batch_step))
+    return _one(g, Walk(view, src, src_base=base, bounds=bounds))
+
+
+# -- gathers --------------------------------------------------------------------------------
+
+def _check_const_indices(g: NodeGen, pos: int, limits: list[int] | int, what: str) -> None:
+    """Constant indices out of range are declined: on cpu they raise LiteRT's error."""
+    spec = g.ctx.inputs[pos]
+    if spec.value is None:
+        return
+    ix = np.asarray(spec.value).astype(np.int64)
+    if isinstance(limits, int):
+        bad = ix.size and (ix.min() < 0 or ix.max() >= limits)
+    else:
+        rows = ix.reshape(-1, len(limits)) if limits else ix.reshape(-1, 0)
+        bad = rows.size and bool(((rows < 0) | (rows >= np.array(limits))).any())
+    if bad:
+        raise Decline(f"{what} has an index out of range")
+
+
+@generator("GATHER", epilogue=True)
+def gather(g: NodeGen) -> list[KernelSpec]:
+    """The output as (batch, outer, index, inner): the axis coordinate is read from the
+    indices at (batch, index). Out-of-range run-time indices read nothing and give 0."""
+    p, ix = _in_shape(g, 0), _in_shape(g, 1)
+    axis, bd = _gather_dims(p, ix, g.attrs)
+    _check_const_indices(g, 1, p[axis], "GATHER")
+    nb, outer, count = _prod(p[:bd]), _prod(p[bd:axis]), _prod(ix[bd:])
+    limit, inner = p[axis], _prod(p[axis + 1:])
+    idx = g.input(1)
+    w = Walk([nb, outer, count, inner], [outer * limit * inner, limit * inner, 0, 1],
+             bounds=[Bound([(0, count), (2, 1)], 0, limit, inner, "index", idx)])
+    return _kernels(walk_kernel(g, w, g.input(0), _dtype(g)))
+
+
+@generator("EMBEDDING_LOOKUP", epilogue=True)
+def embedding_lookup(g: NodeGen) -> list[KernelSpec]:
+    """Row ids[i] of the table for each id (GATHER along axis 0)."""
+    ids, table = _in_shape(g, 0), _in_shape(g, 1)
+    _check_const_indices(g, 0, table[0], "EMBEDDING_LOOKUP")
+    inner = _prod(table[1:])
+    idx = g.input(0)
+    w = Walk([ids[0], inner], [0, 1], bounds=[Bound([(0, 1)], 0, table[0], inner, "index", idx)])
+    return _kernels(walk_kernel(g, w, g.input(1), np.dtype(g.ctx.inputs[1].dtype)))
+
+
+@generator("GATHER_ND", epilogue=True)
+def gather_nd(g: NodeGen) -> list[KernelSpec]:
+    """The output as (index row, inner): each of the row's ``depth`` indices steps its
+    params axis; the slice after them is copied whole."""
+    p, ix = _in_shape(g, 0), _in_shape(g, 1)
+    depth = ix[-1]
+    _check_const_indices(g, 1, list(p[:depth]), "GATHER_ND")
+    strides = strides_of(p)
+    rows, inner = _prod(ix[:-1]), _prod(p[depth:])
+    idx = g.input(1)
+    bounds = [Bound([(0, depth)], j, p[j], strides[j], "index", idx) for j in range(depth)]
+    return _kernels(walk_kernel(g, Walk([rows, inner], [0, 1], bounds=bounds), g.input(0), _dtype(g)))
