@@ -268,9 +268,11 @@ class NodeGen:
             if np.dtype(self.specs[t].dtype) != np.float32:
                 return f"{out}[{index}] = {value};"
             return f"ST({out}, {index}, {value});"
-        steps, result = self.finish(value, index, vector=False)
         if np.dtype(self.specs[self.out_tensor].dtype) != np.float32:
-            return f"{{ {steps}{out}[{index}] = {result}; }}"
+            # No followers fold into non-float outputs (see fusion); going through ``real``
+            # would round integers beyond 2**24.
+            return f"{out}[{index}] = {value};"
+        steps, result = self.finish(value, index, vector=False)
         return f"{{ {steps}ST({out}, {index}, {result}); }}"
 
     def store_output4(self, index: str, value: str) -> str:
