@@ -87,17 +87,23 @@ class Session:
         self._calls: dict[tuple, _SubgraphCall] = {}   # control flow's fast path, keyed by input shapes
         self._loops: dict[tuple, Callable | None] = {}   # WHILE loops over fixed arrays, by subgraphs and shapes
 
-    def compile(self, sg_index: int, input_shapes: dict[int, tuple[int, ...]] | None = None) -> CompiledSubgraph:
-        """The subgraph compiled for ``input_shapes`` (default: the model's shapes); cached."""
+    def compile(self, sg_index: int, input_shapes: dict[int, tuple[int, ...]] | None = None,
+                delegate: bool = True) -> CompiledSubgraph:
+        """The subgraph compiled for ``input_shapes`` (default: the model's shapes); cached.
+
+        ``delegate`` False keeps every node on cpu: the bodies of control flow run there,
+        as LiteRT's GPU delegate leaves them to the CPU (a loop body of a few small ops
+        would pay device launches and copies on every iteration).
+        """
         sg = self.model.subgraphs[sg_index]
         shapes = {t: tuple(sg.tensors[t].shape) for t in sg.inputs}
         shapes.update(input_shapes or {})
-        key = (sg_index, tuple(sorted(shapes.items())))
+        key = (sg_index, tuple(sorted(shapes.items())), delegate)
         compiled = self._cache.get(key)
         if compiled is None:
             specs = {t: TensorSpec(shape, sg.tensors[t].dtype) for t, shape in shapes.items()}
-            compiled = CompiledSubgraph(self.model, sg_index, specs, self.backends, self.cpu, self.options,
-                                        self.max_delegated_partitions, self.limits)
+            compiled = CompiledSubgraph(self.model, sg_index, specs, self.backends if delegate else [], self.cpu,
+                                        self.options, self.max_delegated_partitions, self.limits)
             self._cache[key] = compiled
         return compiled
 
@@ -191,7 +197,7 @@ class Session:
         key = (sg_index, *shapes)
         call = self._calls.get(key)
         if call is None:
-            compiled = self.compile(sg_index, dict(zip(sg.inputs, shapes)))
+            compiled = self.compile(sg_index, dict(zip(sg.inputs, shapes)), delegate=False)
             call = self._calls[key] = _SubgraphCall(compiled)
         return call
 
