@@ -13,6 +13,7 @@ import struct
 import subprocess
 import sys
 import textwrap
+import time
 import uuid
 from pathlib import Path
 
@@ -348,3 +349,166 @@ def test_warmed_pocl_binary(device, tmp_path):
     assert hit and bump_works(device, program, name)
     assert not store_warmed_binary(device, source, CompileOptions(extra={"serialization_dir": str(directory),
                                                                           "kernel_cache": False}))
+
+
+# -- size cap: least recently used entries evicted on store -----------------------------------
+def small_cache(directory: Path, cap: int):
+    """A KernelCache in ``directory`` (created private) with a cap of ``cap`` bytes."""
+    from litegpu_opencl.cache import KernelCache, private_dir
+    assert private_dir(directory)
+    return KernelCache(directory, max_bytes=cap)
+
+
+def key_of(n: int) -> str:
+    from litegpu_opencl.cache import cache_key
+    return cache_key(f"source {n}", "", "dev")
+
+
+ENTRY = 1000    # payload bytes of the test entries
+
+
+def entry_bytes() -> int:
+    from litegpu_opencl.cache import HEADER_SIZE
+    return HEADER_SIZE + ENTRY
+
+
+def store_aged(cache, n: int, age_s: int) -> Path:
+    """Store entry ``n`` (payload byte n) and date its mtime ``age_s`` seconds back; its path."""
+    assert cache.store(key_of(n), bytes([n]) * ENTRY)
+    path = cache.path(key_of(n))
+    then = time.time() - age_s
+    os.utime(path, (then, then))
+    return path
+
+
+def present(cache, count: int) -> list[int]:
+    return [n for n in range(count) if cache.path(key_of(n)).exists()]
+
+
+def test_store_evicts_oldest_down_to_three_quarters(tmp_path):
+    cache = small_cache(tmp_path / "c", 10 * entry_bytes())
+    for n in range(10):                      # exactly at the cap: nothing goes
+        store_aged(cache, n, 1000 - n)       # entry 0 the oldest
+    assert present(cache, 10) == list(range(10))
+    assert cache.store(key_of(10), bytes([10]) * ENTRY)   # 11 entries > cap: down to <= 7.5
+    assert present(cache, 11) == [4, 5, 6, 7, 8, 9, 10]
+    assert sum(p.stat().st_size for p in entries(cache.directory)) <= 10 * entry_bytes() * 3 // 4
+    for n in present(cache, 11):             # what is left is intact
+        assert cache.load(key_of(n)) == bytes([n]) * ENTRY
+
+
+def test_hit_makes_an_entry_recent(tmp_path):
+    cache = small_cache(tmp_path / "c", 4 * entry_bytes())
+    paths = [store_aged(cache, n, 1000 - n) for n in range(4)]
+    old = paths[0].stat().st_mtime
+    assert cache.load(key_of(0)) == bytes([0]) * ENTRY     # a hit: entry 0 is now the newest
+    assert paths[0].stat().st_mtime > old + 500
+    assert cache.store(key_of(4), bytes([4]) * ENTRY)      # 5 > 4: down to <= 3
+    assert present(cache, 5) == [0, 3, 4]
+
+
+def test_no_cap_keeps_everything(tmp_path):
+    cache = small_cache(tmp_path / "c", 0)
+    for n in range(5):
+        store_aged(cache, n, 1000 - n)
+    assert present(cache, 5) == list(range(5))
+    assert cache.evict(entry_bytes()) > 0    # the same entries over a real cap would go
+
+
+def test_eviction_tolerates_files_vanishing_or_changing(tmp_path, caplog):
+    """Another process evicts or rewrites entries between our scan and our deletes."""
+    cache = small_cache(tmp_path / "c", 0)     # no cap while filling: 8 entries, twice the cap below
+    for n in range(8):
+        store_aged(cache, n, 1000 - n)
+    cache.max_bytes = 4 * entry_bytes()
+    found = cache.scan()
+    assert [name for _, _, name, _ in found] == [cache.path(key_of(n)).name for n in range(8)]
+    os.unlink(cache.path(key_of(0)))              # gone before we got to it
+    os.unlink(cache.path(key_of(2)))
+    store_aged(cache, 1, 10)                      # rewritten (another inode, newer): must be spared
+    with caplog.at_level(logging.WARNING, logger="litegpu.opencl"):
+        cache.evict(cache.max_bytes, found=found)
+    assert caplog.records == []
+    # Down to <= 3 entries: 0 and 2 count as freed (gone anyway), 1 is spared, 3, 4, 5 go.
+    assert present(cache, 8) == [1, 6, 7]
+
+
+def test_stale_temp_files_are_evicted_fresh_ones_kept(tmp_path):
+    cache = small_cache(tmp_path / "c", 3 * entry_bytes())
+    stale, fresh = cache.directory / ".crashed.tmp", cache.directory / ".writing.tmp"
+    for path in (stale, fresh):
+        path.write_bytes(b"x" * entry_bytes())
+    day_ago, half_hour_ago = time.time() - 86400, time.time() - 1800
+    os.utime(stale, (day_ago, day_ago))
+    os.utime(fresh, (half_hour_ago, half_hour_ago))    # older than the entries, younger than an hour
+    for n in range(3):
+        store_aged(cache, n, 1000 - n)
+    assert not stale.exists()                 # the oldest file: first to go
+    assert fresh.exists()                     # maybe a writer's: never counted nor deleted
+    assert present(cache, 3) == [1, 2]       # storing 2 went over: the stale file, then entry 0
+
+
+def test_cap_from_option_environment_default(monkeypatch, caplog):
+    from litegpu.errors import InvalidArgumentError
+    from litegpu_opencl.cache import DEFAULT_MAX_BYTES, MAX_BYTES_ENV, max_bytes
+    monkeypatch.delenv(MAX_BYTES_ENV, raising=False)
+    assert max_bytes({}) == DEFAULT_MAX_BYTES == 512 << 20
+    monkeypatch.setenv(MAX_BYTES_ENV, "12345")
+    assert max_bytes({}) == 12345
+    assert max_bytes({"kernel_cache_max_bytes": 777}) == 777        # the option wins
+    assert max_bytes({"kernel_cache_max_bytes": np.int64(0)}) == 0   # 0: no cap
+    for bad in (-1, "big", 1.5, True):
+        with pytest.raises(InvalidArgumentError, match="kernel_cache_max_bytes"):
+            max_bytes({"kernel_cache_max_bytes": bad})
+    monkeypatch.setenv(MAX_BYTES_ENV, "lots")
+    with caplog.at_level(logging.WARNING, logger="litegpu.opencl"):
+        assert max_bytes({}) == DEFAULT_MAX_BYTES
+    assert MAX_BYTES_ENV in caplog.text
+
+
+def test_build_program_honours_the_cap(device, tmp_path):
+    """Real programs: with room for about one entry, building a second evicts the first."""
+    first, second = (SOURCE.replace("1.5f", f"{v}f") for v in ("11.5", "12.5"))
+    _, hit = build(device, tmp_path, first)
+    assert not hit
+    cap = the_entry(tmp_path).stat().st_size * 3 // 2
+    _, hit = build(device, tmp_path, second, kernel_cache_max_bytes=cap)
+    assert not hit
+    kept = the_entry(tmp_path)                    # only the newest is left
+    _, hit = build(device, tmp_path, second, kernel_cache_max_bytes=cap)
+    assert hit
+    _, hit = build(device, tmp_path, first, kernel_cache_max_bytes=cap)
+    assert not hit                                # evicted: built again (and now the second went)
+    assert the_entry(tmp_path) != kept
+
+
+_EVICTING_WRITER = textwrap.dedent("""
+    import sys
+    from litegpu_opencl.cache import KernelCache, cache_key
+    cache = KernelCache(sys.argv[1], max_bytes=int(sys.argv[2]))
+    writer = int(sys.argv[3])
+    for i in range(40):
+        n = writer * 1000 + i
+        assert cache.store(cache_key(f"source {n}", "", "dev"), bytes([n % 256]) * 1000)
+        cache.load(cache_key(f"source {writer * 1000 + i // 2}", "", "dev"))   # hits too (touches)
+""")
+
+
+def test_concurrent_writers_evicting(tmp_path):
+    """Processes storing into one capped directory at once: none fails or logs, and the
+    directory ends near the cap holding only valid entries."""
+    cache = small_cache(tmp_path / "c", 8 * entry_bytes())
+    writers = [subprocess.Popen([sys.executable, "-c", _EVICTING_WRITER, str(cache.directory),
+                                 str(cache.max_bytes), str(w)], stderr=subprocess.PIPE, text=True)
+               for w in range(3)]
+    errors = [w.communicate(timeout=120)[1] for w in writers]
+    assert [w.returncode for w in writers] == [0, 0, 0], errors
+    assert errors == ["", "", ""]             # no warning: vanished files were taken in stride
+    files = entries(cache.directory)
+    assert all(p.suffix == ".clbin" for p in files)
+    # Each store leaves <= the cap after its own eviction; stores racing the last one may add theirs.
+    assert sum(p.stat().st_size for p in files) <= cache.max_bytes + 2 * entry_bytes()
+    by_name = {cache.path(key_of(n)).name: n for w in range(3) for n in range(w * 1000, w * 1000 + 40)}
+    for p in files:
+        n = by_name[p.name]
+        assert cache.load(key_of(n)) == bytes([n % 256]) * ENTRY

@@ -13,9 +13,10 @@ from litegpu.backend import (COMPLETE, Backend, CompileOptions, Event, NodeConte
 from litegpu.errors import ExecutionError, LiteGpuError
 from litegpu.graph import Model
 
-from .fusion import FusedGroup, fusion_runs, generate_alone, make_fused_kernel, plan_group
-from .kernels import make_kernel
-from .kernels.threads import configure_threads
+# .fusion and .kernels import numba (~0.2 s), so they are imported where first used: a
+# process whose model runs entirely on another backend never loads numba. Importing
+# .kernels also runs .kernels.threads, which picks the OpenMP wait policy; that still
+# happens before any numba kernel of ours runs.
 
 _QUANTIZED = (np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int16))
 _RUNTIME_ERRORS = (ValueError, IndexError, TypeError, KeyError, ZeroDivisionError, OverflowError,
@@ -49,9 +50,11 @@ class CpuBackend(Backend):
 
     def schedule(self, nodes: list[NodeContext], outputs: list[int]) -> list[list[int]]:
         """Runs of fusable elementwise nodes become one step; every other node its own."""
+        from .fusion import fusion_runs
         return fusion_runs(nodes)
 
     def compile(self, partition: Partition, options: CompileOptions) -> Program:
+        from .kernels.threads import configure_threads
         configure_threads(options.num_threads)
         return CpuProgram(partition, options)
 
@@ -82,6 +85,8 @@ class CpuProgram(Program):
     """A partition as a flat list of ``(kernel, input slots, output slots)``."""
 
     def __init__(self, partition: Partition, options: CompileOptions) -> None:
+        from .fusion import FusedGroup, make_fused_kernel
+        from .kernels import make_kernel
         self.partition = partition
         arena = partition.arena
         self.arena = np.empty(arena.size if arena else 0, np.uint8)
@@ -234,6 +239,7 @@ def _fail(ctx: NodeContext, exc: Exception) -> LiteGpuError:
 
 def _groups(partition: Partition) -> list:
     """The partition's steps: a FusedGroup for each fused run, else single node contexts."""
+    from .fusion import generate_alone, plan_group
     nodes = partition.nodes
     steps = partition.steps or [[i] for i in range(len(nodes))]
     last_reader: dict[int, int] = {}

@@ -11,6 +11,10 @@ for a whole model), and the binary it hands out is a snapshot of its cache direc
 at build time. :func:`store_warmed_binary`, for the program to call after its first run,
 re-stores the entry with those functions inside, so a warm start needs neither a
 build nor PoCL's own cache.
+
+Every store keeps the cache directory under its size cap (``kernel_cache_max_bytes``,
+``$LITEGPU_OPENCL_CACHE_MAX_BYTES``, 512 MiB by default), evicting the least recently
+used entries; see :mod:`.cache`.
 """
 from __future__ import annotations
 

@@ -28,20 +28,32 @@ Loading checks all of it against the file before the payload is handed to OpenCL
 bad entry (wrong magic, other format version or key, truncated, wrong length, wrong
 checksum, not a regular file of ours) is logged, deleted and reported as a miss, so
 the caller rebuilds from source. Nothing in an entry is unpickled or evaluated.
+
+Size: every store checks the directory against a cap (``kernel_cache_max_bytes`` in the
+options, else ``$LITEGPU_OPENCL_CACHE_MAX_BYTES``, else 512 MiB; 0 means no cap). Over
+it, the least recently used entries go, oldest mtime first, until the directory holds
+at most 3/4 of the cap (so the next stores do not each scan and delete again). A hit
+touches its entry's mtime, which makes mtime order "least recently used". Several
+processes may store and evict at once: an entry that vanishes under a scan is simply
+skipped, and a reader holding an entry open keeps its bytes when another process
+unlinks it.
 """
 from __future__ import annotations
 
 import errno
 import hashlib
 import logging
+import operator
 import os
 import stat
 import struct
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
 import litegpu
+from litegpu.errors import InvalidArgumentError
 
 log = logging.getLogger("litegpu.opencl")
 
@@ -56,6 +68,12 @@ SUFFIX = ".clbin"
 
 DIR_ENV = "LITEGPU_CACHE_DIR"
 FORBID_ENV = "LITEGPU_OPENCL_FORBID_COMPILE"
+MAX_BYTES_ENV = "LITEGPU_OPENCL_CACHE_MAX_BYTES"
+MAX_BYTES_OPTION = "kernel_cache_max_bytes"
+DEFAULT_MAX_BYTES = 512 << 20
+# A temp file this old is a crashed writer's leftover (a store takes milliseconds):
+# eviction counts it and may delete it. Younger ones may be another process mid-write.
+STALE_TMP_SECONDS = 3600
 
 _warned: set[str] = set()   # directories already warned about (one warning per process)
 
@@ -89,6 +107,36 @@ def compile_forbidden(extra: dict) -> bool:
     if extra.get("forbid_compile"):
         return True
     return os.environ.get(FORBID_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def max_bytes(extra: dict) -> int:
+    """The cache size cap in bytes the options ask for (see the module docstring); 0: no cap.
+
+    A bad ``kernel_cache_max_bytes`` option is the caller's error (InvalidArgumentError);
+    a bad environment value is logged once and the default used.
+    """
+    given = extra.get(MAX_BYTES_OPTION)
+    if given is not None:
+        try:
+            value = -1 if isinstance(given, bool) else operator.index(given)   # ints, numpy ints
+        except TypeError:
+            value = -1
+        if value < 0:
+            raise InvalidArgumentError(f"{MAX_BYTES_OPTION} must be a byte count >= 0 (0: no cap), "
+                                       f"not {given!r}")
+        return value
+    env = os.environ.get(MAX_BYTES_ENV, "").strip()
+    if env:
+        try:
+            value = int(env)
+        except ValueError:
+            value = -1
+        if value >= 0:
+            return value
+        if MAX_BYTES_ENV not in _warned:
+            _warned.add(MAX_BYTES_ENV)
+            log.warning("%s=%r is not a byte count >= 0; using %d", MAX_BYTES_ENV, env, DEFAULT_MAX_BYTES)
+    return DEFAULT_MAX_BYTES
 
 
 def cache_key(source: str, build_options: str, device_identity: str, model_digest: str = "",
@@ -195,8 +243,9 @@ def private_dir(directory: Path) -> bool:
 class KernelCache:
     """Program binaries in one private directory (see the module docstring)."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
         self.directory = Path(directory)
+        self.max_bytes = max_bytes    # 0: no cap
 
     @classmethod
     def for_options(cls, extra: dict) -> KernelCache | None:
@@ -204,7 +253,7 @@ class KernelCache:
         if extra.get("kernel_cache") is False:
             return None
         directory = cache_dir(extra)
-        return cls(directory) if private_dir(directory) else None
+        return cls(directory, max_bytes(extra)) if private_dir(directory) else None
 
     def path(self, key: str) -> Path:
         """Where the entry for ``key`` lives."""
@@ -226,13 +275,15 @@ class KernelCache:
             return None
         try:
             try:
-                return read_entry(fd, key)
+                payload = read_entry(fd, key)
             except BadEntry as exc:
                 self._drop(path, os.fstat(fd), str(exc))
                 return None
             except OSError as exc:
                 log.warning("OpenCL kernel cache: cannot read %s (%s); building from source", path, exc)
                 return None
+            _touch(fd, path)
+            return payload
         finally:
             os.close(fd)
 
@@ -268,7 +319,6 @@ class KernelCache:
             # No fsync: a torn entry after a crash fails its checksum and is rebuilt.
             os.replace(tmp, self.path(key))
             tmp = ""
-            return True
         except OSError as exc:
             log.warning("OpenCL kernel cache: cannot store %s (%s)", self.path(key), exc)
             return False
@@ -280,3 +330,73 @@ class KernelCache:
                     os.unlink(tmp)
                 except OSError:
                     pass
+        if self.max_bytes:
+            self.evict(self.max_bytes, keep=self.path(key).name)
+        return True
+
+    def scan(self) -> list[tuple[int, int, str, os.stat_result]]:
+        """The evictable files, oldest first: (mtime ns, size, name, stat) of each entry and
+        each stale temp file (see ``STALE_TMP_SECONDS``). Files that vanish meanwhile are left out."""
+        found = []
+        stale_before = time.time_ns() - STALE_TMP_SECONDS * 10**9
+        try:
+            with os.scandir(self.directory) as it:
+                for item in it:
+                    name = item.name
+                    is_tmp = name.startswith(".") and name.endswith(".tmp")
+                    if not (name.endswith(SUFFIX) or is_tmp):
+                        continue
+                    try:
+                        st = item.stat(follow_symlinks=False)
+                    except FileNotFoundError:   # evicted or replaced by another process: fine
+                        continue
+                    if not stat.S_ISREG(st.st_mode) or (is_tmp and st.st_mtime_ns > stale_before):
+                        continue
+                    found.append((st.st_mtime_ns, st.st_size, name, st))
+        except OSError as exc:
+            log.warning("OpenCL kernel cache: cannot list %s (%s)", self.directory, exc)
+        found.sort()
+        return found
+
+    def evict(self, cap: int, keep: str = "", found: list | None = None) -> int:
+        """When the files of :meth:`scan` (or ``found``, a scan's result) exceed ``cap`` bytes,
+        delete the oldest until at most 3/4 of ``cap`` remain; ``keep`` (a name) is spared.
+
+        Returns the bytes deleted. Safe beside other processes: a file already gone counts
+        as deleted, and one rewritten since the scan (another inode or mtime) is spared.
+        """
+        found = self.scan() if found is None else found
+        total = sum(size for _, size, _, _ in found)
+        if total <= cap:
+            return 0
+        target, freed, count = cap * 3 // 4, 0, 0
+        for _, size, name, seen in found:
+            if total - freed <= target:
+                break
+            if name == keep:
+                continue
+            path = self.directory / name
+            try:
+                now = os.lstat(path)
+                # A hit touched it or a writer replaced it after the scan: it is recent now.
+                if (now.st_ino, now.st_dev, now.st_mtime_ns) != (seen.st_ino, seen.st_dev, seen.st_mtime_ns):
+                    continue
+                os.unlink(path)
+            except FileNotFoundError:   # another process evicted it first: it is gone all the same
+                pass
+            except OSError as exc:
+                log.warning("OpenCL kernel cache: cannot evict %s (%s)", path, exc)
+                continue
+            freed += size
+            count += 1
+        log.debug("OpenCL kernel cache: evicted %d files (%d bytes) from %s over its cap of %d bytes",
+                  count, freed, self.directory, cap)
+        return freed
+
+
+def _touch(fd: int, path: Path) -> None:
+    """Set an entry's mtime to now (it was just used), so eviction takes the least recently used."""
+    try:
+        os.utime(fd if os.utime in os.supports_fd else path)
+    except OSError:   # a read-only cache still serves hits; it just evicts in store order
+        pass
