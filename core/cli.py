@@ -184,7 +184,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     print(f"litegpu {__version__} [{backend}] {Path(args.model).name}, threads {args.num_threads}")
     print(f"  init {init * 1e3:.1f} ms, first inference {first * 1e3:.3f} ms, warmup avg {warm * 1e3:.3f} ms")
     print(f"  steady state: {_summary(times)}")
-    print(f"  nodes per backend: " + ", ".join(f"{b}={report.nodes_on(b)}" for b in
+    print("  nodes per backend: " + ", ".join(f"{b}={report.nodes_on(b)}" for b in
                                                  sorted({a.backend for a in report.assignments})))
     print(f"  arena {report.arena_bytes / 1e6:.2f} MB, peak RSS {_peak_rss_mb():.0f} MB, "
           f"host<->device copies {report.bytes_moved} bytes per run")

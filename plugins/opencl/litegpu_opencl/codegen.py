@@ -21,7 +21,7 @@ Integer and bool tensors are plain C arrays (``int``, ``long``, ``uchar``).
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
