@@ -19,7 +19,7 @@ from .codegen import Precision
 from .device import Device, default_device
 from .fusion import chain_steps
 from .kernels import Decline, load_all
-from .program import ClProgram, ClTensor, generate, new_tensor, precision_for, read, write
+from .program import ClEvent, ClProgram, ClTensor, generate, new_tensor, precision_for, read, write
 
 _OK_DTYPES = {np.dtype(t) for t in (np.float32, np.int32, np.int64, np.bool_, np.uint8, np.int8, np.int16)}
 
@@ -108,16 +108,20 @@ class OpenClBackend(Backend):
         return buffer.nbytes
 
     def copy_in(self, buffer: ClTensor, array: np.ndarray, wait_for: Sequence[Event] = ()) -> Event:
-        _wait(wait_for)
-        write(buffer, array)
+        write(buffer, array, _device_events(wait_for))
         return COMPLETE
 
     def copy_out(self, buffer: ClTensor, array: np.ndarray, wait_for: Sequence[Event] = ()) -> Event:
-        _wait(wait_for)
-        read(buffer, array)
+        read(buffer, array, _device_events(wait_for))
         return COMPLETE
 
 
-def _wait(events: Sequence[Event]) -> None:
+def _device_events(events: Sequence[Event]) -> list | None:
+    """OpenCL events to order a command after (the device waits); other events are waited for here."""
+    out = []
     for e in events:
-        e.wait()
+        if isinstance(e, ClEvent):
+            out.append(e.event)
+        else:
+            e.wait()
+    return out or None
