@@ -2,10 +2,10 @@
 
 Compile time does everything: each step's kernels are generated, identical sources are
 deduplicated, the program is built (or loaded from the kernel cache), intermediates get
-sub-buffers of one arena planned by lifetime, constants are uploaded, and every kernel
-object gets its fixed arguments. A run writes host inputs (or binds device tensors),
-enqueues the launches on the in-order queue and reads host outputs (or leaves them on
-the device); it returns an event for the last command.
+offsets in one arena planned by lifetime, constants are uploaded, and every kernel
+object gets its fixed arguments. A run binds the partition's input and output device
+tensors (:class:`ClTensor`; the executor does the host copies) and enqueues the launches
+on the in-order queue; it returns the event of the last launch.
 """
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ from .kernels import Decline, load_all
 
 log = logging.getLogger("litegpu.opencl")
 _ZERO = np.int32(0)
+_COMPLETE = 0   # CL_COMPLETE
 
 
 @dataclass
@@ -70,8 +71,7 @@ class ClEvent(Event):
 
     def is_complete(self) -> bool:
         """True when the work is done."""
-        import pyopencl
-        return self.event.command_execution_status == pyopencl.command_execution_status.COMPLETE
+        return self.event.command_execution_status == _COMPLETE
 
 
 def new_tensor(device: Device, precision: Precision, shape, dtype) -> ClTensor:
