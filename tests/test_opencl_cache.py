@@ -21,20 +21,13 @@ import numpy as np
 import pytest
 from litegpu.backend import CompileOptions
 from litegpu.errors import ExecutionError
-from litegpu.plugins import manager
 from litegpu.testing.builder import ModelBuilder
 
 SOURCE = "__kernel void bump(__global float* a) { a[get_global_id(0)] += 1.5f; }\n"
 
 
 @pytest.fixture(scope="module")
-def device():
-    backend = manager().backends.get("opencl")
-    if backend is None:
-        pytest.skip("the opencl backend is not installed")
-    ok, why = backend.available()
-    if not ok:
-        pytest.skip(f"opencl is unavailable here: {why}")
+def device(opencl):
     from litegpu_opencl.device import default_device
     return default_device()
 

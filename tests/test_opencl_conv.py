@@ -12,7 +12,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from litegpu.model import load_model
-from litegpu.plugins import manager
 from litegpu.testing.builder import ModelBuilder
 from litegpu.testing.cases.nn import transpose_conv_bias_options
 from litegpu.testing.conformance import (
@@ -24,17 +23,6 @@ from litegpu.testing.conformance import (
 
 F32 = np.float32
 FP16_TOL = 1e-2
-
-
-@pytest.fixture(scope="module")
-def opencl():
-    backend = manager().backends.get("opencl")
-    if backend is None:
-        pytest.skip("the opencl backend is not installed")
-    ok, why = backend.available()
-    if not ok:
-        pytest.skip(f"opencl is unavailable here: {why}")
-    return backend
 
 
 def rand(rng, *shape):

@@ -9,22 +9,10 @@ import numpy as np
 import pytest
 
 import litegpu
-from litegpu.plugins import manager
 from litegpu.testing.builder import ModelBuilder
 from litegpu.testing.conformance import compare, litert_outputs, load_model, node_contexts
 
 F32, I32 = np.float32, np.int32
-
-
-@pytest.fixture(scope="module")
-def opencl():
-    backend = manager().backends.get("opencl")
-    if backend is None:
-        pytest.skip("the opencl backend is not installed")
-    ok, why = backend.available()
-    if not ok:
-        pytest.skip(f"opencl is unavailable here: {why}")
-    return backend
 
 
 def run_opencl(data: bytes, inputs, fp16: bool = False):

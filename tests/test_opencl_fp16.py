@@ -10,22 +10,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from litegpu.plugins import manager
 from litegpu.testing.cases import all_cases
 from litegpu.testing.conformance import compare, litegpu_outputs, litert_outputs, unsupported
 
 FP16_TOL = 1e-2
-
-
-@pytest.fixture(scope="module")
-def opencl():
-    backend = manager().backends.get("opencl")
-    if backend is None:
-        pytest.skip("the opencl backend is not installed")
-    ok, why = backend.available()
-    if not ok:
-        pytest.skip(f"opencl is unavailable here: {why}")
-    return backend
 
 
 @pytest.mark.parametrize("case", all_cases(), ids=lambda c: c.id)

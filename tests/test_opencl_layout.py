@@ -14,23 +14,11 @@ import numpy as np
 import pytest
 
 import litegpu
-from litegpu.plugins import manager
 from litegpu.testing.builder import ModelBuilder
 from litegpu.testing.conformance import litert_outputs, unsupported
 
 F32, I32, I64, B = np.float32, np.int32, np.int64, np.bool_
 RNG = np.random.default_rng(7)
-
-
-@pytest.fixture(scope="module")
-def opencl():
-    backend = manager().backends.get("opencl")
-    if backend is None:
-        pytest.skip("the opencl backend is not installed")
-    ok, why = backend.available()
-    if not ok:
-        pytest.skip(f"no usable OpenCL platform here: {why}")
-    return backend
 
 
 def data(dtype, *shape):

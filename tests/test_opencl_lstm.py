@@ -15,24 +15,12 @@ from litegpu.backend import CompileOptions, Partition
 from litegpu.executor import infer_subgraph
 from litegpu.model import load_model
 from litegpu.ops import TensorSpec
-from litegpu.plugins import manager
 from litegpu.testing.cases import all_cases
 from litegpu.testing.cases.nn import lstm_args, one_op, rand
 from litegpu.testing.conformance import max_rel_error
 
 INVOKES = 3
 FP16_TOL = 1e-2
-
-
-@pytest.fixture(scope="module")
-def opencl():
-    backend = manager().backends.get("opencl")
-    if backend is None:
-        pytest.skip("the opencl backend is not installed")
-    ok, why = backend.available()
-    if not ok:
-        pytest.skip(f"opencl is unavailable here: {why}")
-    return backend
 
 
 def _lstm_cases():

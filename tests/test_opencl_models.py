@@ -15,23 +15,11 @@ import pytest
 
 import litegpu
 from litegpu.cli import random_inputs
-from litegpu.plugins import manager
 
 from test_shared_models import INT8, MODELS, SHARED, STATEFUL, TOLERANCE, LiteRT, rel_error
 
 FP16_MODEL_TOL = 5e-2
 FLOAT_MODELS = [m for m in MODELS if m not in INT8 | STATEFUL]
-
-
-@pytest.fixture(scope="module")
-def opencl():
-    backend = manager().backends.get("opencl")
-    if backend is None:
-        pytest.skip("the opencl backend is not installed")
-    ok, why = backend.available()
-    if not ok:
-        pytest.skip(f"no usable OpenCL platform here: {why}")
-    return backend
 
 
 def _run(path, precision_loss: bool):

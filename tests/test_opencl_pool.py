@@ -17,7 +17,6 @@ import numpy as np
 import pytest
 from litegpu.model import load_model
 from litegpu.ops import TensorSpec
-from litegpu.plugins import manager
 from litegpu.testing.builder import ModelBuilder
 from litegpu.testing.conformance import (
     compare,
@@ -30,17 +29,6 @@ from litegpu.testing.conformance import (
 F32 = np.float32
 FP16_TOL = 1e-2
 _names = itertools.count()
-
-
-@pytest.fixture(scope="module")
-def opencl():
-    backend = manager().backends.get("opencl")
-    if backend is None:
-        pytest.skip("the opencl backend is not installed")
-    ok, why = backend.available()
-    if not ok:
-        pytest.skip(f"opencl is unavailable here: {why}")
-    return backend
 
 
 def rand(rng, *shape, scale=1.0):

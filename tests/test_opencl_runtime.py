@@ -19,17 +19,6 @@ from litegpu.testing.builder import ModelBuilder
 from litegpu.testing.conformance import litert_outputs
 
 
-@pytest.fixture(scope="module")
-def opencl():
-    backend = manager().backends.get("opencl")
-    if backend is None:
-        pytest.skip("the opencl backend is not installed")
-    ok, why = backend.available()
-    if not ok:
-        pytest.skip(f"no usable OpenCL platform here: {why}")
-    return backend
-
-
 def _chain_model(shape=(1, 32, 32, 16), depth=4) -> bytes:
     """x -> (MUL x, ADD x, RELU6) * depth: elementwise, fully on opencl."""
     b = ModelBuilder()
