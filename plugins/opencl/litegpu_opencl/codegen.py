@@ -109,7 +109,9 @@ def c_float(x: float) -> str:
     return f"{x!r}f"
 
 
-#: Fused activations of LiteRT as C expressions of ``x`` (TANH and SIGN_BIT are no-ops, as in LiteRT).
+#: Fused activations of LiteRT as C expressions of ``x`` (TANH and SIGN_BIT are no-ops, as in
+#: LiteRT). The scalar ``(real)`` bounds make each valid for ``real4`` too (OpenCL's fmax
+#: and clamp take a vector with scalar limits).
 ACTIVATION_C: dict[str, Callable[[str], str]] = {
     "NONE": lambda x: x,
     "TANH": lambda x: x,
@@ -117,15 +119,6 @@ ACTIVATION_C: dict[str, Callable[[str], str]] = {
     "RELU": lambda x: f"fmax({x}, (real)0)",
     "RELU6": lambda x: f"clamp({x}, (real)0, (real)6)",
     "RELU_N1_TO_1": lambda x: f"clamp({x}, (real)-1, (real)1)",
-}
-
-ACTIVATION_C4: dict[str, Callable[[str], str]] = {
-    "NONE": lambda x: x,
-    "TANH": lambda x: x,
-    "SIGN_BIT": lambda x: x,
-    "RELU": lambda x: f"fmax({x}, (real4)0)",
-    "RELU6": lambda x: f"clamp({x}, (real4)0, (real4)6)",
-    "RELU_N1_TO_1": lambda x: f"clamp({x}, (real4)-1, (real4)1)",
 }
 
 
@@ -288,11 +281,10 @@ class NodeGen:
         operand twice (HARD_SWISH, SQUARED_DIFFERENCE) does not double the source per
         follower.
         """
-        act_c = ACTIVATION_C4 if vector else ACTIVATION_C
         ctype = "real4" if vector else "real"
         out_shape = self.specs[self.out_tensor].shape
         channels = int(out_shape[-1]) if out_shape else 1
-        lines = [f"const {ctype} ep0 = {act_c[self.attrs.get('activation', 'NONE')](value)};"]
+        lines = [f"const {ctype} ep0 = {ACTIVATION_C[self.attrs.get('activation', 'NONE')](value)};"]
         for k, f in enumerate(self.followers, start=1):
             x = f"ep{k - 1}"
             if f.other is None:
@@ -301,7 +293,7 @@ class NodeGen:
                 y = self._other(f, index, channels, vector)
                 a, b = (y, x) if f.swap else (x, y)
                 expr = CHAIN_BINARY[f.ctx.node.op](a, b, f.ctx.attrs)
-            lines.append(f"const {ctype} ep{k} = {act_c[f.ctx.attrs.get('activation', 'NONE')](expr)};")
+            lines.append(f"const {ctype} ep{k} = {ACTIVATION_C[f.ctx.attrs.get('activation', 'NONE')](expr)};")
         return " ".join(lines) + " ", f"ep{len(self.followers)}"
 
     def _other(self, f: Follower, index: str, channels: int, vector: bool) -> str:

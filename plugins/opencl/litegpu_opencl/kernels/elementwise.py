@@ -25,7 +25,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from ..codegen import CHAIN_BINARY, CHAIN_UNARY, KernelSpec, NodeGen, c_float, c_type, strides_of
+from ..codegen import ACTIVATION_C, CHAIN_BINARY, CHAIN_UNARY, KernelSpec, NodeGen, c_float, c_type, strides_of
 from . import Decline, generator
 
 _F32 = np.dtype(np.float32)
@@ -112,15 +112,14 @@ CHAIN_UNARY.update({
     "GELU": _gelu,
     "LEAKY_RELU": lambda x, a: f"(({x} > (real)0) ? {x} : {x} * {_r(a['alpha'])})",
     "ELU": lambda x, a: f"(({x} < (real)0) ? expm1({x}) : {x})",
-    "RELU": lambda x, a: f"fmax({x}, (real)0)",
-    "RELU6": lambda x, a: f"clamp({x}, (real)0, (real)6)",
-    "RELU_N1_TO_1": lambda x, a: f"clamp({x}, (real)-1, (real)1)",
     "RELU_0_TO_1": lambda x, a: f"clamp({x}, (real)0, (real)1)",
     "FLOOR": lambda x, a: f"floor({x})",
     "CEIL": lambda x, a: f"ceil({x})",
     "ROUND": lambda x, a: f"rint({x})",     # rint rounds half to even (the default rounding mode)
     "SIGN": lambda x, a: f"sign({x})",
 })
+for _op in ("RELU", "RELU6", "RELU_N1_TO_1"):   # the same clamps as the fused activations
+    CHAIN_UNARY[_op] = lambda x, a, act=ACTIVATION_C[_op]: act(x)
 CHAIN_BINARY.update({
     "ADD": lambda x, y, a: f"({x} + {y})",
     "SUB": lambda x, y, a: f"({x} - {y})",
