@@ -272,7 +272,7 @@ class CompiledSubgraph:
             return COMPLETE
         runner = self.runner
         plan = runner.plan(bound)
-        if asynchronous and plan.host_after_device or self._worker is not None:
+        if (asynchronous and plan.host_after_device) or self._worker is not None:
             if self._worker is None:
                 from concurrent.futures import ThreadPoolExecutor
                 self._worker = ThreadPoolExecutor(1, thread_name_prefix="litegpu-run")

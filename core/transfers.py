@@ -64,11 +64,12 @@ class DeviceRunner:
         """Where a backend's programs read their tensors: HOST or the backend's name."""
         return HOST if backend.host_memory else backend.name
 
-    def buffer(self, backend: Backend, t: int) -> Any:
-        """The device buffer of tensor ``t`` on ``backend`` (the user's when bound)."""
-        bound = self.bound.get(t)
-        if bound is not None and bound[0] is backend:
-            return bound[1]
+    def buffer(self, backend: Backend, t: int, bound: dict[int, tuple[Backend, Any]] | None = None) -> Any:
+        """The device buffer of tensor ``t`` on ``backend``: the user's when ``bound`` (default:
+        this run's binding) supplies one, else one the runner allocated."""
+        given = (self.bound if bound is None else bound).get(t)
+        if given is not None and given[0] is backend:
+            return given[1]
         key = (backend.name, t)
         buf = self._owned.get(key)
         if buf is None:
@@ -83,14 +84,14 @@ class DeviceRunner:
         key = tuple(sorted((t, b.name) for t, (b, _) in bound.items()))
         plan = self._plans.get(key)
         if plan is None:
-            plan = self._plans[key] = self._make_plan({t: b for t, (b, _) in bound.items()})
+            plan = self._plans[key] = self._make_plan(bound)
         return plan
 
-    def _make_plan(self, bound: dict[int, Backend]) -> TransferPlan:
+    def _make_plan(self, bound: dict[int, tuple[Backend, Any]]) -> TransferPlan:
         outputs = set(self.outputs)
         # valid[t]: the places holding tensor t's current value during the run
         valid: dict[int, dict[str, Backend | None]] = {}
-        for t, backend in bound.items():
+        for t, (backend, _) in bound.items():
             if t not in outputs:
                 valid[t] = {backend.name: backend}
         plan = TransferPlan([])
@@ -104,13 +105,13 @@ class DeviceRunner:
             if HOST not in places:   # device -> host first (also the way between two devices)
                 src_name, src = next(iter(places.items()))
                 plan.commands.append(self._copy_out(src, t))
-                plan.bytes_out += src.nbytes(self.buffer(src, t))
+                plan.bytes_out += src.nbytes(self.buffer(src, t, bound))
                 plan.copies.append(("out", t, src_name))
                 places[HOST] = None
                 plan.host_after_device |= seen_device
             if place != HOST:
                 plan.commands.append(self._copy_in(backend, t))
-                plan.bytes_in += backend.nbytes(self.buffer(backend, t))
+                plan.bytes_in += backend.nbytes(self.buffer(backend, t, bound))
                 plan.copies.append(("in", t, place))
                 places[place] = backend
 
@@ -127,7 +128,7 @@ class DeviceRunner:
                 valid[t] = {place: None if place == HOST else backend}
         for t in self.outputs:
             if t in bound:
-                have(t, bound[t].name, bound[t])
+                have(t, bound[t][0].name, bound[t][0])
             else:
                 have(t, HOST, None)
         return plan

@@ -31,9 +31,6 @@ class OpenClBackend(Backend):
     is_gpu = True
     host_memory = False
 
-    def __init__(self) -> None:
-        self._error: str | None = None
-
     def _default(self) -> Device:
         return default_device()
 
