@@ -242,9 +242,8 @@ class CompiledModel:
         if backend is None:
             return TensorBuffer(host)
         buffer = backend.allocate(TensorSpec(tuple(shape), np.dtype(tensor.dtype)), self._session.options)
-        backend.copy_in(buffer, host)
         out = TensorBuffer(host, (backend, buffer))
-        out._host_stale = False
+        out.write(host)   # zeros on the device too, as a host buffer starts
         return out
 
     def create_input_buffers(self, signature_index: int = 0) -> list[TensorBuffer]:
