@@ -1,0 +1,87 @@
+"""Fused cpu kernels loop over the output as [rows, cols]: operands broadcast along the
+last dimension, scalars and full-size operands (constant or not) must land on the right
+elements for any shape, and the ops added to the generated set (LEAKY_RELU, ELU, LOG,
+SIN, COS, FLOOR, CEIL) must match their numpy references."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from litegpu.backend import NodeContext
+from litegpu.graph import Node
+from litegpu.ops import get_op
+from litegpu.ops.registry import TensorSpec
+from litegpu_cpu.fusion import MAX_COLS, generate_alone, make_fused_kernel, plan_group
+
+F32 = np.dtype(np.float32)
+
+
+def node(index: int, op: str, inputs: list[TensorSpec], ins: tuple[int, ...], out: int, shape,
+         attrs: dict | None = None) -> NodeContext:
+    n = Node(index=index, op=op, opcode=0, version=1, inputs=ins, outputs=(out,))
+    return NodeContext(node=n, opdef=get_op(op), attrs=attrs or {}, inputs=inputs, outputs=[TensorSpec(shape, F32)])
+
+
+SHAPES = [(1, 96, 96, 16), (3, 5, 7), (2, 1), (1, 1, 5000), (7,), (4, 0, 3), (1, 3, 2, 1)]
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_prelu_then_bias_then_scalar_match_the_references(shape):
+    """x + y (full), PRELU by a per-channel slope (constant, last dim), + a per-channel
+    input, * a constant scalar: one kernel, against the references one after another."""
+    rng = np.random.default_rng(sum(shape))
+    c = shape[-1]
+    x, y = (rng.standard_normal(shape).astype(np.float32) for _ in range(2))
+    slope_shape = (1, c) if len(shape) > 1 else (c,)
+    slope = rng.standard_normal(slope_shape).astype(np.float32)
+    bias = rng.standard_normal((c,)).astype(np.float32)
+    scale = np.float32(0.75)
+    full = TensorSpec(shape, F32)
+    nodes = [
+        node(0, "ADD", [full, full], (0, 1), 2, shape, {"activation": "NONE"}),
+        node(1, "PRELU", [full, TensorSpec(slope_shape, F32, value=slope)], (2, 3), 4, shape),
+        node(2, "ADD", [full, TensorSpec((c,), F32)], (4, 5), 6, shape, {"activation": "RELU6"}),
+        node(3, "MUL", [full, TensorSpec((), F32, value=np.array(scale))], (6, 7), 8, shape,
+             {"activation": "NONE"}),
+    ]
+    group = plan_group(nodes, {4, 8})
+    assert group is not None and group.inputs == [0, 1, 5]
+    assert group.rows * group.cols == x.size or x.size == 0
+    out4, out8 = np.full(shape, np.nan, np.float32), np.full(shape, np.nan, np.float32)
+    make_fused_kernel(group)([x, y, bias], [out4, out8])
+    ref = [get_op(n.node.op).reference for n in nodes]
+    v2 = ref[0]([x, y], {"activation": "NONE"})[0]
+    v4 = ref[1]([v2, slope], {})[0]
+    v6 = ref[2]([v4, bias], {"activation": "RELU6"})[0]
+    v8 = ref[3]([v6, np.array(scale)], {"activation": "NONE"})[0]
+    np.testing.assert_array_equal(out4, v4)
+    np.testing.assert_array_equal(out8, v8)
+
+
+def test_columns_follow_the_last_dimension_only_when_an_operand_needs_it():
+    shape = (2, 8, 8, 16)
+    full = TensorSpec(shape, F32)
+    alone = plan_group([node(0, "LEAKY_RELU", [full], (0,), 1, shape, {"alpha": 0.2})], {1})
+    assert alone.cols == 8 * 8 * 16 <= MAX_COLS and alone.rows == 2   # merged up to MIN_COLS, rows kept
+    per_channel = plan_group([node(0, "ADD", [full, TensorSpec((16,), F32)], (0, 2), 1, shape,
+                                   {"activation": "NONE"})], {1})
+    assert per_channel.cols == 16 and per_channel.rows == 2 * 8 * 8
+
+
+@pytest.mark.parametrize("op,attrs", [("LEAKY_RELU", {"alpha": 0.2}), ("LEAKY_RELU", {"alpha": -1.5}),
+                                      ("ELU", {}), ("LOG", {}), ("SIN", {}), ("COS", {}), ("FLOOR", {}),
+                                      ("CEIL", {})])
+def test_generated_unary_ops_match_their_references(op, attrs):
+    x = np.concatenate([np.linspace(-30, 30, 40_001, dtype=np.float32),
+                        np.array([0, -0.0, 1e-30, -1e-30, 0.5, -0.5, 2.5, np.inf, -np.inf, np.nan], np.float32)])
+    ctx = node(0, op, [TensorSpec(x.shape, F32)], (0,), 1, x.shape, attrs)
+    assert generate_alone(ctx)
+    out = np.full_like(x, 7)
+    make_fused_kernel(plan_group([ctx], {1}))([x], [out])
+    with np.errstate(all="ignore"):
+        want = get_op(op).reference([x], attrs)[0]
+    np.testing.assert_array_equal(np.isnan(out), np.isnan(want))
+    ok = ~np.isnan(want)
+    # libm's logf/sinf/cosf (ours, and LiteRT's) and numpy's own SIMD versions differ by
+    # up to an ulp or two.
+    np.testing.assert_allclose(out[ok], want[ok], rtol=3e-7, atol=1e-37)
