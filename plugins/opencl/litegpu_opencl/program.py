@@ -128,6 +128,40 @@ def generate(ctx, precision: Precision, specs, step_followers=None, out_tensor=N
     return gen.fn(NodeGen(ctx, precision, specs, step_followers, out_tensor))
 
 
+def partition_kernels(partition: Partition, precision: Precision) -> list[list[KernelSpec]]:
+    """The kernels of each step of ``partition`` (a node with its followers) in ``precision``."""
+    nodes = partition.nodes
+    step_kernels: list[list[KernelSpec]] = []
+    for step in partition.steps:
+        ctx = nodes[step[0]]
+        out_tensor = nodes[step[-1]].node.outputs[0]
+        try:
+            kernels = generate(ctx, precision, partition.specs, followers(nodes, step), out_tensor)
+        except Decline as exc:   # supports() said yes: a disagreement is our bug, named clearly
+            raise UnsupportedError(f"node {ctx.node.index} ({ctx.node.op}): {exc}") from None
+        step_kernels.append(kernels)
+    return step_kernels
+
+
+def assemble(step_kernels: list[list[KernelSpec]], precision: Precision) -> tuple[str, int]:
+    """One program source for these kernels (the prelude, one function per distinct
+    source, named ``k_<digest>``) and its number of functions."""
+    sources: dict[str, str] = {}
+    for kernels in step_kernels:
+        for k in kernels:
+            sources.setdefault(k.digest, k.source.replace("KERNEL", f"k_{k.digest}", 1))
+    return prelude(precision) + "\n".join(sources.values()), len(sources)
+
+
+def program_source(partition: Partition, precision: Precision) -> str:
+    """The OpenCL C program of ``partition`` in ``precision``, without building it.
+
+    Exactly what :class:`ClProgram` builds; it needs no device, so sources of a precision
+    the device here cannot build (F16 without ``cl_khr_fp16``) can be checked offline.
+    """
+    return assemble(partition_kernels(partition, precision), precision)[0]
+
+
 class _Launch:
     __slots__ = ("kernel", "global_size", "local_size", "io")
 
@@ -148,24 +182,9 @@ class ClProgram(Program):
         self.inputs = list(partition.inputs)
         self.outputs = list(partition.outputs)
         specs = partition.specs
-        nodes = partition.nodes
-        step_kernels: list[list[KernelSpec]] = []
-        for step in partition.steps:
-            ctx = nodes[step[0]]
-            out_tensor = nodes[step[-1]].node.outputs[0]
-            try:
-                kernels = generate(ctx, self.precision, specs, followers(nodes, step), out_tensor)
-            except Decline as exc:   # supports() said yes: a disagreement is our bug, named clearly
-                raise UnsupportedError(f"node {ctx.node.index} ({ctx.node.op}): {exc}") from None
-            step_kernels.append(kernels)
+        step_kernels = partition_kernels(partition, self.precision)
         self.kernel_count = sum(len(k) for k in step_kernels)
-        # One program for the partition, one function per distinct source.
-        sources: dict[str, str] = {}
-        for kernels in step_kernels:
-            for k in kernels:
-                sources.setdefault(k.digest, k.source.replace("KERNEL", f"k_{k.digest}", 1))
-        self.function_count = len(sources)
-        source = prelude(self.precision) + "\n".join(sources.values())
+        source, self.function_count = assemble(step_kernels, self.precision)
         self.program, self.cache_hit = build_program(device, source, options)
         # PoCL compiles each kernel's work-group code at its first launch, after the binary
         # was cached: once the first run is done, the cache entry is refreshed to hold it.
