@@ -99,8 +99,12 @@ def fusable(ctx: NodeContext) -> bool:
 
 def generate_alone(ctx: NodeContext) -> bool:
     """True for a node that gets a generated kernel even outside a fused run (see
-    :data:`GENERATE_ALONE`; off with ``LITEGPU_CPU_FUSION=0`` like fusion itself)."""
-    return os.environ.get("LITEGPU_CPU_FUSION", "1") != "0" and ctx.node.op in GENERATE_ALONE and fusable(ctx)
+    :data:`GENERATE_ALONE`, and ops with a fused activation; off with
+    ``LITEGPU_CPU_FUSION=0`` like fusion itself)."""
+    if os.environ.get("LITEGPU_CPU_FUSION", "1") == "0" or not fusable(ctx):
+        return False
+    # A binary op with a fused clamp: one pass here, two through numpy (the op, then the clamp).
+    return ctx.node.op in GENERATE_ALONE or _ACTIVATION[ctx.attrs.get("activation", "NONE")] is not None
 
 
 def fusion_runs(nodes: list[NodeContext]) -> list[list[int]]:
