@@ -188,6 +188,12 @@ DW_CASES = [
     (1, 10, 10, 3, 2, 3, (1, 1), (1, 1), "VALID", "RELU", True),       # depth multiplier 2
     (1, 13, 12, 5, 1, 5, (2, 2), (1, 1), "SAME", "NONE", False),
     (1, 12, 12, 4, 3, 3, (1, 2), (2, 2), "SAME", "TANH", True),        # dilation, multiplier 3
+    # 3x3, multiplier 1 (the register path): images with no interior, odd strides and sizes
+    (1, 2, 2, 16, 1, 3, (1, 1), (1, 1), "SAME", "NONE", True),
+    (1, 1, 5, 7, 1, 3, (1, 1), (1, 1), "SAME", "RELU", True),
+    (2, 7, 9, 33, 1, 3, (2, 1), (1, 1), "SAME", "RELU6", True),
+    (1, 8, 6, 5, 1, 3, (1, 2), (1, 1), "VALID", "NONE", False),
+    (1, 3, 3, 4, 1, 3, (1, 1), (1, 1), "VALID", "NONE", True),
 ]
 
 
@@ -203,6 +209,17 @@ def test_depthwise(case):
     (got,) = run_kernel("DEPTHWISE_CONV_2D", attrs, inputs, [want.shape], consts=(1, 2))
     close(got, want)
     vs_reference("DEPTHWISE_CONV_2D", inputs, attrs, [got])
+
+
+def test_depthwise3x3_propagates_nan_and_inf_like_the_reference():
+    x, f, b = rand(1, 6, 6, 16), rand(1, 3, 3, 16), rand(16)
+    x[0, 2, 3, 5], x[0, 0, 0, 7], x[0, 4, 4, 9] = np.nan, np.inf, -np.inf
+    attrs = {"padding": "SAME", "stride": (1, 1), "dilation": (1, 1), "activation": "NONE", "depth_multiplier": 1}
+    (got,) = run_kernel("DEPTHWISE_CONV_2D", attrs, [x, f, b], [(1, 6, 6, 16)], consts=(1, 2))
+    with np.errstate(invalid="ignore"):
+        want = get_op("DEPTHWISE_CONV_2D").reference([x, f, b], attrs)[0]
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
 
 
 # -- TRANSPOSE_CONV ---------------------------------------------------------------------------

@@ -239,6 +239,69 @@ def depthwise(x, wt, bias, out, sh, sw, dh, dw, pt, pl, mult, lo, hi):
                 out[n, oh, ow, oc] = min(max(acc[oc], lo), hi)
 
 
+# Reassociation and FMA contraction only: NaN and inf still propagate as in the reference.
+_CONTRACT = {"contract", "reassoc", "nsz"}
+
+
+@njit(cache=True, parallel=True, fastmath=_CONTRACT)
+def depthwise3x3(x, wt, bias, out, sh, sw, pt, pl, lo, hi):
+    """The common depthwise conv (3x3 filter, multiplier 1, dilation 1) as
+    :func:`depthwise` computes it, but for pixels whose 3x3 window lies inside the image
+    the nine taps are summed inside the channel loop, held in a register, and stored
+    once (:func:`depthwise` adds each tap into an accumulator array in memory); 1.5-2x
+    faster on 2 threads (96x96x32: 203 -> 125 us, 56x56x144: 195 -> 93 us). Pixels on
+    the border take the general tap-by-tap path."""
+    h, w, c_size = x.shape[1], x.shape[2], x.shape[3]
+    n_size, oh_size, ow_size, _ = out.shape
+    w00, w01, w02 = wt[0, 0], wt[0, 1], wt[0, 2]
+    w10, w11, w12 = wt[1, 0], wt[1, 1], wt[1, 2]
+    w20, w21, w22 = wt[2, 0], wt[2, 1], wt[2, 2]
+    # Output columns whose input columns ow*sw - pl .. +2 are all inside the image.
+    ow_lo = min((pl + sw - 1) // sw, ow_size)
+    ow_hi = max(min((w - 3 + pl) // sw + 1, ow_size), ow_lo)
+    for r in prange(n_size * oh_size):
+        n = r // oh_size
+        oh = r - n * oh_size
+        ih0 = oh * sh - pt
+        o = out[n, oh]
+        inner_lo, inner_hi = ow_size, ow_size   # no interior on a border row
+        if ih0 >= 0 and ih0 + 3 <= h:
+            inner_lo, inner_hi = ow_lo, ow_hi
+            r0, r1, r2 = x[n, ih0], x[n, ih0 + 1], x[n, ih0 + 2]
+            for ow in range(inner_lo, inner_hi):
+                iw = ow * sw - pl
+                a0, a1, a2 = r0[iw], r0[iw + 1], r0[iw + 2]
+                b0, b1, b2 = r1[iw], r1[iw + 1], r1[iw + 2]
+                c0, c1, c2 = r2[iw], r2[iw + 1], r2[iw + 2]
+                oo = o[ow]
+                for c in range(c_size):
+                    v = (bias[c] + a0[c] * w00[c] + a1[c] * w01[c] + a2[c] * w02[c]
+                         + b0[c] * w10[c] + b1[c] * w11[c] + b2[c] * w12[c]
+                         + c0[c] * w20[c] + c1[c] * w21[c] + c2[c] * w22[c])
+                    oo[c] = min(max(v, lo), hi)
+        for seg in range(2):
+            s0 = 0 if seg == 0 else inner_hi
+            s1 = inner_lo if seg == 0 else ow_size
+            for ow in range(s0, s1):
+                oo = o[ow]
+                for c in range(c_size):
+                    oo[c] = bias[c]
+                for kh in range(3):
+                    ih = ih0 + kh
+                    if ih < 0 or ih >= h:
+                        continue
+                    for kw in range(3):
+                        iw = ow * sw - pl + kw
+                        if iw < 0 or iw >= w:
+                            continue
+                        xv = x[n, ih, iw]
+                        wv = wt[kh, kw]
+                        for c in range(c_size):
+                            oo[c] += xv[c] * wv[c]
+                for c in range(c_size):
+                    oo[c] = min(max(oo[c], lo), hi)
+
+
 @kernel("DEPTHWISE_CONV_2D")
 def depthwise_conv2d(ctx: NodeContext):
     """DEPTHWISE_CONV_2D with any depth multiplier, stride, dilation and padding."""
@@ -259,6 +322,11 @@ def depthwise_conv2d(ctx: NodeContext):
     pl = pad_before(attrs["padding"], w, kw, sw, dw)
     wt = np.ascontiguousarray(np.asarray(w_spec.value, dtype=F32).reshape(kh, kw, oc))
     lo, hi = clamp_bounds(attrs["activation"])
+
+    if (kh, kw, mult, dh, dw) == (3, 3, 1, 1, 1):
+        def run3x3(inputs, outputs):
+            depthwise3x3(inputs[0], wt, bias, outputs[0], sh, sw, pt, pl, lo, hi)
+        return run3x3
 
     def run(inputs, outputs):
         depthwise(inputs[0], wt, bias, outputs[0], sh, sw, dh, dw, pt, pl, mult, lo, hi)
