@@ -63,16 +63,6 @@ def im2col(x, h, w, c_size, cols, row0, rows, oh_size, ow_size, kh_size, kw_size
 
 
 @njit(cache=True, parallel=True)
-def store_transposed(ot, out2, row0, bias, lo, hi):
-    """``out2[row0 + r, o] = clamp(ot[o, r] + bias[o])``: the epilogue of a GEMM computed
-    transposed (see :func:`conv2d`)."""
-    o_size, rows = ot.shape
-    for r in prange(rows):
-        for o in range(o_size):
-            out2[row0 + r, o] = min(max(ot[o, r] + bias[o], lo), hi)
-
-
-@njit(cache=True, parallel=True)
 def pad_rows(x, rows, h, w, c, pt, pl, wp):
     """Copy one NHWC image (flat ``x``) into the interior of the zero-bordered padded
     image ``rows`` (flat, ``wp`` pixels wide); the border is never written, so it stays 0."""
@@ -83,7 +73,7 @@ def pad_rows(x, rows, h, w, c, pt, pl, wp):
             rows[dst + j] = x[src + j]
 
 
-# Stride-1 convs at least this wide (output columns; narrow outputs, wide outputs) skip
+# Stride-1 convs at least this wide (output columns; for up to 32 output channels, more) skip
 # im2col: one GEMM per tap on shifted slices of the padded input (gemm.shifted_taps).
 # The padded width's extra columns are computed and dropped, (OW + KW - 1) / OW times the
 # work, so small images keep im2col. Measured against im2col + GEMM on 2 threads, 3x3:
@@ -93,21 +83,21 @@ def pad_rows(x, rows, h, w, c, pt, pl, wp):
 _SHIFTED_MIN_WIDTH = (16, 28)
 
 
-def _shifted_conv(x_shape, w_value, bias, lo, hi, oh, ow, pt, pl, dh, dw, narrow):
+def _shifted_conv(x_shape, w_value, bias, lo, hi, oh, ow, pt, pl, dh, dw):
     """The run function of a stride-1 conv through :func:`.gemm.shifted_taps`, or None when
     the geometry does not fit (or numpy's OpenBLAS symbol was not found)."""
     n, h, w, c = x_shape
     o, kh, kw, _ = w_value.shape
     hp, wp = oh + (kh - 1) * dh, ow + (kw - 1) * dw
-    if not gemm.sgemm_address() or ow < _SHIFTED_MIN_WIDTH[0 if narrow else 1] or pt < 0 or pl < 0 or pt + h > hp or pl + w > wp:
+    min_width = _SHIFTED_MIN_WIDTH[0 if o <= 32 else 1]
+    if not gemm.sgemm_address() or ow < min_width or pt < 0 or pl < 0 or pt + h > hp or pl + w > wp:
         return None
     taps = kh * kw
     offsets = np.array([a * dh * wp + b * dw for a in range(kh) for b in range(kw)], np.int64)
-    order = (1, 2, 0, 3) if narrow else (1, 2, 3, 0)     # [T, O, C] or [T, C, O]
-    wtaps = np.ascontiguousarray(np.asarray(w_value, F32).transpose(order).reshape(taps, -1))
+    wtaps = np.ascontiguousarray(np.asarray(w_value, F32).transpose(1, 2, 3, 0).reshape(taps, -1))  # [T, C, O]
     rows = np.zeros((hp * wp + (kw - 1) * dw, c), F32)   # slack rows: the last taps read past hp*wp
     p = oh * wp
-    acc = np.empty((o, p) if narrow else (p, o), F32)
+    acc = np.empty((p, o), F32)
     fn = gemm.sgemm_address()
     per_image = h * w * c
 
@@ -117,21 +107,21 @@ def _shifted_conv(x_shape, w_value, bias, lo, hi, oh, ow, pt, pl, dh, dw, narrow
         flat = rows.reshape(-1)
         for i in range(n):
             pad_rows(x[i], flat, h, w, c, pt, pl, wp)
-            gemm.shifted_taps(fn, rows, wtaps, acc, offsets, narrow, out2, i * oh * ow, ow, wp, bias, lo, hi)
+            gemm.shifted_taps(fn, rows, wtaps, acc, offsets, out2, i * oh * ow, ow, wp, bias, lo, hi)
     return run_shifted
-
-
-# Up to this many output channels the GEMM is computed transposed, [O, K] x [K, M]:
-# OpenBLAS is markedly faster with the long M side as its N (16384x144x16: 1.0 ms
-# against 1.6 ms), which pays for the transposing store.
-_NARROW = 32
 
 
 @kernel("CONV_2D")
 def conv2d(ctx: NodeContext):
     """CONV_2D as GEMM: 1x1 stride-1 convs multiply the input directly; other stride-1
     convs on wide enough images run one GEMM per tap on the padded input; the rest go
-    through im2col blocks into a scratch matrix. Narrow outputs use the transposed GEMM."""
+    through im2col blocks into a scratch matrix. Bias and clamp are the GEMM's epilogue.
+
+    Every GEMM is [pixels, K] x [K, O], also for few output channels: computing it
+    transposed and storing the transpose was slower with numpy 2.4's OpenBLAS on this
+    VM (9216x8 -> 32: 432 us against 56; 12544x27 -> 32: 291 against 182), the
+    transposing store alone costing up to 380 us where the pixel count is a multiple of
+    1024 (every strided read landing in one cache set)."""
     w_spec = ctx.inputs[1]
     bias = constant_bias(ctx, w_index=1, x_index=0, bias_index=2)
     if bias is None:
@@ -149,61 +139,33 @@ def conv2d(ctx: NodeContext):
     k = kh * kw * c
     m = n * oh * ow
     ensure_gemm_policy()
-    w_ok = np.ascontiguousarray(np.asarray(w_spec.value, dtype=F32).reshape(o, k))   # [O, K]
-    narrow = o <= _NARROW
-    if narrow:
-        lo, hi = clamp_bounds(attrs["activation"])
-    else:
-        wmat = np.ascontiguousarray(w_ok.T)   # [K, O]
-        # Bias and clamp, applied by the GEMM itself (per thread, on its half) or after it.
-        fused_epilogue = (bias, *clamp_bounds(attrs["activation"]))
+    wmat = np.ascontiguousarray(np.asarray(w_spec.value, dtype=F32).reshape(o, k).T)   # [K, O]
+    lo, hi = clamp_bounds(attrs["activation"])
+    epilogue = (bias, lo, hi)   # applied by the GEMM itself, per thread on its half
 
     pointwise = kh == 1 and kw == 1 and sh == 1 and sw == 1 and pt == 0 and pl == 0 and (oh, ow) == (h, w)
     if not pointwise and sh == 1 and sw == 1:
-        shifted = _shifted_conv((n, h, w, c), w_spec.value, bias, *clamp_bounds(attrs["activation"]),
-                                oh, ow, pt, pl, dh, dw, narrow)
+        shifted = _shifted_conv((n, h, w, c), w_spec.value, bias, lo, hi, oh, ow, pt, pl, dh, dw)
         if shifted is not None:
             return shifted
-    if pointwise and narrow:
-        ot_full = np.empty((o, m), F32)
-        how = gemm.plan(o, m, k)
-
-        def run_pointwise_narrow(inputs, outputs):
-            out2 = outputs[0].reshape(m, o)
-            gemm.matmul(w_ok, inputs[0].reshape(m, c), ot_full, how, transb=True)
-            store_transposed(ot_full, out2, 0, bias, lo, hi)
-        return run_pointwise_narrow
     if pointwise:
         how = gemm.plan(m, o, k)
 
         def run_pointwise(inputs, outputs):
-            gemm.matmul(inputs[0].reshape(m, c), wmat, outputs[0].reshape(m, o), how, epilogue=fused_epilogue)
+            gemm.matmul(inputs[0].reshape(m, c), wmat, outputs[0].reshape(m, o), how, epilogue=epilogue)
         return run_pointwise
 
     block = max(1, min(m, _IM2COL_BLOCK_BYTES // (4 * k)))
     cols = np.empty((block, k), F32)
-    starts = [(r0, min(block, m - r0)) for r0 in range(0, m, block)]
-    if narrow:
-        ots = {rows: np.empty((o, rows), F32) for _, rows in starts}
-        blocks = [(r0, rows, cols[:rows], ots[rows], gemm.plan(o, rows, k)) for r0, rows in starts]
-
-        def run_im2col_narrow(inputs, outputs):
-            x = inputs[0].reshape(-1)
-            out2 = outputs[0].reshape(m, o)
-            for r0, rows, cview, ot, how in blocks:
-                im2col(x, h, w, c, cview, r0, rows, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl)
-                gemm.matmul(w_ok, cview, ot, how, transb=True)
-                store_transposed(ot, out2, r0, bias, lo, hi)
-        return run_im2col_narrow
-
-    views = [(r0, rows, cols[:rows], gemm.plan(rows, o, k)) for r0, rows in starts]
+    views = [(r0, rows, cols[:rows], gemm.plan(rows, o, k))
+             for r0, rows in ((r0, min(block, m - r0)) for r0 in range(0, m, block))]
 
     def run_im2col(inputs, outputs):
         x = inputs[0].reshape(-1)
         out2 = outputs[0].reshape(m, o)
         for r0, rows, cview, how in views:
             im2col(x, h, w, c, cview, r0, rows, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl)
-            gemm.matmul(cview, wmat, out2[r0:r0 + rows], how, epilogue=fused_epilogue)
+            gemm.matmul(cview, wmat, out2[r0:r0 + rows], how, epilogue=epilogue)
     return run_im2col
 
 

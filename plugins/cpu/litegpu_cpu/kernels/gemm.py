@@ -104,20 +104,16 @@ def gemm_halves(fn, a, b, c, transb, split_n, at, bias, lo_v, hi_v, epilogue):
 
 
 @njit(cache=True, parallel=True)
-def shifted_taps(fn, rows, wtaps, acc, offsets, transposed, out2, row0, ow_size, wp, bias, lo_v, hi_v):
+def shifted_taps(fn, rows, wtaps, acc, offsets, out2, row0, ow_size, wp, bias, lo_v, hi_v):
     """Stride-1 convolution as one GEMM per filter tap, with no im2col: ``rows`` is the
     zero-padded input as [pixels of the padded image, C]; output pixel ``p`` (counted
     over the padded width ``wp``) reads row ``p + offsets[t]`` under tap ``t``, so each
-    tap is a GEMM on a contiguous slice of ``rows``, accumulated (beta 1) into ``acc``.
-    ``transposed``: ``acc`` is [O, P] and ``wtaps[t]`` is [O, C]; else ``acc`` is [P, O]
-    and ``wtaps[t]`` is [C, O]. The P pixels are split between two threads; each then
-    stores its pixels inside the image (columns below ``ow_size``) as
+    tap is a GEMM on a contiguous slice of ``rows`` ([P, C] x ``wtaps[t]`` [C, O]),
+    accumulated (beta 1) into ``acc`` [P, O]. The P pixels are split between two
+    threads; each then stores its pixels inside the image (columns below ``ow_size``) as
     ``out2[row0 + oh*OW + ow] = clamp(acc + bias)``, dropping the padded columns."""
     c = rows.shape[1]
-    if transposed:
-        o, p = acc.shape
-    else:
-        p, o = acc.shape
+    p, o = acc.shape
     half = p // 2
     for part in prange(2):
         lo = 0 if part == 0 else half
@@ -127,22 +123,14 @@ def shifted_taps(fn, rows, wtaps, acc, offsets, transposed, out2, row0, ow_size,
                 beta = _ZERO if t == 0 else np.float32(1)
                 src = rows.ctypes.data + 4 * (offsets[t] + lo) * c
                 wt = wtaps.ctypes.data + 4 * t * o * c
-                if transposed:
-                    _sgemm(fn, _CBLAS_TRANS, o, hi - lo, c, wt, c, src, c, acc.ctypes.data + 4 * lo, p, beta)
-                else:
-                    _sgemm(fn, _CBLAS_NO_TRANS, hi - lo, o, c, src, c, wt, o, acc.ctypes.data + 4 * lo * o, o,
-                           beta)
+                _sgemm(fn, _CBLAS_NO_TRANS, hi - lo, o, c, src, c, wt, o, acc.ctypes.data + 4 * lo * o, o, beta)
             for q in range(lo, hi):
                 r = q // wp
                 col = q - r * wp
                 if col < ow_size:
                     dst = row0 + r * ow_size + col
-                    if transposed:
-                        for j in range(o):
-                            out2[dst, j] = min(max(acc[j, q] + bias[j], lo_v), hi_v)
-                    else:
-                        for j in range(o):
-                            out2[dst, j] = min(max(acc[q, j] + bias[j], lo_v), hi_v)
+                    for j in range(o):
+                        out2[dst, j] = min(max(acc[q, j] + bias[j], lo_v), hi_v)
 
 
 def plan(m: int, n: int, k: int, threads: int | None = None) -> tuple[bool, int] | None:
