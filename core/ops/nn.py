@@ -628,8 +628,13 @@ def _out_size(inputs: list) -> tuple[int, int]:
     return size[0], size[1]
 
 
-def _bilinear_axis(in_size: int, out_size: int, attrs: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per output index along one axis: lower and upper source index and the upper weight."""
+def bilinear_axis(in_size: int, out_size: int, attrs: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """RESIZE_BILINEAR's source taps along one axis resized from ``in_size`` to ``out_size``.
+
+    Returns, per output index, the lower and upper source index (int64 arrays) and the
+    weight of the upper one (float32; the lower's is 1 minus it), under the node's
+    ``align_corners`` and ``half_pixel_centers`` attrs.
+    """
     scale = _resize_scale(in_size, out_size, attrs["align_corners"])
     v = np.arange(out_size, dtype=np.float32)
     src = (v + np.float32(0.5)) * scale - np.float32(0.5) if attrs["half_pixel_centers"] else v * scale
@@ -642,16 +647,20 @@ def _resize_bilinear_reference(inputs: list, attrs: dict) -> list[np.ndarray]:
     """Bilinear resize with TF's align_corners / half_pixel_centers coordinate rules."""
     x = inputs[0].astype(np.float32)
     oh, ow = _out_size(inputs)
-    y0, y1, fy = _bilinear_axis(x.shape[1], oh, attrs)
-    x0, x1, fx = _bilinear_axis(x.shape[2], ow, attrs)
+    y0, y1, fy = bilinear_axis(x.shape[1], oh, attrs)
+    x0, x1, fx = bilinear_axis(x.shape[2], ow, attrs)
     fy, fx = fy[None, :, None, None], fx[None, None, :, None]
     top = x[:, y0][:, :, x0] * (1 - fx) + x[:, y0][:, :, x1] * fx
     bottom = x[:, y1][:, :, x0] * (1 - fx) + x[:, y1][:, :, x1] * fx
     return [(top * (1 - fy) + bottom * fy).astype(np.float32)]
 
 
-def _nearest_axis(in_size: int, out_size: int, attrs: dict) -> np.ndarray:
-    """Source index per output index, following TFLite's rounding for each flag combination."""
+def nearest_axis(in_size: int, out_size: int, attrs: dict) -> np.ndarray:
+    """RESIZE_NEAREST_NEIGHBOR's source index (an int64 array) per output index along one axis.
+
+    Follows TFLite's rounding for each combination of the node's ``align_corners`` and
+    ``half_pixel_centers`` attrs.
+    """
     scale = _resize_scale(in_size, out_size, attrs["align_corners"])
     offset = np.float32(0.5) if attrs["half_pixel_centers"] else np.float32(0)
     src = (np.arange(out_size, dtype=np.float32) + offset) * scale
@@ -669,8 +678,8 @@ def _resize_nearest_reference(inputs: list, attrs: dict) -> list[np.ndarray]:
     """Nearest-neighbour resize with TFLite's index rounding."""
     x = inputs[0]
     oh, ow = _out_size(inputs)
-    rows = _nearest_axis(x.shape[1], oh, attrs)
-    cols = _nearest_axis(x.shape[2], ow, attrs)
+    rows = nearest_axis(x.shape[1], oh, attrs)
+    cols = nearest_axis(x.shape[2], ow, attrs)
     return [x[:, rows][:, :, cols]]
 
 

@@ -359,15 +359,25 @@ def _split_attrs(value_input: int, n_inputs: int, index_inputs: dict[int, str]):
     return attrs
 
 
-def _split_sizes(shape: tuple[int, ...], axis_value: np.ndarray, n: int) -> tuple[int, list[int]]:
+def split_sizes(shape: tuple[int, ...], axis_value: np.ndarray, n: int) -> tuple[int, list[int]]:
+    """SPLIT's normalized axis and the size of each of its ``n`` outputs along it.
+
+    ``axis_value`` is the axis tensor (input 0). Raises ModelFormatError when the axis is
+    out of range or its dimension is not divisible by ``n``.
+    """
     axis = normalize_axis(_scalar_int(axis_value, "SPLIT axis"), len(shape), "SPLIT axis")
     if shape[axis] % n:
         raise ModelFormatError(f"SPLIT: dimension {axis} of {list(shape)} is not divisible by {n}")
     return axis, [shape[axis] // n] * n
 
 
-def _split_v_sizes(shape: tuple[int, ...], sizes_value: np.ndarray, axis_value: np.ndarray,
-                   n: int) -> tuple[int, list[int]]:
+def split_v_sizes(shape: tuple[int, ...], sizes_value: np.ndarray, axis_value: np.ndarray,
+                  n: int) -> tuple[int, list[int]]:
+    """SPLIT_V's normalized axis and the size of each of its ``n`` outputs along it.
+
+    ``sizes_value`` is size_splits (input 1; one entry may be -1, meaning the rest) and
+    ``axis_value`` the axis tensor (input 2). The returned sizes sum to the dimension.
+    """
     axis = normalize_axis(_scalar_int(axis_value, "SPLIT_V axis"), len(shape), "SPLIT_V axis")
     sizes = _ints(sizes_value)
     if len(sizes) != n:
@@ -395,20 +405,21 @@ def _split_pieces(x: np.ndarray, axis: int, sizes: list[int]) -> list[np.ndarray
 
 
 _op("SPLIT", _split_attrs(1, 2, {0: "axis"}),
-    lambda ins, a: _split_outputs(ins[1], *_split_sizes(ins[1].shape, value_of(ins[0]), a["num_splits"])),
-    lambda ins, a: _split_pieces(ins[1], *_split_sizes(ins[1].shape, ins[0], a["num_splits"])),
+    lambda ins, a: _split_outputs(ins[1], *split_sizes(ins[1].shape, value_of(ins[0]), a["num_splits"])),
+    lambda ins, a: _split_pieces(ins[1], *split_sizes(ins[1].shape, ins[0], a["num_splits"])),
     "Split input 1 into num_splits equal parts along the axis given by input 0.")
 
 _op("SPLIT_V", _split_attrs(0, 3, {1: "size_splits", 2: "axis"}),
-    lambda ins, a: _split_outputs(ins[0], *_split_v_sizes(ins[0].shape, value_of(ins[1]), value_of(ins[2]),
-                                                          a["num_splits"])),
-    lambda ins, a: _split_pieces(ins[0], *_split_v_sizes(ins[0].shape, ins[1], ins[2], a["num_splits"])),
+    lambda ins, a: _split_outputs(ins[0], *split_v_sizes(ins[0].shape, value_of(ins[1]), value_of(ins[2]),
+                                                         a["num_splits"])),
+    lambda ins, a: _split_pieces(ins[0], *split_v_sizes(ins[0].shape, ins[1], ins[2], a["num_splits"])),
     "Split input 0 into parts of the sizes in input 1 (one may be -1) along the axis in input 2.")
 
 
 # -- TRANSPOSE, REVERSE_V2, TILE, BROADCAST_TO -------------------------------------------
 
-def _perm(rank: int, value: np.ndarray) -> list[int]:
+def transpose_perm(rank: int, value: np.ndarray) -> list[int]:
+    """TRANSPOSE's permutation (input 1) as non-negative axes: output axis i is input axis perm[i]."""
     # LiteRT accepts negative entries, counting from the end.
     perm = [p + rank if p < 0 else p for p in _ints(value)]
     if len(perm) != rank or sorted(perm) != list(range(rank)):
@@ -418,16 +429,17 @@ def _perm(rank: int, value: np.ndarray) -> list[int]:
 
 def _transpose_infer(inputs: list[TensorSpec], attrs: dict) -> list[TensorSpec]:
     x = inputs[0]
-    perm = _perm(len(x.shape), value_of(inputs[1]))
+    perm = transpose_perm(len(x.shape), value_of(inputs[1]))
     return [TensorSpec(tuple(x.shape[p] for p in perm), x.dtype)]
 
 
 _op("TRANSPOSE", _plain_attrs(2, index_inputs={1: "perm"}), _transpose_infer,
-    lambda ins, a: [np.transpose(ins[0], _perm(ins[0].ndim, ins[1]))],
+    lambda ins, a: [np.transpose(ins[0], transpose_perm(ins[0].ndim, ins[1]))],
     "Permute dimensions by the perm in input 1.")
 
 
-def _reverse_axes(rank: int, value: np.ndarray) -> tuple[int, ...]:
+def reverse_axes(rank: int, value: np.ndarray) -> tuple[int, ...]:
+    """REVERSE_V2's axes (input 1), normalized to non-negative and checked to be distinct."""
     axes = tuple(normalize_axis(a, rank, "REVERSE_V2 axis") for a in _ints(value))
     if len(set(axes)) != len(axes):
         raise ModelFormatError(f"REVERSE_V2 axes {list(axes)} repeat")
@@ -437,12 +449,12 @@ def _reverse_axes(rank: int, value: np.ndarray) -> tuple[int, ...]:
 def _reverse_infer(inputs: list[TensorSpec], attrs: dict) -> list[TensorSpec]:
     x = inputs[0]
     if inputs[1].value is not None:  # the axes do not change the shape; check them when known
-        _reverse_axes(len(x.shape), inputs[1].value)
+        reverse_axes(len(x.shape), inputs[1].value)
     return [TensorSpec(x.shape, x.dtype)]
 
 
 _op("REVERSE_V2", _plain_attrs(2, index_inputs={1: "axis"}), _reverse_infer,
-    lambda ins, a: [np.flip(ins[0], _reverse_axes(ins[0].ndim, ins[1])) if ins[1].size else ins[0].copy()],
+    lambda ins, a: [np.flip(ins[0], reverse_axes(ins[0].ndim, ins[1])) if ins[1].size else ins[0].copy()],
     "Reverse the order of elements along the axes in input 1.")
 
 
@@ -506,13 +518,18 @@ def _bit(mask: int, i: int) -> bool:
     return i >= 0 and bool((mask >> i) & 1)
 
 
-def _strided_slice_plan(shape: tuple[int, ...], begin: list[int], end: list[int], strides: list[int],
-                        a: dict) -> tuple[tuple[int, ...], list[list[int]], tuple[int, ...]]:
-    """LiteRT's strided-slice index logic.
+def strided_slice_plan(shape: tuple[int, ...], begin_value: np.ndarray, end_value: np.ndarray,
+                       strides_value: np.ndarray,
+                       a: dict) -> tuple[tuple[int, ...], list[list[int]], tuple[int, ...]]:
+    """LiteRT's strided-slice index logic, for the begin/end/strides tensors (inputs 1-3).
 
-    Returns the input shape with new axes inserted, the list of source indices along each
-    of its dimensions, and the output shape (shrunk axes removed).
+    ``a`` is the STRIDED_SLICE node's attrs (the masks and ``offset``). Returns the input
+    shape with new axes inserted, the list of source indices along each of its dimensions,
+    and the output shape (shrunk axes removed): element (i0, i1, ...) of the output before
+    shrinking is element (indices[0][i0], indices[1][i1], ...) of the input viewed with the
+    first shape.
     """
+    begin, end, strides = _ints(begin_value), _ints(end_value), _ints(strides_value)
     n = len(begin)
     if len(end) != n or len(strides) != n:
         raise ModelFormatError(f"STRIDED_SLICE begin/end/strides lengths differ: {n}, {len(end)}, "
@@ -604,20 +621,16 @@ def _slice_stop(end: int, size: int, stride: int, masked: bool) -> int:
     return min(max(end, 0), size) if stride > 0 else min(max(end, -1), size - 1)
 
 
-def _ss_plan_for(shape, begin, end, strides, attrs):
-    return _strided_slice_plan(shape, _ints(begin), _ints(end), _ints(strides), attrs)
-
-
 def _strided_slice_infer(inputs: list[TensorSpec], attrs: dict) -> list[TensorSpec]:
     x = inputs[0]
-    _, _, out_shape = _ss_plan_for(x.shape, value_of(inputs[1]), value_of(inputs[2]),
-                                   value_of(inputs[3]), attrs)
+    _, _, out_shape = strided_slice_plan(x.shape, value_of(inputs[1]), value_of(inputs[2]),
+                                         value_of(inputs[3]), attrs)
     return [TensorSpec(out_shape, x.dtype)]
 
 
 def _strided_slice_ref(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
     x = inputs[0]
-    eff_shape, indices, out_shape = _ss_plan_for(x.shape, inputs[1], inputs[2], inputs[3], attrs)
+    eff_shape, indices, out_shape = strided_slice_plan(x.shape, inputs[1], inputs[2], inputs[3], attrs)
     grids = np.ix_(*[np.asarray(ix, dtype=np.intp) for ix in indices])
     return [x.reshape(eff_shape)[grids].reshape(out_shape)]
 
@@ -626,7 +639,8 @@ _op("STRIDED_SLICE", _strided_slice_attrs, _strided_slice_infer, _strided_slice_
     "TensorFlow strided slice with begin/end/ellipsis/new-axis/shrink masks and LiteRT's clamping.")
 
 
-def _slice_bounds(shape: tuple[int, ...], begin_value: np.ndarray, size_value: np.ndarray) -> list[tuple[int, int]]:
+def slice_bounds(shape: tuple[int, ...], begin_value: np.ndarray, size_value: np.ndarray) -> list[tuple[int, int]]:
+    """SLICE's (start, stop) per dimension from its begin and size tensors (size -1: to the end)."""
     begin, size = _ints(begin_value), _ints(size_value)
     if len(begin) != len(shape) or len(size) != len(shape):
         raise ModelFormatError(f"SLICE begin {begin} / size {size} do not match rank {len(shape)}")
@@ -642,13 +656,13 @@ def _slice_bounds(shape: tuple[int, ...], begin_value: np.ndarray, size_value: n
 
 def _slice_infer(inputs: list[TensorSpec], attrs: dict) -> list[TensorSpec]:
     x = inputs[0]
-    bounds = _slice_bounds(x.shape, value_of(inputs[1]), value_of(inputs[2]))
+    bounds = slice_bounds(x.shape, value_of(inputs[1]), value_of(inputs[2]))
     return [TensorSpec(tuple(e - b for b, e in bounds), x.dtype)]
 
 
 def _slice_ref(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
     x = inputs[0]
-    bounds = _slice_bounds(x.shape, inputs[1], inputs[2])
+    bounds = slice_bounds(x.shape, inputs[1], inputs[2])
     return [x[tuple(slice(b, e) for b, e in bounds)].copy()]
 
 
@@ -658,7 +672,12 @@ _op("SLICE", _plain_attrs(3, index_inputs={1: "begin", 2: "size"}), _slice_infer
 
 # -- PAD, PADV2, MIRROR_PAD --------------------------------------------------------------
 
-def _paddings(shape: tuple[int, ...], value: np.ndarray, what: str) -> list[tuple[int, int]]:
+def pad_widths(shape: tuple[int, ...], value: np.ndarray, what: str) -> list[tuple[int, int]]:
+    """(before, after) element counts per dimension from a [rank, 2] paddings tensor.
+
+    ``what`` names the op in error messages (e.g. "PAD"). Raises ModelFormatError for a
+    wrong shape or a negative padding.
+    """
     arr = np.asarray(value)
     if arr.shape != (len(shape), 2):
         raise ModelFormatError(f"{what} paddings of shape {list(arr.shape)} for rank {len(shape)} "
@@ -689,12 +708,12 @@ def _pad_infer(inputs: list[TensorSpec], attrs: dict) -> list[TensorSpec]:
     x = inputs[0]
     if len(inputs) > 2 and inputs[2].dtype != x.dtype:
         raise ModelFormatError(f"PADV2 constant is {inputs[2].dtype}, input is {x.dtype}")
-    return [TensorSpec(_padded(x.shape, _paddings(x.shape, value_of(inputs[1]), "PAD")), x.dtype)]
+    return [TensorSpec(_padded(x.shape, pad_widths(x.shape, value_of(inputs[1]), "PAD")), x.dtype)]
 
 
 def _pad_ref(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
     x = inputs[0]
-    pads = _paddings(x.shape, inputs[1], "PAD")
+    pads = pad_widths(x.shape, inputs[1], "PAD")
     if len(inputs) > 2:
         fill = np.asarray(inputs[2]).reshape(-1)
         if fill.size != 1:
@@ -722,8 +741,9 @@ def _mirror_pad_attrs(node: Node, tensors: Sequence[Tensor]) -> dict:
     return {"mode": _MIRROR_MODES[mode]}
 
 
-def _mirror_paddings(shape: tuple[int, ...], value: np.ndarray, mode: str) -> list[tuple[int, int]]:
-    pads = _paddings(shape, value, "MIRROR_PAD")
+def mirror_pad_widths(shape: tuple[int, ...], value: np.ndarray, mode: str) -> list[tuple[int, int]]:
+    """MIRROR_PAD's (before, after) per dimension, checked against ``mode`` ("REFLECT" or "SYMMETRIC")."""
+    pads = pad_widths(shape, value, "MIRROR_PAD")
     # REFLECT does not repeat the edge, so it can mirror at most size-1 elements.
     limit_offset = 1 if mode == "REFLECT" else 0
     for d, (b, e) in zip(shape, pads):
@@ -734,13 +754,13 @@ def _mirror_paddings(shape: tuple[int, ...], value: np.ndarray, mode: str) -> li
 
 def _mirror_pad_infer(inputs: list[TensorSpec], attrs: dict) -> list[TensorSpec]:
     x = inputs[0]
-    pads = _mirror_paddings(x.shape, value_of(inputs[1]), attrs["mode"])
+    pads = mirror_pad_widths(x.shape, value_of(inputs[1]), attrs["mode"])
     return [TensorSpec(_padded(x.shape, pads), x.dtype)]
 
 
 def _mirror_pad_ref(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
     x = inputs[0]
-    pads = _mirror_paddings(x.shape, inputs[1], attrs["mode"])
+    pads = mirror_pad_widths(x.shape, inputs[1], attrs["mode"])
     return [np.pad(x, pads, mode=attrs["mode"].lower())]
 
 
@@ -765,7 +785,11 @@ def _gather_attrs(node: Node, tensors: Sequence[Tensor]) -> dict:
     return {"axis": int(_opt(node, "axis", 0)), "batch_dims": int(_opt(node, "batch_dims", 0))}
 
 
-def _gather_dims(params: tuple[int, ...], indices: tuple[int, ...], attrs: dict) -> tuple[int, int]:
+def gather_dims(params: tuple[int, ...], indices: tuple[int, ...], attrs: dict) -> tuple[int, int]:
+    """GATHER's normalized (axis, batch_dims) for params and indices of these shapes.
+
+    The output shape is params[:axis] + indices[batch_dims:] + params[axis + 1:].
+    """
     axis = normalize_axis(attrs["axis"], len(params), "GATHER axis")
     batch_dims = attrs["batch_dims"]
     if batch_dims < 0:
@@ -781,7 +805,7 @@ def _gather_dims(params: tuple[int, ...], indices: tuple[int, ...], attrs: dict)
 
 def _gather_infer(inputs: list[TensorSpec], attrs: dict) -> list[TensorSpec]:
     p, ix = inputs
-    axis, bd = _gather_dims(p.shape, ix.shape, attrs)
+    axis, bd = gather_dims(p.shape, ix.shape, attrs)
     return [TensorSpec(p.shape[:axis] + ix.shape[bd:] + p.shape[axis + 1:], p.dtype)]
 
 
@@ -793,7 +817,7 @@ def _check_indices(indices: np.ndarray, limit: int, what: str) -> None:
 
 def _gather_ref(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
     params, indices = inputs
-    axis, bd = _gather_dims(params.shape, indices.shape, attrs)
+    axis, bd = gather_dims(params.shape, indices.shape, attrs)
     _check_indices(indices, params.shape[axis], "GATHER")
     batch = params.shape[:bd]
     nb = _prod(batch)
@@ -1007,8 +1031,13 @@ def _batch_space_attrs(node: Node, tensors: Sequence[Tensor]) -> dict:
     return {"pad_value": _zero_point(node, tensors)}
 
 
-def _block_and_pairs(shape: tuple[int, ...], block_v: np.ndarray, pairs_v: np.ndarray,
-                     what: str) -> tuple[list[int], list[tuple[int, int]]]:
+def block_and_pairs(shape: tuple[int, ...], block_v: np.ndarray, pairs_v: np.ndarray,
+                    what: str) -> tuple[list[int], list[tuple[int, int]]]:
+    """The block shape and the (before, after) paddings or crops per spatial dimension.
+
+    For SPACE_TO_BATCH_ND (paddings) and BATCH_TO_SPACE_ND (crops); ``what`` is the op
+    name, for error messages. The spatial dimensions are 1..len(block) of ``shape``.
+    """
     block = _ints(block_v)
     m = len(block)
     pairs = np.asarray(pairs_v)
@@ -1034,13 +1063,13 @@ def _space_to_batch_shape(shape, block, pads) -> tuple[int, ...]:
 
 def _space_to_batch_infer(inputs: list[TensorSpec], attrs: dict) -> list[TensorSpec]:
     x = inputs[0]
-    block, pads = _block_and_pairs(x.shape, value_of(inputs[1]), value_of(inputs[2]), "SPACE_TO_BATCH_ND")
+    block, pads = block_and_pairs(x.shape, value_of(inputs[1]), value_of(inputs[2]), "SPACE_TO_BATCH_ND")
     return [TensorSpec(_space_to_batch_shape(x.shape, block, pads), x.dtype)]
 
 
 def _space_to_batch_ref(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
     x = inputs[0]
-    block, pads = _block_and_pairs(x.shape, inputs[1], inputs[2], "SPACE_TO_BATCH_ND")
+    block, pads = block_and_pairs(x.shape, inputs[1], inputs[2], "SPACE_TO_BATCH_ND")
     out_shape = _space_to_batch_shape(x.shape, block, pads)
     m = len(block)
     fill = np.asarray(attrs.get("pad_value", 0)).astype(x.dtype)
@@ -1074,13 +1103,13 @@ def _batch_to_space_shape(shape, block, crops) -> tuple[int, ...]:
 
 def _batch_to_space_infer(inputs: list[TensorSpec], attrs: dict) -> list[TensorSpec]:
     x = inputs[0]
-    block, crops = _block_and_pairs(x.shape, value_of(inputs[1]), value_of(inputs[2]), "BATCH_TO_SPACE_ND")
+    block, crops = block_and_pairs(x.shape, value_of(inputs[1]), value_of(inputs[2]), "BATCH_TO_SPACE_ND")
     return [TensorSpec(_batch_to_space_shape(x.shape, block, crops), x.dtype)]
 
 
 def _batch_to_space_ref(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
     x = inputs[0]
-    block, crops = _block_and_pairs(x.shape, inputs[1], inputs[2], "BATCH_TO_SPACE_ND")
+    block, crops = block_and_pairs(x.shape, inputs[1], inputs[2], "BATCH_TO_SPACE_ND")
     _batch_to_space_shape(x.shape, block, crops)
     m = len(block)
     batch = x.shape[0] // _prod(block)

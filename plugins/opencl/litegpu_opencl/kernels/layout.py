@@ -31,9 +31,9 @@ import numpy as np
 
 from litegpu.ops import normalize_axis, value_of
 from litegpu.ops.registry import DynamicShape
-from litegpu.ops.shape import (  # private helpers: the single source of LiteRT's index rules
-    _block_and_pairs, _gather_dims, _mirror_paddings, _paddings, _perm, _reverse_axes, _slice_bounds,
-    _split_sizes, _split_v_sizes, _ss_plan_for)
+from litegpu.ops.shape import (  # the single source of LiteRT's index rules
+    block_and_pairs, gather_dims, mirror_pad_widths, pad_widths, reverse_axes, slice_bounds, split_sizes,
+    split_v_sizes, strided_slice_plan, transpose_perm)
 
 from ..codegen import KernelSpec, NodeGen, c_float, c_type, strides_of
 from . import Decline, generator
@@ -426,7 +426,7 @@ def reshape(g: NodeGen) -> list[KernelSpec]:
 def transpose(g: NodeGen) -> list[KernelSpec]:
     """Output axis i walks input axis perm[i]; axes that stay together merge."""
     shape = _in_shape(g)
-    perm = _perm(len(shape), _const(g, 1, "the permutation"))
+    perm = transpose_perm(len(shape), _const(g, 1, "the permutation"))
     strides = strides_of(shape)
     return _one(g, Walk([shape[p] for p in perm], [strides[p] for p in perm]))
 
@@ -436,7 +436,7 @@ def reverse(g: NodeGen) -> list[KernelSpec]:
     """Reversed axes walk backwards from their last element (negative stride)."""
     shape = _in_shape(g)
     value = _const(g, 1, "the axes")
-    axes = _reverse_axes(len(shape), value) if value.size else ()   # no axes: a plain copy
+    axes = reverse_axes(len(shape), value) if value.size else ()   # no axes: a plain copy
     strides = strides_of(shape)
     src = [-s if a in axes else s for a, s in enumerate(strides)]
     base = sum((shape[a] - 1) * strides[a] for a in axes)
@@ -470,7 +470,7 @@ def tile(g: NodeGen) -> list[KernelSpec]:
 def slice_(g: NodeGen) -> list[KernelSpec]:
     """A walk of the output's shape from the first selected element."""
     shape = _in_shape(g)
-    bounds = _slice_bounds(shape, _const(g, 1, "begin"), _const(g, 2, "size"))
+    bounds = slice_bounds(shape, _const(g, 1, "begin"), _const(g, 2, "size"))
     strides = strides_of(shape)
     return _one(g, Walk([e - b for b, e in bounds], list(strides),
                         src_base=sum(b * s for (b, _), s in zip(bounds, strides))))
@@ -481,8 +481,8 @@ def strided_slice(g: NodeGen) -> list[KernelSpec]:
     """LiteRT's plan (new axes inserted, per-axis index ranges) as start and step per axis;
     shrunk and new axes are size-1 axes of the walk, which simplification drops."""
     shape = _in_shape(g)
-    eff_shape, indices, _ = _ss_plan_for(shape, _const(g, 1, "begin"), _const(g, 2, "end"),
-                                         _const(g, 3, "strides"), g.attrs)
+    eff_shape, indices, _ = strided_slice_plan(shape, _const(g, 1, "begin"), _const(g, 2, "end"),
+                                               _const(g, 3, "strides"), g.attrs)
     strides = strides_of(tuple(eff_shape))
     view, src, base = [], [], 0
     for ix, s in zip(indices, strides):
@@ -554,7 +554,7 @@ def unpack(g: NodeGen) -> list[KernelSpec]:
 def split(g: NodeGen) -> list[KernelSpec]:
     """Equal parts along the axis in input 0: one kernel per output."""
     shape = _in_shape(g, 1)
-    axis, sizes = _split_sizes(shape, _const(g, 0, "the axis"), g.attrs["num_splits"])
+    axis, sizes = split_sizes(shape, _const(g, 0, "the axis"), g.attrs["num_splits"])
     inner = _prod(shape[axis + 1:])
     return _split_from(g, _prod(shape[:axis]), shape[axis] * inner, [s * inner for s in sizes], 1)
 
@@ -563,8 +563,8 @@ def split(g: NodeGen) -> list[KernelSpec]:
 def split_v(g: NodeGen) -> list[KernelSpec]:
     """Parts of the sizes in input 1 along the axis in input 2: one kernel per output."""
     shape = _in_shape(g)
-    axis, sizes = _split_v_sizes(shape, _const(g, 1, "the sizes"), _const(g, 2, "the axis"),
-                                 g.attrs["num_splits"])
+    axis, sizes = split_v_sizes(shape, _const(g, 1, "the sizes"), _const(g, 2, "the axis"),
+                                g.attrs["num_splits"])
     inner = _prod(shape[axis + 1:])
     return _split_from(g, _prod(shape[:axis]), shape[axis] * inner, [s * inner for s in sizes], 0)
 
@@ -588,7 +588,7 @@ def _padded_walk(shape: tuple[int, ...], out: tuple[int, ...], pads: list[tuple[
 def pad(g: NodeGen) -> list[KernelSpec]:
     """Outside the input: the constant (PADV2's input 2, else the zero point)."""
     shape, dtype = _in_shape(g), _dtype(g)
-    pads = _paddings(shape, _const(g, 1, "the paddings"), "PAD")
+    pads = pad_widths(shape, _const(g, 1, "the paddings"), "PAD")
     if g.ctx.node.op == "PADV2":
         spec = g.ctx.inputs[2]
         if spec.value is not None:
@@ -605,7 +605,7 @@ def pad(g: NodeGen) -> list[KernelSpec]:
 def mirror_pad(g: NodeGen) -> list[KernelSpec]:
     """Padded coordinates mirror back into the input (REFLECT skips the edge)."""
     shape, mode = _in_shape(g), g.attrs["mode"]
-    pads = _mirror_paddings(shape, _const(g, 1, "the paddings"), mode)
+    pads = mirror_pad_widths(shape, _const(g, 1, "the paddings"), mode)
     return _one(g, _padded_walk(shape, _out_shape(g), pads, mode.lower()))
 
 
@@ -630,7 +630,7 @@ def space_to_depth(g: NodeGen) -> list[KernelSpec]:
 
 def _block_input(g: NodeGen, what: str):
     shape = _in_shape(g)
-    block, pairs = _block_and_pairs(shape, _const(g, 1, "block_shape"), _const(g, 2, "paddings/crops"), what)
+    block, pairs = block_and_pairs(shape, _const(g, 1, "block_shape"), _const(g, 2, "paddings/crops"), what)
     return shape, block, pairs
 
 
@@ -703,7 +703,7 @@ def gather(g: NodeGen) -> list[KernelSpec]:
     """The output as (batch, outer, index, inner): the axis coordinate is read from the
     indices at (batch, index). Out-of-range run-time indices read nothing and give 0."""
     p, ix = _in_shape(g, 0), _in_shape(g, 1)
-    axis, bd = _gather_dims(p, ix, g.attrs)
+    axis, bd = gather_dims(p, ix, g.attrs)
     _check_const_indices(g, 1, p[axis], "GATHER")
     nb, outer, count = _prod(p[:bd]), _prod(p[bd:axis]), _prod(ix[bd:])
     limit, inner = p[axis], _prod(p[axis + 1:])

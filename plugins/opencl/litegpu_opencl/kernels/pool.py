@@ -17,7 +17,7 @@ ARG_MIN are scalar.
 from __future__ import annotations
 
 import numpy as np
-from litegpu.ops.nn import _bilinear_axis, _nearest_axis, conv_output_size
+from litegpu.ops.nn import bilinear_axis, conv_output_size, nearest_axis
 from litegpu.ops.reduce import L2_EPSILON, reduction_axes
 
 from ..codegen import NodeGen, c_float, c_type, strides_of
@@ -565,8 +565,8 @@ def resize_bilinear(g: NodeGen):
     n, h, w, c, oh, ow = _resize_dims(g)
     if n * oh * ow * c == 0:
         return [g.kernel("", (0,))]
-    y_lo, y_hi, fy = _bilinear_axis(h, oh, g.attrs)
-    x_lo, x_hi, fx = _bilinear_axis(w, ow, g.attrs)
+    y_lo, y_hi, fy = bilinear_axis(h, oh, g.attrs)
+    x_lo, x_hi, fx = bilinear_axis(w, ow, g.attrs)
     lanes = _lanes(c)
     vt = _vt(lanes)
     x = g.input(0)
@@ -593,8 +593,8 @@ def resize_nearest(g: NodeGen):
     n, h, w, c, oh, ow = _resize_dims(g)
     if n * oh * ow * c == 0:
         return [g.kernel("", (0,))]
-    rows = _nearest_axis(h, oh, g.attrs)
-    cols = _nearest_axis(w, ow, g.attrs)
+    rows = nearest_axis(h, oh, g.attrs)
+    cols = nearest_axis(w, ow, g.attrs)
     lanes = _lanes(c)
     vt = _vt(lanes)
     x = g.input(0)
