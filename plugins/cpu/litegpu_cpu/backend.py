@@ -134,6 +134,7 @@ class CpuProgram(Program):
         self._bound: list = []
         self._bound_to: tuple = ()
         self._fill: list[tuple[int, int]] = []
+        self._calls: list = [None] * len(self.steps)   # per step: (ids of its arrays, bound call)
 
     def _bind(self, inputs: Sequence[np.ndarray], outputs: list, key: tuple) -> None:
         """Point the slots at this run's arrays and bind every step to its arrays."""
@@ -153,15 +154,8 @@ class CpuProgram(Program):
         for s, arr in zip(self.out_slots, outputs):
             if arr is not None:
                 slots[s] = arr
-        bound = []
-        for kernel, ins, outs, _, ctx in self.steps:
-            args, results = [slots[i] for i in ins], [slots[o] for o in outs]
-            bind = getattr(kernel, "bind", None)
-            # A bound call may keep reshaped views: only when reshaping cannot copy.
-            if bind is not None and all(a is None or a.flags.c_contiguous for a in (*args, *results)):
-                bound.append((bind(args, results), ctx))
-            else:
-                bound.append((partial(kernel, args, results), ctx))
+        bound = [(_bind_step(kernel, [slots[i] for i in ins], [slots[o] for o in outs]), ctx)
+                 for kernel, ins, outs, _, ctx in self.steps]
         fill = [(i, s) for i, s in enumerate(self.out_slots) if outputs[i] is None]
         copy = [(i, s) for i, s in enumerate(self.out_slots)
                 if outputs[i] is not None and outputs[i] is not slots[s]]
@@ -187,15 +181,26 @@ class CpuProgram(Program):
         return run_bound
 
     def _run_steps(self) -> None:
+        """Run every step on the current slots. A static step whose arrays are the ones it
+        ran on last time reuses the call bound then: in a partition with a run-time-shaped
+        node (control flow, a data-dependent shape) most steps still see the same arrays
+        on every run, and binding (reshaped views) costs more than their kernels do."""
         slots = self.slots
-        for kernel, ins, outs, dynamic, ctx in self.steps:
+        calls = self._calls
+        for n, (kernel, ins, outs, dynamic, ctx) in enumerate(self.steps):
             args = [slots[i] for i in ins]
             try:
                 if dynamic:
                     for o, r in zip(outs, kernel(args)):
                         slots[o] = r
-                else:
-                    kernel(args, [slots[o] for o in outs])
+                    continue
+                results = [slots[o] for o in outs]
+                # The bound call holds these arrays, so their ids cannot be reused while it lives.
+                key = (*map(id, args), *map(id, results))
+                cached = calls[n]
+                if cached is None or cached[0] != key:
+                    cached = calls[n] = (key, _bind_step(kernel, args, results))
+                cached[1]()
             except (LiteGpuError, *_RUNTIME_ERRORS) as exc:
                 raise _fail(ctx, exc) from None
 
@@ -228,6 +233,15 @@ class CpuProgram(Program):
             elif outputs[i] is not slots[s]:
                 np.copyto(outputs[i], slots[s])
         return COMPLETE
+
+
+def _bind_step(kernel, args: list, results: list):
+    """A call of no arguments running ``kernel`` on these arrays: the kernel's own
+    ``bind`` (its reshaped views made once) when it has one and reshaping cannot copy."""
+    bind = getattr(kernel, "bind", None)
+    if bind is not None and all(a is None or a.flags.c_contiguous for a in (*args, *results)):
+        return bind(args, results)
+    return partial(kernel, args, results)
 
 
 def _fail(ctx: NodeContext, exc: Exception) -> LiteGpuError:
