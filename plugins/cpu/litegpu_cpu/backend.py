@@ -134,7 +134,7 @@ class CpuProgram(Program):
         self._bound: list = []
         self._bound_to: tuple = ()
         self._fill: list[tuple[int, int]] = []
-        self._calls: list = [None] * len(self.steps)   # per step: (ids of its arrays, bound call)
+        self._calls: list = [None] * len(self.steps)   # per step: (ids of its arrays, bound call, arrays)
 
     def _bind(self, inputs: Sequence[np.ndarray], outputs: list, key: tuple) -> None:
         """Point the slots at this run's arrays and bind every step to its arrays."""
@@ -195,11 +195,11 @@ class CpuProgram(Program):
                         slots[o] = r
                     continue
                 results = [slots[o] for o in outs]
-                # The bound call holds these arrays, so their ids cannot be reused while it lives.
                 key = (*map(id, args), *map(id, results))
                 cached = calls[n]
                 if cached is None or cached[0] != key:
-                    cached = calls[n] = (key, _bind_step(kernel, args, results))
+                    # The entry keeps the arrays alive, so no new array can take one's id.
+                    cached = calls[n] = (key, _bind_step(kernel, args, results), args, results)
                 cached[1]()
             except (LiteGpuError, *_RUNTIME_ERRORS) as exc:
                 raise _fail(ctx, exc) from None

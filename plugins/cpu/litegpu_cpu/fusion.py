@@ -74,9 +74,9 @@ _BINARY = {
 }
 # LOGISTIC and EXP call kernels.mathfn.exp64 (vectorizable, unlike np.exp per element);
 # the import line names that module's digest, so editing it changes every source using it.
-# Ops whose kernel is generated even alone: the numpy ufunc chain takes several passes
-# and a libm call per element.
-# The others below have no kernel but their reference (a temporary array per run).
+# Ops whose kernel is generated even alone: for LOGISTIC and EXP the numpy ufunc chain
+# takes several passes and a libm call per element; the others have no kernel but their
+# numpy reference (a temporary array per run).
 GENERATE_ALONE = ("LOGISTIC", "EXP", "PRELU", "LEAKY_RELU", "ELU", "LOG", "SIN", "COS", "FLOOR", "CEIL")
 
 # Fused activations are clamps in LiteRT; TANH and SIGN_BIT have no range and change nothing.
