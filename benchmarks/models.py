@@ -82,13 +82,18 @@ def bench(path: Path, inputs, threads: int, runs: int) -> dict:
     return row
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parse_args(description: str, runs: int) -> argparse.Namespace:
+    """The options every model benchmark takes: --threads, --runs, --real and model names."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--runs", type=int, default=30)
+    parser.add_argument("--runs", type=int, default=runs)
     parser.add_argument("--real", action="store_true", help="include the fetched real models")
     parser.add_argument("names", nargs="*")
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> int:
+    args = parse_args(__doc__.splitlines()[0], runs=30)
     print("| model | nodes | max rel err vs LiteRT | all nodes ran | litegpu init ms | litegpu median ms "
           "| LiteRT median ms | ratio |")
     print("|---|---|---|---|---|---|---|---|")

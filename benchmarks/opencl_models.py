@@ -9,7 +9,6 @@ litegpu opencl, litegpu cpu and LiteRT on the same input, timed alternately.
 """
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -17,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from models import median_invoke, models  # noqa: E402  (the shared model list and timer)
+from models import median_invoke, models, parse_args  # noqa: E402  (the shared model list, timer, options)
 
 import litegpu  # noqa: E402
 from litegpu.cli import random_inputs  # noqa: E402
@@ -91,12 +90,7 @@ def bench(path: Path, inputs, threads: int, runs: int) -> dict:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--runs", type=int, default=10)
-    parser.add_argument("--real", action="store_true", help="include the fetched real models")
-    parser.add_argument("names", nargs="*")
-    args = parser.parse_args()
+    args = parse_args(__doc__.splitlines()[0], runs=10)
     print("| model | nodes opencl / cpu | partitions | max abs err fp32 (rel) | max abs err fp16 (rel) "
           "| new NaN/Inf in fp16 | bytes host<->device per run | opencl ms | opencl fp16 ms | litegpu cpu ms "
           "| LiteRT ms | opencl / LiteRT |")
