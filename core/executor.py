@@ -252,9 +252,11 @@ class CompiledSubgraph:
             for run in plan:
                 run()
             return
-        host = self.host
+        host, specs = self.host, self.specs
         for program, ins, outs in self.steps:
-            out_arrays = [host.get(o) for o in outs]
+            # An output shaped at run time is the program's to supply: last run's array
+            # may not have this run's shape.
+            out_arrays = [host.get(o) if specs.get(o) is not None else None for o in outs]
             program.run([host[i] for i in ins], out_arrays)
             for o, arr in zip(outs, out_arrays):
                 host[o] = arr

@@ -135,6 +135,11 @@ class CpuProgram(Program):
         self._bound_to: tuple = ()
         self._fill: list[tuple[int, int]] = []
         self._calls: list = [None] * len(self.steps)   # per step: (ids of its arrays, bound call, arrays)
+        # With run-time-shaped steps: every step bound to the arrays of the last run, valid
+        # while the caller's arrays and the run-time shapes stay the same.
+        self._fixed: list | None = None
+        self._fixed_to: tuple = ()
+        self._binds = 0
 
     def _bind(self, inputs: Sequence[np.ndarray], outputs: list, key: tuple) -> None:
         """Point the slots at this run's arrays and bind every step to its arrays."""
@@ -180,19 +185,18 @@ class CpuProgram(Program):
                 dst[...] = src
         return run_bound
 
-    def _run_steps(self) -> None:
-        """Run every step on the current slots. A static step whose arrays are the ones it
-        ran on last time reuses the call bound then: in a partition with a run-time-shaped
-        node (control flow, a data-dependent shape) most steps still see the same arrays
-        on every run, and binding (reshaped views) costs more than their kernels do."""
+    def _run_steps(self, start: int = 0) -> None:
+        """Run the steps from ``start`` on the current slots. A static step whose arrays are
+        the ones it ran on last time reuses the call bound then, which matters when shapes
+        change from run to run and :meth:`_bind_fixed` no longer applies."""
         slots = self.slots
         calls = self._calls
-        for n, (kernel, ins, outs, dynamic, ctx) in enumerate(self.steps):
+        for n in range(start, len(self.steps)):
+            kernel, ins, outs, dynamic, ctx = self.steps[n]
             args = [slots[i] for i in ins]
             try:
                 if dynamic:
-                    for o, r in zip(outs, kernel(args)):
-                        slots[o] = r
+                    self._store(outs, kernel(args))
                     continue
                 results = [slots[o] for o in outs]
                 key = (*map(id, args), *map(id, results))
@@ -203,6 +207,74 @@ class CpuProgram(Program):
                 cached[1]()
             except (LiteGpuError, *_RUNTIME_ERRORS) as exc:
                 raise _fail(ctx, exc) from None
+
+    def _store(self, outs: list[int], results: Sequence) -> None:
+        """Put a run-time-shaped step's results in its output slots: copied into the arrays
+        there when shape and dtype match, so the slots keep their arrays from run to run
+        (and :meth:`_bind_fixed`'s bindings stay valid); else a copy of its own. Once the
+        program has stopped binding, results are stored as they are: no array is written in
+        place again, so none needs to be our own."""
+        slots = self.slots
+        settling = self._binds < _MAX_BINDS or self._fixed is not None
+        for o, r in zip(outs, results):
+            if not settling:
+                slots[o] = r
+                continue
+            r = np.asarray(r)
+            dst = slots[o]
+            if dst is r:
+                continue
+            if dst is not None and dst.shape == r.shape and dst.dtype == r.dtype:
+                dst[...] = r
+            else:
+                slots[o] = np.array(r)
+
+    def _bind_fixed(self) -> list:
+        """Every step bound to the arrays its slots hold now (after a run): static steps as
+        in a static program, run-time-shaped ones as a call that copies its results into
+        those arrays and raises :class:`_Reshaped` when a shape or dtype changed."""
+        slots = self.slots
+        fixed = []
+        for n, (kernel, ins, outs, dynamic, ctx) in enumerate(self.steps):
+            args = [slots[i] for i in ins]
+            results = [slots[o] for o in outs]
+            if dynamic:
+                call = partial(_run_in_place, self, n, kernel, args, outs, results)
+            else:
+                call = _bind_step(kernel, args, results)
+            fixed.append((call, ctx))
+        return fixed
+
+    def _run_dynamic(self, inputs: Sequence[np.ndarray], outputs: list) -> None:
+        """A run of a program with run-time-shaped steps. The first run, and a run after
+        shapes changed, go step by step; they leave every slot holding an array, so the
+        program is then bound like a static one and later runs are a flat list of calls,
+        until the caller's arrays or a run-time shape change (at most ``_MAX_BINDS``
+        times: a program whose shapes keep changing stays on the step-by-step path)."""
+        key = (*map(id, inputs), *map(id, outputs))
+        if self._fixed is not None and key == self._fixed_to[0]:
+            try:
+                for call, ctx in self._fixed:
+                    call()
+            except _Reshaped as changed:
+                self._fixed = None
+                self._run_steps(changed.step + 1)
+            except (LiteGpuError, *_RUNTIME_ERRORS) as exc:
+                raise _fail(ctx, exc) from None
+            return
+        slots = self.slots
+        for s, arr in zip(self.in_slots, inputs):
+            slots[s] = arr
+        for s, arr in zip(self.out_slots, outputs):
+            if arr is not None:
+                slots[s] = arr
+        self._fixed = None
+        self._run_steps()
+        if self._binds < _MAX_BINDS:
+            self._binds += 1
+            self._fixed = self._bind_fixed()
+            # The caller's arrays are kept so that their ids stay theirs.
+            self._fixed_to = (key, list(inputs), list(outputs))
 
     def run(self, inputs: Sequence[np.ndarray], outputs: list, wait_for: Sequence[Event] = ()) -> Event:
         if self.static:
@@ -220,19 +292,41 @@ class CpuProgram(Program):
             for i, s in self._copy:
                 np.copyto(outputs[i], slots[s])
             return COMPLETE
+        self._run_dynamic(inputs, outputs)
         slots = self.slots
-        for s, arr in zip(self.in_slots, inputs):
-            slots[s] = arr
-        for s, arr in zip(self.out_slots, outputs):
-            if arr is not None:
-                slots[s] = arr
-        self._run_steps()
         for i, s in enumerate(self.out_slots):
             if outputs[i] is None:
                 outputs[i] = slots[s]
             elif outputs[i] is not slots[s]:
                 np.copyto(outputs[i], slots[s])
         return COMPLETE
+
+
+# Bindings a program with run-time-shaped steps makes before it stops re-binding.
+_MAX_BINDS = 8
+
+
+class _Reshaped(Exception):
+    """A run-time-shaped step's result changed shape or dtype; ``step`` is its position."""
+
+    def __init__(self, step: int) -> None:
+        super().__init__(step)
+        self.step = step
+
+
+def _run_in_place(program: CpuProgram, n: int, kernel, args: list, outs: list[int], dsts: list) -> None:
+    """Run step ``n``, a run-time-shaped one, and copy its results into ``dsts``, its
+    arrays of the last run; when they no longer fit, store them as a step-by-step run
+    does and raise :class:`_Reshaped`."""
+    results = kernel(args)
+    for dst, r in zip(dsts, results):
+        if dst is not r and not (type(r) is np.ndarray and dst is not None and dst.shape == r.shape
+                                 and dst.dtype == r.dtype):
+            program._store(outs, results)
+            raise _Reshaped(n)
+    for dst, r in zip(dsts, results):
+        if dst is not r:
+            dst[...] = r
 
 
 def _bind_step(kernel, args: list, results: list):

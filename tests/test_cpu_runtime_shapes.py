@@ -1,0 +1,119 @@
+"""A cpu partition with run-time-shaped steps (control flow, shapes read from a tensor):
+after its first run it is bound like a static one, results stay right when a branch is
+taken the other way or a shape changes, and a program whose shapes keep changing stops
+re-binding but still answers correctly."""
+from __future__ import annotations
+
+import numpy as np
+
+import litegpu
+from litegpu.testing.builder import ModelBuilder
+from litegpu_cpu.backend import _MAX_BINDS, CpuProgram
+
+
+def reshape_model() -> bytes:
+    """``z = r + r`` with ``r = RESHAPE(x, s)`` (``s`` an input, so shaped at run time) and
+    ``w = x * x`` (static) in one partition."""
+    b = ModelBuilder()
+    x = b.input("x", (2, 3))
+    s = b.input("s", (2,), np.int32)
+    r = b.tensor("r", (3, 2), shape_signature=(-1, -1))
+    b.op("RESHAPE", [x, s], [r])
+    z = b.tensor("z", (3, 2), shape_signature=(-1, -1))
+    b.op("ADD", [r, r], [z])
+    w = b.tensor("w", (2, 3))
+    b.op("MUL", [x, x], [w])
+    b.output(z, w)
+    return b.build()
+
+
+def if_model() -> bytes:
+    """``y = IF(c, x)``: ``x * 2`` or ``-x``, then ``y + x`` after the IF."""
+    b = ModelBuilder()
+    then = b.subgraph("then")
+    tx = then.input("x", (3,))
+    ty = then.tensor("y", (3,))
+    then.op("MUL", [tx, then.const("two", np.full(3, 2, np.float32))], [ty])
+    then.output(ty)
+    other = b.subgraph("else")
+    ex = other.input("x", (3,))
+    ey = other.tensor("y", (3,))
+    other.op("NEG", [ex], [ey])
+    other.output(ey)
+    c, x = b.input("c", (), np.bool_), b.input("x", (3,))
+    y = b.tensor("y", (3,))
+    b.op("IF", [c, x], [y], then_subgraph_index=then.index, else_subgraph_index=other.index)
+    out = b.tensor("out", (3,))
+    b.op("ADD", [y, x], [out])
+    b.output(out)
+    return b.build()
+
+
+def programs(interp: litegpu.Interpreter) -> list[CpuProgram]:
+    return [p for p, _, _ in interp._compiled.steps if isinstance(p, CpuProgram) and not p.static]
+
+
+def test_if_alternating_branches_on_the_bound_program():
+    interp = litegpu.Interpreter(model_content=if_model())
+    interp.allocate_tensors()
+    c, x = (d["index"] for d in interp.get_input_details())
+    (out,) = (d["index"] for d in interp.get_output_details())
+    rng = np.random.default_rng(0)
+    kept = []
+    for n in range(12):
+        xv = rng.standard_normal(3).astype(np.float32)
+        flag = n % 3 == 0
+        interp.set_tensor(c, np.array(flag))
+        interp.set_tensor(x, xv)
+        interp.invoke()
+        got = interp.get_tensor(out)
+        np.testing.assert_allclose(got, (xv * 2 if flag else -xv) + xv, rtol=1e-6)
+        kept.append((got, got.copy()))
+    # Earlier results are the caller's copies: later runs, which write in place, leave them be.
+    for got, copy in kept:
+        np.testing.assert_array_equal(got, copy)
+    (program,) = programs(interp)
+    assert program._fixed is not None and program._binds == 1
+
+
+def test_run_time_shapes_that_change_rebind_then_settle_on_step_by_step_runs():
+    interp = litegpu.Interpreter(model_content=reshape_model())
+    interp.allocate_tensors()
+    x, s = (d["index"] for d in interp.get_input_details())
+    z, w = (d["index"] for d in interp.get_output_details())
+    rng = np.random.default_rng(1)
+    shapes = [(3, 2), (3, 2), (3, 2), (2, 3), (2, 3), (6, 1), (1, 6)] * 4
+    for n, shape in enumerate(shapes):
+        xv = rng.standard_normal((2, 3)).astype(np.float32)
+        interp.set_tensor(x, xv)
+        interp.set_tensor(s, np.array(shape, np.int32))
+        interp.invoke()
+        np.testing.assert_allclose(interp.get_tensor(z), (xv + xv).reshape(shape), rtol=1e-6)
+        np.testing.assert_allclose(interp.get_tensor(w), xv * xv, rtol=1e-6)
+        if n == 2:   # the same shape three times: the bound calls ran and still apply
+            (program,) = programs(interp)
+            assert program._fixed is not None and program._binds == 1
+    (program,) = programs(interp)
+    assert program._binds == _MAX_BINDS and program._fixed is None
+
+
+def test_error_in_a_bound_run_names_the_node():
+    """A failing step on the bound path raises the litegpu error naming its node, as the
+    step-by-step path does."""
+    interp = litegpu.Interpreter(model_content=reshape_model())
+    interp.allocate_tensors()
+    x, s = (d["index"] for d in interp.get_input_details())
+    interp.set_tensor(x, np.ones((2, 3), np.float32))
+    interp.set_tensor(s, np.array((3, 2), np.int32))
+    interp.invoke()
+    interp.invoke()
+    interp.set_tensor(s, np.array((4, 2), np.int32))   # 8 elements from 6
+    try:
+        interp.invoke()
+    except litegpu.LiteGpuError as exc:
+        assert "RESHAPE" in str(exc)
+    else:
+        raise AssertionError("a RESHAPE to the wrong element count ran")
+    interp.set_tensor(s, np.array((1, 6), np.int32))
+    interp.invoke()
+    np.testing.assert_allclose(interp.get_tensor(interp.get_output_details()[0]["index"]), np.full((1, 6), 2.0))
