@@ -316,14 +316,18 @@ def test_pool(case):
 
 # -- FULLY_CONNECTED / BATCH_MATMUL -----------------------------------------------------------
 
-@pytest.mark.parametrize("x_shape,keep,has_bias,const_w,activation", [
-    ((1, 64), False, True, True, "NONE"),
-    ((3, 20), False, True, True, "RELU"),
-    ((2, 5, 16), True, False, True, "NONE"),
-    ((2, 5, 16), False, True, False, "RELU6"),
+@pytest.mark.parametrize("x_shape,keep,has_bias,const_w,activation,o", [
+    ((1, 64), False, True, True, "NONE", 12),
+    ((3, 20), False, True, True, "RELU", 12),
+    ((2, 5, 16), True, False, True, "NONE", 12),
+    ((2, 5, 16), False, True, False, "RELU6", 12),
+    ((1, 1536), False, True, True, "NONE", 32),          # GEMV: dot products
+    ((1, 128), False, False, True, "RELU_N1_TO_1", 7),
+    ((4, 512), False, True, True, "RELU6", 515),         # GEMV on two threads, odd width
+    ((2, 3, 256), True, True, True, "RELU", 40),          # six rows: not a GEMV
 ])
-def test_fully_connected(x_shape, keep, has_bias, const_w, activation):
-    o, k = 12, x_shape[-1]
+def test_fully_connected(x_shape, keep, has_bias, const_w, activation, o):
+    k = x_shape[-1]
     x, w = rand(*x_shape), rand(o, k)
     b = rand(o) if has_bias else None
     rows = x.reshape(-1, k).astype(np.float64)
@@ -334,6 +338,31 @@ def test_fully_connected(x_shape, keep, has_bias, const_w, activation):
     (got,) = run_kernel("FULLY_CONNECTED", attrs, inputs, [want.shape], consts=(1, 2) if const_w else (2,))
     close(got, want)
     vs_reference("FULLY_CONNECTED", inputs, attrs, [got])
+
+
+@pytest.mark.parametrize("rows,depth,width,kernel", [
+    (1, 1536, 32, "gemv"), (4, 128, 9, "gemv"), (3, 512, 512, "gemv_parallel"),
+    (5, 1536, 32, None), (1, 127, 32, None),
+])
+def test_fully_connected_gemv_path_and_nan(rows, depth, width, kernel):
+    """Few rows of a deep constant weight take the dot-product kernels, and a NaN or inf
+    in a row reaches exactly that row's outputs, as in the reference."""
+    from litegpu_cpu.kernels import misc
+    x, w, b = rand(rows, depth), rand(width, depth), rand(width)
+    x[0, 3] = np.nan
+    if rows > 1:
+        x[1, 5] = np.inf
+    attrs = {"activation": "NONE", "keep_num_dims": False}
+    run, outs = build("FULLY_CONNECTED", attrs, [x, w, b], [(rows, width)], consts=(1, 2))
+    call = run.bind([x, w, b], outs)
+    chosen = getattr(call, "func", None)
+    assert (chosen is getattr(misc, kernel)) if kernel else chosen not in (misc.gemv, misc.gemv_parallel)
+    call()
+    (want,) = get_op("FULLY_CONNECTED").reference([x, w, b], attrs)
+    np.testing.assert_array_equal(np.isnan(outs[0]), np.isnan(want))
+    assert np.isnan(outs[0][0]).all()
+    finite = np.isfinite(want)
+    np.testing.assert_allclose(outs[0][finite], want[finite], rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("a_shape,b_shape,adj_x,adj_y", [

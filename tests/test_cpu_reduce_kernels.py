@@ -1,4 +1,4 @@
-"""The cpu backend's numba MEAN / SUM (spatial sums over many pixels) against float64
+"""The cpu backend's numba MEAN / SUM (any one run of contiguous axes) against float64
 numpy, and the shapes left to numpy's reduce."""
 from __future__ import annotations
 
@@ -30,11 +30,15 @@ def reduce_with_kernel(op: str, x: np.ndarray, axes: tuple[int, ...]) -> tuple[n
 @pytest.mark.parametrize("shape,axes,numba_path", [
     ((1, 56, 56, 16), (1, 2), True),       # squeeze-excite mean
     ((2, 60, 40, 7), (1, 2), True),        # batch of two, odd sizes
-    ((4, 64, 128), (2,), False),           # LayerNorm means: numpy
-    ((1, 64, 128), (2,), False),
-    ((5, 3), (1,), False),
-    ((1, 7, 7, 1280), (1, 2), False),      # few pixels: numpy
-    ((3, 4, 5), (0, 2), False),            # not one run of axes
+    ((4, 64, 128), (2,), True),            # LayerNorm means: rows
+    ((1, 64, 128), (2,), True),
+    ((5, 3), (1,), True),
+    ((1, 32), (1,), True),                 # wake-word head
+    ((1, 7, 7, 1280), (1, 2), True),       # few pixels of many channels
+    ((6, 5, 4), (0,), True),               # leading axis
+    ((2, 3, 4, 5), (1, 2, 3), True),       # trailing axes
+    ((3, 0, 4), (2,), True),               # empty outer
+    ((3, 4, 5), (0, 2), False),            # not one run of axes: numpy
 ])
 @pytest.mark.parametrize("op", ["MEAN", "SUM"])
 def test_reductions_match_float64(shape, axes, numba_path, op):

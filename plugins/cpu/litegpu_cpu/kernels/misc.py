@@ -45,6 +45,45 @@ def small_fc(x, wt, bias, out, lo, hi):
             out[r, j] = min(max(out[r, j], lo), hi)
 
 
+# FCs of at most this many rows with a deep constant weight run as dot products along K
+# (:func:`gemv`): a GEMV is bound by reading the weights, which BLAS's sgemv and
+# :func:`small_fc` (a store per multiply-add) do no faster; 1x1536x32: 2.1 us against
+# 5.5 (small_fc) and 2.3 (np.dot); 4x512x512 on two threads: 18 us against 35 (split GEMM).
+_GEMV_MAX_ROWS, _GEMV_MIN_DEPTH = 4, 128
+
+
+_GEMV_FASTMATH = {"reassoc", "contract", "nsz"}
+
+
+@njit(inline="always")
+def _gemv_columns(x, w, bias, out, lo, hi, j0, j1):
+    """``out[:, j] = clamp(bias[j] + x @ w[j])`` for ``j0 <= j < j1``; reassociation lets
+    each dot product run in vector lanes (LiteRT's kernels reorder these sums too). It is
+    inlined at the numba IR level, so the callers carry the fastmath flags."""
+    rows, depth = x.shape
+    for j in range(j0, j1):
+        for r in range(rows):
+            acc = np.float32(0)
+            for q in range(depth):
+                acc += x[r, q] * w[j, q]
+            out[r, j] = min(max(acc + bias[j], lo), hi)
+
+
+@njit(cache=True, fastmath=_GEMV_FASTMATH)
+def gemv(x, w, bias, out, lo, hi):
+    """``out = clamp(x @ w.T + bias)`` for a few rows ``x`` [M, K] and ``w`` [O, K]."""
+    _gemv_columns(x, w, bias, out, lo, hi, 0, w.shape[0])
+
+
+@njit(cache=True, parallel=True, fastmath=_GEMV_FASTMATH)
+def gemv_parallel(x, w, bias, out, lo, hi):
+    """:func:`gemv` with the output columns in two halves, one per thread."""
+    width = w.shape[0]
+    half = (width + 1) // 2
+    for t in prange(2):
+        _gemv_columns(x, w, bias, out, lo, hi, t * half, min(width, (t + 1) * half))
+
+
 @kernel("FULLY_CONNECTED")
 def fully_connected(ctx: NodeContext):
     """``out = x.reshape(-1, K) @ W^T + bias`` with the activation in place."""
@@ -65,6 +104,15 @@ def fully_connected(ctx: NodeContext):
     if bias_spec is not None and bias_spec.value is not None:
         bias = np.ascontiguousarray(bias_spec.value, dtype=F32)
     has_bias = bias_spec is not None
+    if wt is not None and (bias is not None or not has_bias) and m <= _GEMV_MAX_ROWS and k >= _GEMV_MIN_DEPTH:
+        w_rows = np.ascontiguousarray(w_spec.value, dtype=F32)   # [O, K]
+        b_full = bias if bias is not None else np.zeros(o, F32)
+        lo, hi = clamp_bounds(ctx.attrs["activation"])
+        fn = gemv_parallel if m * k * o >= gemm.SPLIT_MIN_MACS else gemv
+
+        def bind_gemv(inputs, outputs):
+            return partial(fn, inputs[0].reshape(m, k), w_rows, b_full, outputs[0].reshape(m, o), lo, hi)
+        return bindable(bind_gemv)
     if wt is not None and (bias is not None or not has_bias) and m * k * o <= _SMALL_FC_MACS:
         wt_rows = np.ascontiguousarray(wt)   # [K, O]
         b_full = bias if bias is not None else np.zeros(o, F32)
@@ -140,7 +188,7 @@ def _reduce_axes(ctx: NodeContext) -> tuple[int, ...] | None:
 
 @njit(cache=True)
 def sum_pixels(x3, out2, divisor):
-    """``out2[a, b] = sum_j x3[a, j, b] / divisor``, summed in float64: a spatial sum
+    """``out2[a, b] = sum_j x3[a, j, b] / divisor``, summed in float64: e.g. a spatial sum
     (squeeze-excite, the classifier head) as additions of contiguous channel rows, which
     vectorize. One thread: a parallel version took seconds to compile for a kernel of
     tens of microseconds."""
@@ -155,8 +203,16 @@ def sum_pixels(x3, out2, divisor):
             out2[a, b] = np.float32(acc[b] / divisor)
 
 
-# Elements from which a spatial sum goes through :func:`sum_pixels` (below, numpy's reduce).
-_NUMBA_SUM_MIN = 1 << 15
+@njit(cache=True, fastmath={"reassoc"})
+def sum_rows(x2, out1, divisor):
+    """``out1[a] = sum_j x2[a, j] / divisor``, summed in float64; ``reassoc`` lets the sum
+    run in vector lanes."""
+    outer, p = x2.shape
+    for a in range(outer):
+        acc = 0.0
+        for j in range(p):
+            acc += x2[a, j]
+        out1[a] = np.float32(acc / divisor)
 
 
 def _reducer(ufunc, mean: bool):
@@ -172,20 +228,24 @@ def _reducer(ufunc, mean: bool):
         if count == 0:
             return None
         scale = np.float32(count)
-        # NHWC spatial mean (the classifier head, squeeze-excite): reduce the middle of a
-        # [N, H*W, C] view, which numpy does as row additions over contiguous channels.
+        if ufunc is np.add and axes and axes == tuple(range(axes[0], axes[-1] + 1)):
+            # Contiguous axes: a [outer, count, inner] view summed in numba, which beats
+            # numpy's reduce at every size measured: its ~2 us of call overhead on the
+            # small reductions of LayerNorm and wake-word heads, and row additions for
+            # spatial means (56x56x16: 52 -> 15 us; 112x112x32: 190 -> 60 us).
+            outer = int(np.prod(shape[:axes[0]], dtype=np.int64))
+            inner = int(np.prod(shape[axes[-1] + 1:], dtype=np.int64))
+            divisor = float(count) if mean else 1.0
+            if inner == 1:
+                def bind(inputs, outputs):
+                    return partial(sum_rows, inputs[0].reshape(outer, count), outputs[0].reshape(outer), divisor)
+            else:
+                def bind(inputs, outputs):
+                    return partial(sum_pixels, inputs[0].reshape(outer, count, inner),
+                                   outputs[0].reshape(outer, inner), divisor)
+            return bindable(bind)
         rank = len(shape)
         middle = rank >= 3 and axes == tuple(range(1, rank - 1))
-        size = int(np.prod(shape, dtype=np.int64))
-        if ufunc is np.add and middle and size >= _NUMBA_SUM_MIN and count >= 128:
-            # Many pixels: numba's row additions (56x56x16: 52 -> 15 us; 112x112x32: 190 ->
-            # 60 us). Few pixels of many channels (7x7x1280) numpy does as well.
-            view = (shape[0], count, shape[-1])
-            divisor = float(count) if mean else 1.0
-
-            def bind(inputs, outputs):
-                return partial(sum_pixels, inputs[0].reshape(view), outputs[0].reshape(view[0], view[2]), divisor)
-            return bindable(bind)
         if middle:
             n, c = shape[0], shape[-1]
             view_in, view_out = (n, count, c), (n, c)
