@@ -1,7 +1,7 @@
 """Scalar math for numba kernels that must vectorize: functions without a libm call per
 element (LLVM does not vectorize those without SVML).
 
-``exp64`` is inlined into its callers, including the generated kernels of
+``exp64`` and ``tanh64`` are inlined into its callers, including the generated kernels of
 :mod:`litegpu_cpu.fusion`, which name :data:`DIGEST` in their source so a change here
 gives them new cache entries (numba's cache only watches the caller's own file).
 """
@@ -32,6 +32,21 @@ def exp64(x):
     p = 1.0 + r * (1.0 + r * (0.5 + r * (1.0 / 6 + r * (1.0 / 24 + r * (1.0 / 120 + r * (
         1.0 / 720 + r * (1.0 / 5040 + r * (1.0 / 40320))))))))
     return p * _POW2[min(max(np.int64(n) + 220, 0), 410)]
+
+
+@njit(cache=True, inline="always")
+def tanh64(x):
+    """tanh of a float64 without a libm call: ``1 - 2 / (exp(2|x|) + 1)`` through
+    :func:`exp64`, with the sign of ``x``; below |x| = 1/16, where that difference would
+    cancel, its Taylor series to x**9 (relative error < 1e-13). NaN gives NaN, and +-inf
+    gives +-1 (:func:`exp64` clamps its argument)."""
+    a = abs(x)
+    if a < 0.0625:
+        a2 = a * a
+        t = a * (1.0 + a2 * (-1.0 / 3 + a2 * (2.0 / 15 + a2 * (-17.0 / 315 + a2 * (62.0 / 2835)))))
+    else:
+        t = 1.0 - 2.0 / (exp64(2.0 * a) + 1.0)
+    return np.copysign(t, x)
 
 
 DIGEST = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
