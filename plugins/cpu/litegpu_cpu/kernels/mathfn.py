@@ -21,8 +21,8 @@ _LOG2E, _LN2_HI, _LN2_LO = 1.4426950408889634, 0.6931471803691238, 1.90821492927
 @njit(cache=True, inline="always")
 def exp64(x):
     """exp of a float64 without a libm call: range reduction by ln 2 (split in two parts),
-    a degree-8 Taylor polynomial on |r| <= ln2/2 (error < 1e-12, far below float32's),
-    and 2**n from a table. The argument is clamped to [-150, 130], where float32 results
+    a degree-8 Taylor polynomial on |r| <= ln2/2 (relative error < 3e-10, far below
+    float32's 6e-8), and 2**n from a table. The argument is clamped to [-150, 130], where float32 results
     are already 0 or inf; the table index is clamped too, so a NaN argument (NaN result)
     cannot read outside it. Swish over [1, 112, 112, 96]: 2.6 ms with np.exp in float32,
     0.8 ms with this."""
@@ -38,7 +38,7 @@ def exp64(x):
 def tanh64(x):
     """tanh of a float64 without a libm call: ``1 - 2 / (exp(2|x|) + 1)`` through
     :func:`exp64`, with the sign of ``x``; below |x| = 1/16, where that difference would
-    cancel, its Taylor series to x**9 (relative error < 1e-13). NaN gives NaN, and +-inf
+    cancel, its Taylor series to x**9. Relative error < 1e-9; NaN gives NaN, and +-inf
     gives +-1 (:func:`exp64` clamps its argument)."""
     a = abs(x)
     if a < 0.0625:
