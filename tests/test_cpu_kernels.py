@@ -123,6 +123,10 @@ CONV_CASES = [
     (2, 6, 5, 8, 40, 1, 1, (1, 1), (1, 1), "SAME", "RELU6", True),
     (1, 7, 6, 4, 36, 3, 3, (1, 1), (1, 1), "SAME", "RELU", True),
     (1, 7, 7, 4, 33, 3, 3, (2, 2), (1, 1), "VALID", "NONE", False),
+    # 1x1 convs on one or two pixels: the few-row FC kernels
+    (1, 1, 1, 24, 8, 1, 1, (1, 1), (1, 1), "SAME", "RELU", True),        # squeeze-excite (small_fc)
+    (2, 1, 1, 576, 100, 1, 1, (1, 1), (1, 1), "VALID", "RELU6", True),   # conv head (gemv)
+    (1, 1, 1, 1024, 300, 1, 1, (1, 1), (1, 1), "SAME", "NONE", False),   # gemv on two threads
 ]
 
 

@@ -15,7 +15,8 @@ from litegpu.backend import NodeContext
 from .common import (F32, clamp_bounds, constant_bias, pad_before,
                      transpose_pad_before)
 from . import gemm
-from .registry import kernel
+from .misc import few_rows_product
+from .registry import bindable, kernel
 from .threads import ensure_gemm_policy
 
 # Rows of the im2col matrix built per GEMM call: bounds the scratch (and keeps it
@@ -149,6 +150,10 @@ def conv2d(ctx: NodeContext):
         if shifted is not None:
             return shifted
     if pointwise:
+        # A 1x1 conv on a few pixels (squeeze-excite, a conv classifier head) is an FC.
+        product = few_rows_product(m, k, wmat.T, bias, attrs["activation"])
+        if product is not None:
+            return bindable(lambda inputs, outputs: product(inputs[0].reshape(m, c), outputs[0].reshape(m, o)))
         how = gemm.plan(m, o, k)
 
         def run_pointwise(inputs, outputs):

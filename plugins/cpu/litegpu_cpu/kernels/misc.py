@@ -84,6 +84,23 @@ def gemv_parallel(x, w, bias, out, lo, hi):
         _gemv_columns(x, w, bias, out, lo, hi, t * half, min(width, (t + 1) * half))
 
 
+def few_rows_product(m: int, k: int, w_ok: np.ndarray, bias: np.ndarray, activation: str):
+    """For a product of few rows with a constant weight, ``bind(x [M, K], out [M, O]) ->
+    call`` computing ``out = clamp(x @ w_ok.T + bias)`` in one numba call (:func:`gemv`
+    for a deep K, :func:`small_fc` for a small product), else None: the product is big
+    enough for BLAS, whose three calls (GEMM, bias, clamp) then cost less than it does."""
+    o = w_ok.shape[0]
+    lo, hi = clamp_bounds(activation)
+    if m <= _GEMV_MAX_ROWS and k >= _GEMV_MIN_DEPTH:
+        w_rows = np.ascontiguousarray(w_ok, dtype=F32)   # [O, K]
+        fn = gemv_parallel if m * k * o >= gemm.SPLIT_MIN_MACS else gemv
+        return lambda x2, out2: partial(fn, x2, w_rows, bias, out2, lo, hi)
+    if m * k * o <= _SMALL_FC_MACS:
+        wt_rows = np.ascontiguousarray(np.asarray(w_ok, dtype=F32).T)   # [K, O]
+        return lambda x2, out2: partial(small_fc, x2, wt_rows, bias, out2, lo, hi)
+    return None
+
+
 @kernel("FULLY_CONNECTED")
 def fully_connected(ctx: NodeContext):
     """``out = x.reshape(-1, K) @ W^T + bias`` with the activation in place."""
@@ -104,23 +121,11 @@ def fully_connected(ctx: NodeContext):
     if bias_spec is not None and bias_spec.value is not None:
         bias = np.ascontiguousarray(bias_spec.value, dtype=F32)
     has_bias = bias_spec is not None
-    if wt is not None and (bias is not None or not has_bias) and m <= _GEMV_MAX_ROWS and k >= _GEMV_MIN_DEPTH:
-        w_rows = np.ascontiguousarray(w_spec.value, dtype=F32)   # [O, K]
-        b_full = bias if bias is not None else np.zeros(o, F32)
-        lo, hi = clamp_bounds(ctx.attrs["activation"])
-        fn = gemv_parallel if m * k * o >= gemm.SPLIT_MIN_MACS else gemv
-
-        def bind_gemv(inputs, outputs):
-            return partial(fn, inputs[0].reshape(m, k), w_rows, b_full, outputs[0].reshape(m, o), lo, hi)
-        return bindable(bind_gemv)
-    if wt is not None and (bias is not None or not has_bias) and m * k * o <= _SMALL_FC_MACS:
-        wt_rows = np.ascontiguousarray(wt)   # [K, O]
-        b_full = bias if bias is not None else np.zeros(o, F32)
-        lo, hi = clamp_bounds(ctx.attrs["activation"])
-
-        def bind_small(inputs, outputs):
-            return partial(small_fc, inputs[0].reshape(m, k), wt_rows, b_full, outputs[0].reshape(m, o), lo, hi)
-        return bindable(bind_small)
+    if wt is not None and (bias is not None or not has_bias):
+        product = few_rows_product(m, k, np.asarray(w_spec.value, dtype=F32),
+                                   bias if bias is not None else np.zeros(o, F32), ctx.attrs["activation"])
+        if product is not None:
+            return bindable(lambda inputs, outputs: product(inputs[0].reshape(m, k), outputs[0].reshape(m, o)))
 
     how = gemm.plan(m, o, k) if wt is not None else None
     if how is not None and (bias is not None or not has_bias):
