@@ -129,11 +129,17 @@ class Session:
         """WHILE's loop: the final values, or None when ``limit`` iterations did not end it.
 
         The first iteration goes through :meth:`call_subgraph`; when both subgraphs then
-        have fixed arrays and the body keeps every value's shape and dtype, the rest run
-        on those arrays directly: the body's output arrays are the next iteration's values,
+        have fixed arrays and the body keeps every value's shape and dtype, the rest (and
+        every iteration of later loops starting from values of those shapes) run on those
+        arrays directly: the body's output arrays are the next iteration's values,
         with no per-call lookups and no copies out. ``truth`` reads the condition (WHILE's
         own rule, passed in so there is one).
         """
+        fast = self._loops.get((cond, body, *(np.shape(v) for v in values)))
+        if fast:
+            # A loop over fixed arrays for values of these shapes exists: it maps them to
+            # values of the same shapes, so it can take them from the first iteration.
+            return fast(values, limit, truth)
         call = self.call_subgraph
         for done in range(limit):
             if not truth(call(cond, values)[0], "WHILE condition"):

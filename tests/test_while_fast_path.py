@@ -107,3 +107,29 @@ def test_iteration_limit_still_applies_on_the_fast_path():
     with pytest.raises(litegpu.ResourceLimitError, match="50 iterations"):
         invoke(interp, [np.array(0, np.int32), np.ones(3, np.float32), np.ones(3, np.float32),
                         np.ones(3, np.float32)])
+
+
+def test_later_invokes_enter_the_fixed_loop_at_once(monkeypatch):
+    """Once a loop over fixed arrays exists, a WHILE starting from values of its shapes
+    runs in it from the first iteration: any number of iterations (none included), with
+    the iteration limit still counted from the first."""
+    interp = litegpu.Interpreter(model_content=swap_model(6, swap=False),
+                                 limits=litegpu.Limits(max_while_iterations=5))
+    rng = np.random.default_rng(3)
+    a, b, c = (rng.standard_normal(3).astype(np.float32) for _ in range(3))
+    session = interp._session
+    general = []
+    call_subgraph = session.call_subgraph
+    monkeypatch.setattr(session, "call_subgraph", lambda sg, values: (general.append(sg), call_subgraph(sg, values))[1])
+    for start in (3, 6, 9, 2, 4):   # 3 iterations, none, none, 4, 2
+        got = invoke(interp, [np.array(start, np.int32), a, b, c])
+        want = expected(6 - start, a, b, c, swap=False)
+        assert int(got[0]) == max(start, 6)
+        for g, w in zip(got[1:], want[1:]):
+            np.testing.assert_allclose(g, w, rtol=1e-6)
+        # The first invoke's first iteration calls cond and body the general way; no other does.
+        assert len(general) == 2
+    (loop,) = session._loops.values()
+    assert loop is not None
+    with pytest.raises(litegpu.ResourceLimitError, match="5 iterations"):
+        invoke(interp, [np.array(0, np.int32), a, b, c])
