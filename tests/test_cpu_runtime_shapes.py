@@ -117,3 +117,31 @@ def test_error_in_a_bound_run_names_the_node():
     interp.set_tensor(s, np.array((1, 6), np.int32))
     interp.invoke()
     np.testing.assert_allclose(interp.get_tensor(interp.get_output_details()[0]["index"]), np.full((1, 6), 2.0))
+
+
+def test_error_after_a_shape_change_names_its_own_node_once():
+    """A shape change on the bound path hands the rest of the run to the step-by-step
+    path; an error there is reported once, naming the node that failed."""
+    b = ModelBuilder()
+    x = b.input("x", (2, 3))
+    s = b.input("s", (2,), np.int32)
+    r = b.tensor("r", (3, 2), shape_signature=(-1, -1))
+    b.op("RESHAPE", [x, s], [r])
+    z = b.tensor("z", (3, 2), shape_signature=(-1, -1))
+    b.op("ADD", [r, b.const("c", np.ones((3, 2), np.float32))], [z])   # broadcasts only to (3, 2)
+    b.output(z)
+    interp = litegpu.Interpreter(model_content=b.build())
+    interp.allocate_tensors()
+    xi, si = (d["index"] for d in interp.get_input_details())
+    interp.set_tensor(xi, np.ones((2, 3), np.float32))
+    for shape in ((3, 2), (3, 2), (3, 2)):
+        interp.set_tensor(si, np.array(shape, np.int32))
+        interp.invoke()
+    interp.set_tensor(si, np.array((2, 3), np.int32))
+    try:
+        interp.invoke()
+    except litegpu.LiteGpuError as exc:
+        message = str(exc)
+    else:
+        raise AssertionError("ADD of (2, 3) and (3, 2) ran")
+    assert message.startswith("node 1 (ADD): ") and message.count("node ") == 1, message

@@ -256,11 +256,13 @@ class CpuProgram(Program):
             try:
                 for call, ctx in self._fixed:
                     call()
+                return
             except _Reshaped as changed:
-                self._fixed = None
-                self._run_steps(changed.step + 1)
+                resume = changed.step + 1
             except (LiteGpuError, *_RUNTIME_ERRORS) as exc:
                 raise _fail(ctx, exc) from None
+            self._fixed = None
+            self._run_steps(resume)
             return
         slots = self.slots
         for s, arr in zip(self.in_slots, inputs):
@@ -320,8 +322,8 @@ def _run_in_place(program: CpuProgram, n: int, kernel, args: list, outs: list[in
     does and raise :class:`_Reshaped`."""
     results = kernel(args)
     for dst, r in zip(dsts, results):
-        if dst is not r and not (type(r) is np.ndarray and dst is not None and dst.shape == r.shape
-                                 and dst.dtype == r.dtype):
+        if dst is not r and not (isinstance(r, (np.ndarray, np.generic)) and dst is not None
+                                 and dst.shape == r.shape and dst.dtype == r.dtype):
             program._store(outs, results)
             raise _Reshaped(n)
     for dst, r in zip(dsts, results):

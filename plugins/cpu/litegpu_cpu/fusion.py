@@ -73,7 +73,8 @@ _BINARY = {
     "PRELU": "{a} if {a} >= _0 else {a} * {b}",
 }
 # LOGISTIC, EXP and TANH call kernels.mathfn's exp64 and tanh64 (vectorizable, unlike
-# np.exp and np.tanh per element); the import line names that module's digest, so editing it changes every source using it.
+# np.exp and np.tanh per element); the import line names that module's digest, so
+# editing it changes every source using it.
 # Ops whose kernel is generated even alone: for LOGISTIC and EXP the numpy ufunc chain
 # takes several passes and a libm call per element; the others have no kernel but their
 # numpy reference (a temporary array per run).

@@ -234,10 +234,10 @@ def _reducer(ufunc, mean: bool):
             return None
         scale = np.float32(count)
         if ufunc is np.add and axes and axes == tuple(range(axes[0], axes[-1] + 1)):
-            # Contiguous axes: a [outer, count, inner] view summed in numba, which beats
-            # numpy's reduce at every size measured: its ~2 us of call overhead on the
-            # small reductions of LayerNorm and wake-word heads, and row additions for
-            # spatial means (56x56x16: 52 -> 15 us; 112x112x32: 190 -> 60 us).
+            # Contiguous axes: a [outer, count, inner] view summed in numba, faster than
+            # numpy's reduce (plus divide) in every shape measured: 1x32 rows 1.8 -> 0.2 us,
+            # LayerNorm's 64x128 rows 3.5 -> 0.6 us, 7x7x1280 pixels 5.2 -> 3.5 us,
+            # 56x56x16 52 -> 15 us, 112x112x32 190 -> 60 us.
             outer = int(np.prod(shape[:axes[0]], dtype=np.int64))
             inner = int(np.prod(shape[axes[-1] + 1:], dtype=np.int64))
             divisor = float(count) if mean else 1.0
