@@ -11,16 +11,17 @@ from litegpu.testing.builder import ModelBuilder
 from litegpu_cpu.backend import _MAX_BINDS, CpuProgram
 
 
-def reshape_model() -> bytes:
-    """``z = r + r`` with ``r = RESHAPE(x, s)`` (``s`` an input, so shaped at run time) and
-    ``w = x * x`` (static) in one partition."""
+def reshape_model(add_constant: bool = False) -> bytes:
+    """``z = r + r`` (or ``r + ones((3, 2))``, which broadcasts only at that shape) with
+    ``r = RESHAPE(x, s)`` (``s`` an input, so shaped at run time) and ``w = x * x``
+    (static) in one partition."""
     b = ModelBuilder()
     x = b.input("x", (2, 3))
     s = b.input("s", (2,), np.int32)
     r = b.tensor("r", (3, 2), shape_signature=(-1, -1))
     b.op("RESHAPE", [x, s], [r])
     z = b.tensor("z", (3, 2), shape_signature=(-1, -1))
-    b.op("ADD", [r, r], [z])
+    b.op("ADD", [r, b.const("c", np.ones((3, 2), np.float32)) if add_constant else r], [z])
     w = b.tensor("w", (2, 3))
     b.op("MUL", [x, x], [w])
     b.output(z, w)
@@ -122,15 +123,7 @@ def test_error_in_a_bound_run_names_the_node():
 def test_error_after_a_shape_change_names_its_own_node_once():
     """A shape change on the bound path hands the rest of the run to the step-by-step
     path; an error there is reported once, naming the node that failed."""
-    b = ModelBuilder()
-    x = b.input("x", (2, 3))
-    s = b.input("s", (2,), np.int32)
-    r = b.tensor("r", (3, 2), shape_signature=(-1, -1))
-    b.op("RESHAPE", [x, s], [r])
-    z = b.tensor("z", (3, 2), shape_signature=(-1, -1))
-    b.op("ADD", [r, b.const("c", np.ones((3, 2), np.float32))], [z])   # broadcasts only to (3, 2)
-    b.output(z)
-    interp = litegpu.Interpreter(model_content=b.build())
+    interp = litegpu.Interpreter(model_content=reshape_model(add_constant=True))
     interp.allocate_tensors()
     xi, si = (d["index"] for d in interp.get_input_details())
     interp.set_tensor(xi, np.ones((2, 3), np.float32))

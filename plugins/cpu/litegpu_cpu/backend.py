@@ -146,6 +146,17 @@ class CpuProgram(Program):
         self._bound, self._fill, self._copy = self._bound_steps(inputs, outputs)
         self._bound_to = key
 
+    def _point_slots(self, inputs: Sequence[np.ndarray], outputs: list) -> list:
+        """Point the input slots at ``inputs`` and the output slots at the given ``outputs``
+        (None: left to the program); returns the slots."""
+        slots = self.slots
+        for s, arr in zip(self.in_slots, inputs):
+            slots[s] = arr
+        for s, arr in zip(self.out_slots, outputs):
+            if arr is not None:
+                slots[s] = arr
+        return slots
+
     def _bound_steps(self, inputs: Sequence[np.ndarray], outputs: list) -> tuple[list, list, list]:
         """Each step as a call of no arguments on these arrays, plus the outputs left to us
         (None: filled from our slots) and the outputs to copy into (slot not the caller's).
@@ -153,12 +164,7 @@ class CpuProgram(Program):
         A kernel with a ``bind(inputs, outputs)`` attribute returns a call with its views
         (reshapes, slices) made here, once, rather than on every run.
         """
-        slots = self.slots
-        for s, arr in zip(self.in_slots, inputs):
-            slots[s] = arr
-        for s, arr in zip(self.out_slots, outputs):
-            if arr is not None:
-                slots[s] = arr
+        slots = self._point_slots(inputs, outputs)
         bound = [(_bind_step(kernel, [slots[i] for i in ins], [slots[o] for o in outs]), ctx)
                  for kernel, ins, outs, _, ctx in self.steps]
         fill = [(i, s) for i, s in enumerate(self.out_slots) if outputs[i] is None]
@@ -264,12 +270,7 @@ class CpuProgram(Program):
             self._fixed = None
             self._run_steps(resume)
             return
-        slots = self.slots
-        for s, arr in zip(self.in_slots, inputs):
-            slots[s] = arr
-        for s, arr in zip(self.out_slots, outputs):
-            if arr is not None:
-                slots[s] = arr
+        self._point_slots(inputs, outputs)
         self._fixed = None
         self._run_steps()
         if self._binds < _MAX_BINDS:
