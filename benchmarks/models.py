@@ -39,6 +39,18 @@ def median_invoke(invoke, runs: int) -> float:
     return float(np.median(times))
 
 
+def prepare(interp, inputs) -> None:
+    """Resize ``interp``'s inputs to ``inputs``' shapes where they differ, allocate, set the
+    inputs and invoke once."""
+    for d, x in zip(interp.get_input_details(), inputs):
+        if tuple(d["shape"]) != x.shape:
+            interp.resize_tensor_input(d["index"], x.shape)
+    interp.allocate_tensors()
+    for d, x in zip(interp.get_input_details(), inputs):
+        interp.set_tensor(d["index"], x)
+    interp.invoke()
+
+
 def bench(path: Path, inputs, threads: int, runs: int) -> dict:
     from ai_edge_litert.interpreter import Interpreter as LiteRT
     row: dict = {}
@@ -54,13 +66,7 @@ def bench(path: Path, inputs, threads: int, runs: int) -> dict:
         return row
     row["init_ms"] = (time.perf_counter() - start) * 1e3
     for interp in (ours, theirs):
-        for d, x in zip(interp.get_input_details(), inputs):
-            if tuple(d["shape"]) != x.shape:
-                interp.resize_tensor_input(d["index"], x.shape)
-        interp.allocate_tensors()
-        for d, x in zip(interp.get_input_details(), inputs):
-            interp.set_tensor(d["index"], x)
-        interp.invoke()
+        prepare(interp, inputs)
     worst = 0.0
     for a, b in zip(ours.get_output_details(), theirs.get_output_details()):
         x, y = ours.get_tensor(a["index"]).astype(np.float64), theirs.get_tensor(b["index"]).astype(np.float64)

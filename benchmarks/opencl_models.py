@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from models import median_invoke, models, parse_args  # noqa: E402  (the shared model list, timer, options)
+from models import median_invoke, models, parse_args, prepare  # noqa: E402  (shared list, timer, options, setup)
 
 import litegpu  # noqa: E402
 from litegpu.cli import random_inputs  # noqa: E402
@@ -25,16 +25,6 @@ from litegpu.cli import random_inputs  # noqa: E402
 def _interp(path: Path, threads: int, backend: str | None, fp16: bool = False):
     delegates = [litegpu.load_delegate(backend, {"precision_loss_allowed": fp16})] if backend else None
     return litegpu.Interpreter(model_path=str(path), num_threads=threads, experimental_delegates=delegates)
-
-
-def _prepare(interp, inputs) -> None:
-    for d, x in zip(interp.get_input_details(), inputs):
-        if tuple(d["shape"]) != x.shape:
-            interp.resize_tensor_input(d["index"], x.shape)
-    interp.allocate_tensors()
-    for d, x in zip(interp.get_input_details(), inputs):
-        interp.set_tensor(d["index"], x)
-    interp.invoke()
 
 
 def _outputs(interp) -> list[np.ndarray]:
@@ -69,7 +59,7 @@ def bench(path: Path, inputs, threads: int, runs: int) -> dict:
     except litegpu.LiteGpuError as exc:
         return {"error": str(exc)[:80]}
     for interp in (theirs, cl32, cl16, cpu):
-        _prepare(interp, inputs)
+        prepare(interp, inputs)
     want = _outputs(theirs)
     row["abs32"], row["rel32"], row["bad32"] = _errors(_outputs(cl32), want)
     row["abs16"], row["rel16"], row["bad16"] = _errors(_outputs(cl16), want)
