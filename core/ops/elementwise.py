@@ -28,7 +28,7 @@ import numpy as np
 from ..errors import ExecutionError, ModelFormatError, UnsupportedError
 from ..graph import Node
 from .registry import (OpDef, TensorSpec, activation_attr, apply_activation, broadcast_shapes,
-                       check_inputs, register)
+                       check_inputs, finite_option, register)
 
 F32 = np.dtype(np.float32)
 F64 = np.dtype(np.float64)
@@ -306,10 +306,7 @@ register(OpDef(name="GELU", attrs=_gelu_attrs, infer=_same_as_input,
 def _leaky_relu_attrs(node: Node, tensors) -> dict:
     check_inputs(node, 1)
     check_dtypes(node, tensors, FLOAT_ONLY)
-    alpha = float(node.options.get("alpha", 0.0))
-    if not math.isfinite(alpha):
-        raise ModelFormatError(f"alpha {alpha} is not finite")
-    return {"alpha": alpha}
+    return {"alpha": finite_option(node, "alpha")}
 
 
 def _leaky_relu(inputs, attrs):

@@ -20,7 +20,8 @@ from ..errors import ModelFormatError, UnsupportedError
 from ..graph import Node
 from ..model.schema import TENSOR_TYPES
 from .elementwise import BOOL, C64, F32, FLOAT_ONLY, I8, I32, I64, U8, check_dtypes
-from .registry import (OpDef, TensorSpec, activation_attr, check_inputs, normalize_axis, register, value_of)
+from .registry import (OpDef, TensorSpec, activation_attr, check_inputs, finite_option, normalize_axis, register,
+                       value_of)
 
 AXIS_DTYPES = (I32, I64)
 
@@ -121,10 +122,7 @@ def _last_axis_infer(inputs: list[TensorSpec], attrs: dict) -> list[TensorSpec]:
 def _softmax_attrs(node: Node, tensors) -> dict:
     check_inputs(node, 1)
     check_dtypes(node, tensors, FLOAT_ONLY)
-    beta = float(node.options.get("beta", 0.0))
-    if not np.isfinite(beta):
-        raise ModelFormatError(f"beta {beta} is not finite")
-    return {"beta": beta}
+    return {"beta": finite_option(node, "beta")}
 
 
 def softmax(x: np.ndarray, beta: float) -> np.ndarray:

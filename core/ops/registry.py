@@ -114,6 +114,14 @@ def check_inputs(node: Node, low: int, high: int | None = None) -> None:
         raise ModelFormatError(f"expects {want} inputs, has {n}")
 
 
+def finite_option(node: Node, name: str, default: float = 0.0) -> float:
+    """The float option ``name`` (``default`` when absent); a model error unless finite."""
+    value = float(node.options.get(name, default))
+    if not np.isfinite(value):
+        raise ModelFormatError(f"{name} {value} is not finite")
+    return value
+
+
 def const_input(node: Node, tensors: Sequence[Tensor], i: int) -> np.ndarray | None:
     """The constant value of input ``i``, or ``None`` when absent or not constant."""
     if i >= len(node.inputs) or node.inputs[i] < 0:
