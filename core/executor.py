@@ -57,6 +57,10 @@ def infer_subgraph(model: Model, sg: Subgraph, input_specs: dict[int, TensorSpec
         elif t.is_variable:
             specs[t.index] = TensorSpec(t.shape, t.dtype)
     specs.update(input_specs)
+    # Inputs the caller resized: an operand mismatch is then the caller's error
+    # (InvalidArgumentError), not the model's (ModelFormatError).
+    resized = {t: s.shape for t, s in input_specs.items()
+               if 0 <= t < len(sg.tensors) and tuple(s.shape) != tuple(sg.tensors[t].shape)}
     contexts: list[NodeContext] = []
     folded: list[int] = []
     for node in sg.nodes:
@@ -77,14 +81,17 @@ def infer_subgraph(model: Model, sg: Subgraph, input_specs: dict[int, TensorSpec
         static = not opdef.stateful or "state_writeback" in attrs
         if static and not unknown:
             try:
+                if opdef.plan_check is not None:
+                    opdef.plan_check(_planned_shapes(node, sg, input_specs), ins, attrs)
                 outs = opdef.infer(ins, attrs)
             except DynamicShape:
                 outs = None
             except LiteGpuError as exc:
-                raise type(exc)(f"node {node.index} ({node.op}): {exc}") from None
+                raise _operand_error(node, sg, exc, str(exc), resized) from None
             except (ValueError, IndexError, TypeError, KeyError, ZeroDivisionError, OverflowError,
                     AttributeError) as exc:  # AttributeError: a required input omitted (-1) in the file
-                raise ModelFormatError(f"node {node.index} ({node.op}): shape inference failed: {exc}") from None
+                raise _operand_error(node, sg, ModelFormatError(), f"shape inference failed: {exc}",
+                                     resized) from None
             if outs is not None and len(outs) != len(node.outputs):
                 raise ModelFormatError(f"node {node.index} ({node.op}): has {len(node.outputs)} outputs, "
                                        f"the op produces {len(outs)}")
@@ -115,6 +122,28 @@ def infer_subgraph(model: Model, sg: Subgraph, input_specs: dict[int, TensorSpec
     return contexts, specs, folded
 
 
+def _planned_shapes(node, sg: Subgraph, input_specs: dict[int, TensorSpec]) -> list[tuple[int, ...] | None]:
+    """The shapes LiteRT plans ``node`` with (see ``OpDef.plan_check``): a subgraph input's
+    as given, any other tensor's as the model declares it; None for an omitted input."""
+    return [None if i < 0 else tuple(input_specs[i].shape) if i in input_specs else tuple(sg.tensors[i].shape)
+            for i in node.inputs]
+
+
+def _operand_error(node, sg: Subgraph, exc: LiteGpuError, message: str,
+                   resized: dict[int, tuple[int, ...]]) -> LiteGpuError:
+    """The error for a node whose shape inference failed, naming node and op.
+
+    A model error under resized inputs is an :class:`InvalidArgumentError` naming the
+    resize: the model's own shapes agree (or they would have failed when it was loaded).
+    """
+    text = f"node {node.index} ({node.op}): {message}"
+    if not resized or not isinstance(exc, ModelFormatError):
+        return type(exc)(text)
+    what = ", ".join(f"tensor {t} ({sg.tensors[t].name!r}) to {list(shape)} from {list(sg.tensors[t].shape)}"
+                     for t, shape in resized.items())
+    return InvalidArgumentError(f"{text} (inputs resized: {what})")
+
+
 _QUANTIZED_KINDS = ("INT8", "UINT8", "INT16")
 
 
@@ -126,7 +155,8 @@ def _check_not_quantized(node, sg: Subgraph) -> None:
                 and tensor.quantization is not None and tensor.quantization.is_set:
             raise UnsupportedError(
                 f"node {node.index} ({node.op}): tensor {tensor.name!r} is quantized {tensor.type_name}; "
-                "full-integer (int8) models are not supported: int8 kernels are not available yet")
+                "quantized models (full-integer int8, 16x8, dynamic-range) are not supported yet: "
+                "int8 kernels are not available yet")
 
 
 def _run_reference(opdef, node, values, attrs) -> list[np.ndarray]:

@@ -16,10 +16,11 @@ import pytest
 import litegpu
 from litegpu.cli import random_inputs
 
-from test_shared_models import INT8, MODELS, SHARED, STATEFUL, TOLERANCE, LiteRT, rel_error
+from test_shared_models import MODELS, QUANTIZED, SHARED, STATEFUL, TOLERANCE, LiteRT, rel_error
 
 FP16_MODEL_TOL = 5e-2
-FLOAT_MODELS = [m for m in MODELS if m not in INT8 | STATEFUL]
+_RUN_TIME_LOOKUPS = ("GATHER", "GATHER_ND", "EMBEDDING_LOOKUP")
+FLOAT_MODELS = [m for m in MODELS if m not in QUANTIZED | STATEFUL]
 
 
 def _run(path, precision_loss: bool):
@@ -51,7 +52,10 @@ def test_model_on_opencl_matches_litert_in_fp32_and_fp16(opencl, name):
     assert max(errors) <= TOLERANCE, errors
     report = full.get_delegation_report()
     if name != "lstm_classifier.tflite":   # its WHILE loop runs on cpu, as in LiteRT
-        assert report.fully_delegated, str(report)
+        # Lookups by run-time indices stay on cpu too, which raises LiteRT's error on an
+        # index out of range (a kernel cannot report one).
+        elsewhere = [a for a in report.assignments if a.backend != "opencl"]
+        assert all(a.op in _RUN_TIME_LOOKUPS and "run time" in a.reason for a in elsewhere), str(report)
     half, got16, _ = _run(SHARED / name, precision_loss=True)
     for g, w in zip(got16, want):
         if w.dtype.kind == "f":
@@ -59,4 +63,5 @@ def test_model_on_opencl_matches_litert_in_fp32_and_fp16(opencl, name):
     errors16 = [rel_error(g, w) for g, w in zip(got16, want)]
     assert max(errors16) <= FP16_MODEL_TOL, errors16
     assert "F32_F16" in str(half.get_delegation_report())
-    assert _device_bytes(half) <= 0.55 * _device_bytes(full)
+    if _device_bytes(full) >= 4096:   # fp16 halves what there is to halve
+        assert _device_bytes(half) <= 0.55 * _device_bytes(full)

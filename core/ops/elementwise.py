@@ -323,15 +323,19 @@ register(OpDef(name="LEAKY_RELU", attrs=_leaky_relu_attrs, infer=_same_as_input,
 def _prelu_attrs(node: Node, tensors) -> dict:
     check_inputs(node, 2)
     check_dtypes(node, tensors, FLOAT_ONLY, (0, 1))
-    return {}
+    # LiteRT's two kernels differ: XNNPACK (float32, constant alpha) broadcasts the input
+    # up to alpha's shape too; the builtin kernel (runtime alpha) requires the output to
+    # keep the input's shape (activations.cc: HaveSameShapes(input, output)).
+    x, alpha = tensors[node.inputs[0]], tensors[node.inputs[1]]
+    return {"broadcast_input": x.dtype == np.float32 and alpha.is_constant}
 
 
 def _prelu_infer(inputs: list[TensorSpec], attrs: dict) -> list[TensorSpec]:
     x, alpha = inputs
     shape = broadcast_shapes(x.shape, alpha.shape)
-    if shape != tuple(x.shape):
-        # LiteRT requires the output to keep the input's shape.
-        raise ModelFormatError(f"PRELU alpha {list(alpha.shape)} must broadcast into input {list(x.shape)}")
+    if shape != tuple(x.shape) and not attrs.get("broadcast_input"):
+        raise ModelFormatError(f"PRELU alpha (input 1) {list(alpha.shape)} must broadcast into input 0 "
+                               f"{list(x.shape)} when alpha is not a constant")
     return [TensorSpec(shape, x.dtype)]
 
 
@@ -341,7 +345,7 @@ def _prelu(inputs, attrs):
 
 
 register(OpDef(name="PRELU", attrs=_prelu_attrs, infer=_prelu_infer, reference=_prelu,
-               doc="PRELU: x if x >= 0 else alpha * x, alpha broadcast to x."))
+               doc="PRELU: x if x >= 0 else alpha * x, x and alpha broadcast together."))
 
 
 # -- SELECT / SELECT_V2 --------------------------------------------------------------------

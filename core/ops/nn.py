@@ -97,11 +97,22 @@ def _required(node: Node, tensors: Sequence[Tensor], i: int, what: str) -> Tenso
     return t
 
 
-def _check_rank(t: Tensor, ranks: int | tuple[int, ...], what: str) -> None:
+def need_rank(shape: Sequence[int], ranks: int | tuple[int, ...], what: str) -> None:
+    """Raise unless ``shape`` (of the operand named ``what``) has one of ``ranks``."""
     ranks = (ranks,) if isinstance(ranks, int) else ranks
-    if len(t.shape) not in ranks:
+    if len(shape) not in ranks:
         want = " or ".join(str(r) for r in ranks)
-        raise ModelFormatError(f"{what} must have rank {want}, has shape {list(t.shape)}")
+        raise ModelFormatError(f"{what} must have rank {want}, has shape {list(shape)}")
+
+
+def _check_rank(t: Tensor, ranks: int | tuple[int, ...], what: str) -> None:
+    need_rank(t.shape, ranks, what)
+
+
+def _need_spatial(x: Sequence[int], what: str = "input 0") -> None:
+    """LiteRT's conv kernels refuse an empty image (height or width 0); an empty batch runs."""
+    if x[1] < 1 or x[2] < 1:
+        raise ModelFormatError(f"{what} has shape {list(x)}: height and width must be positive")
 
 
 def _check_float(t: Tensor, what: str) -> None:
@@ -187,6 +198,9 @@ def _spatial_plan(x_shape: tuple[int, ...], k_hw: tuple[int, int], attrs: dict) 
     dilation = attrs.get("dilation", (1, 1))
     oh, top = conv_output_size(x_shape[1], k_hw[0], attrs["stride"][0], dilation[0], attrs["padding"])
     ow, left = conv_output_size(x_shape[2], k_hw[1], attrs["stride"][1], dilation[1], attrs["padding"])
+    if attrs.get("window_clamped"):
+        # XNNPACK shrinks a VALID window larger than the input to the input: one output.
+        oh, ow = (max(oh, 1) if x_shape[1] else 0), (max(ow, 1) if x_shape[2] else 0)
     return (oh, ow), (top, left)
 
 
@@ -203,25 +217,59 @@ def _conv_attrs(node: Node, tensors: Sequence[Tensor]) -> dict:
     check_inputs(node, 2, 3)
     x = _required(node, tensors, 0, "input")
     w = _required(node, tensors, 1, "filter")
-    _check_rank(x, 4, "input")
-    _check_rank(w, 4, "filter [O, KH, KW, I]")
     _check_float(x, "input")
     _check_float(w, "filter")
-    cin, cper, cout = x.shape[3], w.shape[3], w.shape[0]
-    # Grouped convolution: the input's channels split into groups of the filter's I.
-    if cper < 1 or cin % cper:
-        raise ModelFormatError(f"input has {cin} channels, not a multiple of the filter's {cper}")
-    groups = cin // cper
-    if cout % groups:
-        raise ModelFormatError(f"{cout} output channels do not split into {groups} groups")
-    _check_bias(node, tensors, 2, cout)
+    _conv_operands(x.shape, w.shape)
+    _check_bias(node, tensors, 2, w.shape[0])
     o = node.options
     return {"padding": _padding_attr(o), "stride": _stride(o), "dilation": _dilation(o),
-            "activation": _clamp_activation(o)}
+            "activation": _clamp_activation(o), "filter_constant": w.is_constant}
+
+
+def _conv_plan_check(planned: list, inputs: list[TensorSpec], attrs: dict) -> None:
+    """LiteRT refuses a CONV_2D whose input channels changed from the planned ones.
+
+    With a constant filter (fp16 weights behind a DEQUANTIZE count as constant too)
+    LiteRT runs CONV_2D in XNNPACK, which fixes the groups from the input's channels when
+    it plans the node: the resized count for a subgraph input, the declared count for a
+    tensor inside the model. A resize that changes the channels reaching a convolution
+    inside the model (resnet18_fp16 at 6 input channels: its first CONV_2D reads a PAD's
+    output, declared with 3) then fails there; a runtime filter runs on LiteRT's builtin
+    kernel, which re-derives the groups.
+    """
+    x, declared = inputs[0].shape, planned[0]
+    if attrs.get("filter_constant") and len(x) == 4 and len(declared) == 4 and x[3] != declared[3]:
+        raise ModelFormatError(f"input 0 has shape {list(x)} ({x[3]} channels); the model declares "
+                               f"{list(declared)} and LiteRT fixes the convolution's groups from those "
+                               f"{declared[3]} channels")
+
+
+def _conv_operands(x: Sequence[int], w: Sequence[int]) -> None:
+    """Input and filter shapes agree: ranks, and input channels = groups x filter I."""
+    need_rank(x, 4, "input 0")
+    need_rank(w, 4, "filter [O, KH, KW, I]")
+    cin, cper, cout = x[3], w[3], w[0]
+    # Grouped convolution: the input's channels split into groups of the filter's I.
+    if cper < 1 or cin % cper:
+        raise ModelFormatError(f"input 0 has shape {list(x)} ({cin} channels), not a multiple of the "
+                               f"{cper} input channels of the filter, shape {list(w)}")
+    groups = cin // cper
+    if groups < 1 or cout % groups:  # groups 0: an input with no channels (LiteRT divides by it)
+        raise ModelFormatError(f"the filter's {cout} output channels (shape {list(w)}) do not split into the "
+                               f"{groups} groups of input 0, shape {list(x)}")
 
 
 def _conv_infer(inputs: list[TensorSpec], attrs: dict) -> list[TensorSpec]:
     x, w = inputs[0], inputs[1]
+    # A resized input whose channels are a multiple of the filter's runs as a grouped
+    # conv, as in LiteRT.
+    _conv_operands(x.shape, w.shape)
+    if len(inputs) < 3 or inputs[2] is None:
+        if x.shape[3] != w.shape[3]:
+            # LiteRT's kernel takes a grouped conv only with a bias (conv.cc: has_bias).
+            raise ModelFormatError(f"input 0 has shape {list(x.shape)}: a grouped convolution "
+                                   f"(filter {list(w.shape)}) needs a bias (input 2)")
+    _need_spatial(x.shape)
     (oh, ow), _ = _spatial_plan(x.shape, (w.shape[1], w.shape[2]), attrs)
     return [TensorSpec((x.shape[0], oh, ow, w.shape[0]), x.dtype)]
 
@@ -249,6 +297,7 @@ def _conv_reference(inputs: list, attrs: dict) -> list[np.ndarray]:
 
 
 register(OpDef(name="CONV_2D", attrs=_conv_attrs, infer=_conv_infer, reference=_conv_reference,
+               plan_check=_conv_plan_check,
                doc="2-D convolution, NHWC input, [O, KH, KW, I] filter, optional bias, grouped."))
 
 
@@ -259,21 +308,28 @@ def _depthwise_attrs(node: Node, tensors: Sequence[Tensor]) -> dict:
     check_inputs(node, 2, 3)
     x = _required(node, tensors, 0, "input")
     w = _required(node, tensors, 1, "filter")
-    _check_rank(x, 4, "input")
-    _check_rank(w, 4, "filter [1, KH, KW, I*M]")
     _check_float(x, "input")
     _check_float(w, "filter")
-    if w.shape[0] != 1:
-        raise ModelFormatError(f"depthwise filter must have shape [1, KH, KW, I*M], has {list(w.shape)}")
-    cin, cout = x.shape[3], w.shape[3]
-    # Like LiteRT (since op version 2), the multiplier comes from the shapes; the option
-    # field is often stale in converted models, so it is not trusted.
-    if cin < 1 or cout % cin:
-        raise ModelFormatError(f"filter has {cout} channels, not a multiple of the input's {cin}")
-    _check_bias(node, tensors, 2, cout)
+    _depthwise_operands(x.shape, w.shape)
+    _check_bias(node, tensors, 2, w.shape[3])
     o = node.options
     return {"padding": _padding_attr(o), "stride": _stride(o), "dilation": _dilation(o),
-            "activation": _clamp_activation(o), "depth_multiplier": cout // cin}
+            "activation": _clamp_activation(o), "depth_multiplier": w.shape[3] // x.shape[3],
+            "fixed_multiplier": activation_attr(o) in _CLAMP_ACTIVATIONS}
+
+
+def _depthwise_operands(x: Sequence[int], w: Sequence[int]) -> None:
+    """Input and filter shapes agree: ranks, a [1, KH, KW, I*M] filter, I*M a multiple of
+    the input's channels. Like LiteRT (since op version 2), the multiplier comes from the
+    shapes; the option field is often stale in converted models, so it is not trusted."""
+    need_rank(x, 4, "input 0")
+    need_rank(w, 4, "filter [1, KH, KW, I*M]")
+    if w[0] != 1:
+        raise ModelFormatError(f"depthwise filter must have shape [1, KH, KW, I*M], has {list(w)}")
+    cin, cout = x[3], w[3]
+    if cin < 1 or cout % cin:
+        raise ModelFormatError(f"the filter's {cout} channels (shape {list(w)}) are not a multiple of the "
+                               f"{cin} channels of input 0, shape {list(x)}")
 
 
 def _depthwise_reference(inputs: list, attrs: dict) -> list[np.ndarray]:
@@ -295,6 +351,14 @@ def _depthwise_reference(inputs: list, attrs: dict) -> list[np.ndarray]:
 
 def _depthwise_infer(inputs: list[TensorSpec], attrs: dict) -> list[TensorSpec]:
     x, w = inputs[0], inputs[1]
+    _depthwise_operands(x.shape, w.shape)
+    if attrs.get("fixed_multiplier", True) and x.shape[3] * attrs["depth_multiplier"] != w.shape[3]:
+        # LiteRT's default (XNNPACK) path keeps the model's multiplier: a resized input
+        # must keep its channel count. (Its builtin kernel, which runs nodes with a TANH
+        # or SIGN_BIT activation, takes any divisor of the filter's channels.)
+        raise ModelFormatError(f"input 0 has shape {list(x.shape)}; the filter, shape {list(w.shape)}, "
+                               f"needs {w.shape[3] // attrs['depth_multiplier']} input channels")
+    _need_spatial(x.shape)
     (oh, ow), _ = _spatial_plan(x.shape, (w.shape[1], w.shape[2]), attrs)
     return [TensorSpec((x.shape[0], oh, ow, w.shape[3]), x.dtype)]
 
@@ -336,32 +400,78 @@ def _transpose_conv_attrs(node: Node, tensors: Sequence[Tensor]) -> dict:
     x = _required(node, tensors, 2, "input")
     if tuple(shape.shape) != (4,) or shape.dtype != np.int32:
         raise ModelFormatError(f"output_shape must be int32[4], is {shape.type_name}{list(shape.shape)}")
-    _check_rank(w, 4, "weights [O, KH, KW, I]")
-    _check_rank(x, 4, "input")
     _check_float(x, "input")
     _check_float(w, "weights")
-    if x.shape[3] != w.shape[3]:
-        raise ModelFormatError(f"input has {x.shape[3]} channels, weights expect {w.shape[3]}")
+    _transpose_conv_operands(x.shape, w.shape, 2)
     _check_bias(node, tensors, 3, w.shape[0])
     if shape.data is not None and int(shape.data[3]) != w.shape[0]:
         raise ModelFormatError(f"output_shape has {int(shape.data[3])} channels, weights have {w.shape[0]}")
     o = node.options
-    return {"padding": _padding_attr(o), "stride": _stride(o), "activation": _clamp_activation(o)}
+    # LiteRT's default path (XNNPACK, which takes float nodes with a constant output_shape
+    # and a clamp activation) takes the batch from the input and, for VALID, the output
+    # size from the input too; its builtin kernel holds both to output_shape.
+    xnnpack = shape.data is not None and activation_attr(o) in _CLAMP_ACTIVATIONS
+    return {"padding": _padding_attr(o), "stride": _stride(o), "activation": _clamp_activation(o),
+            "size_from_input": xnnpack}
+
+
+def _transpose_conv_operands(x: Sequence[int], w: Sequence[int], x_pos: int) -> None:
+    """Input and weights agree: ranks and channels."""
+    need_rank(w, 4, "weights [O, KH, KW, I]")
+    need_rank(x, 4, f"input {x_pos}")
+    if x[3] != w[3]:
+        raise ModelFormatError(f"input {x_pos} has shape {list(x)} ({x[3]} channels), the weights, shape "
+                               f"{list(w)}, expect {w[3]}")
+
+
+def _transposed_input_check(x: Sequence[int], out_hw: Sequence[int], k_hw: Sequence[int], attrs: dict,
+                            x_pos: int, what: str) -> None:
+    """The input must be what the forward conv makes of the output (LiteRT's check)."""
+    _need_spatial(x, f"input {x_pos}")
+    want = [conv_output_size(out_hw[a], k_hw[a], attrs["stride"][a], 1, attrs["padding"])[0] for a in (0, 1)]
+    if list(x[1:3]) != want:
+        raise ModelFormatError(f"input {x_pos} has shape {list(x)}; {what} {list(out_hw)} (HxW) needs an "
+                               f"input of {want[0]}x{want[1]}")
 
 
 def _transpose_conv_infer(inputs: list[TensorSpec], attrs: dict) -> list[TensorSpec]:
+    x, w = inputs[2], inputs[1]
+    _transpose_conv_operands(x.shape, w.shape, 2)
     shape = tuple(int(v) for v in np.asarray(value_of(inputs[0])).reshape(-1))
     if len(shape) != 4 or min(shape) < 0:
         raise ModelFormatError(f"output_shape {list(shape)} is not a valid NHWC shape")
-    return [TensorSpec(shape, inputs[2].dtype)]
+    if shape[3] != w.shape[0]:
+        raise ModelFormatError(f"output_shape {list(shape)} has {shape[3]} channels, the weights, shape "
+                               f"{list(w.shape)}, make {w.shape[0]}")
+    if x.shape[0] < 1 or (x.shape[0] != shape[0] and not attrs.get("size_from_input")):
+        raise ModelFormatError(f"input 2 has shape {list(x.shape)}, its batch differs from output_shape "
+                               f"{list(shape)}")
+    k_hw = w.shape[1:3]
+    if attrs.get("size_from_input"):
+        out_hw = list(shape[1:3])
+        if attrs["padding"] == "VALID":
+            # XNNPACK keeps the model's adjustment (the output rows past the last window)
+            # and grows the output with the input.
+            _need_spatial(x.shape, "input 2")
+            s = attrs["stride"]
+            out_hw = [(x.shape[1 + a] - 1) * s[a] + k_hw[a] + (shape[1 + a] - k_hw[a]) % s[a] for a in (0, 1)]
+        else:
+            _transposed_input_check(x.shape, out_hw, k_hw, attrs, 2, "output_shape")
+        shape = (x.shape[0], *out_hw, shape[3])
+    else:
+        _transposed_input_check(x.shape, shape[1:3], k_hw, attrs, 2, "output_shape")
+    return [TensorSpec(shape, x.dtype)]
 
 
 def _transpose_conv_reference(inputs: list, attrs: dict) -> list[np.ndarray]:
     """TFLite TRANSPOSE_CONV: inputs (output_shape, weights [O,KH,KW,I], input, bias?)."""
-    shape = [int(v) for v in np.asarray(inputs[0]).reshape(-1)]
     x, w, bias = inputs[2], inputs[1], _opt(inputs, 3)
-    if shape[0] != x.shape[0] or shape[3] != w.shape[0]:
-        raise ExecutionError(f"output_shape {shape} does not match batch {x.shape[0]} / channels {w.shape[0]}")
+    try:
+        spec = _transpose_conv_infer([TensorSpec.of(np.asarray(inputs[0])), TensorSpec.of(w), TensorSpec.of(x)],
+                                     attrs)[0]
+    except ModelFormatError as exc:
+        raise ExecutionError(str(exc)) from None
+    shape = spec.shape
     return [_transpose_conv_core(x, w, bias, (shape[1], shape[2]), attrs["padding"], attrs["stride"],
                                  attrs["activation"])]
 
@@ -396,14 +506,17 @@ def _transpose_conv_bias_attrs(node: Node, tensors: Sequence[Tensor]) -> dict:
     x = _required(node, tensors, 0, "input")
     w = _required(node, tensors, 1, "weights")
     _required(node, tensors, 2, "bias")
-    _check_rank(x, 4, "input")
-    _check_rank(w, 4, "weights [O, KH, KW, I]")
     _check_float(x, "input")
     _check_float(w, "weights")
-    if x.shape[3] != w.shape[3]:
-        raise ModelFormatError(f"input has {x.shape[3]} channels, weights expect {w.shape[3]}")
+    _transpose_conv_operands(x.shape, w.shape, 0)
     _check_bias(node, tensors, 2, w.shape[0])
-    return parse_transpose_conv_bias_options(node.custom_options)
+    attrs = parse_transpose_conv_bias_options(node.custom_options)
+    # LiteRT runs this op only through XNNPACK, which holds a SAME node's input to the
+    # model's declared output size (a VALID one grows with its input).
+    out = tensors[node.outputs[0]].shape if node.outputs and node.outputs[0] >= 0 else ()
+    if len(out) == 4:
+        attrs["declared_out_hw"] = tuple(out[1:3])
+    return attrs
 
 
 def transpose_conv_bias_output_hw(in_hw: tuple[int, int], k_hw: tuple[int, int], stride: tuple[int, int],
@@ -416,6 +529,12 @@ def transpose_conv_bias_output_hw(in_hw: tuple[int, int], k_hw: tuple[int, int],
 
 def _transpose_conv_bias_infer(inputs: list[TensorSpec], attrs: dict) -> list[TensorSpec]:
     x, w = inputs[0], inputs[1]
+    _transpose_conv_operands(x.shape, w.shape, 0)
+    if x.shape[0] < 1:
+        raise ModelFormatError(f"input 0 has shape {list(x.shape)}: the batch must be positive")
+    _need_spatial(x.shape)
+    if "declared_out_hw" in attrs and attrs["padding"] == "SAME":
+        _transposed_input_check(x.shape, attrs["declared_out_hw"], w.shape[1:3], attrs, 0, "the declared output")
     oh, ow = transpose_conv_bias_output_hw(x.shape[1:3], w.shape[1:3], attrs["stride"], attrs["padding"])
     return [TensorSpec((x.shape[0], oh, ow, w.shape[0]), x.dtype)]
 
@@ -441,15 +560,32 @@ def _pool_attrs(node: Node, tensors: Sequence[Tensor]) -> dict:
     _check_rank(x, 4, "input")
     _check_float(x, "input")
     o = node.options
-    return {"padding": _padding_attr(o), "stride": _stride(o),
+    padding = _padding_attr(o)
+    # LiteRT's MAX_POOL_2D on XNNPACK pools a rank-5 input as its first four dims; that is
+    # the same data only when the fifth dim is 1 (see pool_input_4d).
+    # LiteRT's default path for float AVERAGE/MAX pools with a clamp activation is XNNPACK.
+    xnnpack = node.op != "L2_POOL_2D" and activation_attr(o) in _CLAMP_ACTIVATIONS
+    return {"padding": padding, "stride": _stride(o),
             "filter": _positive(o, ("filter_height", "filter_width"), 0, "filter size"),
-            "activation": _clamp_activation(o)}
+            "activation": _clamp_activation(o), "window_clamped": xnnpack and padding == "VALID",
+            "rank5_tail_ok": node.op == "MAX_POOL_2D" and xnnpack}
+
+
+def pool_input_4d(shape: Sequence[int], attrs: dict) -> tuple[int, ...]:
+    """The NHWC shape a pool reads its input as: the input's, or for MAX_POOL_2D a rank-5
+    ``[N, H, W, C, 1]`` input's first four dims, as LiteRT does. LiteRT reads any rank-5
+    input that way, a prefix of its data when the fifth dim is not 1: refused here."""
+    if len(shape) == 5 and shape[4] == 1 and attrs.get("rank5_tail_ok"):
+        return tuple(shape[:4])
+    need_rank(shape, 4, "input 0")
+    return tuple(shape)
 
 
 def _pool_infer(inputs: list[TensorSpec], attrs: dict) -> list[TensorSpec]:
     x = inputs[0]
-    (oh, ow), _ = _spatial_plan(x.shape, attrs["filter"], attrs)
-    return [TensorSpec((x.shape[0], oh, ow, x.shape[3]), x.dtype)]
+    shape = pool_input_4d(x.shape, attrs)
+    (oh, ow), _ = _spatial_plan(shape, attrs["filter"], attrs)
+    return [TensorSpec((shape[0], oh, ow, shape[3]), x.dtype)]
 
 
 def _pool_taps(x: np.ndarray, attrs: dict, pad_value: float) -> tuple[list[np.ndarray], np.ndarray]:
@@ -464,15 +600,29 @@ def _pool_taps(x: np.ndarray, attrs: dict, pad_value: float) -> tuple[list[np.nd
     return taps, count
 
 
+def pool_divisor_is_window(attrs: dict) -> bool:
+    """Whether AVERAGE_POOL_2D divides by the whole window rather than by its real pixels.
+
+    XNNPACK (``window_clamped``: VALID padding) counts a window larger than the input in
+    full, the missing pixels as zeros: a 7x7 VALID window over a 6x7 input divides the
+    sum of its 42 pixels by 49. Elsewhere a VALID window lies inside the input anyway.
+    """
+    return bool(attrs.get("window_clamped"))
+
+
 def _avg_pool_reference(inputs: list, attrs: dict) -> list[np.ndarray]:
-    """Average over each window; padded pixels are not counted (as TF does)."""
+    """Average over each window; padded pixels are not counted (as TF does), except that a
+    VALID window larger than the input divides by its whole area (as XNNPACK does)."""
     taps, count = _pool_taps(inputs[0], attrs, 0.0)
+    if pool_divisor_is_window(attrs):
+        count = np.float32(attrs["filter"][0] * attrs["filter"][1])
     return [_finish(sum(taps) / np.maximum(count, 1), None, attrs["activation"])]
 
 
 def _max_pool_reference(inputs: list, attrs: dict) -> list[np.ndarray]:
     """Maximum over each window; padding never wins."""
-    taps, _ = _pool_taps(inputs[0], attrs, -np.inf)
+    x = inputs[0]
+    taps, _ = _pool_taps(x.reshape(pool_input_4d(x.shape, attrs)), attrs, -np.inf)
     return [_finish(np.maximum.reduce(taps), None, attrs["activation"])]
 
 
@@ -503,12 +653,13 @@ def _fc_attrs(node: Node, tensors: Sequence[Tensor]) -> dict:
     if o.get("weights_format", 0) != 0:
         raise UnsupportedError(f"weights_format {o.get('weights_format')} (only DEFAULT is supported)")
     out_ch, k = w.shape
-    size = int(np.prod(x.shape))
-    if k < 1 or size % k:
-        raise ModelFormatError(f"input of shape {list(x.shape)} does not flatten into rows of {k}")
+    # A dynamic input's stored shape is a placeholder (BirdNET stores [1, 1] for [-1, -1]):
+    # its rows are checked by _fc_infer once the real shape is known.
     keep = bool(o.get("keep_num_dims", False))
-    if keep and (len(x.shape) < 1 or x.shape[-1] != k):
-        raise ModelFormatError(f"keep_num_dims needs input's last dim {list(x.shape)} = weights' K {k}")
+    if -1 not in x.shape_signature:
+        _fc_operands(x.shape, w.shape, keep)
+    elif k < 1:
+        raise ModelFormatError(f"weights of shape {list(w.shape)} have no columns")
     _check_bias(node, tensors, 2, out_ch)
     activation = activation_attr(o)
     if activation not in _CLAMP_ACTIVATIONS:
@@ -523,8 +674,26 @@ def _fc_out_shape(x_shape: tuple[int, ...], w_shape: tuple[int, ...], keep: bool
     return (int(np.prod(x_shape)) // w_shape[1], w_shape[0])
 
 
+def _fc_operands(x: Sequence[int], w: Sequence[int], keep: bool) -> None:
+    """Input and weights agree: [O, K] weights, the input flattens into rows of K."""
+    need_rank(w, 2, "weights [O, K]")
+    k = w[1]
+    if k < 1 or int(np.prod(x)) % k:
+        raise ModelFormatError(f"input 0 has shape {list(x)}, which does not flatten into rows of {k} "
+                               f"(K of the weights, shape {list(w)})")
+    if keep and (len(x) < 1 or x[-1] != k):
+        raise ModelFormatError(f"keep_num_dims needs the last dim of input 0, shape {list(x)}, to be K = {k} "
+                               f"of the weights, shape {list(w)}")
+
+
 def _fc_infer(inputs: list[TensorSpec], attrs: dict) -> list[TensorSpec]:
     x, w = inputs[0], inputs[1]
+    _fc_operands(x.shape, w.shape, attrs["keep_num_dims"])
+    bias = inputs[2] if len(inputs) > 2 else None
+    if bias is not None and int(np.prod(bias.shape)) != w.shape[0]:
+        # Runtime weights may be resized away from the bias: one bias per output unit.
+        raise ModelFormatError(f"bias (input 2) has shape {list(bias.shape)}; the weights, shape {list(w.shape)}, "
+                               f"have {w.shape[0]} output units")
     return [TensorSpec(_fc_out_shape(x.shape, w.shape, attrs["keep_num_dims"]), x.dtype)]
 
 
@@ -545,11 +714,16 @@ register(OpDef(name="FULLY_CONNECTED", attrs=_fc_attrs, infer=_fc_infer, referen
 
 def _bmm_shapes(a: tuple[int, ...], b: tuple[int, ...], attrs: dict) -> tuple[int, ...]:
     """Output shape of a batch matmul, or a format error naming the mismatch."""
+    for shape, what in ((a, "lhs (input 0)"), (b, "rhs (input 1)")):
+        # LiteRT's builtin kernel takes ranks 2 to 5, but LiteRT hands BATCH_MATMUL to
+        # XNNPACK, which takes up to 6 (XNN_MAX_TENSOR_DIMS) and refuses 7.
+        if not 2 <= len(shape) <= 6:
+            raise ModelFormatError(f"{what} must have rank 2 to 6, has shape {list(shape)}")
     m, ka = (a[-1], a[-2]) if attrs["adj_x"] else (a[-2], a[-1])
     kb, n = (b[-1], b[-2]) if attrs["adj_y"] else (b[-2], b[-1])
     if ka != kb:
-        raise ModelFormatError(f"inner dimensions differ: {list(a)} x {list(b)} (adj_x={attrs['adj_x']}, "
-                               f"adj_y={attrs['adj_y']})")
+        raise ModelFormatError(f"inner dimensions differ: lhs (input 0) {list(a)} x rhs (input 1) {list(b)} "
+                               f"(adj_x={attrs['adj_x']}, adj_y={attrs['adj_y']})")
     return (*broadcast_shapes(a[:-2], b[:-2]), m, n)
 
 
@@ -610,8 +784,16 @@ def _resize_attrs(node: Node, tensors: Sequence[Tensor]) -> dict:
 
 def _resize_infer(inputs: list[TensorSpec], attrs: dict) -> list[TensorSpec]:
     x = inputs[0]
+    need_rank(x.shape, 4, "input 0")
+    if tuple(inputs[1].shape) != (2,):
+        raise ModelFormatError(f"size (input 1) must have shape [2], has {list(inputs[1].shape)}")
     h, w = (int(v) for v in np.asarray(value_of(inputs[1])).reshape(-1)[:2])
-    return [TensorSpec((x.shape[0], h, w, x.shape[3]), x.dtype)]
+    out = (x.shape[0], h, w, x.shape[3])
+    if 0 in x.shape[1:3] and 0 not in out:
+        # Nothing to interpolate from (LiteRT crashes or refuses).
+        raise ModelFormatError(f"input 0 has shape {list(x.shape)}: an empty image cannot be resized to "
+                               f"{h}x{w}")
+    return [TensorSpec(out, x.dtype)]
 
 
 def _resize_scale(in_size: int, out_size: int, align_corners: bool) -> np.float32:
@@ -707,6 +889,7 @@ def _embedding_attrs(node: Node, tensors: Sequence[Tensor]) -> dict:
 
 def _embedding_infer(inputs: list[TensorSpec], attrs: dict) -> list[TensorSpec]:
     ids, table = inputs
+    need_rank(ids.shape, 1, "ids (input 0)")
     return [TensorSpec((ids.shape[0], *table.shape[1:]), table.dtype)]
 
 
@@ -868,7 +1051,28 @@ def _lstm_attrs(node: Node, tensors: Sequence[Tensor]) -> dict:
     return _lstm_attrs_common(node, tensors, seq=False)
 
 
+def _lstm_operands(inputs: list[TensorSpec], seq: bool, time_major: bool) -> None:
+    """The input agrees with the weights (n_input) and the state tensors (batch)."""
+    x = inputs[0].shape
+    # LiteRT accepts a [B, I, 1] LSTM input but gives another answer than for the same
+    # data as [B, I] (or crashes, with CIFG): refused here.
+    need_rank(x, 3 if seq else 2, "input 0")
+    n_cell, n_input = inputs[2].shape
+    n_output = inputs[8].shape[-1] if inputs[16] is None else inputs[16].shape[0]
+    if x[-1] != n_input:
+        raise ModelFormatError(f"input 0 has shape {list(x)}; input_to_forget weights, shape "
+                               f"{list(inputs[2].shape)}, expect {n_input} features")
+    batch = x[1] if seq and time_major else x[0]
+    for pos, width in ((18, n_output), (19, n_cell)):
+        state = inputs[pos].shape
+        if int(np.prod(state)) != batch * width:
+            # The state tensors are variables of the model's batch; LiteRT refuses another.
+            raise ModelFormatError(f"input 0 has shape {list(x)} (batch {batch}); {LSTM_INPUT_NAMES[pos]} "
+                                   f"(input {pos}) has shape {list(state)}, not [{batch}, {width}]")
+
+
 def _lstm_infer(inputs: list[TensorSpec], attrs: dict) -> list[TensorSpec]:
+    _lstm_operands(inputs, False, False)
     return [TensorSpec((inputs[0].shape[0], inputs[8].shape[-1] if inputs[16] is None else inputs[16].shape[0]),
                        inputs[0].dtype)]
 
@@ -906,6 +1110,7 @@ def _seq_lstm_attrs(node: Node, tensors: Sequence[Tensor]) -> dict:
 
 def _seq_lstm_infer(inputs: list[TensorSpec], attrs: dict) -> list[TensorSpec]:
     x = inputs[0]
+    _lstm_operands(inputs, True, attrs["time_major"])
     n_output = inputs[8].shape[-1] if inputs[16] is None else inputs[16].shape[0]
     return [TensorSpec((x.shape[0], x.shape[1], n_output), x.dtype)]
 
@@ -966,5 +1171,10 @@ def _lrn_reference(inputs: list, attrs: dict) -> list[np.ndarray]:
     return [(x * scale).astype(np.float32)]
 
 
-register(OpDef(name="LOCAL_RESPONSE_NORMALIZATION", attrs=_lrn_attrs, infer=_same_shape,
+def _lrn_infer(inputs: list[TensorSpec], attrs: dict) -> list[TensorSpec]:
+    need_rank(inputs[0].shape, 4, "input 0")
+    return _same_shape(inputs, attrs)
+
+
+register(OpDef(name="LOCAL_RESPONSE_NORMALIZATION", attrs=_lrn_attrs, infer=_lrn_infer,
                reference=_lrn_reference, doc=_lrn_reference.__doc__ or ""))

@@ -33,6 +33,10 @@ def reduction_axes(axes: np.ndarray, rank: int) -> tuple[int, ...]:
     flat = np.asarray(axes).reshape(-1)
     if flat.dtype.kind not in "iu":
         raise ModelFormatError(f"axes must be integers, got {flat.dtype.name}")
+    if rank == 0:   # LiteRT reduces a scalar to itself (axis 0 or -1)
+        for a in flat:
+            normalize_axis(int(a), 1, "reduction axis")
+        return ()
     return tuple(sorted({normalize_axis(int(a), rank, "reduction axis") for a in flat}))
 
 
@@ -48,8 +52,23 @@ def _reduce_attrs_for(dtypes: tuple[np.dtype, ...]):
         check_inputs(node, 2)
         check_dtypes(node, tensors, dtypes, (0,))
         check_dtypes(node, tensors, AXIS_DTYPES, (1,))
-        return {"keep_dims": bool(node.options.get("keep_dims", False))}
+        attrs = {"keep_dims": bool(node.options.get("keep_dims", False))}
+        if node.op in ("REDUCE_MAX", "REDUCE_MIN"):
+            attrs["empty_infinite"] = _empty_is_infinite(node, tensors)
+        return attrs
     return attrs
+
+
+def _empty_is_infinite(node: Node, tensors) -> bool:
+    """Whether an empty REDUCE_MAX / REDUCE_MIN gives -inf / +inf rather than the type's
+    lowest / highest finite value.
+
+    LiteRT's two kernels disagree: XNNPACK (float32 with constant axes, which LiteRT
+    delegates to it) starts from -inf / +inf, the builtin kernel (runtime axes, integer
+    types) from ``numeric_limits::lowest()`` / ``max()``. litegpu gives what LiteRT gives.
+    """
+    x, axes = tensors[node.inputs[0]], tensors[node.inputs[1]]
+    return x.dtype == np.float32 and axes.is_constant
 
 
 def _reduce_infer(inputs: list[TensorSpec], attrs: dict) -> list[TensorSpec]:
@@ -73,11 +92,13 @@ def _mean(x, axes, keep_dims):
     return np.mean(x, axis=axes, keepdims=keep_dims, dtype=x.dtype)
 
 
-def _extreme(fn, pick):
-    def reduce(x, axes, keep_dims):
+def _extreme(fn, pick, infinity: float):
+    def reduce(x, axes, keep_dims, empty_infinite=False):
         info = np.finfo(x.dtype) if x.dtype.kind == "f" else np.iinfo(x.dtype)
-        # LiteRT starts from the type's lowest / highest value, so an empty reduction yields it.
-        return fn(x, axis=axes, keepdims=keep_dims, initial=pick(info))
+        # LiteRT starts from the type's lowest / highest value (or from -inf / +inf, see
+        # _empty_is_infinite), so an empty reduction yields it.
+        initial = infinity if empty_infinite else pick(info)
+        return fn(x, axis=axes, keepdims=keep_dims, initial=initial)
     return reduce
 
 
@@ -85,8 +106,8 @@ _REDUCERS = {
     "MEAN": (_mean, (F32, I32, I64)),
     "SUM": (lambda x, a, k: np.sum(x, axis=a, keepdims=k, dtype=x.dtype), (F32, I32, I64)),
     "REDUCE_PROD": (lambda x, a, k: np.prod(x, axis=a, keepdims=k, dtype=x.dtype), (F32, I32, I64, I8, U8)),
-    "REDUCE_MAX": (_extreme(np.max, lambda info: info.min), (F32, I32, I64, I8, U8)),
-    "REDUCE_MIN": (_extreme(np.min, lambda info: info.max), (F32, I32, I64, I8, U8)),
+    "REDUCE_MAX": (_extreme(np.max, lambda info: info.min, -np.inf), (F32, I32, I64, I8, U8)),
+    "REDUCE_MIN": (_extreme(np.min, lambda info: info.max, np.inf), (F32, I32, I64, I8, U8)),
     "REDUCE_ANY": (lambda x, a, k: np.any(x, axis=a, keepdims=k), (BOOL,)),
     "REDUCE_ALL": (lambda x, a, k: np.all(x, axis=a, keepdims=k), (BOOL,)),
 }
@@ -99,7 +120,8 @@ def _register_reduction(name: str) -> None:
         x = inputs[0]
         axes = reduction_axes(inputs[1], x.ndim)
         with np.errstate(over="ignore", invalid="ignore"):
-            y = fn(x, axes, attrs["keep_dims"])
+            extra = {"empty_infinite": attrs["empty_infinite"]} if "empty_infinite" in attrs else {}
+            y = fn(x, axes, attrs["keep_dims"], **extra)
         return [np.asarray(y).astype(x.dtype, copy=False)]
 
     register(OpDef(name=name, attrs=_reduce_attrs_for(dtypes), infer=_reduce_infer, reference=reference,
@@ -202,6 +224,8 @@ def _arg_axis(axis: np.ndarray, rank: int) -> int:
 
 def _arg_infer(inputs: list[TensorSpec], attrs: dict) -> list[TensorSpec]:
     x = inputs[0]
+    if len(x.shape) < 1:
+        raise ModelFormatError(f"input 0 must have rank >= 1, has shape {list(x.shape)}")
     axis = _arg_axis(value_of(inputs[1]), len(x.shape))
     return [TensorSpec(reduced_shape(tuple(x.shape), (axis,), False), attrs["out_dtype"])]
 

@@ -62,6 +62,11 @@ class OpDef:
     # For stateful ops: ``execute(inputs, attrs, runtime) -> outputs`` replaces ``reference``.
     execute: Callable[[list, dict, Any], list] | None = None
     doc: str = ""
+    # Checks against the shapes LiteRT plans a node with when its inputs are resized: the
+    # subgraph's inputs at their new shapes, every other tensor at the shape the model
+    # declares (XNNPACK fixes some parameters, e.g. a convolution's groups, from those).
+    # ``plan_check(planned_shapes, inputs, attrs)`` raises ModelFormatError to refuse.
+    plan_check: Callable[[list, list, dict], None] | None = None
 
     def node_attrs(self, node: Node, tensors: Sequence[Tensor]) -> dict:
         """Normalized attributes of ``node``; errors name the node."""

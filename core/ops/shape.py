@@ -153,7 +153,10 @@ def _resolve_reshape(in_shape: Sequence[int], shape: Sequence[int]) -> tuple[int
         if known == 0:
             if n_in != 0:
                 raise ModelFormatError(f"cannot infer -1 in reshape target {out} for {n_in} elements")
-            out[stretch] = 0
+            # LiteRT: with no elements, -1 takes what the non-zero dims leave ([0, 3, 4] to [0, -1]: 12).
+            nonzero_in = _prod([d for d in in_shape if d])
+            nonzero_out = _prod([d for i, d in enumerate(out) if d and i != stretch])
+            out[stretch] = nonzero_in // nonzero_out if nonzero_in % nonzero_out == 0 else 0
         else:
             out[stretch] = n_in // known
     if _prod(out) != n_in:
@@ -162,7 +165,8 @@ def _resolve_reshape(in_shape: Sequence[int], shape: Sequence[int]) -> tuple[int
 
 
 def _reshape_target(inputs: list, attrs: dict) -> list[int]:
-    if attrs["shape_from_input"]:
+    # As LiteRT, a shape input resized away from 1-D falls back to the options.
+    if attrs["shape_from_input"] and len(inputs[1].shape) == 1:
         return _ints(value_of(inputs[1]))
     return list(attrs["new_shape"])
 
@@ -174,7 +178,8 @@ def _reshape_infer(inputs: list[TensorSpec], attrs: dict) -> list[TensorSpec]:
 
 def _reshape_ref(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
     x = inputs[0]
-    target = _ints(inputs[1]) if attrs["shape_from_input"] else list(attrs["new_shape"])
+    target = _ints(inputs[1]) if attrs["shape_from_input"] and np.ndim(inputs[1]) == 1 \
+        else list(attrs["new_shape"])
     return [np.reshape(x, _resolve_reshape(x.shape, target))]
 
 
@@ -427,8 +432,15 @@ def transpose_perm(rank: int, value: np.ndarray) -> list[int]:
     return perm
 
 
+def _need_rank(spec: TensorSpec, rank: int, what: str) -> None:
+    """Raise unless the operand ``what`` has rank ``rank`` (LiteRT checks each operand's rank)."""
+    if len(spec.shape) != rank:
+        raise ModelFormatError(f"{what} must have rank {rank}, has shape {list(spec.shape)}")
+
+
 def _transpose_infer(inputs: list[TensorSpec], attrs: dict) -> list[TensorSpec]:
     x = inputs[0]
+    _need_rank(inputs[1], 1, "perm (input 1)")
     perm = transpose_perm(len(x.shape), value_of(inputs[1]))
     return [TensorSpec(tuple(x.shape[p] for p in perm), x.dtype)]
 
@@ -448,6 +460,10 @@ def reverse_axes(rank: int, value: np.ndarray) -> tuple[int, ...]:
 
 def _reverse_infer(inputs: list[TensorSpec], attrs: dict) -> list[TensorSpec]:
     x = inputs[0]
+    n_axes = int(np.prod(inputs[1].shape))
+    if len(x.shape) < n_axes:   # LiteRT: NumDimensions(input) >= NumElements(axis)
+        raise ModelFormatError(f"input 0 has shape {list(x.shape)}, fewer dims than the {n_axes} axes "
+                               f"of input 1")
     if inputs[1].value is not None:  # the axes do not change the shape; check them when known
         reverse_axes(len(x.shape), inputs[1].value)
     return [TensorSpec(x.shape, x.dtype)]
@@ -520,14 +536,15 @@ def _bit(mask: int, i: int) -> bool:
 
 def strided_slice_plan(shape: tuple[int, ...], begin_value: np.ndarray, end_value: np.ndarray,
                        strides_value: np.ndarray,
-                       a: dict) -> tuple[tuple[int, ...], list[list[int]], tuple[int, ...]]:
+                       a: dict) -> tuple[tuple[int, ...], list[range], tuple[int, ...]]:
     """LiteRT's strided-slice index logic, for the begin/end/strides tensors (inputs 1-3).
 
     ``a`` is the STRIDED_SLICE node's attrs (the masks and ``offset``). Returns the input
     shape with new axes inserted, the list of source indices along each of its dimensions,
     and the output shape (shrunk axes removed): element (i0, i1, ...) of the output before
     shrinking is element (indices[0][i0], indices[1][i1], ...) of the input viewed with the
-    first shape.
+    first shape. The indices are ``range`` objects: a hostile shape may have a dimension
+    of billions, whose index list would exhaust memory before any size check runs.
     """
     begin, end, strides = _ints(begin_value), _ints(end_value), _ints(strides_value)
     n = len(begin)
@@ -561,7 +578,7 @@ def strided_slice_plan(shape: tuple[int, ...], begin_value: np.ndarray, end_valu
         shrink = False
         if i in eff_new:
             eff_shape.append(1)
-            indices.append([0])
+            indices.append(range(1))
             out_shape.append(1)
             added_axes += 1
             continue
@@ -593,7 +610,7 @@ def strided_slice_plan(shape: tuple[int, ...], begin_value: np.ndarray, end_valu
                 raw_end = end[o] + begin[o] if a["offset"] else end[o]
                 stop = _slice_stop(raw_end, size, stride, _bit(a["end_mask"], o))
         eff_shape.append(size)
-        indices.append(list(range(start, stop, stride)) if size else [])
+        indices.append(range(start, stop, stride) if size else range(0))
         if not shrink:
             out_shape.append(len(indices[-1]))
     return tuple(eff_shape), indices, tuple(out_shape)
@@ -623,6 +640,8 @@ def _slice_stop(end: int, size: int, stride: int, masked: bool) -> int:
 
 def _strided_slice_infer(inputs: list[TensorSpec], attrs: dict) -> list[TensorSpec]:
     x = inputs[0]
+    for i, what in ((1, "begin"), (2, "end"), (3, "strides")):
+        _need_rank(inputs[i], 1, f"{what} (input {i})")
     _, _, out_shape = strided_slice_plan(x.shape, value_of(inputs[1]), value_of(inputs[2]),
                                          value_of(inputs[3]), attrs)
     return [TensorSpec(out_shape, x.dtype)]
@@ -654,10 +673,27 @@ def slice_bounds(shape: tuple[int, ...], begin_value: np.ndarray, size_value: np
     return bounds
 
 
+def _slice_attrs(node: Node, tensors: Sequence[Tensor]) -> dict:
+    """SLICE's attrs: with constant begin and size, the output shape the model declares.
+
+    LiteRT sizes such a SLICE's output once, from the model, and refuses to run when the
+    slice of a resized input comes out another shape (slice.cc: ``output_shape_vector[idx]
+    != SizeOfDimension(output, idx)``); with a runtime begin or size it resizes the output.
+    """
+    _plain_attrs(3, index_inputs={1: "begin", 2: "size"})(node, tensors)
+    fixed = all(tensors[node.inputs[i]].is_constant for i in (1, 2))
+    return {"declared_shape": tuple(tensors[node.outputs[0]].shape) if fixed else None}
+
+
 def _slice_infer(inputs: list[TensorSpec], attrs: dict) -> list[TensorSpec]:
     x = inputs[0]
     bounds = slice_bounds(x.shape, value_of(inputs[1]), value_of(inputs[2]))
-    return [TensorSpec(tuple(e - b for b, e in bounds), x.dtype)]
+    shape = tuple(e - b for b, e in bounds)
+    declared = attrs.get("declared_shape")
+    if declared is not None and shape != declared:
+        raise ModelFormatError(f"the slice of input 0, shape {list(x.shape)}, has shape {list(shape)}; with "
+                               f"constant begin and size the output keeps its declared shape {list(declared)}")
+    return [TensorSpec(shape, x.dtype)]
 
 
 def _slice_ref(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
@@ -666,7 +702,7 @@ def _slice_ref(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
     return [x[tuple(slice(b, e) for b, e in bounds)].copy()]
 
 
-_op("SLICE", _plain_attrs(3, index_inputs={1: "begin", 2: "size"}), _slice_infer, _slice_ref,
+_op("SLICE", _slice_attrs, _slice_infer, _slice_ref,
     "Contiguous slice from begin with the given size per dimension (-1: to the end).")
 
 
@@ -790,6 +826,8 @@ def gather_dims(params: tuple[int, ...], indices: tuple[int, ...], attrs: dict) 
 
     The output shape is params[:axis] + indices[batch_dims:] + params[axis + 1:].
     """
+    if not params:
+        raise ModelFormatError("GATHER params (input 0) must have rank >= 1, is a scalar")
     axis = normalize_axis(attrs["axis"], len(params), "GATHER axis")
     batch_dims = attrs["batch_dims"]
     if batch_dims < 0:
@@ -904,8 +942,8 @@ def _fill_dims(value: np.ndarray) -> tuple[int, ...]:
 
 
 def _fill_infer(inputs: list[TensorSpec], attrs: dict) -> list[TensorSpec]:
-    if _prod(inputs[1].shape) != 1:
-        raise ModelFormatError(f"FILL value must be a scalar, has shape {list(inputs[1].shape)}")
+    if len(inputs[1].shape) != 0:
+        raise ModelFormatError(f"FILL value (input 1) must be a scalar, has shape {list(inputs[1].shape)}")
     return [TensorSpec(_fill_dims(value_of(inputs[0])), inputs[1].dtype)]
 
 
@@ -945,6 +983,8 @@ def _range_size(start_v: np.ndarray, limit_v: np.ndarray, delta_v: np.ndarray) -
 
 
 def _range_infer(inputs: list[TensorSpec], attrs: dict) -> list[TensorSpec]:
+    for i, what in enumerate(("start", "limit", "delta")):
+        _need_rank(inputs[i], 0, f"{what} (input {i})")
     n = _range_size(value_of(inputs[0]), value_of(inputs[1]), value_of(inputs[2]))
     return [TensorSpec((n,), inputs[0].dtype)]
 
@@ -1041,6 +1081,10 @@ def block_and_pairs(shape: tuple[int, ...], block_v: np.ndarray, pairs_v: np.nda
     block = _ints(block_v)
     m = len(block)
     pairs = np.asarray(pairs_v)
+    if not 3 <= len(shape) <= 4 or m != len(shape) - 2:
+        # LiteRT's kernels take 3-D and 4-D inputs with one block entry per spatial dim.
+        raise ModelFormatError(f"{what}: input 0 has shape {list(shape)}; block_shape {block} needs rank "
+                               f"{m + 2} (LiteRT takes rank 3 or 4)")
     if m < 1 or len(shape) < m + 1 or pairs.shape != (m, 2):
         raise ModelFormatError(f"{what}: block_shape {block} and {list(pairs.shape)} paddings/crops "
                                f"invalid for input {list(shape)}")

@@ -368,7 +368,20 @@ def binary(g: NodeGen) -> list[KernelSpec]:
         return [pointwise(g, [0, 1], lambda v: _int_pow(v, ctype))]
     if op not in _INT_BINARY:
         raise Decline(f"{op} on {dtype} tensors")
+    _check_int_divisor(g, op)
     return [pointwise(g, [0, 1], lambda v: _INT_BINARY[op](*v), activation=g.attrs.get("activation", "NONE"))]
+
+
+def _check_int_divisor(g: NodeGen, op: str) -> None:
+    """Integer division by zero is LiteRT's run-time error (and undefined in OpenCL C): a
+    divisor that is not a constant free of zeros is declined, so cpu checks it."""
+    if op not in ("DIV", "FLOOR_DIV", "FLOOR_MOD"):
+        return
+    divisor = g.ctx.inputs[1].value
+    if divisor is None:
+        raise Decline(f"integer {op} by a run-time divisor (cpu raises LiteRT's error on a zero)")
+    if np.any(np.asarray(divisor) == 0):
+        raise Decline(f"integer {op} by a constant holding zero")
 
 
 @generator(*_COMPARE)

@@ -684,10 +684,11 @@ def batch_to_space(g: NodeGen) -> list[KernelSpec]:
 # -- gathers --------------------------------------------------------------------------------
 
 def _check_const_indices(g: NodeGen, pos: int, limits: list[int] | int, what: str) -> None:
-    """Constant indices out of range are declined: on cpu they raise LiteRT's error."""
+    """Indices out of range are declined: on cpu they raise LiteRT's error. Run-time
+    indices could be, so they are declined too (the kernel has no way to report one)."""
     spec = g.ctx.inputs[pos]
     if spec.value is None:
-        return
+        raise Decline(f"{what} indices known only at run time: cpu checks them against LiteRT's bounds")
     ix = np.asarray(spec.value).astype(np.int64)
     if isinstance(limits, int):
         bad = ix.size and (ix.min() < 0 or ix.max() >= limits)
@@ -701,7 +702,8 @@ def _check_const_indices(g: NodeGen, pos: int, limits: list[int] | int, what: st
 @generator("GATHER", epilogue=True)
 def gather(g: NodeGen) -> list[KernelSpec]:
     """The output as (batch, outer, index, inner): the axis coordinate is read from the
-    indices at (batch, index). Out-of-range run-time indices read nothing and give 0."""
+    indices at (batch, index). Only constant, in-range indices come here (see
+    _check_const_indices)."""
     p, ix = _in_shape(g, 0), _in_shape(g, 1)
     axis, bd = gather_dims(p, ix, g.attrs)
     _check_const_indices(g, 1, p[axis], "GATHER")

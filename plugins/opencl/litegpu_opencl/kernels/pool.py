@@ -17,7 +17,7 @@ ARG_MIN are scalar.
 from __future__ import annotations
 
 import numpy as np
-from litegpu.ops.nn import bilinear_axis, conv_output_size, nearest_axis
+from litegpu.ops.nn import bilinear_axis, conv_output_size, nearest_axis, pool_divisor_is_window
 from litegpu.ops.reduce import L2_EPSILON, reduction_axes
 
 from ..codegen import NodeGen, c_float, c_type, strides_of
@@ -121,10 +121,12 @@ _FLOAT_REDUCE = {
     "SUM": ("0.0f", lambda a, v: f"({a} + {v})"),
     "MEAN": ("0.0f", lambda a, v: f"({a} + {v})"),
     "REDUCE_PROD": ("1.0f", lambda a, v: f"({a} * {v})"),
-    # LiteRT starts from the type's lowest / highest finite value (numpy's ``initial``).
+    # LiteRT starts from the type's lowest / highest finite value (numpy's ``initial``),
+    # or from -inf / +inf where its XNNPACK kernel runs (the ``empty_infinite`` attr).
     "REDUCE_MAX": ("(-FLT_MAX)", lambda a, v: f"fmax({a}, {v})"),
     "REDUCE_MIN": ("FLT_MAX", lambda a, v: f"fmin({a}, {v})"),
 }
+_INFINITE_INIT = {"REDUCE_MAX": "(-INFINITY)", "REDUCE_MIN": "INFINITY"}
 
 
 def _int_literal(value: int, ctype: str) -> str:
@@ -282,6 +284,8 @@ def reduce(g: NodeGen):
     if op not in _FLOAT_REDUCE:
         raise Decline(f"{op} on float tensors")
     init, comb = _FLOAT_REDUCE[op]
+    if g.attrs.get("empty_infinite"):
+        init = _INFINITE_INIT[op]
     finish = (lambda a: f"({a}) / {c_float(count)}") if op == "MEAN" else (lambda a: a)
     if not red:
         red = [(1, 0)]      # nothing reduced: one pass over each output's own element
@@ -489,6 +493,8 @@ def pool2d(g: NodeGen):
     (LiteRT's rule). Windows that can never leave the image skip the checks."""
     _require_float(g)
     _check_indexable(g)
+    if len(g.ctx.inputs[0].shape) != 4:
+        raise Decline(f"{g.ctx.node.op} on a rank-{len(g.ctx.inputs[0].shape)} input")
     n, h, w, c = (int(d) for d in g.ctx.inputs[0].shape)
     _, oh, ow, _ = (int(d) for d in g.ctx.outputs[0].shape)
     if n * oh * ow * c == 0:
@@ -514,6 +520,7 @@ def pool2d(g: NodeGen):
         init, update = "0.0f", lambda a, v: f"{{ const {vt} v = {v}; {a} += v * v; }}"
     taps = " ".join(update(f"acc{k}", _ldv(x, f"at + {k * lanes}" if k else "at", lanes)) for k in range(groups))
     unroll = "#pragma unroll\n" if fh * fw <= 64 else ""
+    whole_window = op == "AVERAGE_POOL_2D" and pool_divisor_is_window(g.attrs)
 
     def window(checked: bool, indent: str) -> str:
         """The loops over the window; ``checked`` skips taps outside the image."""
@@ -526,7 +533,7 @@ def pool2d(g: NodeGen):
                 f"{indent}    {taps}\n{indent}  }}\n{indent}}}\n")
         # the count of taps inside the image (LiteRT averages over those only)
         count = (f"(float)max((min(y0 + {fh}, {h}) - max(y0, 0)) * (min(x0 + {fw}, {w}) - max(x0, 0)), 1)"
-                 if checked else c_float(fh * fw))
+                 if checked and not whole_window else c_float(fh * fw))
         return code + f"{indent}cnt = {count};\n"
     if inside:
         loops = window(False, "  ")
