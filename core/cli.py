@@ -1,7 +1,11 @@
-"""The ``litegpu`` command: ``run``, ``inspect``, ``bench``, ``backends``.
+"""The ``litegpu`` command: ``run``, ``inspect``, ``bench``, ``compile``, ``backends``.
 
-Exit codes: 0 success, 1 a litegpu error (bad model, unsupported op, unavailable
-backend), 2 bad command line.
+The contract: exit code 0 on success; every failure is exactly one line
+``litegpu: error: ...`` on stderr, with exit code 1 for a failure (bad model, bad input,
+unsupported op, unavailable backend) and 2 for a bad command line. Anything a user can
+type is checked here or by the API with a message naming the problem; an exception that
+is not a :class:`LiteGpuError` is a bug in litegpu, reported as one ``internal error``
+line (``--debug`` prints its traceback).
 """
 from __future__ import annotations
 
@@ -12,20 +16,33 @@ import logging
 import sys
 import threading
 import time
+import traceback
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Iterator, NoReturn, Sequence
 
 import numpy as np
 
 from . import __version__
-from .errors import LiteGpuError
+from .errors import InvalidArgumentError, LiteGpuError, ModelFormatError
+from .partition import DelegationReport
 
 log = logging.getLogger("litegpu")
 
 
+def _one_line(text: str) -> str:
+    """``text`` on one line: the error contract allows no second line."""
+    return "; ".join(part.strip() for part in str(text).splitlines() if part.strip()) or "(no message)"
+
+
+def fail(message: str) -> None:
+    """Print the single error line of the CLI's contract."""
+    print(f"litegpu: error: {_one_line(message)}", file=sys.stderr)
+
+
 @contextlib.contextmanager
 def progress(message: str) -> Iterator[None]:
-    """Show ``message`` with a spinner and elapsed time on stderr while the body runs."""
+    """Show ``message`` with a spinner on a terminal's stderr while the body runs, then
+    print ``message: done in Ns`` on stdout — only when the body succeeded."""
     done = threading.Event()
     start = time.perf_counter()
     tty = sys.stderr.isatty()
@@ -34,33 +51,73 @@ def progress(message: str) -> Iterator[None]:
         frames = "|/-\\"
         i = 0
         while not done.wait(0.1):
-            if tty:
-                sys.stderr.write(f"\r{message} {frames[i % 4]} {time.perf_counter() - start:.1f}s")
-                sys.stderr.flush()
+            sys.stderr.write(f"\r{message} {frames[i % 4]} {time.perf_counter() - start:.1f}s")
+            sys.stderr.flush()
             i += 1
 
-    thread = threading.Thread(target=spin, daemon=True)
-    if not tty:
-        sys.stderr.write(f"{message} ...\n")
-    thread.start()
+    # Off a terminal nothing is shown while working: stderr is kept for the one error line.
+    thread = threading.Thread(target=spin, daemon=True) if tty else None
+    if thread:
+        thread.start()
     try:
         yield
     finally:
         done.set()
-        thread.join()
-        sys.stderr.write(f"{chr(13) if tty else ''}{message}: done in {time.perf_counter() - start:.2f}s\n")
+        if thread:
+            thread.join()
+            sys.stderr.write("\r\033[K")
+            sys.stderr.flush()
+    print(f"{message}: done in {time.perf_counter() - start:.2f}s")
 
 
-def _make_interpreter(args: argparse.Namespace):
-    from .interpreter import Interpreter
-    from .session import load_delegate
-    options = {"precision_loss_allowed": bool(getattr(args, "fp16", False))}
-    delegates = [load_delegate(b, options) for b in (args.backend or []) if b != "cpu"]
-    with progress(f"compiling {Path(args.model).name}"):
-        interp = Interpreter(model_path=args.model, experimental_delegates=delegates,
-                             num_threads=args.num_threads)
-        interp.allocate_tensors()
-    return interp
+# -- command-line values ---------------------------------------------------------------
+def _int_at_least(low: int, also: tuple[int, ...] = ()):
+    """An argparse type: an integer >= ``low`` (or one of ``also``), with a readable error."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < low and value not in also:
+            extra = f" (or {', '.join(map(str, also))})" if also else ""
+            raise argparse.ArgumentTypeError(f"must be an integer >= {low}{extra}, got {value}")
+        return value
+    return parse
+
+
+def _read_npy(path: str) -> np.ndarray:
+    """One ``--input`` array, or an error that says what is wrong with the file."""
+    try:
+        value = np.load(path, allow_pickle=False)
+    except FileNotFoundError:
+        raise InvalidArgumentError(f"--input {path}: no such file") from None
+    except IsADirectoryError:
+        raise InvalidArgumentError(f"--input {path}: is a folder, not a .npy file") from None
+    except OSError as exc:
+        raise InvalidArgumentError(f"--input {path}: cannot read it: {exc.strerror or exc}") from None
+    except (ValueError, EOFError) as exc:
+        # numpy's own words ("pickled data", "EOF") mean nothing to a user who passed a .txt.
+        log.debug("np.load(%s) failed: %s", path, exc)
+        raise InvalidArgumentError(f"--input {path}: not a valid .npy file (write arrays with numpy.save; "
+                                   "object arrays are not accepted)") from None
+    if not isinstance(value, np.ndarray):
+        value.close()
+        raise InvalidArgumentError(f"--input {path}: is an .npz archive; give one .npy file per input")
+    return value
+
+
+def _save_dir(path: str | None) -> Path | None:
+    """The ``--save`` folder, created up front so that a bad path fails before the run."""
+    if path is None:
+        return None
+    folder = Path(path)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise InvalidArgumentError(f"--save {path}: exists and is not a folder") from None
+    except OSError as exc:
+        raise InvalidArgumentError(f"--save {path}: cannot create the folder: {exc.strerror or exc}") from None
+    return folder
 
 
 def random_inputs(details: list[dict], seed: int = 0) -> list[np.ndarray]:
@@ -79,41 +136,212 @@ def random_inputs(details: list[dict], seed: int = 0) -> list[np.ndarray]:
     return out
 
 
-def _load_inputs(paths: Sequence[str] | None, details: list[dict], seed: int) -> list[np.ndarray]:
-    if not paths:
-        return random_inputs(details, seed)
-    if len(paths) != len(details):
-        raise LiteGpuError(f"the model has {len(details)} inputs, {len(paths)} .npy files were given")
-    return [np.load(p, allow_pickle=False) for p in paths]
+# -- what runs: the main subgraph's tensors, or a signature ------------------------------
+class _Tensors:
+    """The main subgraph through the tensor API (models without signatures)."""
+
+    def __init__(self, interp, label: str = "the main subgraph (the model has no signature)") -> None:
+        self.interp = interp
+        self.label = label
+
+    def input_details(self) -> list[tuple[str, dict]]:
+        return [(d["name"], d) for d in self.interp.get_input_details()]
+
+    def prepare(self, values: list[np.ndarray]) -> bool:
+        """Set the inputs, resizing first where their shapes differ; True when it resized."""
+        details = self.interp.get_input_details()
+        resized = False
+        for d, x in zip(details, values):
+            if tuple(x.shape) != tuple(d["shape"]):
+                self.interp.resize_tensor_input(d["index"], x.shape)
+                resized = True
+        if resized:
+            self.interp.allocate_tensors()
+        for d, x in zip(details, values):
+            self.interp.set_tensor(d["index"], x)
+        return resized
+
+    def invoke(self) -> None:
+        self.interp.invoke()
+
+    def outputs(self) -> list[tuple[str, int, np.ndarray]]:
+        return [(d["name"], d["index"], self.interp.get_tensor(d["index"])) for d in self.interp.get_output_details()]
+
+    def report(self) -> DelegationReport:
+        return self.interp.get_delegation_report()
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    interp = _make_interpreter(args)
-    details = interp.get_input_details()
-    for d, x in zip(details, _load_inputs(args.input, details, args.seed)):
-        if tuple(x.shape) != tuple(d["shape"]):
-            interp.resize_tensor_input(d["index"], x.shape)
-            interp.allocate_tensors()
-        interp.set_tensor(d["index"], x)
+class _Signature:
+    """One signature: inputs and outputs under the signature's names."""
+
+    def __init__(self, interp, key: str, label: str) -> None:
+        self.runner = interp.get_signature_runner(key)
+        self.key = key
+        self.label = label
+        self._kwargs: dict[str, np.ndarray] = {}
+        self._result: dict[str, np.ndarray] = {}
+
+    def input_details(self) -> list[tuple[str, dict]]:
+        return list(self.runner.get_input_details().items())
+
+    def prepare(self, values: list[np.ndarray]) -> bool:
+        """Keep the inputs for the call, resizing first where their shapes differ; True when it resized."""
+        self._kwargs = {name: x for (name, _), x in zip(self.input_details(), values)}
+        resized = False
+        for name, d in self.input_details():
+            if tuple(self._kwargs[name].shape) != tuple(d["shape"]):
+                self.runner.resize_input(name, self._kwargs[name].shape)
+                resized = True
+        # Compile for these shapes now, so a shape error is not reported as a run failure.
+        self.runner.allocate_tensors()
+        return resized
+
+    def invoke(self) -> None:
+        self._result = self.runner(**self._kwargs)
+
+    def outputs(self) -> list[tuple[str, int, np.ndarray]]:
+        details = self.runner.get_output_details()
+        return [(name, int(details[name]["index"]), y) for name, y in self._result.items()]
+
+    def report(self) -> DelegationReport:
+        return self.runner.get_delegation_report()
+
+
+def _target(interp, key: str | None):
+    """What to run: the named signature, else the model's first signature, else its tensors."""
+    sigs = list(interp.get_signature_list())
+    if key is not None:
+        if not sigs:
+            raise InvalidArgumentError(f"--signature {key}: the model has no signatures; leave --signature out")
+        if key not in sigs:
+            raise InvalidArgumentError(f"--signature {key}: no such signature; the model has {', '.join(sigs)}")
+        return _Signature(interp, key, f"signature {key!r}")
+    if not sigs:
+        return _Tensors(interp)
+    others = f"the first of {len(sigs)}: {', '.join(sigs)}; pick one with --signature" if len(sigs) > 1 \
+        else "the model's only signature"
+    return _Signature(interp, sigs[0], f"signature {sigs[0]!r} ({others})")
+
+
+def _inputs(args: argparse.Namespace, target, arrays: list[np.ndarray]) -> tuple[list[np.ndarray], list[str]]:
+    """Input arrays for ``target`` (``arrays`` read from ``--input``, checked against the model,
+    or random ones) and a line per input saying where it came from."""
+    details = target.input_details()
+    if not args.input:
+        values = random_inputs([d for _, d in details], args.seed)
+        return values, [f"input {name!r} {np.dtype(d['dtype'])}{list(map(int, d['shape']))}: random "
+                        f"({'standard normal' if np.dtype(d['dtype']).kind == 'f' else 'integers 0..9'}, "
+                        f"seed {args.seed}; give .npy files with --input)" for name, d in details]
+    if len(args.input) != len(details):
+        names = ", ".join(repr(name) for name, _ in details) or "none"
+        raise InvalidArgumentError(f"the model has {len(details)} input{'s' if len(details) != 1 else ''} "
+                                   f"({names}); {len(args.input)} .npy files were given")
+    values, notes = [], []
+    for path, (name, d), x in zip(args.input, details, arrays):
+        want, shape = np.dtype(d["dtype"]), [int(s) for s in d["shape"]]
+        if x.dtype != want:
+            raise InvalidArgumentError(f"input {name!r}: {path} holds {x.dtype}, the model takes {want} "
+                                       f"(convert with .astype(np.{want.name}))")
+        if x.ndim != len(shape):
+            raise InvalidArgumentError(f"input {name!r}: {path} has shape {list(x.shape)} (rank {x.ndim}), "
+                                       f"the model takes rank {len(shape)}: {shape}")
+        note = f"input {name!r} {x.dtype}{list(x.shape)}: from {path}"
+        if list(x.shape) != shape:
+            sig = [int(s) for s in d.get("shape_signature", shape)]
+            static = [i for i, (a, b, s) in enumerate(zip(x.shape, shape, sig)) if a != b and s != -1]
+            note += f"; resized the model's input from {shape}"
+            if static:
+                note += f" (dimension{'s' if len(static) > 1 else ''} {', '.join(map(str, static))} "
+                note += "static in the model; shapes were inferred again)"
+        values.append(x)
+        notes.append(note)
+    return values, notes
+
+
+@contextlib.contextmanager
+def _naming_file(model: str) -> Iterator[None]:
+    """A malformed model's error names the field; add which file, unless it says already."""
+    try:
+        yield
+    except ModelFormatError as exc:
+        if model in str(exc):
+            raise
+        raise ModelFormatError(f"{model}: {exc}") from exc
+
+
+def _make_interpreter(args: argparse.Namespace):
+    from .interpreter import Interpreter
+    from .session import load_delegate
+    options = {"precision_loss_allowed": bool(getattr(args, "fp16", False))}
+    delegates = [load_delegate(b, options) for b in (args.backend or []) if b != "cpu"]
+    with progress(f"compiling {Path(args.model).name}"), _naming_file(args.model):
+        interp = Interpreter(model_path=args.model, experimental_delegates=delegates,
+                             num_threads=args.num_threads)
+        interp.allocate_tensors()
+    return interp
+
+
+def _timed(call) -> float:
     start = time.perf_counter()
-    interp.invoke()
-    elapsed = time.perf_counter() - start
-    for d in interp.get_output_details():
-        y = interp.get_tensor(d["index"])
+    call()
+    return time.perf_counter() - start
+
+
+def _print_placement(report: DelegationReport) -> None:
+    print(f"subgraph {report.subgraph}: {report.counts()}")
+    for line in report.partition_lines():
+        print(f"  {line}")
+
+
+# -- commands --------------------------------------------------------------------------
+def cmd_run(args: argparse.Namespace) -> int:
+    # What the user typed is checked before the model is compiled.
+    arrays = [_read_npy(path) for path in args.input or ()]
+    save = _save_dir(args.save)
+    interp = _make_interpreter(args)
+    target = _target(interp, args.signature)
+    values, notes = _inputs(args, target, arrays)
+    print(f"running {target.label}")
+    for note in notes:
+        print(note)
+    start = time.perf_counter()
+    if target.prepare(values):   # compiled again for the new shapes: that is compile time too
+        print(f"compiling for the new input shapes: done in {time.perf_counter() - start:.2f}s")
+    # The first invoke is where kernels not in a disk cache are JIT-compiled (numba) or
+    # finalized (PoCL): it is reported apart from the steady-state time of a second one.
+    first = _timed(target.invoke)
+    outputs = [(name, index, np.array(y)) for name, index, y in target.outputs()]
+    warm = _timed(target.invoke)
+    _print_placement(target.report())
+    for name, index, y in outputs:
         stats = (f"min {y.min():.6g} max {y.max():.6g} mean {y.astype(np.float64).mean():.6g}"
-                 if y.size and y.dtype.kind in "fiu" else "")
-        print(f"output {d['name']!r} {y.dtype}{list(y.shape)} {stats}")
-        if args.save:
-            path = Path(args.save) / f"output_{d['index']}.npy"
+                 if y.size and y.dtype.kind in "fiub" else "")
+        print(f"output {name!r} {y.dtype}{list(y.shape)} {stats}".rstrip())
+        if save is not None:
+            path = save / f"output_{index}.npy"
             np.save(path, y)
             print(f"  saved to {path}")
-    print(f"invoke: {elapsed * 1e3:.3f} ms")
+    print(f"first invoke: {first * 1e3:.3f} ms (includes JIT compilation of kernels not in the disk caches)")
+    print(f"invoke: {warm * 1e3:.3f} ms (second run, warm)")
+    return 0
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    arrays = [_read_npy(path) for path in args.input or ()]
+    interp = _make_interpreter(args)
+    target = _target(interp, None)
+    values, _ = _inputs(args, target, arrays)
+    target.prepare(values)
+    first = _timed(target.invoke)
+    print(f"first invoke (JIT compilation + run): {first:.2f}s; the disk caches now hold this model's kernels")
+    _print_placement(target.report())
     return 0
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
     from .model import load_model
-    model = load_model(args.model)
+    with _naming_file(args.model):
+        model = load_model(args.model)
     print(f"model {args.model}: {model.nbytes / 1e6:.2f} MB, schema version {model.version}, "
           f"{len(model.subgraphs)} subgraphs")
     if model.description:
@@ -122,8 +350,14 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         print(f"signature {s.key!r} (subgraph {s.subgraph_index}): inputs {s.inputs} outputs {s.outputs}")
     for sg in model.subgraphs:
         hist = collections.Counter(n.op for n in sg.nodes)
-        print(f"subgraph {sg.index} {sg.name!r}: {len(sg.tensors)} tensors, {len(sg.nodes)} nodes")
+        folded = collections.Counter(n.op for n in sg.folded_at_load)
+        print(f"subgraph {sg.index} {sg.name!r}: {len(sg.tensors)} tensors, {sg.nodes_in_file} nodes in the file"
+              + (f" ({len(sg.folded_at_load)} folded into constants at load, {len(sg.nodes)} left)"
+                 if sg.folded_at_load else ""))
         print("  ops: " + ", ".join(f"{op}x{c}" for op, c in hist.most_common()))
+        if folded:
+            print("  folded at load (weight-only, on constants): "
+                  + ", ".join(f"{op}x{c}" for op, c in folded.most_common()))
         for label, idx in (("input", sg.inputs), ("output", sg.outputs)):
             for t in idx:
                 tensor = sg.tensors[t]
@@ -136,7 +370,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     try:
         interp = _make_interpreter(args)
     except LiteGpuError as exc:
-        print(f"not runnable: {exc}")
+        # The file was read and shown; that it cannot run here is the one error line.
+        sys.stdout.flush()
+        fail(f"not runnable: {exc}")
         return 1
     print(interp.get_delegation_report())
     return 0
@@ -149,19 +385,9 @@ def _summary(times: np.ndarray) -> str:
 
 
 def _time_invokes(invoke, runs: int, warmup: int) -> tuple[float, float, np.ndarray]:
-    start = time.perf_counter()
-    invoke()
-    first = time.perf_counter() - start
-    warm = []
-    for _ in range(warmup):
-        t = time.perf_counter()
-        invoke()
-        warm.append(time.perf_counter() - t)
-    times = np.empty(runs)
-    for i in range(runs):
-        t = time.perf_counter()
-        invoke()
-        times[i] = time.perf_counter() - t
+    first = _timed(invoke)
+    warm = [_timed(invoke) for _ in range(warmup)]
+    times = np.array([_timed(invoke) for _ in range(runs)])
     return first, float(np.mean(warm)) if warm else first, times
 
 
@@ -171,18 +397,20 @@ def _peak_rss_mb() -> float:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    arrays = [_read_npy(path) for path in args.input or ()]
     start = time.perf_counter()
     interp = _make_interpreter(args)
     init = time.perf_counter() - start
-    details = interp.get_input_details()
-    inputs = _load_inputs(args.input, details, args.seed)
-    for d, x in zip(details, inputs):
-        interp.set_tensor(d["index"], x)
-    first, warm, times = _time_invokes(interp.invoke, args.num_runs, args.warmup_runs)
-    report = interp.get_delegation_report()
+    # Like benchmark_model, time invoke() alone unless a signature is asked for.
+    target = _target(interp, args.signature) if args.signature else _Tensors(interp, "the main subgraph")
+    inputs, _ = _inputs(args, target, arrays)
+    target.prepare(inputs)
+    first, warm, times = _time_invokes(target.invoke, args.num_runs, args.warmup_runs)
+    report = target.report()
     backend = ",".join(args.backend or ["cpu"])
     print(f"litegpu {__version__} [{backend}] {Path(args.model).name}, threads {args.num_threads}")
-    print(f"  init {init * 1e3:.1f} ms, first inference {first * 1e3:.3f} ms, warmup avg {warm * 1e3:.3f} ms")
+    print(f"  init {init * 1e3:.1f} ms, first inference {first * 1e3:.3f} ms (includes JIT compilation), "
+          f"warmup avg {warm * 1e3:.3f} ms")
     print(f"  steady state: {_summary(times)}")
     print("  nodes per backend: " + ", ".join(f"{b}={report.nodes_on(b)}" for b in
                                                  sorted({a.backend for a in report.assignments})))
@@ -191,32 +419,38 @@ def cmd_bench(args: argparse.Namespace) -> int:
     for summary in report.programs:
         print(f"  {summary}")
     if args.compare_litert:
-        return _compare_litert(args, interp, inputs, float(np.median(times)))
+        return _compare_litert(args, target, inputs, float(np.median(times)))
     return 0
 
 
-def _compare_litert(args: argparse.Namespace, interp, inputs, ours: float) -> int:
+def _compare_litert(args: argparse.Namespace, target, inputs, ours: float) -> int:
     try:
         from ai_edge_litert.interpreter import Interpreter as LiteRT
     except ImportError:
-        print("--compare-litert needs ai-edge-litert (pip install litegpu[litert])", file=sys.stderr)
-        return 1
-    ref = LiteRT(model_path=args.model, num_threads=args.num_threads)
+        raise InvalidArgumentError("--compare-litert needs ai-edge-litert (pip install litegpu[litert])") from None
+    ref = LiteRT(model_path=args.model, num_threads=max(args.num_threads, 1))
     ref.allocate_tensors()
-    for d, x in zip(ref.get_input_details(), inputs):
-        if tuple(d["shape"]) != x.shape:
-            ref.resize_tensor_input(d["index"], x.shape)
-            ref.allocate_tensors()
-    for d, x in zip(ref.get_input_details(), inputs):
-        ref.set_tensor(d["index"], x)
-    _, _, times = _time_invokes(ref.invoke, args.num_runs, args.warmup_runs)
+    if isinstance(target, _Signature):
+        runner = ref.get_signature_runner(target.key)
+        kwargs = dict(zip((name for name, _ in target.input_details()), inputs))
+        result: dict = {}
+        _, _, times = _time_invokes(lambda: result.update(runner(**kwargs)), args.num_runs, args.warmup_runs)
+        theirs_out = [result[name] for name, _, _ in target.outputs()]
+    else:
+        for d, x in zip(ref.get_input_details(), inputs):
+            if tuple(d["shape"]) != x.shape:
+                ref.resize_tensor_input(d["index"], x.shape)
+                ref.allocate_tensors()
+        for d, x in zip(ref.get_input_details(), inputs):
+            ref.set_tensor(d["index"], x)
+        _, _, times = _time_invokes(ref.invoke, args.num_runs, args.warmup_runs)
+        theirs_out = [ref.get_tensor(d["index"]) for d in ref.get_output_details()]
     theirs = float(np.median(times))
     print(f"LiteRT (XNNPACK) steady state: {_summary(times)}")
     worst = 0.0
-    for ours_d, ref_d in zip(interp.get_output_details(), ref.get_output_details()):
-        a, b = interp.get_tensor(ours_d["index"]), ref.get_tensor(ref_d["index"])
+    for (name, _, a), b in zip(target.outputs(), theirs_out):
         if a.shape != b.shape:
-            print(f"  output {ref_d['name']!r}: shape {list(a.shape)} vs LiteRT {list(b.shape)}")
+            print(f"  output {name!r}: shape {list(a.shape)} vs LiteRT {list(b.shape)}")
             worst = float("inf")
             continue
         scale = max(float(np.abs(b.astype(np.float64)).max()) if b.size else 0.0, 1e-30)
@@ -232,8 +466,13 @@ def cmd_backends(args: argparse.Namespace) -> int:
     for rec in pm.records:
         if rec.error:
             print(f"{rec.name}: plugin failed to load ({rec.module}): {rec.error}")
+    misconfigured = []
     for name, backend in sorted(pm.backends.items()):
-        ok, why = backend.available()
+        try:
+            ok, why = backend.available()
+        except LiteGpuError as exc:   # e.g. a device variable naming no device: listed, then exit 1
+            ok, why = False, str(exc)
+            misconfigured.append(name)
         info = backend.device_info() if ok else {}
         plugin = next((r for r in pm.records if name in r.backends), None)
         where = f"{plugin.distribution} {plugin.version}".strip() if plugin else ""
@@ -241,59 +480,102 @@ def cmd_backends(args: argparse.Namespace) -> int:
         print(f"{name}: {state}" + (f" [{where}]" if where else ""))
         for key, value in info.items():
             print(f"    {key}: {value}")
+    if misconfigured:
+        fail(f"misconfigured backend{'s' if len(misconfigured) > 1 else ''}: {', '.join(misconfigured)} (see above)")
+        return 1
     return 0
+
+
+# -- the parser ------------------------------------------------------------------------
+class _Parser(argparse.ArgumentParser):
+    """argparse with the CLI's one-line errors (exit code 2) instead of usage + error."""
+
+    def error(self, message: str) -> NoReturn:
+        fail(f"{message} (see '{self.prog} --help')")
+        sys.exit(2)
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``litegpu`` command."""
-    parser = argparse.ArgumentParser(prog="litegpu", description="Run .tflite models on litegpu backends.")
+    parser = _Parser(prog="litegpu", description="Run .tflite models on litegpu backends.",
+                     epilog="Exit codes: 0 success, 1 error (one 'litegpu: error: ...' line on stderr), "
+                            "2 bad command line.")
     parser.add_argument("--version", action="version", version=f"litegpu {__version__}")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
-    sub = parser.add_subparsers(dest="command", required=True)
+
+    def logging_flags(p: argparse.ArgumentParser, default) -> None:
+        # Accepted before or after the command; SUPPRESS keeps a command's default from
+        # overwriting a flag given before it.
+        p.add_argument("-v", "--verbose", action="store_true", default=default, help="log at INFO level")
+        p.add_argument("--debug", action="store_true", default=default,
+                       help="log at DEBUG level and print the traceback of internal errors")
+
+    logging_flags(parser, False)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def model_command(name: str, help_: str) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_, description=help_)
+        logging_flags(p, argparse.SUPPRESS)
         p.add_argument("model", help="path of a .tflite model")
         p.add_argument("--backend", action="append", help="backend in order of preference (repeatable); "
                        "nodes it cannot run fall back to cpu")
-        p.add_argument("--num-threads", type=int, default=2, help="cpu threads (default 2)")
-        p.add_argument("--input", nargs="*", help=".npy files, one per input (default: seeded random)")
+        p.add_argument("--num-threads", type=_int_at_least(1, also=(-1,)), default=2,
+                       help="cpu threads (default 2; -1: the backend's default)")
+        p.add_argument("--input", nargs="*", metavar="NPY", help=".npy files, one per input, in the order of "
+                       "the signature's (or the model's) inputs (default: seeded random)")
         p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
         p.add_argument("--fp16", action="store_true", help="allow precision loss: fp16 storage on GPU "
                        "backends (LiteRT's precision_loss_allowed)")
         return p
 
-    p = model_command("run", "run a model once and summarize its outputs")
-    p.add_argument("--save", help="folder to save outputs as .npy")
+    p = model_command("run", "run a model and summarize its outputs, placement and timings")
+    p.add_argument("--signature", help="signature to run (default: the main subgraph's)")
+    p.add_argument("--save", metavar="DIR", help="folder to save outputs as .npy (created if missing)")
     p.set_defaults(func=cmd_run)
     p = model_command("inspect", "show signatures, tensors, op histogram, partitions and the delegation report")
     p.add_argument("--tensors", action="store_true", help="list every tensor of every subgraph")
     p.set_defaults(func=cmd_inspect)
     p = model_command("bench", "time a model like LiteRT's benchmark_model")
-    p.add_argument("--num-runs", type=int, default=50)
-    p.add_argument("--warmup-runs", type=int, default=5)
+    p.add_argument("--signature", help="signature to time (default: the main subgraph's)")
+    p.add_argument("--num-runs", type=_int_at_least(1), default=50, help="timed runs (default 50)")
+    p.add_argument("--warmup-runs", type=_int_at_least(0), default=5, help="untimed runs first (default 5)")
     p.add_argument("--compare-litert", action="store_true", help="also time ai-edge-litert on the same input "
                    "and print the ratio and the max difference")
     p.set_defaults(func=cmd_bench)
+    p = model_command("compile", "compile a model and run it once, filling the disk caches so later "
+                      "processes start warm")
+    p.set_defaults(func=cmd_compile)
     p = sub.add_parser("backends", help="list backend plugins, availability, devices and versions")
+    logging_flags(p, argparse.SUPPRESS)
     p.set_defaults(func=cmd_backends)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``litegpu`` command."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s")
+    """Entry point of the ``litegpu`` command; returns the exit code."""
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:   # --help, --version, or a usage error already printed
+        return exc.code if isinstance(exc.code, int) else 2
+    level = logging.DEBUG if args.debug else logging.INFO if args.verbose else logging.WARNING
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
     try:
         return args.func(args)
     except LiteGpuError as exc:
-        print(f"litegpu: error: {exc}", file=sys.stderr)
-        return 1
-    except OSError as exc:
-        print(f"litegpu: error: {exc}", file=sys.stderr)
-        return 1
+        log.debug("litegpu error", exc_info=True)
+        fail(str(exc))
+    except OSError as exc:   # the file system, not litegpu: say which file and why
+        log.debug("OS error", exc_info=True)
+        fail(f"{exc.filename}: {exc.strerror}" if exc.filename and exc.strerror else str(exc))
+    except MemoryError:
+        fail("out of memory")
+    except KeyboardInterrupt:
+        fail("interrupted")
+        return 130
+    except Exception as exc:   # noqa: BLE001 — anything else is a bug in litegpu; still one line
+        if args.debug:
+            traceback.print_exc()
+        fail(f"internal error: {type(exc).__name__}: {exc} (please report it; --debug shows the traceback)")
+    return 1
 
 
 if __name__ == "__main__":

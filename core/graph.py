@@ -77,6 +77,14 @@ class Subgraph:
     nodes: tuple[Node, ...]
     inputs: tuple[int, ...]
     outputs: tuple[int, ...]
+    # Nodes of the file the reader folded into constants (weight-only DEQUANTIZE/DENSIFY):
+    # ``nodes`` keeps file indices, so these are the gaps; reports count them.
+    folded_at_load: tuple[Node, ...] = ()
+
+    @property
+    def nodes_in_file(self) -> int:
+        """How many operators the file lists for this subgraph (LiteRT's node count)."""
+        return len(self.nodes) + len(self.folded_at_load)
 
 
 @dataclass(frozen=True)

@@ -223,6 +223,10 @@ class SignatureRunner:
         """Compile for the current input shapes."""
         self._compiled = self._session.compile(self._sig.subgraph_index, self._shapes)
 
+    def get_delegation_report(self) -> DelegationReport:
+        """Which backend runs each node of the signature's subgraph (as compiled for the last call)."""
+        return self._compiled.report
+
     def _tensor(self, name: str) -> int:
         if name not in self._sig.inputs:
             raise InvalidArgumentError(f"signature {self._sig.key!r} has no input {name!r}; inputs are "

@@ -1,6 +1,7 @@
-"""The litegpu command line, run as a user runs it (a subprocess of the installed entry point)."""
+"""The litegpu command line: what it prints, and that every failure is one readable line."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -8,71 +9,218 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from litegpu.cli import main
 from litegpu.testing.builder import ModelBuilder
 
 SHARED = Path(__file__).resolve().parents[1] / ".." / "shared" / "models"
 
 
-def litegpu(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "litegpu.cli", *args], capture_output=True, text=True, timeout=300)
+def litegpu(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """The command run as a user runs it: a separate process, real stdout and stderr."""
+    return subprocess.run([sys.executable, "-m", "litegpu.cli", *args], capture_output=True, text=True,
+                          timeout=300, env=None if env is None else {**os.environ, **env})
 
 
 @pytest.fixture(scope="module")
-def small_model(tmp_path_factory) -> Path:
+def files(tmp_path_factory) -> Path:
+    """A folder of small models and input files, good and bad, for the table below."""
+    d = tmp_path_factory.mktemp("cli")
     b = ModelBuilder()
     x = b.input("x", (1, 4))
     c = b.const("c", np.arange(4, dtype=np.float32).reshape(1, 4))
     y = b.tensor("y", (1, 4))
     b.op("ADD", [x, c], [y], fused_activation_function="RELU")
     b.output(y)
-    path = tmp_path_factory.mktemp("cli") / "add_relu.tflite"
-    path.write_bytes(b.build())
-    return path
+    (d / "add.tflite").write_bytes(b.build())
+    b = ModelBuilder()
+    x = b.input("image", (1, 8, 8, 3))
+    w, bias = b.const("w", np.ones((4, 3, 3, 3), np.float32)), b.const("b", np.zeros(4, np.float32))
+    y = b.tensor("features", (1, 8, 8, 4))
+    b.op("CONV_2D", [x, w, bias], [y], padding="SAME", stride_w=1, stride_h=1)
+    b.output(y)
+    b.signature("serve", {"image": x}, {"features": y})
+    conv = b.build()
+    (d / "conv.tflite").write_bytes(conv)
+    (d / "truncated.tflite").write_bytes(conv[: len(conv) // 2])
+    (d / "notes.tflite").write_text("this is not a model\n")
+    (d / "text.npy").write_text("1 2 3 4\n")
+    (d / "a_file").write_text("not a folder\n")
+    np.save(d / "x.npy", np.zeros((1, 4), np.float32))
+    np.save(d / "rank3.npy", np.zeros((1, 1, 4), np.float32))
+    np.save(d / "f64.npy", np.zeros((1, 4), np.float64))
+    np.save(d / "c4.npy", np.zeros((1, 8, 8, 4), np.float32))
+    np.save(d / "img16.npy", np.ones((1, 16, 16, 3), np.float32))
+    np.savez(d / "pair.npz", a=np.zeros(4))
+    return d
+
+
+INT8 = str(SHARED / "mobilenet_v2_int8.tflite")
+
+# (id, argv with {d} for the files folder, exit code, words the one error line must contain)
+BAD = [
+    ("missing model", ["run", "{d}/missing.tflite"], 1, ["cannot read model file", "missing.tflite"]),
+    ("not a tflite", ["run", "{d}/notes.tflite"], 1, ["notes.tflite", "not a .tflite model"]),
+    ("truncated model", ["run", "{d}/truncated.tflite"], 1, ["truncated.tflite", "outside the model"]),
+    ("model is a folder", ["inspect", "{d}"], 1, ["cannot read model file"]),
+    ("rank-3 input", ["run", "{d}/add.tflite", "--input", "{d}/rank3.npy"], 1, ["input 'x'", "rank 3", "rank 2"]),
+    ("wrong dtype", ["run", "{d}/add.tflite", "--input", "{d}/f64.npy"], 1, ["input 'x'", "float64", "float32"]),
+    ("non-npy input", ["run", "{d}/add.tflite", "--input", "{d}/text.npy"], 1, ["text.npy", "not a valid .npy"]),
+    ("npz input", ["run", "{d}/add.tflite", "--input", "{d}/pair.npz"], 1, [".npz archive"]),
+    ("missing input", ["run", "{d}/add.tflite", "--input", "{d}/nothere.npy"], 1, ["nothere.npy", "no such file"]),
+    ("input count", ["run", "{d}/add.tflite", "--input", "{d}/x.npy", "{d}/x.npy"], 1,
+     ["1 input", "2 .npy files"]),
+    ("channel mismatch", ["run", "{d}/conv.tflite", "--input", "{d}/c4.npy"], 1, ["CONV_2D", "channels"]),
+    ("save into a file", ["run", "{d}/add.tflite", "--save", "{d}/a_file"], 1, ["--save", "not a folder"]),
+    ("save below a file", ["run", "{d}/add.tflite", "--save", "{d}/a_file/out"], 1,
+     ["--save", "cannot create the folder"]),
+    ("unknown backend", ["run", "{d}/add.tflite", "--backend", "nope"], 1, ["no backend named 'nope'"]),
+    ("unknown signature", ["run", "{d}/conv.tflite", "--signature", "nope"], 1, ["nope", "serve"]),
+    ("signature, none", ["run", "{d}/add.tflite", "--signature", "serve"], 1, ["no signatures"]),
+    ("int8 model", ["run", INT8], 1, ["int8", "not supported"]),
+    ("int8 inspect", ["inspect", INT8], 1, ["not runnable", "int8"]),
+    ("num-runs 0", ["bench", "{d}/add.tflite", "--num-runs", "0"], 2, ["--num-runs", ">= 1", "got 0"]),
+    ("num-runs -5", ["bench", "{d}/add.tflite", "--num-runs", "-5"], 2, ["--num-runs", "got -5"]),
+    ("warmup -1", ["bench", "{d}/add.tflite", "--warmup-runs", "-1"], 2, ["--warmup-runs", ">= 0"]),
+    ("num-threads 0", ["run", "{d}/add.tflite", "--num-threads", "0"], 2, ["--num-threads", "got 0"]),
+    ("num-threads text", ["run", "{d}/add.tflite", "--num-threads", "two"], 2, ["--num-threads", "'two'"]),
+    ("unknown command", ["frobnicate"], 2, ["invalid choice: 'frobnicate'"]),
+    ("no model", ["run"], 2, ["required: model"]),
+    ("unknown option", ["run", "{d}/add.tflite", "--frob"], 2, ["unrecognized arguments: --frob"]),
+]
+
+
+def _check_one_error_line(code: int, out: str, err: str, expected: int, words: list[str]) -> None:
+    assert "Traceback" not in out + err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("litegpu: error: "), err
+    for word in words:
+        assert word in lines[0], (word, lines[0])
+    assert code == expected, (code, err)
+
+
+# Cases that fail before compiling (the model is bad, or what the user typed is checked
+# first): "compiling ...: done" must not be printed.
+NOT_COMPILED = {"missing model", "not a tflite", "truncated model", "unknown backend", "int8 model",
+                "non-npy input", "npz input", "missing input", "save into a file", "save below a file"}
+
+
+@pytest.mark.parametrize("case", BAD, ids=[c[0] for c in BAD])
+def test_bad_invocation_is_one_error_line(files: Path, capsys, case) -> None:
+    name, argv, expected, words = case
+    if INT8 in argv and not Path(INT8).exists():
+        pytest.skip("shared model mobilenet_v2_int8.tflite is not here")
+    code = main([a.replace("{d}", str(files)) for a in argv])
+    out, err = capsys.readouterr()
+    _check_one_error_line(code, out, err, expected, words)
+    if name in NOT_COMPILED:
+        assert "done in" not in out
+
+
+@pytest.mark.parametrize("argv, expected, words", [
+    (["run", "{d}/missing.tflite"], 1, ["cannot read model file"]),
+    (["run", "{d}/add.tflite", "--input", "{d}/rank3.npy"], 1, ["rank 3"]),
+    (["bench", "{d}/add.tflite", "--num-runs", "0"], 2, ["--num-runs"]),
+], ids=["missing model", "rank-3 input", "num-runs 0"])
+def test_bad_invocation_in_a_real_process(files: Path, argv, expected, words) -> None:
+    res = litegpu(*[a.replace("{d}", str(files)) for a in argv])
+    _check_one_error_line(res.returncode, res.stdout, res.stderr, expected, words)
+
+
+def test_forbid_compile_with_cold_cache(files: Path, tmp_path: Path) -> None:
+    from litegpu.plugins import manager
+    backend = manager().backends.get("opencl")
+    if backend is None or not backend.available()[0]:
+        pytest.skip("no OpenCL device")
+    env = {"LITEGPU_OPENCL_FORBID_COMPILE": "1", "LITEGPU_CACHE_DIR": str(tmp_path / "litegpu"),
+           "POCL_CACHE_DIR": str(tmp_path / "pocl"), "XDG_CACHE_HOME": str(tmp_path / "xdg")}
+    res = litegpu("run", str(files / "add.tflite"), "--backend", "opencl", env=env)
+    _check_one_error_line(res.returncode, res.stdout, res.stderr, 1, ["compiling is forbidden"])
+    assert "done in" not in res.stdout   # compiling failed: not reported as done
+
+
+def test_internal_error_is_one_line_and_debug_shows_traceback(capsys, monkeypatch) -> None:
+    import litegpu.cli as cli
+
+    def broken(args):
+        raise ValueError("not enough values to unpack")
+    monkeypatch.setattr(cli, "cmd_backends", broken)   # a bug in litegpu, as seen by the CLI
+    assert main(["backends"]) == 1
+    out, err = capsys.readouterr()
+    assert err.strip().splitlines() == ["litegpu: error: internal error: ValueError: not enough values to unpack "
+                                        "(please report it; --debug shows the traceback)"]
+    assert main(["backends", "--debug"]) == 1
+    assert "Traceback" in capsys.readouterr().err
 
 
 def test_help_lists_commands() -> None:
     out = litegpu("--help")
     assert out.returncode == 0
-    for cmd in ("run", "inspect", "bench", "backends"):
+    for cmd in ("run", "inspect", "bench", "compile", "backends"):
         assert cmd in out.stdout
 
 
-def test_backends_lists_cpu_with_versions() -> None:
-    out = litegpu("backends")
-    assert out.returncode == 0
-    assert "cpu: available" in out.stdout and "numba:" in out.stdout
+def test_backends_lists_cpu_with_versions(capsys) -> None:
+    assert main(["backends"]) == 0
+    out = capsys.readouterr().out
+    assert "cpu: available" in out and "numba:" in out
 
 
-def test_run_with_npy_input(small_model: Path, tmp_path: Path) -> None:
+def test_run_with_npy_input_saves_into_a_new_folder(files: Path, tmp_path: Path, capsys) -> None:
     x = np.array([[-5, 1, -1, 2]], np.float32)
     np.save(tmp_path / "x.npy", x)
-    out = litegpu("run", str(small_model), "--input", str(tmp_path / "x.npy"), "--save", str(tmp_path))
+    save = tmp_path / "new" / "outputs"   # created, parents too
+    assert main(["run", str(files / "add.tflite"), "--input", str(tmp_path / "x.npy"), "--save", str(save)]) == 0
+    out = capsys.readouterr().out
+    assert "first invoke:" in out and "(second run, warm)" in out
+    assert f"input 'x' float32[1, 4]: from {tmp_path / 'x.npy'}" in out
+    assert "partition 0: cpu, 1 node (node 0)" in out
+    np.testing.assert_array_equal(np.load(save / "output_2.npy"), np.maximum(x + np.arange(4), 0))
+
+
+def test_run_says_inputs_are_random_and_uses_the_signature(files: Path, capsys) -> None:
+    assert main(["run", str(files / "conv.tflite"), "--seed", "7"]) == 0
+    out = capsys.readouterr().out
+    assert "running signature 'serve' (the model's only signature)" in out
+    assert "input 'image' float32[1, 8, 8, 3]: random (standard normal, seed 7" in out
+    assert "output 'features' float32[1, 8, 8, 4]" in out     # the signature's name, not the tensor's
+
+
+def test_run_says_it_resized_a_static_dimension(files: Path, capsys) -> None:
+    assert main(["run", str(files / "conv.tflite"), "--input", str(files / "img16.npy")]) == 0
+    out = capsys.readouterr().out
+    assert "input 'image' float32[1, 16, 16, 3]" in out
+    assert "resized the model's input from [1, 8, 8, 3] (dimensions 1, 2 static in the model" in out
+    assert "output 'features' float32[1, 16, 16, 4]" in out
+
+
+def test_inspect_prints_ops_and_report(files: Path, capsys) -> None:
+    assert main(["inspect", str(files / "add.tflite"), "--tensors"]) == 0
+    out = capsys.readouterr().out
+    assert "ADDx1" in out and "partition 0: cpu" in out
+    assert "tensor 1 'c' FLOAT32[1, 4] const" in out
+
+
+def test_inspect_counts_agree_with_litert() -> None:
+    path = SHARED / "resnet18_fp16.tflite"
+    if not path.exists():
+        pytest.skip("shared model resnet18_fp16.tflite is not here")
+    out = litegpu("inspect", str(path))
     assert out.returncode == 0, out.stderr
-    assert "invoke:" in out.stdout
-    np.testing.assert_array_equal(np.load(tmp_path / "output_2.npy"), np.maximum(x + np.arange(4), 0))
+    # 74 operators in the file (LiteRT's count): 42 fp16 weight DEQUANTIZE folded at load, 32 run.
+    assert "74 nodes in the file (42 folded into constants at load, 32 left)" in out.stdout
+    assert ("74 nodes in the file: 42 folded into constants at load (DEQUANTIZEx42 of constant weights), "
+            "32 run in 1 partition") in out.stdout
+    assert "partition 0: cpu, 32 nodes (nodes 42..73)" in out.stdout
+    litert = pytest.importorskip("ai_edge_litert.interpreter")
+    ops = litert.Interpreter(model_path=str(path))._get_ops_details()
+    assert sum(o["op_name"] != "DELEGATE" for o in ops) == 74
 
 
-def test_inspect_prints_ops_and_report(small_model: Path) -> None:
-    out = litegpu("inspect", str(small_model), "--tensors")
-    assert out.returncode == 0, out.stderr
-    assert "ADDx1" in out.stdout and "partition 0: cpu" in out.stdout
-    assert "tensor 1 'c' FLOAT32[1, 4] const" in out.stdout
-
-
-def test_bench_compare_litert(small_model: Path) -> None:
+def test_bench_compare_litert(files: Path, capsys) -> None:
     pytest.importorskip("ai_edge_litert")
-    out = litegpu("bench", str(small_model), "--num-runs", "20", "--warmup-runs", "2", "--compare-litert")
-    assert out.returncode == 0, out.stderr
-    assert "median" in out.stdout and "ratio litegpu/LiteRT" in out.stdout
-    assert "max abs error relative to output scale: 0" in out.stdout
-
-
-def test_bad_model_exit_code_and_message(tmp_path: Path) -> None:
-    bad = tmp_path / "bad.tflite"
-    bad.write_bytes(b"\x00" * 64)
-    out = litegpu("run", str(bad))
-    assert out.returncode == 1
-    assert "litegpu: error:" in out.stderr and "identifier" in out.stderr
-    missing = litegpu("run", str(tmp_path / "missing.tflite"))
-    assert missing.returncode == 1 and "cannot read model file" in missing.stderr
-    assert litegpu("frobnicate").returncode == 2
+    assert main(["bench", str(files / "add.tflite"), "--num-runs", "20", "--warmup-runs", "2",
+                 "--compare-litert"]) == 0
+    out = capsys.readouterr().out
+    assert "median" in out and "ratio litegpu/LiteRT" in out
+    assert "max abs error relative to output scale: 0" in out
