@@ -118,3 +118,25 @@ def test_conformance_suite_passes_or_skips_with_reason(installed, tmp_path):
         assert "example does not support" in message and ": " in message, (name, message)
     passed_ops = {n[len("test_op[example-"):].split("-")[0] for n in passed}
     assert {"ADD", "MUL", "SUB", "LOGISTIC", "RELU"} <= passed_ops, sorted(passed_ops)
+
+
+def test_the_suite_refuses_a_backend_nobody_provides_listing_those_that_exist(installed, tmp_path):
+    """A misspelled backend name once skipped all 667 cases and exited 0."""
+    done = _run(installed, ["-m", "pytest", "-p", "no:cacheprovider", "-q", "--pyargs",
+                            "litegpu.testing.conformance_suite", "--litegpu-backend", "exampel"], tmp_path)
+    assert done.returncode == 4, (done.returncode, done.stdout[-2000:], done.stderr[-2000:])
+    assert "--litegpu-backend names 'exampel', but no installed plugin provides" in done.stderr, done.stderr
+    available = [line for line in done.stderr.splitlines() if line.startswith("available litegpu backends:")]
+    assert available and "example" in available[0] and "cpu" in available[0], done.stderr
+    assert " passed" not in done.stdout and " skipped" not in done.stdout, done.stdout[-2000:]
+
+
+def test_the_suite_runs_a_named_backend_and_the_cases_pass(installed, tmp_path):
+    done = _run(installed, ["-m", "pytest", "-p", "no:cacheprovider", "-q", "-rs", "--pyargs",
+                            "litegpu.testing.conformance_suite", "--litegpu-backend", "example",
+                            "-k", "test_op and (ADD- or LOGISTIC-)"], tmp_path)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    summary = done.stdout.strip().splitlines()
+    assert "litegpu backends tested: example (from --litegpu-backend)" in summary, summary[-5:]
+    counts = summary[-1]
+    assert " passed" in counts and " failed" not in counts and " error" not in counts, counts

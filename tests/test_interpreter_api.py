@@ -9,7 +9,7 @@ import pytest
 import litegpu
 from litegpu.cli import random_inputs
 
-litert = pytest.importorskip("ai_edge_litert.interpreter")
+import ai_edge_litert.interpreter as litert  # a test dependency: missing is an error, not a skip
 SHARED = Path(__file__).resolve().parents[1] / ".." / "shared" / "models"
 needs = pytest.mark.skipif(not (SHARED / "dynamic_batch_mlp.tflite").exists(), reason="shared models not present")
 

@@ -41,7 +41,19 @@ MODELS = Path(__file__).resolve().parents[1].parent / "shared" / "models"
 _JOBS = 2          # clang processes at once (the machine has 2 cores)
 _PER_CALL = 60     # sources per clang process: one start serves many files
 
-needs_clang = pytest.mark.skipif(CLANG is None, reason="clang-15 (or clang) not found: F16 sources are not checked")
+
+
+@pytest.fixture(scope="session")
+def clang(skip_unless_required) -> str:
+    """clang's path; skips where it is absent, fails where the run requires it (tests/conftest.py)."""
+    if CLANG is None:
+        skip_unless_required("clang",
+                             "clang-15 (or clang) not found: F16 sources are not checked "
+                             "(Debian: apt-get install clang-15)")
+    return CLANG
+
+
+needs_clang = pytest.mark.usefixtures("clang")
 
 
 class _Capture(OpenClBackend):

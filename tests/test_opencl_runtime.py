@@ -206,14 +206,24 @@ def test_async_run_with_a_cpu_partition_in_the_middle_is_right(opencl):
     np.testing.assert_allclose(got, litert_outputs(_split_model(), [x])[0], rtol=1e-5, atol=1e-5)
 
 
-def test_without_an_opencl_platform_the_backend_says_why_and_models_run_on_cpu(tmp_path):
-    """A platform name that matches nothing stands for a machine without the driver."""
+def test_without_an_opencl_platform_the_backend_says_why_and_models_run_on_cpu(opencl, tmp_path):
+    """An empty ICD vendor folder stands for a machine without an OpenCL driver.
+
+    ``OCL_ICD_VENDORS`` is read by the ocl-icd loader pyopencl links here; the test
+    needs a working platform first, so that "unavailable" is known to come from the
+    empty folder.
+    """
     model = tmp_path / "m.tflite"
     model.write_bytes(_chain_model())
-    env = dict(os.environ, LITEGPU_OPENCL_PLATFORM="no-such-platform")
+    vendors = tmp_path / "no_vendors"
+    vendors.mkdir()
+    env = dict(os.environ, OCL_ICD_VENDORS=str(vendors))
+    env.pop("LITEGPU_OPENCL_PLATFORM", None)
+    env.pop("LITEGPU_OPENCL_DEVICE", None)
     listing = subprocess.run([sys.executable, "-m", "litegpu.cli", "backends"], env=env,
                              capture_output=True, text=True, timeout=120)
-    assert "opencl: unavailable" in listing.stdout and "no-such-platform" in listing.stdout, listing.stdout
+    assert listing.returncode == 0, listing.stderr
+    assert "opencl: unavailable: no OpenCL platform found" in listing.stdout, listing.stdout
     code = ("import litegpu, numpy as np\n"
             f"m = litegpu.CompiledModel.from_file({str(model)!r}, hardware_accel=litegpu.HardwareAccelerator.GPU)\n"
             "print('fully accelerated:', m.is_fully_accelerated())\n")
@@ -221,3 +231,36 @@ def test_without_an_opencl_platform_the_backend_says_why_and_models_run_on_cpu(t
     assert run.returncode == 0, run.stderr
     assert "no GPU backend is available; running on cpu" in run.stderr
     assert "fully accelerated: False" in run.stdout
+
+
+@pytest.mark.parametrize("variable, value", [
+    ("LITEGPU_OPENCL_DEVICE", "no-such-device"),
+    ("LITEGPU_OPENCL_DEVICE", "99"),
+    ("LITEGPU_OPENCL_PLATFORM", "no-such-platform"),
+])
+def test_a_device_variable_that_names_nothing_is_an_error_listing_what_exists(opencl, variable, value):
+    """A misspelled device must stop the program, never move the work to the cpu quietly."""
+    from litegpu_opencl.device import Device
+    what = "device" if variable.endswith("DEVICE") else "platform"
+    with pytest.raises(litegpu.InvalidArgumentError, match=f"{variable}.*{value}") as caught:
+        Device.choose(**{what: value})
+    listed = opencl.device_info()["device" if what == "device" else "platform"].split(" (")[0]
+    assert f"0: {listed}" in str(caught.value)
+
+
+def test_a_misspelled_device_variable_fails_every_way_of_asking_for_the_gpu(opencl, tmp_path):
+    model = tmp_path / "m.tflite"
+    model.write_bytes(_chain_model())
+    env = dict(os.environ, LITEGPU_OPENCL_DEVICE="no-such-device")
+    env.pop("LITEGPU_OPENCL_PLATFORM", None)
+    attempts = {
+        "delegate": "litegpu.load_delegate('opencl')",
+        "backend": f"litegpu.CompiledModel.from_file({str(model)!r}, backend='opencl')",
+        "GPU": f"litegpu.CompiledModel.from_file({str(model)!r}, hardware_accel=litegpu.HardwareAccelerator.GPU)",
+    }
+    for what, call in attempts.items():
+        run = subprocess.run([sys.executable, "-c", f"import litegpu\n{call}\nprint('ran')"], env=env,
+                             capture_output=True, text=True, timeout=120)
+        assert run.returncode != 0 and "ran" not in run.stdout, (what, run.stdout, run.stderr[-2000:])
+        assert "InvalidArgumentError: LITEGPU_OPENCL_DEVICE='no-such-device' matches no OpenCL device" \
+            in run.stderr, (what, run.stderr[-2000:])

@@ -10,11 +10,20 @@ import pytest
 import litegpu
 from litegpu.cli import random_inputs
 
-LiteRT = pytest.importorskip("ai_edge_litert.interpreter").Interpreter
+from ai_edge_litert.interpreter import Interpreter as LiteRT  # a test dependency: never skipped
 
 SHARED = Path(os.environ.get("LITEGPU_SHARED_MODELS", Path(__file__).resolve().parents[1] / ".." / "shared" / "models"))
 MODELS = sorted(p.name for p in SHARED.glob("*.tflite")) if SHARED.is_dir() else []
-INT8 = {"mobilenet_v2_int8.tflite"}
+
+
+def _is_quantized(name: str) -> bool:
+    """Whether the model has quantized integer tensors (refused until int8 kernels exist)."""
+    model = litegpu.load_model(SHARED / name)
+    return any(t.type_name in ("INT8", "UINT8", "INT16") and t.quantization is not None
+               and t.quantization.is_set for sg in model.subgraphs for t in sg.tensors)
+
+
+QUANTIZED = {m for m in MODELS if _is_quantized(m)}
 STATEFUL = {"stateful_counter.tflite"}
 TOLERANCE = 1e-4
 
@@ -47,8 +56,14 @@ def run_both(path: Path, batch: int | None = None) -> list[float]:
             for a, b in zip(ours.get_output_details(), theirs.get_output_details())]
 
 
+def test_the_shared_models_are_here(skip_unless_required) -> None:
+    """Without them every model test here skips: say so, or fail where the run requires them."""
+    if not MODELS:
+        skip_unless_required("models", f"no shared models at {SHARED} (set LITEGPU_SHARED_MODELS)")
+
+
 @pytest.mark.skipif(not MODELS, reason=f"no shared models at {SHARED}")
-@pytest.mark.parametrize("name", [m for m in MODELS if m not in INT8 | STATEFUL])
+@pytest.mark.parametrize("name", [m for m in MODELS if m not in QUANTIZED | STATEFUL])
 def test_model_matches_litert(name: str) -> None:
     errors = run_both(SHARED / name)
     assert max(errors) <= TOLERANCE, errors
@@ -60,13 +75,18 @@ def test_dynamic_batch_resize_matches_litert() -> None:
     assert max(errors) <= TOLERANCE
 
 
-@pytest.mark.skipif("mobilenet_v2_int8.tflite" not in MODELS, reason="int8 model not shared")
-def test_int8_model_fails_at_load_with_clear_error() -> None:
-    with pytest.raises(litegpu.UnsupportedError, match="int8 kernels are not available"):
-        litegpu.Interpreter(model_path=str(SHARED / "mobilenet_v2_int8.tflite"))
+@pytest.mark.parametrize("name", sorted(QUANTIZED))
+def test_quantized_model_fails_at_load_with_clear_error(name: str) -> None:
+    with pytest.raises(litegpu.UnsupportedError, match=r"node \d+ \(\w+\): tensor .* is quantized"):
+        litegpu.Interpreter(model_path=str(SHARED / name))
     # The reader still reads it, so inspect works on it.
-    model = litegpu.load_model(SHARED / "mobilenet_v2_int8.tflite")
-    assert len(model.subgraphs[0].nodes) == 64
+    model = litegpu.load_model(SHARED / name)
+    assert model.subgraphs[0].nodes
+
+
+@pytest.mark.skipif("mobilenet_v2_int8.tflite" not in MODELS, reason="int8 model not shared")
+def test_int8_model_is_read_whole() -> None:
+    assert len(litegpu.load_model(SHARED / "mobilenet_v2_int8.tflite").subgraphs[0].nodes) == 64
 
 
 @pytest.mark.skipif("stateful_counter.tflite" not in MODELS, reason="stateful_counter.tflite not shared")

@@ -7,7 +7,9 @@ own backend without a copy of our tests::
 
 The ``backend`` fixture comes from :mod:`litegpu.testing.pytest_plugin`. A case is
 skipped, with the backend's own reason, when the backend says it cannot run one of
-the case's nodes — except on ``cpu``, which must run every case.
+the case's nodes — except on ``cpu``, which must run every case. Naming a backend
+that is not installed, or not usable here, stops the run with a usage error (exit 4)
+listing the backends that are: a misspelling must never pass as 667 skips.
 """
 from __future__ import annotations
 
@@ -24,8 +26,13 @@ __all__ = ["test_op"]
 
 FALLBACK_BACKEND = "cpu"
 
+CASES = all_cases()
+if not CASES:
+    # An empty parametrization would collect nothing and pass: a suite that cannot fail.
+    raise RuntimeError("litegpu.testing.cases holds no conformance case; the suite would test nothing")
 
-@pytest.mark.parametrize("case", all_cases(), ids=lambda c: c.id)
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_op(backend: str, case: Case) -> None:
     """litegpu on ``backend`` matches LiteRT on ``case`` within ``case.tol``."""
     model_bytes, inputs = case.build()

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from litegpu import env
 from litegpu.backend import NodeContext
 
 from .kernels import mathfn
@@ -102,7 +103,7 @@ def generate_alone(ctx: NodeContext) -> bool:
     """True for a node that gets a generated kernel even outside a fused run (see
     :data:`GENERATE_ALONE`, and ops with a fused activation; off with
     ``LITEGPU_CPU_FUSION=0`` like fusion itself)."""
-    if os.environ.get("LITEGPU_CPU_FUSION", "1") == "0" or not fusable(ctx):
+    if not env.flag("LITEGPU_CPU_FUSION", True) or not fusable(ctx):
         return False
     # A binary op with a fused clamp: one pass here, two through numpy (the op, then the clamp).
     return ctx.node.op in GENERATE_ALONE or _ACTIVATION[ctx.attrs.get("activation", "NONE")] is not None
@@ -113,7 +114,7 @@ def fusion_runs(nodes: list[NodeContext]) -> list[list[int]]:
 
     Disabled with ``LITEGPU_CPU_FUSION=0``.
     """
-    if os.environ.get("LITEGPU_CPU_FUSION", "1") == "0":
+    if not env.flag("LITEGPU_CPU_FUSION", True):
         return [[i] for i in range(len(nodes))]
     steps: list[list[int]] = []
     i = 0
@@ -244,9 +245,8 @@ def plan_group(nodes: list[NodeContext], escaping: set[int]) -> FusedGroup | Non
 
 
 def cache_dir() -> Path:
-    """Where generated kernel modules live (``$LITEGPU_CACHE_DIR/numba`` or ``~/.cache/litegpu/numba``)."""
-    base = os.environ.get("LITEGPU_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "litegpu")
-    return Path(base) / "numba"
+    """Where generated kernel modules live: ``numba`` under :func:`litegpu.env.cache_root`."""
+    return env.cache_root() / "numba"
 
 
 _LOADED: dict[str, object] = {}

@@ -35,6 +35,7 @@ class OpenClBackend(Backend):
         return default_device()
 
     def available(self) -> tuple[bool, str]:
+        """Whether the default device opens; a device variable naming nothing raises instead."""
         try:
             self._default()
         except BackendUnavailableError as exc:

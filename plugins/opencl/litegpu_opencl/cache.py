@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 import litegpu
+from litegpu import env
 from litegpu.errors import InvalidArgumentError
 
 log = logging.getLogger("litegpu.opencl")
@@ -66,7 +67,6 @@ HEADER_SIZE = _HEADER.size
 MAX_PAYLOAD = 1 << 30
 SUFFIX = ".clbin"
 
-DIR_ENV = "LITEGPU_CACHE_DIR"
 FORBID_ENV = "LITEGPU_OPENCL_FORBID_COMPILE"
 MAX_BYTES_ENV = "LITEGPU_OPENCL_CACHE_MAX_BYTES"
 MAX_BYTES_OPTION = "kernel_cache_max_bytes"
@@ -90,13 +90,7 @@ def cache_dir(extra: dict) -> Path:
     given = extra.get("serialization_dir")
     if given:
         return Path(os.path.expanduser(os.fspath(given)))
-    root = os.environ.get(DIR_ENV)
-    if root:
-        return Path(os.path.expanduser(root)) / "opencl"
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    # The XDG spec says a relative XDG_CACHE_HOME is invalid and must be ignored.
-    base = Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".cache"
-    return base / "litegpu" / "opencl"
+    return env.cache_root() / "opencl"
 
 
 def compile_forbidden(extra: dict) -> bool:
@@ -106,7 +100,7 @@ def compile_forbidden(extra: dict) -> bool:
     """
     if extra.get("forbid_compile"):
         return True
-    return os.environ.get(FORBID_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+    return env.flag(FORBID_ENV, False)
 
 
 def max_bytes(extra: dict) -> int:
@@ -125,10 +119,10 @@ def max_bytes(extra: dict) -> int:
             raise InvalidArgumentError(f"{MAX_BYTES_OPTION} must be a byte count >= 0 (0: no cap), "
                                        f"not {given!r}")
         return value
-    env = os.environ.get(MAX_BYTES_ENV, "").strip()
-    if env:
+    raw = os.environ.get(MAX_BYTES_ENV, "").strip()
+    if raw:
         try:
-            value = int(env)
+            value = int(raw)
         except ValueError:
             value = -1
         if value >= 0:

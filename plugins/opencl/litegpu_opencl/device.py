@@ -3,6 +3,8 @@
 The default device is chosen once per process: the platform and device named by
 ``LITEGPU_OPENCL_PLATFORM`` / ``LITEGPU_OPENCL_DEVICE`` (an index or a substring of
 the name, case-insensitive), else the first GPU, else the first device of any kind.
+A variable that names nothing here raises InvalidArgumentError listing what there is
+(never a fallback to another device or to the cpu).
 A user who already has a pyopencl context and queue hands them over through the
 ``Environment`` (``opencl_context=``, ``opencl_queue=``) and gets a :class:`Device`
 around them.
@@ -14,7 +16,7 @@ import threading
 from functools import cached_property
 from typing import Any
 
-from litegpu.errors import BackendUnavailableError
+from litegpu.errors import BackendUnavailableError, InvalidArgumentError
 
 PLATFORM_ENV = "LITEGPU_OPENCL_PLATFORM"
 DEVICE_ENV = "LITEGPU_OPENCL_DEVICE"
@@ -30,18 +32,25 @@ def import_pyopencl():
 
 
 def _pick(items: list, wanted: str | None, what: str, env: str):
-    if not wanted:
+    """The item ``wanted`` names (index or name substring); None when nothing is wanted.
+
+    A name or index that matches nothing is the user's mistake, not a missing driver:
+    it raises InvalidArgumentError, which ``available()`` lets through, so a misspelled
+    variable stops the program instead of quietly moving the work to the cpu.
+    """
+    if not wanted or not wanted.strip():
         return None
+    wanted = wanted.strip()
+    names = [f"{i}: {item.name.strip()}" for i, item in enumerate(items)]
     if wanted.isdigit():
         i = int(wanted)
         if i >= len(items):
-            raise BackendUnavailableError(f"{env}={wanted}: there are only {len(items)} OpenCL {what}s")
+            raise InvalidArgumentError(f"{env}={wanted}: there are only {len(items)} OpenCL {what}s: {names}")
         return items[i]
     for item in items:
         if wanted.lower() in item.name.lower():
             return item
-    raise BackendUnavailableError(f"{env}={wanted!r} matches no OpenCL {what}: "
-                                  f"{[item.name.strip() for item in items]}")
+    raise InvalidArgumentError(f"{env}={wanted!r} matches no OpenCL {what}; the {what}s here: {names}")
 
 
 class Device:

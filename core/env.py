@@ -1,0 +1,42 @@
+"""litegpu's environment variables, read in one place and strictly.
+
+A switch that is misspelled must not quietly mean "off": ``LITEGPU_OPENCL_FORBID_COMPILE=enabled``
+reading as false would turn the check it exists for into a pass. So a flag accepts the usual
+spellings and anything else is an :class:`InvalidArgumentError` naming the variable.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .errors import InvalidArgumentError
+
+CACHE_DIR = "LITEGPU_CACHE_DIR"
+
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+
+
+def flag(name: str, default: bool) -> bool:
+    """The boolean environment variable ``name`` (``default`` when unset or blank)."""
+    raw = os.environ.get(name, "").strip().lower()
+    if not raw:
+        return default
+    if raw in _TRUE:
+        return True
+    if raw in _FALSE:
+        return False
+    raise InvalidArgumentError(f"{name}={os.environ[name]!r} is not a switch; use one of "
+                               f"{', '.join(_TRUE)} or {', '.join(_FALSE)}")
+
+
+def cache_root() -> Path:
+    """The root of every litegpu cache: ``$LITEGPU_CACHE_DIR``, else ``$XDG_CACHE_HOME/litegpu``,
+    else ``~/.cache/litegpu``. Each user of it (kernels, programs, fetched models) takes a subfolder."""
+    root = os.environ.get(CACHE_DIR)
+    if root:
+        return Path(os.path.expanduser(root))
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    # The XDG spec says a relative XDG_CACHE_HOME is invalid and must be ignored.
+    base = Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".cache"
+    return base / "litegpu"
