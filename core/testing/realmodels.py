@@ -32,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import env
 from ..errors import LiteGpuError
 
 __all__ = [
@@ -213,10 +214,8 @@ REAL_MODELS: dict[str, RealModel] = _catalog(
 
 
 def cache_dir() -> Path:
-    """Where fetched models live: ``$LITEGPU_CACHE_DIR/models`` or ``~/.cache/litegpu/models``."""
-    root = os.environ.get("LITEGPU_CACHE_DIR")
-    base = Path(root) if root else Path.home() / ".cache" / "litegpu"
-    return base / "models"
+    """Where fetched models live: ``models`` under :func:`litegpu.env.cache_root`."""
+    return env.cache_root() / "models"
 
 
 def _sha256(path: Path) -> str:
