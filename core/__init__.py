@@ -11,10 +11,11 @@ from .interpreter import Interpreter, SignatureRunner
 from .session import Delegate, load_delegate
 from .compiled_model import (CompiledModel, CpuOptions, Environment, GpuOptions, HardwareAccelerator, Options,
                              TensorBuffer)
+from .profile import Profiler, profile   # note: ``litegpu.profile`` is then this function
 
 __all__ = [
     "__version__", "LiteGpuError", "ModelFormatError", "UnsupportedError", "BackendUnavailableError",
     "InvalidArgumentError", "ExecutionError", "ResourceLimitError", "load_model", "Interpreter", "Limits",
     "SignatureRunner", "Delegate", "load_delegate", "CompiledModel", "CpuOptions", "Environment", "GpuOptions",
-    "HardwareAccelerator", "Options", "TensorBuffer",
+    "HardwareAccelerator", "Options", "TensorBuffer", "profile", "Profiler",
 ]

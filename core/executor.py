@@ -22,6 +22,7 @@ from .graph import Model, Subgraph
 from .memory import ArenaPlan, Usage, plan_arena
 from .ops import DynamicShape, TensorSpec, get_op
 from .partition import CPU, DelegationReport, assign
+from .profile import STATE as _PROFILING, run_profiled
 from .transfers import DeviceRunner
 
 log = logging.getLogger("litegpu")
@@ -220,8 +221,11 @@ class CompiledSubgraph:
                                      f"{limit} bytes (raise it with Limits.max_bytes)")
         for t, spec in host_specs.items():
             self.host[t] = spec.value if spec.value is not None else np.zeros(spec.shape, spec.dtype)
+        log.info("subgraph %d: %d nodes planned into %d partitions (%d folded) in %.1f ms", sg_index,
+                 len(contexts), len(planned), len(folded), (time.perf_counter() - start) * 1e3)
         self.steps: list[tuple[Program, list[int], list[int]]] = [
-            (backend.compile(part, options), part.inputs, part.outputs) for backend, part in planned]
+            (_compile_logged(backend, part, options, i), part.inputs, part.outputs)
+            for i, (backend, part) in enumerate(planned)]
         self._plan: list | bool | None = None   # built by the first run
         self.report.programs = [f"partition {i} on {backend.name}: {getattr(program, 'summary', '')}"
                                 for i, ((backend, _), (program, _, _)) in enumerate(zip(planned, self.steps))
@@ -272,6 +276,9 @@ class CompiledSubgraph:
 
     def run(self) -> None:
         """Run every partition in order on the host-side tensors."""
+        if _PROFILING.active is not None:   # the one check profiling costs when off
+            run_profiled(self)
+            return
         if self.runner is not None:
             self.submit().wait()
             return
@@ -297,6 +304,8 @@ class CompiledSubgraph:
         (backend, buffer). Returns the run's event. Synchronous runs are done, up to the
         device work whose results stay on the device, when this returns; an asynchronous
         run whose plan needs the host after device work runs on a worker thread."""
+        if _PROFILING.active is not None:   # profiled runs are synchronous, step by step
+            return run_profiled(self, bound, wait_for)
         if self.runner is None:
             for e in wait_for:
                 e.wait()
@@ -363,6 +372,17 @@ class CompiledSubgraph:
             return spec.value
         raise InvalidArgumentError(f"tensor {tensor} is an intermediate whose memory is reused; "
                                    "only inputs, outputs and constants can be read")
+
+
+def _compile_logged(backend: Backend, part: Partition, options: CompileOptions, index: int) -> Program:
+    """``backend.compile``, saying at INFO what was compiled, how (its summary: kernels,
+    cache) and how long it took."""
+    start = time.perf_counter()
+    program = backend.compile(part, options)
+    log.info("partition %d on %s (%d nodes): compiled in %.1f ms%s", index, backend.name, len(part.nodes),
+             (time.perf_counter() - start) * 1e3,
+             f": {program.summary}" if getattr(program, "summary", "") else "")
+    return program
 
 
 class FutureEvent(Event):

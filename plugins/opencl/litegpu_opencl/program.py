@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -163,13 +164,15 @@ def program_source(partition: Partition, precision: Precision) -> str:
 
 
 class _Launch:
-    __slots__ = ("kernel", "global_size", "local_size", "io")
+    __slots__ = ("kernel", "global_size", "local_size", "io", "nodes", "name")
 
-    def __init__(self, kernel, global_size, local_size, io) -> None:
+    def __init__(self, kernel, global_size, local_size, io, nodes=(), name="") -> None:
         self.kernel = kernel
         self.global_size = global_size
         self.local_size = local_size
         self.io = io    # [(arg position, tensor index)] of partition inputs/outputs
+        self.nodes = nodes   # the NodeContexts of the step it belongs to (for profiling)
+        self.name = name     # its kernel function
 
 
 class ClProgram(Program):
@@ -214,7 +217,8 @@ class ClProgram(Program):
         self._constants: list[Any] = []
         consts: dict[int, Any] = {}
         self.launches: list[_Launch] = []
-        for kernels in step_kernels:
+        steps = partition.steps or [[i] for i in range(len(partition.nodes))]
+        for step, kernels in zip(steps, step_kernels):
             for k in kernels:
                 if any(g == 0 for g in k.global_size):
                     continue
@@ -236,8 +240,13 @@ class ClProgram(Program):
                         buffer = self._upload(a.const, convert=False)
                     kernel.set_arg(pos, buffer)
                     kernel.set_arg(pos + 1, offset)
-                self.launches.append(_Launch(kernel, k.global_size, k.local_size, io_args))
+                self.launches.append(_Launch(kernel, k.global_size, k.local_size, io_args,
+                                             [partition.nodes[p] for p in step], f"k_{k.digest}"))
         self._bound: dict[int, ClTensor] = {}
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("OpenCL program (%s): %s", "from cache" if self.cache_hit else "built", "; ".join(
+                f"{launch.name} for node{'s' if len(launch.nodes) > 1 else ''} "
+                f"{'+'.join(f'{c.node.index} {c.node.op}' for c in launch.nodes)}" for launch in self.launches))
 
     # -- memory ---------------------------------------------------------------------------
     def _nbytes(self, spec) -> int:
@@ -294,6 +303,40 @@ class ClProgram(Program):
             self._refresh = None
         return event
 
+    def run_profiled(self, inputs: Sequence[ClTensor], outputs: Sequence[ClTensor], wait_for: Sequence[Event],
+                     profiler) -> Event:
+        """:meth:`run` on a profiling queue, each launch recorded into ``profiler`` (a
+        ``litegpu.profile.Profiler``) with the device's own start and end times."""
+        from litegpu.profile import Slice, node_info, nodes_label
+        queue = _profiling_queue(self.device, profiler)
+        enqueue, clock = self.cl.enqueue_nd_range_kernel, time.perf_counter
+        backend = "opencl"
+        track = f"queue ({self.device.device.name.strip()})"
+        for e in wait_for:
+            e.wait()
+        for t, x in zip(self.inputs, inputs):
+            self._bind(t, x)
+        for t, x in zip(self.outputs, outputs):
+            self._bind(t, x)
+        event = None
+        try:
+            for n, launch in enumerate(self.launches):
+                enqueued = clock()
+                event = enqueue(queue, launch.kernel, launch.global_size, launch.local_size)
+                infos = tuple(node_info(c) for c in launch.nodes)
+                profiler.add_device(event, enqueued, Slice(
+                    nodes_label(infos), "kernel", backend, track, 0.0, 0.0, infos, backend,
+                    {"kernel": launch.name, "global": list(launch.global_size), "precision": self.precision.name,
+                     "first": n == 0}))
+        except self.cl.Error as exc:
+            raise ExecutionError(f"OpenCL launch failed: {exc}") from None
+        event = ClEvent(event if event is not None else self.cl.enqueue_marker(queue))
+        if self._refresh is not None:
+            event.wait()
+            store_warmed_binary(self.device, *self._refresh)
+            self._refresh = None
+        return event
+
     def _bind(self, t: int, tensor: ClTensor) -> None:
         if self._bound.get(t) is tensor:
             return
@@ -307,3 +350,22 @@ class ClProgram(Program):
                 if tt == t:
                     launch.kernel.set_arg(pos, tensor.buffer)
         self._bound[t] = tensor
+
+
+def _profiling_queue(device: Device, profiler) -> Any:
+    """An in-order queue with profiling enabled, put in place of ``device.queue`` (copies
+    use it too, so order is kept) until ``profiler`` ends; the usual queue, which has no
+    profiling cost, is put back then."""
+    queue = device.queue
+    if queue.properties & device.cl.command_queue_properties.PROFILING_ENABLE:
+        return queue
+    queue.finish()
+    profiling = device.cl.CommandQueue(device.context, device.device,
+                                       properties=device.cl.command_queue_properties.PROFILING_ENABLE)
+    device.queue = profiling
+
+    def restore() -> None:
+        profiling.finish()
+        device.queue = queue
+    profiler.on_exit(restore)
+    return profiling
