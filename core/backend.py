@@ -32,7 +32,9 @@ class NodeContext:
 
     ``inputs`` are the input specs (``None`` for an omitted optional input); a spec's
     ``value`` is set for constants. ``dynamic`` is True when output shapes are only
-    known at run time: then the kernel must accept any shape.
+    known at run time: then the kernel must accept any shape. ``dynamic_reason`` says why
+    when the core knows (the node whose shapes are known only at run time feeds it), for
+    a backend to give as its reason.
     """
 
     node: Node
@@ -42,6 +44,7 @@ class NodeContext:
     outputs: list[TensorSpec]
     tensors: Sequence[Tensor] = ()   # the subgraph's tensors (names, quantization)
     dynamic: bool = False
+    dynamic_reason: str = ""
 
 
 @dataclass

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 import os
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -15,7 +16,7 @@ import numpy as np
 
 from .backend import Event
 from .errors import InvalidArgumentError
-from .executor import CompiledSubgraph
+from .executor import CompiledSubgraph, FutureEvent
 from .graph import Signature
 from .interpreter import tensor_details
 from .model import load_model
@@ -103,6 +104,13 @@ def _backend_names(options: Options) -> list[str]:
     return ["GPU"] if HardwareAccelerator(options.hardware_accelerators) & HardwareAccelerator.GPU else []
 
 
+def _check_input(compiled: CompiledSubgraph, t: int, array: np.ndarray) -> None:
+    """Raise now, in the caller, what ``compiled.set_input`` would raise on the worker."""
+    dst = compiled.host[t]
+    if array.shape != dst.shape or array.dtype != dst.dtype:
+        compiled.set_input(t, array)   # raises, naming the tensor; equal shapes and dtypes never get here
+
+
 def _output_copier(compiled: CompiledSubgraph, t: int, buf: TensorBuffer):
     """Copies output ``t`` of a finished run into a host buffer (into a device buffer's host copy first)."""
     def finish() -> None:
@@ -128,6 +136,9 @@ class CompiledModel:
                       {model.subgraphs[0].tensors[t].name: t for t in model.subgraphs[0].outputs})]
         self._shapes: dict[int, dict[int, tuple[int, ...]]] = {}
         self._compiled = [session.compile(s.subgraph_index) for s in self._signatures]
+        # Asynchronous runs of host-only models: one worker thread, created by the first.
+        self._worker: ThreadPoolExecutor | None = None
+        self._pending: Future | None = None   # the last run submitted to the worker, until done
 
     @classmethod
     def from_file(cls, model_path: str | os.PathLike, hardware_accel: HardwareAccelerator | None = None,
@@ -168,7 +179,10 @@ class CompiledModel:
         self.close()
 
     def close(self) -> None:
-        """Release the compiled model."""
+        """Release the compiled model, after the runs still pending."""
+        if self._worker is not None:
+            self._worker.shutdown(wait=True)
+            self._worker = None
 
     # -- signatures --------------------------------------------------------------------
     def get_signature_list(self) -> dict[str, dict[str, list[str]]]:
@@ -226,8 +240,9 @@ class CompiledModel:
         return all(c.report.fully_delegated for c in self._compiled)
 
     def delegation_reports(self) -> list:
-        """The delegation report of each signature's subgraph."""
-        return [c.report for c in self._compiled]
+        """The delegation report of each signature's subgraph, each with the reports of the
+        subgraphs its control flow calls (``called``)."""
+        return [self._session.delegation_report(c) for c in self._compiled]
 
     # -- buffers -------------------------------------------------------------------------
     def _new_buffer(self, index: int, t: int) -> TensorBuffer:
@@ -314,7 +329,10 @@ class CompiledModel:
 
         Reading an output waits for it. Input buffers that carry an event are waited for
         by the run (on the device when both are on one device). The host blocks only
-        when it reads.
+        when it reads. A model that runs on the host alone runs on this model's worker
+        thread: its inputs are copied before this returns (write them again at once if
+        you like), consecutive runs are serialized in call order, and a run's error is
+        raised by ``wait()`` on its event or by reading one of its outputs.
         """
         return self._start(signature_index, input_buffers, output_buffers, asynchronous=True)
 
@@ -326,6 +344,8 @@ class CompiledModel:
                                        f"{len(sig.outputs)} output buffers, got {len(input_buffers)} and "
                                        f"{len(output_buffers)}")
         compiled: CompiledSubgraph = self._compiled[signature_index]
+        if compiled.runner is None and (asynchronous or self._pending is not None):
+            return self._start_on_worker(sig, compiled, input_buffers, output_buffers, asynchronous)
         bound: dict[int, tuple] = {}
         wait_for: list[Event] = []
         for t, buf in zip(sig.inputs.values(), input_buffers):
@@ -337,10 +357,7 @@ class CompiledModel:
                 compiled.set_input(t, buf.array)
         host_outputs = []
         for t, buf in zip(sig.outputs.values(), output_buffers):
-            value_size = compiled.output_size(t)
-            if value_size is not None and buf.size != value_size:
-                raise InvalidArgumentError(f"output buffer for {sig.key!r} holds {buf.size} elements, "
-                                           f"the output has {value_size}")
+            self._check_output(sig, compiled, t, buf)
             if buf.is_device and compiled.runner is not None and compiled.device_of(t) is buf.device[0]:
                 bound[t] = buf.device
             else:
@@ -352,6 +369,57 @@ class CompiledModel:
         for t, buf in host_outputs:
             buf.host_pending(event, _output_copier(compiled, t, buf))
         return event
+
+    @staticmethod
+    def _check_output(sig: Signature, compiled: CompiledSubgraph, t: int, buf: TensorBuffer) -> None:
+        """An output buffer must hold the output's elements when their count is known before the run."""
+        value_size = compiled.output_size(t)
+        if value_size is not None and buf.size != value_size:
+            raise InvalidArgumentError(f"output buffer for {sig.key!r} holds {buf.size} elements, "
+                                       f"the output has {value_size}")
+
+    def _start_on_worker(self, sig: Signature, compiled: CompiledSubgraph, input_buffers: Sequence[TensorBuffer],
+                         output_buffers: Sequence[TensorBuffer], asynchronous: bool) -> Event:
+        """A run of a host-only model on this model's worker thread, so the caller returns at once.
+
+        Inputs are checked and copied now (a snapshot), so the caller may write its input
+        buffers as soon as this returns; the run and the copies into the output buffers
+        happen on the worker, so each run's outputs are its own. One worker serializes
+        the runs of this model in call order: they share its arrays and variables.
+        A synchronous run behind pending ones goes the same way and waits.
+        """
+        inputs = []
+        for t, buf in zip(sig.inputs.values(), input_buffers):
+            array = buf.array   # waits for the run that writes it, if any
+            _check_input(compiled, t, array)
+            inputs.append((t, array.copy()))
+        for t, buf in zip(sig.outputs.values(), output_buffers):
+            self._check_output(sig, compiled, t, buf)
+        copiers = [_output_copier(compiled, t, buf) for t, buf in zip(sig.outputs.values(), output_buffers)]
+
+        def run() -> None:
+            for t, array in inputs:
+                compiled.set_input(t, array)
+            compiled.run()
+            for copy in copiers:
+                copy()
+
+        if self._worker is None:
+            self._worker = ThreadPoolExecutor(1, thread_name_prefix="litegpu-cpu-run")
+        future = self._worker.submit(run)
+        self._pending = future
+        future.add_done_callback(self._forget)
+        event = FutureEvent(future)
+        for buf in output_buffers:
+            buf.set_event(event)
+        if not asynchronous:
+            event.wait()
+        return event
+
+    def _forget(self, future: Future) -> None:
+        """Drop the pending run once it is the last one and done: synchronous runs go direct again."""
+        if self._pending is future:
+            self._pending = None
 
     def run_by_name(self, signature_key: str, input_map: dict[str, TensorBuffer],
                     output_map: dict[str, TensorBuffer]) -> None:

@@ -108,8 +108,9 @@ class Interpreter:
         return [tensor_details(t, self._shape_of(t.index)) for t in self._sg.tensors]
 
     def get_delegation_report(self) -> DelegationReport:
-        """Which backend runs each node of the main subgraph, and why not elsewhere."""
-        return self._compiled.report
+        """Which backend runs each node of the main subgraph, and why not elsewhere; with the
+        reports of the subgraphs its control flow calls (``called``)."""
+        return self._session.delegation_report(self._compiled)
 
     # -- allocation and data ---------------------------------------------------------
     def _check_input_index(self, index: int) -> None:
@@ -224,8 +225,9 @@ class SignatureRunner:
         self._compiled = self._session.compile(self._sig.subgraph_index, self._shapes)
 
     def get_delegation_report(self) -> DelegationReport:
-        """Which backend runs each node of the signature's subgraph (as compiled for the last call)."""
-        return self._compiled.report
+        """Which backend runs each node of the signature's subgraph (as compiled for the last
+        call), with the reports of the subgraphs its control flow calls (``called``)."""
+        return self._session.delegation_report(self._compiled)
 
     def _tensor(self, name: str) -> int:
         if name not in self._sig.inputs:

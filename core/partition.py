@@ -11,7 +11,7 @@ import logging
 from collections import Counter
 from dataclasses import dataclass, field
 
-from .backend import Backend, NodeContext
+from .backend import Backend, NodeContext, Support
 from .errors import UnsupportedError
 from .graph import Model
 
@@ -45,10 +45,27 @@ class DelegationReport:
     arena_naive_bytes: int = 0
     bytes_moved: int = 0          # copied between host and devices per run (host buffers in and out)
     programs: list[str] = field(default_factory=list)   # each program's own summary (precision, kernels)
+    # Why this subgraph runs where it does when control flow calls it (e.g. "body of WHILE
+    # node 4 in subgraph 0"); empty for a signature's own subgraph.
+    role: str = ""
+    # Reports of the subgraphs this one calls through control flow, transitively, by index:
+    # with them the report covers every node that a run of this subgraph can execute.
+    called: list["DelegationReport"] = field(default_factory=list)
+    # One line per subgraph of the model that a run of this one never reaches.
+    unreached: list[str] = field(default_factory=list)
 
     def nodes_on(self, backend: str) -> int:
-        """How many nodes run on ``backend``."""
+        """How many nodes of this subgraph run on ``backend`` (see :meth:`all_assignments` for
+        the subgraphs it calls)."""
         return sum(a.backend == backend for a in self.assignments)
+
+    def subgraph_reports(self) -> list["DelegationReport"]:
+        """This report followed by those of the subgraphs it calls."""
+        return [self, *self.called]
+
+    def all_assignments(self) -> list[tuple[int, Assignment]]:
+        """(subgraph, assignment) for every node of this subgraph and of those it calls."""
+        return [(r.subgraph, a) for r in self.subgraph_reports() for a in r.assignments]
 
     @property
     def nodes_in_file(self) -> int:
@@ -90,7 +107,16 @@ class DelegationReport:
         return lines
 
     def __str__(self) -> str:
-        lines = [f"subgraph {self.subgraph}: {self.counts()} (requested {', '.join(self.requested) or 'cpu'}); "
+        lines = self._own_lines()
+        for report in self.called:
+            lines.extend(report._own_lines())
+        lines.extend(self.unreached)
+        return "\n".join(lines)
+
+    def _own_lines(self) -> list[str]:
+        """This subgraph's block of :meth:`__str__`, without the subgraphs it calls."""
+        role = f" ({self.role})" if self.role else ""
+        lines = [f"subgraph {self.subgraph}{role}: {self.counts()} (requested {', '.join(self.requested) or 'cpu'}); "
                  f"arena {self.arena_bytes / 1e6:.2f} MB (unshared {self.arena_naive_bytes / 1e6:.2f} MB)"]
         lines.extend(f"  {line}" for line in self.partition_lines())
         if self.bytes_moved:
@@ -99,27 +125,82 @@ class DelegationReport:
         for a in self.assignments:
             if a.reason:
                 lines.append(f"  node {a.node} ({a.op}) on {a.backend}: {a.reason}")
-        return "\n".join(lines)
+        return lines
 
 
 _warned: set[tuple[str, str, str]] = set()
 
+# Ops the core keeps on cpu whatever the backends say, as LiteRT's GPU delegate does:
+# control flow calls subgraphs from the host, and resource variables are host state.
+CONTROL_FLOW = {"WHILE": ("condition", "body"), "IF": ("then branch", "else branch"), "CALL_ONCE": ("init",)}
+RESOURCE_VARIABLES = frozenset({"VAR_HANDLE", "READ_VARIABLE", "ASSIGN_VARIABLE"})
+CONTROL_FLOW_REASON = "control flow runs on cpu (LiteRT's GPU delegate leaves it to the CPU)"
+VARIABLE_REASON = "resource variables live on the host (LiteRT's GPU delegate leaves them to the CPU)"
+
+
+def host_only_reason(op: str) -> str:
+    """Why the core keeps nodes of ``op`` on cpu without asking the backends; "" when it does not."""
+    if op in CONTROL_FLOW:
+        return CONTROL_FLOW_REASON
+    if op in RESOURCE_VARIABLES:
+        return VARIABLE_REASON
+    return ""
+
+
+def _explain_dynamic(nodes: list[NodeContext]) -> None:
+    """Set ``dynamic_reason`` on each dynamic node: the node its unknown shape comes from.
+
+    A node is dynamic either by itself (its output shape follows from input values, or it
+    is stateful) or because an input's shape is unknown; the second kind names the
+    producer, and the node where the unknown shape starts when that is further up.
+    """
+    origin: dict[int, NodeContext] = {}   # tensor with an unknown shape -> node where that starts
+    producer: dict[int, NodeContext] = {}
+    for ctx in nodes:
+        unknown = [t for t, spec in zip(ctx.node.inputs, ctx.inputs) if t >= 0 and spec is None and t in producer]
+        if not ctx.dynamic:
+            continue
+        root = ctx
+        if ctx.opdef.stateful:
+            # Its outputs come from state or called subgraphs, not from its inputs'
+            # shapes: an unknown shape starts here.
+            ctx.dynamic_reason = host_only_reason(ctx.node.op) or "a stateful op: its output shapes are known " \
+                                                                  "only at run time"
+        elif unknown:
+            t = unknown[0]
+            direct, root = producer[t], origin[t]
+            why = f"its input (tensor {t}) comes from node {direct.node.index} ({direct.node.op}), " \
+                  "whose output shapes are known only at run time"
+            if root is not direct:
+                why += f" (they follow from node {root.node.index} ({root.node.op}))"
+            ctx.dynamic_reason = why
+        for o in ctx.node.outputs:
+            producer[o], origin[o] = ctx, root
+
 
 def assign(nodes: list[NodeContext], model: Model, backends: list[Backend], cpu: Backend,
            subgraph: int = 0, max_delegated_partitions: int = 0) -> DelegationReport:
-    """Place each node on the first backend in ``backends`` that supports it, else on cpu."""
+    """Place each node on the first backend in ``backends`` that supports it, else on cpu.
+
+    Control flow and resource variables go to cpu without asking (see :func:`host_only_reason`).
+    """
     report = DelegationReport(subgraph, [b.name for b in backends])
     if 0 <= subgraph < len(model.subgraphs):
         report.folded_at_load = [(n.index, n.op) for n in model.subgraphs[subgraph].folded_at_load]
+    _explain_dynamic(nodes)
+    preferred = backends[0].name if backends else CPU
     for ctx in nodes:
         chosen, reasons = None, []
+        host_only = host_only_reason(ctx.node.op)
         for backend in backends:
-            support = backend.supports(ctx, model)
+            support = backend.supports(ctx, model) if not host_only or backend.name == CPU \
+                else Support(False, host_only)
             if support.ok:
                 chosen = backend.name
                 break
             reasons.append(f"{backend.name}: {support.reason}")
-            key = (backend.name, ctx.node.op, support.reason)
+            # Once per op and reason, as LiteRT logs; dynamic reasons name tensors, so one for them all.
+            key = (backend.name, ctx.node.op, "dynamic" if ctx.dynamic_reason else support.reason)
             if backend.name != CPU and key not in _warned:
                 _warned.add(key)
                 log.warning("op code #%d (%s) cannot be handled by this delegate: %s",
@@ -131,8 +212,8 @@ def assign(nodes: list[NodeContext], model: Model, backends: list[Backend], cpu:
                     f"node {ctx.node.index} ({ctx.node.op}) is not supported by any backend: "
                     + "; ".join(reasons + [f"cpu: {support.reason}"]))
             chosen = CPU
-        report.assignments.append(Assignment(ctx.node.index, ctx.node.op, chosen, "; ".join(reasons)
-                                             if chosen != (backends[0].name if backends else CPU) else ""))
+        report.assignments.append(Assignment(ctx.node.index, ctx.node.op, chosen,
+                                             "; ".join(reasons) if chosen != preferred else ""))
     _cut(report, max_delegated_partitions)
     return report
 

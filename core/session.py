@@ -7,6 +7,7 @@ across invokes, and offers ``call_subgraph`` to control-flow kernels.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from dataclasses import dataclass, field
@@ -15,15 +16,21 @@ from typing import Callable
 import numpy as np
 
 from .backend import Backend, CompileOptions
-from .errors import InvalidArgumentError, ModelFormatError, ResourceLimitError
-from .executor import CompiledSubgraph, Limits, make_runtime
+from .errors import InvalidArgumentError, LiteGpuError, ModelFormatError, ResourceLimitError
+from .executor import CompiledSubgraph, Limits, infer_subgraph, make_runtime
 from .graph import Model
 from .ops import TensorSpec
-from .partition import CPU
+from .partition import CONTROL_FLOW, CPU, Assignment, DelegationReport, assign
 from .plugins import manager
 
 log = logging.getLogger("litegpu")
 _MAX_CALL_DEPTH = 64
+# The option keys naming the subgraphs each control-flow op calls, in CONTROL_FLOW's order.
+_CALLEE_KEYS = {"WHILE": ("cond_subgraph_index", "body_subgraph_index"),
+                "IF": ("then_subgraph_index", "else_subgraph_index"),
+                "CALL_ONCE": ("init_subgraph_index",)}
+CPU_PRECISION = "F32 (cpu has no fp16 mode; precision_loss_allowed ignored)"
+_warned_precision = False
 
 
 @dataclass
@@ -104,8 +111,72 @@ class Session:
             specs = {t: TensorSpec(shape, sg.tensors[t].dtype) for t, shape in shapes.items()}
             compiled = CompiledSubgraph(self.model, sg_index, specs, self.backends if delegate else [], self.cpu,
                                         self.options, self.max_delegated_partitions, self.limits)
+            if self.options.precision_loss_allowed:
+                _note_cpu_precision(compiled.report)
             self._cache[key] = compiled
         return compiled
+
+    # -- the delegation report -------------------------------------------------------------
+    def delegation_report(self, compiled: CompiledSubgraph) -> DelegationReport:
+        """``compiled``'s report extended to the whole model: the reports of every subgraph
+        its control flow calls (transitively), and a line for each subgraph it never reaches."""
+        entry = compiled.report.subgraph
+        callers = self._callers(entry)
+        called = [self._called_report(sg, roles) for sg, roles in sorted(callers.items()) if sg != entry]
+        reached = {entry, *callers}
+        names = {s.subgraph_index: s.key for s in self.model.signatures}
+        unreached = [f"subgraph {i} {sg.name!r}: never called from subgraph {entry}"
+                     + (f" (signature {names[i]!r} has its own report)" if i in names else "")
+                     for i, sg in enumerate(self.model.subgraphs) if i not in reached]
+        return dataclasses.replace(compiled.report, called=called, unreached=unreached)
+
+    def _callers(self, entry: int) -> dict[int, list[str]]:
+        """Each subgraph reachable from ``entry`` through control flow, with the calls that reach it."""
+        found: dict[int, list[str]] = {}
+        todo, seen = [entry], {entry}
+        while todo:
+            current = todo.pop()
+            for node in self.model.subgraphs[current].nodes:
+                for label, key in zip(CONTROL_FLOW.get(node.op, ()), _CALLEE_KEYS.get(node.op, ())):
+                    callee = node.options.get(key)
+                    if not isinstance(callee, int) or not 0 <= callee < len(self.model.subgraphs):
+                        continue   # the op's kernel names a bad index when it runs
+                    found.setdefault(callee, []).append(f"{label} of {node.op} node {node.index} in subgraph {current}")
+                    if callee not in seen:
+                        seen.add(callee)
+                        todo.append(callee)
+        return found
+
+    def _called_report(self, sg_index: int, roles: list[str]) -> DelegationReport:
+        """The report of a subgraph control flow calls: the one it was compiled with when it
+        has run, else its planned placement at the model's shapes; every node on cpu."""
+        compiled = next((c for (i, _, delegate), c in self._cache.items() if i == sg_index and not delegate), None)
+        base = compiled.report if compiled is not None else self._planned_report(sg_index)
+        role = "; ".join(roles)
+        # A reason on each node only when something other than cpu was asked for, as in
+        # the main subgraph's report.
+        asked = [b.name for b in self.backends]
+        why = f"{role}: runs on cpu, as LiteRT's GPU delegate does" if asked and asked[0] != CPU else ""
+        return dataclasses.replace(base, requested=asked, role=role,
+                                   assignments=[Assignment(a.node, a.op, a.backend, why) for a in base.assignments])
+
+    def _planned_report(self, sg_index: int) -> DelegationReport:
+        """Where the nodes of a not yet compiled subgraph will run (all on cpu), without compiling."""
+        sg = self.model.subgraphs[sg_index]
+        try:
+            contexts, _, folded = infer_subgraph(self.model, sg, {t: TensorSpec(tuple(sg.tensors[t].shape),
+                                                                               sg.tensors[t].dtype)
+                                                                for t in sg.inputs})
+            report = assign(contexts, self.model, [], self.cpu, sg_index)
+            report.folded = folded
+        except LiteGpuError:
+            # Its shapes follow from the caller's values: list the nodes as the file has them.
+            report = DelegationReport(sg_index, [], [Assignment(n.index, n.op, CPU) for n in sg.nodes],
+                                      folded_at_load=[(n.index, n.op) for n in sg.folded_at_load])
+            report.partitions = [(CPU, list(range(len(sg.nodes))))] if sg.nodes else []
+        if self.options.precision_loss_allowed:
+            _note_cpu_precision(report)
+        return report
 
     def call_subgraph(self, sg_index: int, inputs: list[np.ndarray]) -> list[np.ndarray]:
         """Run subgraph ``sg_index`` on ``inputs`` (control flow); returns copies of its outputs."""
@@ -219,6 +290,22 @@ class Session:
                 array = compiled.host.get(tensor.index)
                 if tensor.is_variable and array is not None:
                     array[...] = 0 if tensor.data is None else np.asarray(tensor.data).reshape(array.shape)
+
+
+def _note_cpu_precision(report: DelegationReport) -> None:
+    """State in ``report`` that its cpu partitions compute in fp32 although precision loss
+    was allowed (warned once per process): the cpu backend has no fp16 mode."""
+    global _warned_precision
+    described = {line.split(":", 1)[0] for line in report.programs}
+    notes = [f"partition {i} on cpu: {CPU_PRECISION}" for i, (backend, _) in enumerate(report.partitions)
+             if backend == CPU and f"partition {i} on cpu" not in described]
+    if not notes:
+        return
+    report.programs = sorted([*report.programs, *notes], key=lambda line: int(line.split()[1]))
+    if not _warned_precision:
+        _warned_precision = True
+        log.warning("precision loss (fp16) was allowed, but the cpu backend computes in fp32: "
+                    "nodes on cpu run F32")
 
 
 class _Caller:

@@ -57,7 +57,9 @@ class OpenClBackend(Backend):
 
     def supports(self, node: NodeContext, model: Model) -> Support:
         if node.dynamic:
-            return Support(False, "output shape depends on tensor values (dynamic)")
+            # The core names the node an unknown shape comes from; without it the shape
+            # depends on this node's own input values.
+            return Support(False, node.dynamic_reason or "output shape depends on tensor values (dynamic)")
         for spec in (*node.inputs, *node.outputs):
             if spec is not None and spec.dtype not in _OK_DTYPES:
                 return Support(False, f"tensor type {spec.dtype} is not supported")

@@ -1,0 +1,106 @@
+"""The delegation report: true reasons, and every node of every subgraph (control flow's too)."""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+import litegpu
+import litegpu.session as session_module
+from litegpu.errors import BackendUnavailableError
+
+SHARED = Path(__file__).resolve().parents[1] / ".." / "shared" / "models"
+
+
+def _model(name: str) -> str:
+    path = SHARED / name
+    if not path.exists():
+        pytest.skip(f"shared model {name} is not here")
+    return str(path)
+
+
+def _report(name: str, delegates: list) -> litegpu.partition.DelegationReport:
+    interp = litegpu.Interpreter(_model(name), experimental_delegates=delegates)
+    interp.allocate_tensors()
+    return interp.get_delegation_report()
+
+
+def _opencl() -> list:
+    try:
+        return [litegpu.load_delegate("opencl")]
+    except BackendUnavailableError as exc:
+        pytest.skip(f"opencl is not available: {exc}")
+
+
+def _reasons(report) -> dict[str, str]:
+    return {a.op: a.reason for a in report.assignments if a.backend == "cpu"}
+
+
+def test_control_flow_and_variables_get_their_own_reasons() -> None:
+    report = _report("stateful_counter.tflite", _opencl())
+    reasons = _reasons(report)
+    for op in ("CALL_ONCE", "WHILE", "IF"):
+        assert "control flow runs on cpu" in reasons[op], reasons[op]
+    for op in ("VAR_HANDLE", "READ_VARIABLE", "ASSIGN_VARIABLE"):
+        assert "resource variables live on the host" in reasons[op], reasons[op]
+    assert "comes from node 6 (READ_VARIABLE)" in reasons["ADD"], reasons["ADD"]
+    assert "depends on tensor values" not in str(report)
+
+
+def test_every_subgraph_is_reported_with_its_caller() -> None:
+    report = _report("stateful_counter.tflite", _opencl())
+    roles = {r.subgraph: r.role for r in report.called}
+    assert roles == {2: "init of CALL_ONCE node 0 in subgraph 0",
+                     3: "else branch of IF node 5 in subgraph 0",
+                     4: "then branch of IF node 5 in subgraph 0",
+                     5: "condition of WHILE node 4 in subgraph 0",
+                     6: "body of WHILE node 4 in subgraph 0"}
+    for called in report.called:
+        assert called.assignments and all(a.backend == "cpu" and "as LiteRT's GPU delegate does" in a.reason
+                                          for a in called.assignments)
+    # The main subgraph's own view is unchanged; the called ones are extra.
+    assert {s for s, _ in report.all_assignments()} == {0, 2, 3, 4, 5, 6}
+    assert "subgraph 1 'reset': never called from subgraph 0" in str(report)
+    assert "subgraph 6 (body of WHILE node 4 in subgraph 0)" in str(report)
+
+
+def test_a_subgraph_that_has_run_reports_its_compiled_placement() -> None:
+    interp = litegpu.Interpreter(_model("lstm_classifier.tflite"))
+    interp.allocate_tensors()
+    before = interp.get_delegation_report()
+    interp.invoke()
+    after = interp.get_delegation_report()
+    assert [r.subgraph for r in after.called] == [1, 2] == [r.subgraph for r in before.called]
+    body = after.called[1]
+    assert body.role == "body of WHILE node 5 in subgraph 0"
+    assert body.nodes_on("cpu") == len(body.assignments) and body.nodes_in_file == 19
+    # Nothing but cpu was asked for: no reasons to give.
+    assert not any(a.reason for _, a in after.all_assignments())
+
+
+def test_nodes_after_a_loop_name_the_loop() -> None:
+    report = _report("lstm_classifier.tflite", _opencl())
+    reasons = _reasons(report)
+    assert "comes from node 5 (WHILE)" in reasons["STRIDED_SLICE"]
+    assert "follow from node 5 (WHILE)" in reasons["FULLY_CONNECTED"]
+
+
+def test_signature_reports_cover_their_own_callees() -> None:
+    with litegpu.CompiledModel.from_file(_model("stateful_counter.tflite")) as model:
+        reports = model.delegation_reports()
+    assert [r.subgraph for r in reports] == [0, 1]
+    assert [r.subgraph for r in reports[1].called] == [2]
+    assert reports[1].called[0].role == "init of CALL_ONCE node 0 in subgraph 1"
+
+
+def test_fp16_on_cpu_is_reported_as_f32(monkeypatch, caplog) -> None:
+    monkeypatch.setattr(session_module, "_warned_precision", False)
+    with caplog.at_level(logging.WARNING, logger="litegpu"):
+        report = _report("lstm_classifier.tflite", [litegpu.load_delegate("cpu", {"precision_loss_allowed": True})])
+    assert "partition 0 on cpu: F32 (cpu has no fp16 mode; precision_loss_allowed ignored)" in str(report)
+    assert all(r.programs for r in report.subgraph_reports())
+    warnings = [r.getMessage() for r in caplog.records if "cpu backend computes in fp32" in r.getMessage()]
+    assert len(warnings) == 1
+    plain = _report("lstm_classifier.tflite", [])
+    assert "fp16" not in str(plain)
