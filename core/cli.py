@@ -273,7 +273,9 @@ def _make_interpreter(args: argparse.Namespace):
     from .interpreter import Interpreter
     from .session import load_delegate
     options = {"precision_loss_allowed": bool(getattr(args, "fp16", False))}
-    delegates = [load_delegate(b, options) for b in (args.backend or []) if b != "cpu"]
+    # cpu is the fallback and needs no delegate, unless --fp16 must reach it (to be reported as ignored).
+    delegates = [load_delegate(b, options) for b in (args.backend or [])
+                 if b != "cpu" or options["precision_loss_allowed"]]
     with progress(f"compiling {Path(args.model).name}"), _naming_file(args.model):
         interp = Interpreter(model_path=args.model, experimental_delegates=delegates,
                              num_threads=args.num_threads)
@@ -418,9 +420,24 @@ def cmd_bench(args: argparse.Namespace) -> int:
           f"host<->device copies {report.bytes_moved} bytes per run")
     for summary in report.programs:
         print(f"  {summary}")
+    if args.profile or args.trace:
+        _profile_runs(args, target.invoke)
     if args.compare_litert:
         return _compare_litert(args, target, inputs, float(np.median(times)))
     return 0
+
+
+def _profile_runs(args: argparse.Namespace, invoke) -> None:
+    """Profile ``--num-runs`` more runs; print the tables (``--profile``), write the trace (``--trace``)."""
+    from .profile import profile
+    with profile() as p:
+        for _ in range(args.num_runs):
+            invoke()
+    if args.profile:
+        print(p.summary(top=args.profile_top))
+    if args.trace:
+        p.save_chrome_trace(args.trace)
+        print(f"  Chrome trace of {p.runs} runs written to {args.trace} (open in https://ui.perfetto.dev)")
 
 
 def _compare_litert(args: argparse.Namespace, target, inputs, ours: float) -> int:
@@ -540,6 +557,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup-runs", type=_int_at_least(0), default=5, help="untimed runs first (default 5)")
     p.add_argument("--compare-litert", action="store_true", help="also time ai-edge-litert on the same input "
                    "and print the ratio and the max difference")
+    p.add_argument("--profile", action="store_true", help="then profile --num-runs more runs and print the "
+                   "time per op type and the slowest nodes (like benchmark_model --enable_op_profiling)")
+    p.add_argument("--profile-top", type=_int_at_least(1), default=10, help="slowest nodes shown (default 10)")
+    p.add_argument("--trace", metavar="FILE.json", help="then profile --num-runs more runs and write a Chrome "
+                   "trace-event file (Perfetto, chrome://tracing)")
     p.set_defaults(func=cmd_bench)
     p = model_command("compile", "compile a model and run it once, filling the disk caches so later "
                       "processes start warm")

@@ -1,8 +1,10 @@
 """The cpu backend: compiles a partition into a flat list of kernel calls over one arena."""
 from __future__ import annotations
 
+import logging
 import os
 import platform
+import time
 from functools import partial
 from typing import Sequence
 
@@ -18,6 +20,7 @@ from litegpu.graph import Model
 # .kernels also runs .kernels.threads, which picks the OpenMP wait policy; that still
 # happens before any numba kernel of ours runs.
 
+log = logging.getLogger("litegpu.cpu")
 _QUANTIZED = (np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int16))
 _RUNTIME_ERRORS = (ValueError, IndexError, TypeError, KeyError, ZeroDivisionError, OverflowError,
                    FloatingPointError, MemoryError, AttributeError)
@@ -87,7 +90,10 @@ class CpuProgram(Program):
     def __init__(self, partition: Partition, options: CompileOptions) -> None:
         from .fusion import FusedGroup, make_fused_kernel
         from .kernels import make_kernel
+        from .kernels.threads import threads_here
         self.partition = partition
+        # Called first in every run: the run's thread may not be the one that compiled.
+        self._threads_here = partial(threads_here, options.num_threads)
         arena = partition.arena
         self.arena = np.empty(arena.size if arena else 0, np.uint8)
         slot_of: dict[int, int] = {}
@@ -110,11 +116,13 @@ class CpuProgram(Program):
         self.in_slots = [slot(t) for t in partition.inputs]
         self.out_slots = [slot(t) for t in partition.outputs]
         self.steps = []
+        self.step_nodes: list[list[NodeContext]] = []   # the nodes of each step, for profiling
         for group in _groups(partition):
             if isinstance(group, FusedGroup):
                 kernel = make_fused_kernel(group)
                 self.steps.append((kernel, [slot(t) for t in group.inputs], [slot(t) for t in group.outputs],
                                    False, group.nodes[0]))
+                self.step_nodes.append(list(group.nodes))
                 continue
             ctx = group
             dynamic = ctx.opdef.stateful or ctx.dynamic
@@ -126,6 +134,12 @@ class CpuProgram(Program):
             outs = [slot(o) for o in ctx.node.outputs]
             kernel = _returning_kernel(ctx, options) if dynamic else make_kernel(ctx)
             self.steps.append((kernel, ins, outs, dynamic, ctx))
+            self.step_nodes.append([ctx])
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("cpu program: %s", "; ".join(
+                f"{getattr(kernel, '__name__', type(kernel).__name__)} for "
+                f"{'+'.join(f'{c.node.index} {c.node.op}' for c in nodes)}"
+                for (kernel, *_), nodes in zip(self.steps, self.step_nodes)))
         slots.append(None)  # slot -1: an omitted optional input
         self.slots = slots
         # With no run-time shapes every slot is fixed once inputs and outputs are: the
@@ -180,8 +194,10 @@ class CpuProgram(Program):
             return None
         bound, _, copy = self._bound_steps(inputs, outputs)
         copies = [(outputs[i], self.slots[s]) for i, s in copy]
+        threads_here = self._threads_here
 
         def run_bound() -> None:
+            threads_here()
             try:
                 for call, ctx in bound:
                     call()
@@ -191,13 +207,13 @@ class CpuProgram(Program):
                 dst[...] = src
         return run_bound
 
-    def _run_steps(self, start: int = 0) -> None:
+    def _run_steps(self, start: int = 0, stop: int | None = None) -> None:
         """Run the steps from ``start`` on the current slots. A static step whose arrays are
         the ones it ran on last time reuses the call bound then, which matters when shapes
         change from run to run and :meth:`_bind_fixed` no longer applies."""
         slots = self.slots
         calls = self._calls
-        for n in range(start, len(self.steps)):
+        for n in range(start, len(self.steps) if stop is None else stop):
             kernel, ins, outs, dynamic, ctx = self.steps[n]
             args = [slots[i] for i in ins]
             try:
@@ -280,6 +296,7 @@ class CpuProgram(Program):
             self._fixed_to = (key, list(inputs), list(outputs))
 
     def run(self, inputs: Sequence[np.ndarray], outputs: list, wait_for: Sequence[Event] = ()) -> Event:
+        self._threads_here()
         if self.static:
             key = (*map(id, inputs), *map(id, outputs))
             if key != self._bound_to:
@@ -296,6 +313,32 @@ class CpuProgram(Program):
                 np.copyto(outputs[i], slots[s])
             return COMPLETE
         self._run_dynamic(inputs, outputs)
+        slots = self.slots
+        for i, s in enumerate(self.out_slots):
+            if outputs[i] is None:
+                outputs[i] = slots[s]
+            elif outputs[i] is not slots[s]:
+                np.copyto(outputs[i], slots[s])
+        return COMPLETE
+
+    def run_profiled(self, inputs: Sequence[np.ndarray], outputs: list, wait_for: Sequence[Event],
+                     profiler) -> Event:
+        """:meth:`run` step by step, each step timed into ``profiler`` (a
+        ``litegpu.profile.Profiler``) as one slice naming its nodes (several for a fused step)."""
+        from litegpu.profile import HOST, CPU_STEPS, Slice, node_info, nodes_label
+        for e in wait_for:
+            e.wait()
+        self._threads_here()
+        self._point_slots(inputs, outputs)
+        clock = time.perf_counter
+        for n, nodes in enumerate(self.step_nodes):
+            start = clock()
+            self._run_steps(n, n + 1)
+            dur = clock() - start
+            infos = tuple(node_info(c) for c in nodes)
+            profiler.add(Slice(nodes_label(infos), "node", HOST, CPU_STEPS, start, dur, infos, "cpu",
+                               {"fused": len(infos) > 1}))
+        self._fixed = None   # slots may hold new arrays: a run-time-shaped program binds again
         slots = self.slots
         for i, s in enumerate(self.out_slots):
             if outputs[i] is None:
