@@ -1,42 +1,43 @@
-"""litegpu (cpu) vs LiteRT (XNNPACK) on every shared and fetched model, in one process.
+"""litegpu (cpu) vs LiteRT (XNNPACK) on every shared and fetched model, at each thread count.
 
-usage: python benchmarks/models.py [--threads 2] [--runs 30] [--real] [--markdown] [NAME ...]
+usage: python benchmarks/models.py [NAME ...] [--threads 1 2] [--runs 30] [--rounds 3] [--real] [--markdown]
+(model names go before --threads, which takes a list)
 
-For each model: the max error of litegpu against LiteRT relative to the output's scale,
-whether every node ran, and the median invoke time of both, measured alternately on the
-same input so machine noise hits both alike. Prints the geometric mean of the ratios.
+For each model: the max error of litegpu against LiteRT relative to the output's scale
+(worst over the thread counts), whether every node ran on the cpu backend, litegpu's
+creation time, and at each thread count the invoke time of both runtimes (LiteRT with
+``num_threads`` set the same) and the ratio litegpu/LiteRT. The two are timed in
+alternating blocks of ``--runs`` invokes over ``--rounds`` rounds, never invoke by invoke
+(see timing.py); each figure is the best block median. Ends with the geometric mean of
+the ratios per thread count. Run with GOMP_SPINCOUNT=10000 (as the README's figures are)
+so an idle OpenMP pool stops spinning soon after a block.
 """
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-import litegpu
-from litegpu.cli import random_inputs
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from timing import alternate, geometric_mean  # noqa: E402  (the shared timer)
+
+import litegpu  # noqa: E402
+from litegpu.cli import random_inputs  # noqa: E402
 
 SHARED = Path(__file__).resolve().parents[1] / ".." / "shared" / "models"
 
 
 def models(real: bool, names: list[str]) -> list[tuple[str, Path, list | None]]:
+    """(name, path, inputs or None for random ones) of the shared models, and the fetched
+    real ones with ``real``; only those in ``names`` when it is not empty."""
     out = [(p.stem, p, None) for p in sorted(SHARED.glob("*.tflite"))]
     if real:
         from litegpu.testing.realmodels import REAL_MODELS, fetch
         out += [(name, fetch(name), m.random_inputs(seed=1234)) for name, m in REAL_MODELS.items()]
     return [m for m in out if not names or m[0] in names]
-
-
-def median_invoke(invoke, runs: int) -> float:
-    times = []
-    for _ in range(runs):
-        t = time.perf_counter()
-        invoke()
-        times.append(time.perf_counter() - t)
-    return float(np.median(times))
 
 
 def prepare(interp, inputs) -> None:
@@ -51,71 +52,96 @@ def prepare(interp, inputs) -> None:
     interp.invoke()
 
 
-def bench(path: Path, inputs, threads: int, runs: int) -> dict:
-    from ai_edge_litert.interpreter import Interpreter as LiteRT
-    row: dict = {}
-    theirs = LiteRT(model_path=str(path), num_threads=threads)
-    if inputs is None:
-        inputs = random_inputs(theirs.get_input_details(), seed=0)
-    start = time.perf_counter()
-    try:
-        ours = litegpu.Interpreter(model_path=str(path), num_threads=threads)
-        ours.allocate_tensors()
-    except litegpu.LiteGpuError as exc:
-        row["error"] = str(exc).split(":")[-1].strip()[:60]
-        return row
-    row["init_ms"] = (time.perf_counter() - start) * 1e3
-    for interp in (ours, theirs):
-        prepare(interp, inputs)
+def max_rel_error(ours, theirs) -> float:
+    """Worst output difference of two prepared interpreters, relative to max|LiteRT's output|."""
     worst = 0.0
     for a, b in zip(ours.get_output_details(), theirs.get_output_details()):
-        x, y = ours.get_tensor(a["index"]).astype(np.float64), theirs.get_tensor(b["index"]).astype(np.float64)
-        worst = max(worst, float(np.abs(x - y).max() / max(np.abs(y).max(), 1e-30)) if y.size else 0.0)
-    report = ours.get_delegation_report()
-    row["max_rel_err"] = worst
-    row["all_nodes_ran"] = report.nodes_on("cpu") == len(report.assignments)
-    row["nodes"] = len(report.assignments) + len(report.folded)
-    warm = max(3, runs // 5)
-    median_invoke(ours.invoke, warm)
-    median_invoke(theirs.invoke, warm)
-    ours_t, theirs_t = [], []
-    for _ in range(3):  # alternate so load on the machine hits both
-        ours_t.append(median_invoke(ours.invoke, runs))
-        theirs_t.append(median_invoke(theirs.invoke, runs))
-    row["litegpu_ms"] = min(ours_t) * 1e3
-    row["litert_ms"] = min(theirs_t) * 1e3
-    row["ratio"] = row["litegpu_ms"] / row["litert_ms"]
+        x = ours.get_tensor(a["index"]).astype(np.float64)
+        y = theirs.get_tensor(b["index"]).astype(np.float64)
+        if y.size:
+            worst = max(worst, float(np.abs(x - y).max() / max(np.abs(y).max(), 1e-30)))
+    return worst
+
+
+def bench(path: Path, inputs, threads: list[int], runs: int, rounds: int) -> dict:
+    """One model's row: error, placement, init time and, per thread count, both medians."""
+    from ai_edge_litert.interpreter import Interpreter as LiteRT
+    row: dict = {"max_rel_err": 0.0}
+    for t in threads:
+        theirs = LiteRT(model_path=str(path), num_threads=t)
+        if inputs is None:
+            inputs = random_inputs(theirs.get_input_details(), seed=0)
+        start = time.perf_counter()
+        try:
+            ours = litegpu.Interpreter(model_path=str(path), num_threads=t)
+            ours.allocate_tensors()
+        except litegpu.LiteGpuError as exc:
+            return {"error": str(exc).split(":")[-1].strip()[:60]}
+        row.setdefault("init_ms", (time.perf_counter() - start) * 1e3)  # the first, colder, creation
+        for interp in (ours, theirs):
+            prepare(interp, inputs)
+        row["max_rel_err"] = max(row["max_rel_err"], max_rel_error(ours, theirs))
+        report = ours.get_delegation_report()
+        row["all_nodes_ran"] = report.nodes_on("cpu") == len(report.assignments)
+        row["nodes"] = len(report.assignments) + len(report.folded)
+        best = alternate({"litegpu": ours.invoke, "litert": theirs.invoke}, runs, rounds)
+        row[t] = (best["litegpu"] * 1e3, best["litert"] * 1e3)
+        del ours, theirs  # one pair of thread pools alive at a time
     return row
 
 
-def parse_args(description: str, runs: int) -> argparse.Namespace:
-    """The options every model benchmark takes: --threads, --runs, --real and model names."""
+def parse_args(description: str, runs: int, threads: list[int]) -> argparse.Namespace:
+    """The options every model benchmark takes."""
     parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--runs", type=int, default=runs)
+    parser.add_argument("--threads", type=int, nargs="+", default=threads, help="thread counts to time at")
+    parser.add_argument("--runs", type=int, default=runs, help="invokes per timed block")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating blocks per runtime")
     parser.add_argument("--real", action="store_true", help="include the fetched real models")
+    parser.add_argument("--markdown", action="store_true", help="print a markdown table")
     parser.add_argument("names", nargs="*")
     return parser.parse_args()
 
 
-def main() -> int:
-    args = parse_args(__doc__.splitlines()[0], runs=30)
-    print("| model | nodes | max rel err vs LiteRT | all nodes ran | litegpu init ms | litegpu median ms "
-          "| LiteRT median ms | ratio |")
-    print("|---|---|---|---|---|---|---|---|")
-    ratios = []
-    for name, path, inputs in models(args.real, args.names):
-        row = bench(path, inputs, args.threads, args.runs)
-        if "error" in row:
-            print(f"| {name} | | not run: {row['error']} | | | | | |")
-            continue
-        ratios.append(row["ratio"])
-        print(f"| {name} | {row['nodes']} | {row['max_rel_err']:.2e} | {'yes' if row['all_nodes_ran'] else 'no'} "
-              f"| {row['init_ms']:.0f} | {row['litegpu_ms']:.3f} | {row['litert_ms']:.3f} | {row['ratio']:.2f} |")
+def printer(markdown: bool, widths: list[int]):
+    """A function printing one row of cells as markdown or as aligned columns."""
+    def emit(cells: list[str]) -> None:
+        if markdown:
+            print("| " + " | ".join(cells) + " |")
+        else:
+            print("  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))))
         sys.stdout.flush()
-    if ratios:
-        print(f"\ngeometric mean of ratio litegpu/LiteRT over {len(ratios)} models: "
-              f"{math.exp(np.mean(np.log(ratios))):.2f}")
+    return emit
+
+
+def main() -> int:
+    args = parse_args(__doc__.splitlines()[0], runs=30, threads=[1, 2])
+    header = ["model", "nodes", "max rel err vs LiteRT", "all nodes ran", "litegpu init ms"]
+    for t in args.threads:
+        header += [f"litegpu ms ({t}t)", f"LiteRT ms ({t}t)", f"ratio ({t}t)"]
+    emit = printer(args.markdown, [28] + [max(len(h), 9) for h in header[1:]])
+    emit(header)
+    if args.markdown:
+        emit(["---"] * len(header))
+    ratios: dict[int, list[float]] = {t: [] for t in args.threads}
+    start = time.perf_counter()
+    for name, path, inputs in models(args.real, args.names):
+        row = bench(path, inputs, args.threads, args.runs, args.rounds)
+        if "error" in row:
+            emit([name, "", f"not run: {row['error']}"] + [""] * (len(header) - 3))
+            continue
+        cells = [name, str(row["nodes"]), f"{row['max_rel_err']:.2e}", "yes" if row["all_nodes_ran"] else "no",
+                 f"{row['init_ms']:.0f}"]
+        for t in args.threads:
+            ours, theirs = row[t]
+            ratios[t].append(ours / theirs)
+            cells += [f"{ours:.3f}", f"{theirs:.3f}", f"{ours / theirs:.2f}"]
+        emit(cells)
+    print()
+    for t in args.threads:
+        print(f"geometric mean of ratio litegpu/LiteRT at {t} thread(s) over {len(ratios[t])} models: "
+              f"{geometric_mean(ratios[t]):.2f}")
+    print(f"wall time {time.perf_counter() - start:.0f} s; {args.runs} invokes per block, "
+          f"{args.rounds} rounds, best block median")
     return 0
 
 

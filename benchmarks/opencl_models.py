@@ -1,11 +1,12 @@
 """litegpu opencl (fp32 and fp16) vs litegpu cpu vs LiteRT (XNNPACK) on every model, in one process.
 
-usage: python benchmarks/opencl_models.py [--threads 2] [--runs 10] [--real] [NAME ...]
+usage: python benchmarks/opencl_models.py [NAME ...] [--threads 2] [--runs 10] [--rounds 3] [--real]
 
 Per model: nodes on opencl and on cpu, the max absolute error of each opencl mode against
 LiteRT's fp32 output (and the error relative to max|LiteRT|), whether fp16 made a NaN or
 Inf that fp32 did not, host<->device bytes per run, and the median invoke time of
-litegpu opencl, litegpu cpu and LiteRT on the same input, timed alternately.
+litegpu opencl, litegpu cpu and LiteRT on the same input, timed in alternating blocks
+(timing.py): the best block median of ``--rounds`` rounds.
 """
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from models import median_invoke, models, parse_args, prepare  # noqa: E402  (shared list, timer, options, setup)
+from models import models, parse_args, prepare  # noqa: E402  (shared list, options, setup)
+from timing import alternate  # noqa: E402  (the shared timer)
 
 import litegpu  # noqa: E402
 from litegpu.cli import random_inputs  # noqa: E402
@@ -44,7 +46,7 @@ def _errors(got: list[np.ndarray], want: list[np.ndarray]) -> tuple[float, float
     return worst_abs, worst_rel, bad
 
 
-def bench(path: Path, inputs, threads: int, runs: int) -> dict:
+def bench(path: Path, inputs, threads: int, runs: int, rounds: int) -> dict:
     from ai_edge_litert.interpreter import Interpreter as LiteRT
     theirs = LiteRT(model_path=str(path), num_threads=threads)
     if inputs is None:
@@ -69,24 +71,21 @@ def bench(path: Path, inputs, threads: int, runs: int) -> dict:
     row["partitions"] = len(report.partitions)
     row["bytes"] = report.bytes_moved
     timers = {"opencl": cl32.invoke, "opencl16": cl16.invoke, "cpu": cpu.invoke, "litert": theirs.invoke}
-    for invoke in timers.values():
-        median_invoke(invoke, max(2, runs // 5))
-    best = {k: float("inf") for k in timers}
-    for _ in range(3):
-        for k, invoke in timers.items():
-            best[k] = min(best[k], median_invoke(invoke, runs))
+    best = alternate(timers, runs, rounds, warmup=max(2, runs // 5))
     row.update({f"{k}_ms": v * 1e3 for k, v in best.items()})
     return row
 
 
 def main() -> int:
-    args = parse_args(__doc__.splitlines()[0], runs=10)
+    args = parse_args(__doc__.splitlines()[0], runs=10, threads=[2])
+    if len(args.threads) != 1:
+        raise SystemExit("opencl_models.py times at one thread count: give --threads one number")
     print("| model | nodes opencl / cpu | partitions | max abs err fp32 (rel) | max abs err fp16 (rel) "
           "| new NaN/Inf in fp16 | bytes host<->device per run | opencl ms | opencl fp16 ms | litegpu cpu ms "
           "| LiteRT ms | opencl / LiteRT |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name, path, inputs in models(args.real, args.names):
-        row = bench(path, inputs, args.threads, args.runs)
+        row = bench(path, inputs, args.threads[0], args.runs, args.rounds)
         if "error" in row:
             print(f"| {name} | not run: {row['error']} |" + " |" * 10)
             continue

@@ -25,6 +25,7 @@ import numpy as np
 from . import __version__
 from .errors import InvalidArgumentError, LiteGpuError, ModelFormatError
 from .partition import DelegationReport
+from .placement import PLACEMENTS
 
 log = logging.getLogger("litegpu")
 
@@ -278,7 +279,7 @@ def _make_interpreter(args: argparse.Namespace):
                  if b != "cpu" or options["precision_loss_allowed"]]
     with progress(f"compiling {Path(args.model).name}"), _naming_file(args.model):
         interp = Interpreter(model_path=args.model, experimental_delegates=delegates,
-                             num_threads=args.num_threads)
+                             num_threads=args.num_threads, placement=getattr(args, "placement", "first"))
         interp.allocate_tensors()
     return interp
 
@@ -291,6 +292,8 @@ def _timed(call) -> float:
 
 def _print_placement(report: DelegationReport) -> None:
     print(f"subgraph {report.subgraph}: {report.counts()}")
+    if report.placement:
+        print(f"  {report.placement}")
     for line in report.partition_lines():
         print(f"  {line}")
 
@@ -440,7 +443,20 @@ def _profile_runs(args: argparse.Namespace, invoke) -> None:
         print(f"  Chrome trace of {p.runs} runs written to {args.trace} (open in https://ui.perfetto.dev)")
 
 
+_COMPARE_ROUNDS = 3  # alternating blocks per runtime in bench --compare-litert
+
+
 def _compare_litert(args: argparse.Namespace, target, inputs, ours: float) -> int:
+    """Time LiteRT (XNNPACK, same thread count) against litegpu on the same inputs and print
+    both medians, their ratio and the output error.
+
+    The two are timed in alternating blocks of ``--num-runs`` invokes, never invoke by
+    invoke: interleaved calls make the two thread pools fight over the cores and slow
+    both (LiteRT by up to 10x). ``ours``, the median of the block cmd_bench timed, is
+    litegpu's first block; then LiteRT and litegpu take turns until each has had
+    ``_COMPARE_ROUNDS`` blocks, and each figure is its best block median, the least
+    disturbed by whatever else runs on the machine.
+    """
     try:
         from ai_edge_litert.interpreter import Interpreter as LiteRT
     except ImportError:
@@ -451,7 +467,10 @@ def _compare_litert(args: argparse.Namespace, target, inputs, ours: float) -> in
         runner = ref.get_signature_runner(target.key)
         kwargs = dict(zip((name for name, _ in target.input_details()), inputs))
         result: dict = {}
-        _, _, times = _time_invokes(lambda: result.update(runner(**kwargs)), args.num_runs, args.warmup_runs)
+
+        def theirs_invoke() -> None:
+            result.update(runner(**kwargs))
+        _time_invokes(theirs_invoke, 0, args.warmup_runs)
         theirs_out = [result[name] for name, _, _ in target.outputs()]
     else:
         for d, x in zip(ref.get_input_details(), inputs):
@@ -460,10 +479,20 @@ def _compare_litert(args: argparse.Namespace, target, inputs, ours: float) -> in
                 ref.allocate_tensors()
         for d, x in zip(ref.get_input_details(), inputs):
             ref.set_tensor(d["index"], x)
-        _, _, times = _time_invokes(ref.invoke, args.num_runs, args.warmup_runs)
+        theirs_invoke = ref.invoke
+        _time_invokes(theirs_invoke, 0, args.warmup_runs)
         theirs_out = [ref.get_tensor(d["index"]) for d in ref.get_output_details()]
-    theirs = float(np.median(times))
-    print(f"LiteRT (XNNPACK) steady state: {_summary(times)}")
+    best_times, theirs = None, float("inf")
+    for block in range(_COMPARE_ROUNDS):
+        # The first call of a block is left out: it pays for the other runtime's pool.
+        _, _, times = _time_invokes(theirs_invoke, args.num_runs, 0)
+        if float(np.median(times)) < theirs:
+            best_times, theirs = times, float(np.median(times))
+        if block < _COMPARE_ROUNDS - 1:
+            ours = min(ours, float(np.median(_time_invokes(target.invoke, args.num_runs, 0)[2])))
+    print(f"LiteRT (XNNPACK) steady state: {_summary(best_times)}")
+    print(f"  {_COMPARE_ROUNDS} alternating blocks of {args.num_runs} runs each, best block median: "
+          f"litegpu {ours * 1e3:.3f} ms, LiteRT {theirs * 1e3:.3f} ms")
     worst = 0.0
     for (name, _, a), b in zip(target.outputs(), theirs_out):
         if a.shape != b.shape:
@@ -542,6 +571,10 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
         p.add_argument("--fp16", action="store_true", help="allow precision loss: fp16 storage on GPU "
                        "backends (LiteRT's precision_loss_allowed)")
+        p.add_argument("--placement", choices=PLACEMENTS, default="first",
+                       help="first: each node on the first backend that supports it (default); measure: time "
+                       "the alternatives at compile time and keep the fastest, never slower than all-cpu "
+                       "(the decision is cached)")
         return p
 
     p = model_command("run", "run a model and summarize its outputs, placement and timings")
