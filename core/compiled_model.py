@@ -62,12 +62,16 @@ class GpuOptions:
 
 @dataclass
 class Options:
-    """Per-model options: accelerators and their option groups, plus a litegpu backend name."""
+    """Per-model options: accelerators and their option groups, plus litegpu's own: a
+    backend name, and ``placement`` ("first": each node on the first accelerator that
+    supports it; "measure": the fastest measured assignment, never slower than all-cpu,
+    cached on disk; see :class:`litegpu.Interpreter`)."""
 
     hardware_accelerators: HardwareAccelerator = HardwareAccelerator.CPU
     cpu_options: CpuOptions = field(default_factory=CpuOptions)
     gpu_options: GpuOptions = field(default_factory=GpuOptions)
     backend: str | None = None
+    placement: str = "first"
 
     @classmethod
     def create(cls) -> "Options":
@@ -143,28 +147,31 @@ class CompiledModel:
     @classmethod
     def from_file(cls, model_path: str | os.PathLike, hardware_accel: HardwareAccelerator | None = None,
                   environment: Environment | None = None, options: Options | None = None,
-                  backend: str | None = None) -> "CompiledModel":
-        """Load and compile a model file."""
-        return cls._create(load_model(model_path), hardware_accel, environment, options, backend)
+                  backend: str | None = None, placement: str | None = None) -> "CompiledModel":
+        """Load and compile a model file (``placement``: see :class:`Options`)."""
+        return cls._create(load_model(model_path), hardware_accel, environment, options, backend, placement)
 
     @classmethod
     def from_buffer(cls, model_data: bytes, hardware_accel: HardwareAccelerator | None = None,
                     environment: Environment | None = None, options: Options | None = None,
-                    backend: str | None = None) -> "CompiledModel":
-        """Load and compile a model from bytes."""
-        return cls._create(load_model(model_data), hardware_accel, environment, options, backend)
+                    backend: str | None = None, placement: str | None = None) -> "CompiledModel":
+        """Load and compile a model from bytes (``placement``: see :class:`Options`)."""
+        return cls._create(load_model(model_data), hardware_accel, environment, options, backend, placement)
 
     @classmethod
-    def _create(cls, model, hardware_accel, environment, options, backend) -> "CompiledModel":
+    def _create(cls, model, hardware_accel, environment, options, backend, placement=None) -> "CompiledModel":
         if options is not None and hardware_accel is not None:
             raise InvalidArgumentError("pass either options or hardware_accel, not both")
         options = options or Options(hardware_accelerators=hardware_accel or HardwareAccelerator.CPU)
         if backend:
             options.backend = backend
+        if placement is not None:
+            options.placement = placement
         environment = environment or Environment()
         session = Session(model, _backend_names(options), num_threads=options.cpu_options.num_threads,
                           precision_loss_allowed=not options.gpu_options.enforce_f32,
-                          extra={**environment.options, **options.gpu_options.extra()})
+                          extra={**environment.options, **options.gpu_options.extra()},
+                          placement=options.placement)
         return cls(session, environment)
 
     @property

@@ -175,14 +175,16 @@ class CompiledSubgraph:
 
     def __init__(self, model: Model, sg_index: int, input_specs: dict[int, TensorSpec],
                  backends: list[Backend], cpu: Backend, options: CompileOptions,
-                 max_delegated_partitions: int = 0, limits: Limits | None = None) -> None:
+                 max_delegated_partitions: int = 0, limits: Limits | None = None,
+                 moved: dict[int, str] | None = None) -> None:
         start = time.perf_counter()
         self.model = model
         self.sg = sg = model.subgraphs[sg_index]
         self.limits = limits or Limits()
         contexts, specs, folded = infer_subgraph(model, sg, input_specs)
         self.specs = specs
-        self.report: DelegationReport = assign(contexts, model, backends, cpu, sg_index, max_delegated_partitions)
+        self.report: DelegationReport = assign(contexts, model, backends, cpu, sg_index, max_delegated_partitions,
+                                                 moved)
         self.report.folded = folded
         by_name = {b.name: b for b in backends}
         by_name.setdefault(CPU, cpu)

@@ -64,21 +64,32 @@ class Interpreter:
     :param experimental_delegates: ``litegpu.load_delegate(name)`` objects, in order of preference;
         nodes no delegate supports run on cpu.
     :param num_threads: threads for the cpu backend (None: all cores).
+    :param placement: a litegpu extension: ``"first"`` (default) puts each node on the first
+        delegate that supports it; ``"measure"`` times that, all-cpu and each delegated
+        partition moved to cpu when the interpreter is built, keeps the fastest (never slower
+        than all-cpu) and caches the decision on disk. A delegate option ``{"placement": ...}``
+        (``load_delegate("opencl", {"placement": "measure"})``) says the same.
     """
 
     def __init__(self, model_path: str | os.PathLike | None = None, model_content: bytes | None = None,
                  experimental_delegates: Sequence[Any] | None = None, num_threads: int | None = None,
                  experimental_op_resolver_type: Any = None, experimental_preserve_all_tensors: bool = False,
-                 max_delegated_partitions: int = 0, limits: Limits | None = None, **_unused: Any) -> None:
+                 max_delegated_partitions: int = 0, limits: Limits | None = None, placement: str | None = None,
+                 **_unused: Any) -> None:
         if (model_path is None) == (model_content is None):
             raise InvalidArgumentError("pass exactly one of model_path or model_content")
         if num_threads is not None and (not isinstance(num_threads, int) or num_threads < -1):
             raise InvalidArgumentError(f"num_threads must be an int >= -1, got {num_threads!r}")
         self._model = load_model(model_path if model_path is not None else model_content)
         names, precision_loss, extra = _backend_names(experimental_delegates)
+        # The keyword wins over a delegate option; either is checked by the Session.
+        from_delegate = extra.pop("placement", None)
+        if placement is None:
+            placement = "first" if from_delegate is None else from_delegate
         self._session = Session(self._model, names, num_threads=max(num_threads or 0, 0),
                                 precision_loss_allowed=precision_loss,
-                                max_delegated_partitions=max_delegated_partitions, limits=limits, extra=extra)
+                                max_delegated_partitions=max_delegated_partitions, limits=limits, extra=extra,
+                                placement=placement)
         self._sg: Subgraph = self._model.subgraphs[0]
         self._shapes: dict[int, tuple[int, ...]] = {}
         # Delegates are applied when the interpreter is built, as in LiteRT: unsupported

@@ -17,6 +17,7 @@ from .graph import Model
 
 log = logging.getLogger("litegpu")
 CPU = "cpu"
+MEASURED = "measured:"   # how the reason of a node a measured placement moved to cpu starts
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,9 @@ class DelegationReport:
     called: list["DelegationReport"] = field(default_factory=list)
     # One line per subgraph of the model that a run of this one never reaches.
     unreached: list[str] = field(default_factory=list)
+    # How the placement was chosen when it was not first-that-supports (placement="measure"):
+    # the measured times of the candidates, or that the decision came from the cache.
+    placement: str = ""
 
     def nodes_on(self, backend: str) -> int:
         """How many nodes of this subgraph run on ``backend`` (see :meth:`all_assignments` for
@@ -118,12 +122,20 @@ class DelegationReport:
         role = f" ({self.role})" if self.role else ""
         lines = [f"subgraph {self.subgraph}{role}: {self.counts()} (requested {', '.join(self.requested) or 'cpu'}); "
                  f"arena {self.arena_bytes / 1e6:.2f} MB (unshared {self.arena_naive_bytes / 1e6:.2f} MB)"]
+        if self.placement:
+            lines.append(f"  {self.placement}")
         lines.extend(f"  {line}" for line in self.partition_lines())
         if self.bytes_moved:
             lines.append(f"  host<->device copies: {self.bytes_moved} bytes per run")
         lines.extend(f"  {p}" for p in self.programs)
+        said = set()
         for a in self.assignments:
-            if a.reason:
+            if a.reason.startswith(MEASURED):
+                # One line per moved partition: the reason names its nodes.
+                if a.reason not in said:
+                    said.add(a.reason)
+                    lines.append(f"  on {a.backend}: {a.reason}")
+            elif a.reason:
                 lines.append(f"  node {a.node} ({a.op}) on {a.backend}: {a.reason}")
         return lines
 
@@ -179,11 +191,15 @@ def _explain_dynamic(nodes: list[NodeContext]) -> None:
 
 
 def assign(nodes: list[NodeContext], model: Model, backends: list[Backend], cpu: Backend,
-           subgraph: int = 0, max_delegated_partitions: int = 0) -> DelegationReport:
+           subgraph: int = 0, max_delegated_partitions: int = 0,
+           moved: dict[int, str] | None = None) -> DelegationReport:
     """Place each node on the first backend in ``backends`` that supports it, else on cpu.
 
     Control flow and resource variables go to cpu without asking (see :func:`host_only_reason`).
+    ``moved`` maps node indices to the reason they run on cpu instead (a measured placement,
+    see :mod:`litegpu.placement`); cpu must support them.
     """
+    moved = moved or {}
     report = DelegationReport(subgraph, [b.name for b in backends])
     if 0 <= subgraph < len(model.subgraphs):
         report.folded_at_load = [(n.index, n.op) for n in model.subgraphs[subgraph].folded_at_load]
@@ -192,6 +208,9 @@ def assign(nodes: list[NodeContext], model: Model, backends: list[Backend], cpu:
     for ctx in nodes:
         chosen, reasons = None, []
         host_only = host_only_reason(ctx.node.op)
+        if ctx.node.index in moved and cpu.supports(ctx, model).ok:
+            report.assignments.append(Assignment(ctx.node.index, ctx.node.op, CPU, moved[ctx.node.index]))
+            continue
         for backend in backends:
             support = backend.supports(ctx, model) if not host_only or backend.name == CPU \
                 else Support(False, host_only)

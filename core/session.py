@@ -15,12 +15,14 @@ from typing import Callable
 
 import numpy as np
 
+from . import __version__
 from .backend import Backend, CompileOptions
 from .errors import InvalidArgumentError, LiteGpuError, ModelFormatError, ResourceLimitError
 from .executor import CompiledSubgraph, Limits, infer_subgraph, make_runtime
 from .graph import Model
 from .ops import TensorSpec
 from .partition import CONTROL_FLOW, CPU, Assignment, DelegationReport, assign
+from .placement import FIRST, MEASURE, cache_dir, check_placement, place
 from .plugins import manager
 
 log = logging.getLogger("litegpu")
@@ -77,8 +79,11 @@ class Session:
 
     def __init__(self, model: Model, backend_names: list[str], num_threads: int = 0,
                  precision_loss_allowed: bool = False, max_delegated_partitions: int = 0,
-                 limits: Limits | None = None, extra: dict | None = None) -> None:
+                 limits: Limits | None = None, extra: dict | None = None, placement: str = FIRST) -> None:
         self.model = model
+        # "first": each node on the first backend that supports it; "measure": the fastest
+        # of a few assignments, timed at compile time (see litegpu.placement).
+        self.placement = check_placement(placement)
         self.requested = list(backend_names)
         self.backends = resolve_backends(backend_names)
         self.cpu = manager().backend(CPU)
@@ -109,11 +114,38 @@ class Session:
         compiled = self._cache.get(key)
         if compiled is None:
             specs = {t: TensorSpec(shape, sg.tensors[t].dtype) for t, shape in shapes.items()}
-            compiled = CompiledSubgraph(self.model, sg_index, specs, self.backends if delegate else [], self.cpu,
-                                        self.options, self.max_delegated_partitions, self.limits)
+            backends = self.backends if delegate else []
+
+            def build(moved: dict[int, str]) -> CompiledSubgraph:
+                return CompiledSubgraph(self.model, sg_index, specs, backends, self.cpu, self.options,
+                                        self.max_delegated_partitions, self.limits, moved)
+            if self.placement == MEASURE and any(b.name != CPU for b in backends):
+                compiled = self._measured(build, sg_index, shapes)
+            else:
+                compiled = build({})
             if self.options.precision_loss_allowed:
                 _note_cpu_precision(compiled.report)
             self._cache[key] = compiled
+        return compiled
+
+    def _measured(self, build, sg_index: int, shapes: dict[int, tuple[int, ...]]) -> CompiledSubgraph:
+        """The subgraph compiled with the measured (or cached) placement; the runs that
+        measured it leave no trace in the model's state."""
+        sg = self.model.subgraphs[sg_index]
+        material = {
+            "model": self.model.digest(), "subgraph": sg_index,
+            "inputs": sorted((t, list(shape), str(sg.tensors[t].dtype)) for t, shape in shapes.items()),
+            "backends": [(b.name, b.device_info()) for b in (*self.backends, self.cpu)],
+            "litegpu": __version__, "num_threads": self.options.num_threads,
+            "precision_loss_allowed": self.options.precision_loss_allowed,
+            "max_delegated_partitions": self.max_delegated_partitions}
+        saved = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in self.resources.items()}
+        try:
+            compiled = place(build, material, cache_dir(self.options.extra))
+        finally:
+            self.resources.clear()
+            self.resources.update(saved)
+        _reset_variables(compiled)
         return compiled
 
     # -- the delegation report -------------------------------------------------------------
@@ -286,10 +318,15 @@ class Session:
         ``reset_all_variables`` does."""
         self.resources.clear()
         for compiled in self._cache.values():
-            for tensor in compiled.sg.tensors:
-                array = compiled.host.get(tensor.index)
-                if tensor.is_variable and array is not None:
-                    array[...] = 0 if tensor.data is None else np.asarray(tensor.data).reshape(array.shape)
+            _reset_variables(compiled)
+
+
+def _reset_variables(compiled: CompiledSubgraph) -> None:
+    """Put ``compiled``'s variable tensors back to their initial values."""
+    for tensor in compiled.sg.tensors:
+        array = compiled.host.get(tensor.index)
+        if tensor.is_variable and array is not None:
+            array[...] = 0 if tensor.data is None else np.asarray(tensor.data).reshape(array.shape)
 
 
 def _note_cpu_precision(report: DelegationReport) -> None:
