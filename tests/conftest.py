@@ -62,3 +62,12 @@ def opencl(skip_unless_required):
     if not ok:
         skip_unless_required("opencl", f"no usable OpenCL platform here: {why}")
     return backend
+
+
+@pytest.fixture(params=["cpu", "opencl"])
+def backend_name(request: pytest.FixtureRequest) -> str:
+    """A test on cpu and on opencl; the opencl one skips (or fails, where required) as the
+    ``opencl`` fixture does, never by a check of its own."""
+    if request.param == "opencl":
+        request.getfixturevalue("opencl")
+    return request.param

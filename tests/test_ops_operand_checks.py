@@ -18,18 +18,6 @@ MODELS = Path(__file__).resolve().parent / ".." / ".." / "shared" / "models"
 F32 = np.float32
 
 
-def _opencl_available() -> tuple[bool, str]:
-    try:
-        import pyopencl as cl
-        return (True, "") if cl.get_platforms() else (False, "no OpenCL platform")
-    except Exception as exc:  # noqa: BLE001 — any failure means no OpenCL here
-        return False, f"no OpenCL: {exc}"
-
-
-_CL_OK, _CL_WHY = _opencl_available()
-BACKENDS = ["cpu", pytest.param("opencl", marks=pytest.mark.skipif(not _CL_OK, reason=_CL_WHY))]
-
-
 def _resized(data: bytes | Path, backend: str, shapes: dict[int, list[int]]) -> litegpu.Interpreter:
     kwargs = {"model_path": str(data)} if isinstance(data, Path) else {"model_content": data}
     it = litegpu.Interpreter(**kwargs, experimental_delegates=[litegpu.load_delegate(backend)])
@@ -39,7 +27,6 @@ def _resized(data: bytes | Path, backend: str, shapes: dict[int, list[int]]) -> 
     return it
 
 
-@pytest.mark.parametrize("backend_name", BACKENDS)
 def test_mobilenet_v2_with_four_channels_is_refused_at_allocate(backend_name):
     path = MODELS / "mobilenet_v2.tflite"
     if not path.exists():
@@ -52,7 +39,6 @@ def test_mobilenet_v2_with_four_channels_is_refused_at_allocate(backend_name):
         assert part in msg, (part, msg)
 
 
-@pytest.mark.parametrize("backend_name", BACKENDS)
 def test_rank_change_is_a_clean_error(backend_name):
     data, _ = one_op("CONV_2D", [rand(np.random.default_rng(0), 1, 6, 6, 3),
                                  Const(rand(np.random.default_rng(1), 4, 3, 3, 3))], [(1, 6, 6, 4)],
@@ -165,7 +151,6 @@ def test_the_models_own_mismatch_stays_a_format_error():
 def _agree_with_litert(data: bytes, inputs: list[np.ndarray], backend: str) -> str:
     """Run ``inputs`` (each at its own shape) in LiteRT and in litegpu; the sweep's verdict,
     which must be an agreement."""
-    pytest.importorskip("ai_edge_litert")
     from litegpu.testing import resize_sweep as rs
 
     verdict, detail = rs.classify(rs.run_litert(data, inputs), rs.run_litegpu(data, inputs, backend), inputs)
@@ -173,7 +158,6 @@ def _agree_with_litert(data: bytes, inputs: list[np.ndarray], backend: str) -> s
     return verdict
 
 
-@pytest.mark.parametrize("backend_name", BACKENDS)
 def test_prelu_broadcasts_the_input_up_to_a_constant_alpha(backend_name):
     rng = np.random.default_rng(0)
     data, _ = one_op("PRELU", [rand(rng, 2, 3, 4), Const(rand(rng, 2, 3, 4))], [(2, 3, 4)])
@@ -188,7 +172,6 @@ def test_prelu_with_runtime_alpha_keeps_the_input_shape():
     assert _agree_with_litert(data, [rand(rng, 1, 4, 4, 3, 1), rand(rng, 1, 1, 3)], "cpu") == "agree-refused"
 
 
-@pytest.mark.parametrize("backend_name", BACKENDS)
 def test_average_pool_valid_window_larger_than_the_input_divides_by_the_window(backend_name):
     rng = np.random.default_rng(0)
     data, _ = one_op("AVERAGE_POOL_2D", [rand(rng, 1, 7, 7, 5)], [(1, 1, 1, 5)], padding="VALID",
@@ -199,7 +182,6 @@ def test_average_pool_valid_window_larger_than_the_input_divides_by_the_window(b
     np.testing.assert_allclose(y.reshape(-1), np.minimum(x.sum(axis=(1, 2)) / 49, 6).reshape(-1), rtol=1e-5)
 
 
-@pytest.mark.parametrize("backend_name", BACKENDS)
 @pytest.mark.parametrize("op", ["REDUCE_MAX", "REDUCE_MIN"])
 def test_empty_float_reduction_with_constant_axes_gives_infinity(backend_name, op):
     rng = np.random.default_rng(0)
@@ -227,7 +209,6 @@ def test_slice_with_constant_size_keeps_its_declared_output_shape():
     assert _agree_with_litert(data, [rand(rng, 5, 3)], "cpu") == "agree-ran"
 
 
-@pytest.mark.parametrize("backend_name", BACKENDS)
 def test_batch_matmul_runs_at_rank_6_and_refuses_rank_7(backend_name):
     rng = np.random.default_rng(0)
     data, _ = one_op("BATCH_MATMUL", [rand(rng, 1, 2, 2, 3, 4), rand(rng, 1, 2, 2, 4, 3)], [(1, 2, 2, 3, 3)])
@@ -236,7 +217,6 @@ def test_batch_matmul_runs_at_rank_6_and_refuses_rank_7(backend_name):
     assert _agree_with_litert(data, [rand(rng, 1, 1, 1, 2, 2, 3, 4), b], backend_name) == "agree-refused"
 
 
-@pytest.mark.parametrize("backend_name", BACKENDS)
 def test_max_pool_takes_a_rank_5_input_with_a_trailing_1(backend_name):
     rng = np.random.default_rng(0)
     data, _ = one_op("MAX_POOL_2D", [rand(rng, 1, 9, 9, 2)], [(1, 5, 5, 2)], padding="SAME", stride_h=2,
@@ -262,7 +242,6 @@ def _conv_after(op: str, channels: int, *, runtime_filter: bool = False) -> tupl
     return b.build(), [w_value] if runtime_filter else []
 
 
-@pytest.mark.parametrize("backend_name", BACKENDS)
 def test_conv_inside_the_model_refuses_new_channels(backend_name):
     """LiteRT (XNNPACK) fixes the groups from a non-input tensor's declared channels."""
     data, _ = _conv_after("RELU", 3)
@@ -339,10 +318,8 @@ def test_fully_connected_runtime_weights_must_match_the_bias():
 
 
 @pytest.mark.parametrize("op", ["DIV", "FLOOR_MOD"])
-def test_opencl_leaves_integer_division_by_a_runtime_divisor_to_cpu(op):
+def test_opencl_leaves_integer_division_by_a_runtime_divisor_to_cpu(opencl, op):
     """Integer division by zero is LiteRT's run-time error: opencl declines the node, cpu raises."""
-    if not _CL_OK:
-        pytest.skip(_CL_WHY)
     data, _ = one_op(op, [np.ones((2, 3), np.int32), np.ones((2, 3), np.int32)], [(2, 3)], out_dtype=np.int32)
     it = litegpu.Interpreter(model_content=data, experimental_delegates=[litegpu.load_delegate("opencl")])
     it.allocate_tensors()
@@ -353,10 +330,8 @@ def test_opencl_leaves_integer_division_by_a_runtime_divisor_to_cpu(op):
         it.invoke()
 
 
-def test_opencl_leaves_runtime_gather_indices_to_cpu():
+def test_opencl_leaves_runtime_gather_indices_to_cpu(opencl):
     """Out-of-range run-time indices are LiteRT's run-time error: opencl declines, cpu raises."""
-    if not _CL_OK:
-        pytest.skip(_CL_WHY)
     data, _ = one_op("GATHER", [Const(rand(np.random.default_rng(0), 4, 2)), np.array([0, 1, 2], np.int32)], [(3, 2)])
     it = litegpu.Interpreter(model_content=data, experimental_delegates=[litegpu.load_delegate("opencl")])
     it.allocate_tensors()

@@ -273,7 +273,6 @@ def _litert_run(path: Path, inputs: list[np.ndarray]) -> tuple[list[np.ndarray],
 @pytest.mark.network
 @pytest.mark.parametrize("name", NAMES)
 def test_real_model_matches_litert(name):
-    pytest.importorskip("ai_edge_litert")
     m = REAL_MODELS[name]
     path = _fetch_or_skip(name)
     inputs = m.random_inputs(seed=1234)
