@@ -69,7 +69,10 @@ def test_cache_dir_follows_env(monkeypatch, tmp_path):
     monkeypatch.setenv("LITEGPU_CACHE_DIR", str(tmp_path))
     assert rm.cache_dir() == tmp_path / "models"
     monkeypatch.delenv("LITEGPU_CACHE_DIR")
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
     assert rm.cache_dir() == Path.home() / ".cache" / "litegpu" / "models"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert rm.cache_dir() == tmp_path / "xdg" / "litegpu" / "models"
 
 
 # -- fetch, offline: a local archive and a stand-in for pip --------------------------------
