@@ -36,7 +36,7 @@ from ..errors import ExecutionError, ModelFormatError, UnsupportedError
 from ..graph import Node, Tensor
 from ..model.schema import PADDING
 from .registry import (OpDef, TensorSpec, activation_attr, apply_activation, broadcast_shapes,
-                       check_inputs, register, value_of)
+                       check_inputs, need_rank, register, value_of)
 
 # -- padding arithmetic (the one source of truth) ----------------------------------------
 
@@ -95,18 +95,6 @@ def _required(node: Node, tensors: Sequence[Tensor], i: int, what: str) -> Tenso
     if t is None:
         raise ModelFormatError(f"{what} (input {i}) is missing")
     return t
-
-
-def need_rank(shape: Sequence[int], ranks: int | tuple[int, ...], what: str) -> None:
-    """Raise unless ``shape`` (of the operand named ``what``) has one of ``ranks``."""
-    ranks = (ranks,) if isinstance(ranks, int) else ranks
-    if len(shape) not in ranks:
-        want = " or ".join(str(r) for r in ranks)
-        raise ModelFormatError(f"{what} must have rank {want}, has shape {list(shape)}")
-
-
-def _check_rank(t: Tensor, ranks: int | tuple[int, ...], what: str) -> None:
-    need_rank(t.shape, ranks, what)
 
 
 def _need_spatial(x: Sequence[int], what: str = "input 0") -> None:
@@ -557,7 +545,7 @@ register(OpDef(name="Convolution2DTransposeBias", attrs=_transpose_conv_bias_att
 def _pool_attrs(node: Node, tensors: Sequence[Tensor]) -> dict:
     check_inputs(node, 1)
     x = _required(node, tensors, 0, "input")
-    _check_rank(x, 4, "input")
+    need_rank(x.shape, 4, "input")
     _check_float(x, "input")
     o = node.options
     padding = _padding_attr(o)
@@ -648,7 +636,7 @@ def _fc_attrs(node: Node, tensors: Sequence[Tensor]) -> dict:
     w = _required(node, tensors, 1, "weights")
     _check_float(x, "input")
     _check_float(w, "weights")
-    _check_rank(w, 2, "weights [O, K]")
+    need_rank(w.shape, 2, "weights [O, K]")
     o = node.options
     if o.get("weights_format", 0) != 0:
         raise UnsupportedError(f"weights_format {o.get('weights_format')} (only DEFAULT is supported)")
@@ -766,7 +754,7 @@ def _resize_attrs(node: Node, tensors: Sequence[Tensor]) -> dict:
     check_inputs(node, 2)
     x = _required(node, tensors, 0, "input")
     size = _required(node, tensors, 1, "size")
-    _check_rank(x, 4, "input")
+    need_rank(x.shape, 4, "input")
     _check_float(x, "input")
     if tuple(size.shape) != (2,) or size.dtype != np.int32:
         raise ModelFormatError(f"size must be int32[2], is {size.type_name}{list(size.shape)}")
@@ -878,7 +866,7 @@ def _embedding_attrs(node: Node, tensors: Sequence[Tensor]) -> dict:
     check_inputs(node, 2)
     ids = _required(node, tensors, 0, "ids")
     table = _required(node, tensors, 1, "table")
-    _check_rank(ids, 1, "ids")
+    need_rank(ids.shape, 1, "ids")
     if ids.dtype != np.int32:
         raise ModelFormatError(f"ids must be INT32, are {ids.type_name}")
     if len(table.shape) < 2:
@@ -957,7 +945,7 @@ def _lstm_attrs_common(node: Node, tensors: Sequence[Tensor], seq: bool) -> dict
             raise ModelFormatError(f"{name} (input {i}) is missing")
     x = t["input"]
     _check_float(x, "input")
-    _check_rank(x, 3 if seq else 2, "input")
+    need_rank(x.shape, 3 if seq else 2, "input")
     n_cell, n_input = t["input_to_forget"].shape if len(t["input_to_forget"].shape) == 2 else (-1, -1)
     if n_input != x.shape[-1]:
         raise ModelFormatError(f"input_to_forget weights {list(t['input_to_forget'].shape)} do not match "
@@ -1150,7 +1138,7 @@ def _same_shape(inputs: list[TensorSpec], attrs: dict) -> list[TensorSpec]:
 def _lrn_attrs(node: Node, tensors: Sequence[Tensor]) -> dict:
     check_inputs(node, 1)
     x = _required(node, tensors, 0, "input")
-    _check_rank(x, 4, "input")
+    need_rank(x.shape, 4, "input")
     _check_float(x, "input")
     o = node.options
     radius = int(o.get("radius", 0))

@@ -119,6 +119,14 @@ def check_inputs(node: Node, low: int, high: int | None = None) -> None:
         raise ModelFormatError(f"expects {want} inputs, has {n}")
 
 
+def need_rank(shape: Sequence[int], ranks: int | tuple[int, ...], what: str) -> None:
+    """Raise unless ``shape`` (of the operand named ``what``) has one of ``ranks``."""
+    ranks = (ranks,) if isinstance(ranks, int) else ranks
+    if len(shape) not in ranks:
+        want = " or ".join(str(r) for r in ranks)
+        raise ModelFormatError(f"{what} must have rank {want}, has shape {list(shape)}")
+
+
 def finite_option(node: Node, name: str, default: float = 0.0) -> float:
     """The float option ``name`` (``default`` when absent); a model error unless finite."""
     value = float(node.options.get(name, default))

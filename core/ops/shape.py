@@ -19,8 +19,8 @@ import numpy as np
 
 from ..errors import ExecutionError, ModelFormatError, UnsupportedError
 from ..graph import Node, Tensor
-from .registry import (TensorSpec, activation_attr, apply_activation, check_inputs, normalize_axis,
-                       register, OpDef, value_of)
+from .registry import (TensorSpec, activation_attr, apply_activation, check_inputs, need_rank,
+                       normalize_axis, register, OpDef, value_of)
 
 _INDEX_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
 
@@ -432,15 +432,9 @@ def transpose_perm(rank: int, value: np.ndarray) -> list[int]:
     return perm
 
 
-def _need_rank(spec: TensorSpec, rank: int, what: str) -> None:
-    """Raise unless the operand ``what`` has rank ``rank`` (LiteRT checks each operand's rank)."""
-    if len(spec.shape) != rank:
-        raise ModelFormatError(f"{what} must have rank {rank}, has shape {list(spec.shape)}")
-
-
 def _transpose_infer(inputs: list[TensorSpec], attrs: dict) -> list[TensorSpec]:
     x = inputs[0]
-    _need_rank(inputs[1], 1, "perm (input 1)")
+    need_rank(inputs[1].shape, 1, "perm (input 1)")
     perm = transpose_perm(len(x.shape), value_of(inputs[1]))
     return [TensorSpec(tuple(x.shape[p] for p in perm), x.dtype)]
 
@@ -641,7 +635,7 @@ def _slice_stop(end: int, size: int, stride: int, masked: bool) -> int:
 def _strided_slice_infer(inputs: list[TensorSpec], attrs: dict) -> list[TensorSpec]:
     x = inputs[0]
     for i, what in ((1, "begin"), (2, "end"), (3, "strides")):
-        _need_rank(inputs[i], 1, f"{what} (input {i})")
+        need_rank(inputs[i].shape, 1, f"{what} (input {i})")
     _, _, out_shape = strided_slice_plan(x.shape, value_of(inputs[1]), value_of(inputs[2]),
                                          value_of(inputs[3]), attrs)
     return [TensorSpec(out_shape, x.dtype)]
@@ -984,7 +978,7 @@ def _range_size(start_v: np.ndarray, limit_v: np.ndarray, delta_v: np.ndarray) -
 
 def _range_infer(inputs: list[TensorSpec], attrs: dict) -> list[TensorSpec]:
     for i, what in enumerate(("start", "limit", "delta")):
-        _need_rank(inputs[i], 0, f"{what} (input {i})")
+        need_rank(inputs[i].shape, 0, f"{what} (input {i})")
     n = _range_size(value_of(inputs[0]), value_of(inputs[1]), value_of(inputs[2]))
     return [TensorSpec((n,), inputs[0].dtype)]
 

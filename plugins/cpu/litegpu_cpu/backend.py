@@ -313,12 +313,7 @@ class CpuProgram(Program):
                 np.copyto(outputs[i], slots[s])
             return COMPLETE
         self._run_dynamic(inputs, outputs)
-        slots = self.slots
-        for i, s in enumerate(self.out_slots):
-            if outputs[i] is None:
-                outputs[i] = slots[s]
-            elif outputs[i] is not slots[s]:
-                np.copyto(outputs[i], slots[s])
+        self._fill_outputs(outputs)
         return COMPLETE
 
     def run_profiled(self, inputs: Sequence[np.ndarray], outputs: list, wait_for: Sequence[Event],
@@ -339,13 +334,17 @@ class CpuProgram(Program):
             profiler.add(Slice(nodes_label(infos), "node", HOST, CPU_STEPS, start, dur, infos, "cpu",
                                {"fused": len(infos) > 1}))
         self._fixed = None   # slots may hold new arrays: a run-time-shaped program binds again
+        self._fill_outputs(outputs)
+        return COMPLETE
+
+    def _fill_outputs(self, outputs: list) -> None:
+        """Hand over each output slot: into the caller's array, or as the array when it has none."""
         slots = self.slots
         for i, s in enumerate(self.out_slots):
             if outputs[i] is None:
                 outputs[i] = slots[s]
             elif outputs[i] is not slots[s]:
                 np.copyto(outputs[i], slots[s])
-        return COMPLETE
 
 
 # Bindings a program with run-time-shaped steps makes before it stops re-binding.

@@ -284,10 +284,7 @@ class ClProgram(Program):
         for e in wait_for:
             if not isinstance(e, ClEvent):
                 e.wait()
-        for t, x in zip(self.inputs, inputs):
-            self._bind(t, x)
-        for t, x in zip(self.outputs, outputs):
-            self._bind(t, x)
+        self._bind_all(inputs, outputs)
         queue, enqueue = self.device.queue, self.cl.enqueue_nd_range_kernel
         event = None
         try:
@@ -296,12 +293,8 @@ class ClProgram(Program):
                 cl_wait = None
         except self.cl.Error as exc:
             raise ExecutionError(f"OpenCL launch failed: {exc}") from None
-        event = ClEvent(event if event is not None else self.cl.enqueue_marker(queue, wait_for=cl_wait))
-        if self._refresh is not None:   # the first run only: wait, then store the warmed binary
-            event.wait()
-            store_warmed_binary(self.device, *self._refresh)
-            self._refresh = None
-        return event
+        return self._finished(ClEvent(event if event is not None else
+                                      self.cl.enqueue_marker(queue, wait_for=cl_wait)))
 
     def run_profiled(self, inputs: Sequence[ClTensor], outputs: Sequence[ClTensor], wait_for: Sequence[Event],
                      profiler) -> Event:
@@ -314,10 +307,7 @@ class ClProgram(Program):
         track = f"queue ({self.device.device.name.strip()})"
         for e in wait_for:
             e.wait()
-        for t, x in zip(self.inputs, inputs):
-            self._bind(t, x)
-        for t, x in zip(self.outputs, outputs):
-            self._bind(t, x)
+        self._bind_all(inputs, outputs)
         event = None
         try:
             for n, launch in enumerate(self.launches):
@@ -330,12 +320,23 @@ class ClProgram(Program):
                      "first": n == 0}))
         except self.cl.Error as exc:
             raise ExecutionError(f"OpenCL launch failed: {exc}") from None
-        event = ClEvent(event if event is not None else self.cl.enqueue_marker(queue))
+        return self._finished(ClEvent(event if event is not None else self.cl.enqueue_marker(queue)))
+
+    def _finished(self, event: ClEvent) -> ClEvent:
+        """``event`` of a run's last launch; after the first run only, wait for it and store
+        the warmed binary (PoCL finalizes kernels on first use)."""
         if self._refresh is not None:
             event.wait()
             store_warmed_binary(self.device, *self._refresh)
             self._refresh = None
         return event
+
+    def _bind_all(self, inputs: Sequence[ClTensor], outputs: Sequence[ClTensor]) -> None:
+        """Point the launches at these input and output tensors (partition order)."""
+        for t, x in zip(self.inputs, inputs):
+            self._bind(t, x)
+        for t, x in zip(self.outputs, outputs):
+            self._bind(t, x)
 
     def _bind(self, t: int, tensor: ClTensor) -> None:
         if self._bound.get(t) is tensor:
