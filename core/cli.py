@@ -473,15 +473,11 @@ def _compare_litert(args: argparse.Namespace, target, inputs, ours: float) -> in
         _time_invokes(theirs_invoke, 0, args.warmup_runs)
         theirs_out = [result[name] for name, _, _ in target.outputs()]
     else:
-        for d, x in zip(ref.get_input_details(), inputs):
-            if tuple(d["shape"]) != x.shape:
-                ref.resize_tensor_input(d["index"], x.shape)
-                ref.allocate_tensors()
-        for d, x in zip(ref.get_input_details(), inputs):
-            ref.set_tensor(d["index"], x)
-        theirs_invoke = ref.invoke
+        litert = _Tensors(ref)   # LiteRT's Interpreter has the same tensor API
+        litert.prepare(inputs)
+        theirs_invoke = litert.invoke
         _time_invokes(theirs_invoke, 0, args.warmup_runs)
-        theirs_out = [ref.get_tensor(d["index"]) for d in ref.get_output_details()]
+        theirs_out = [y for _, _, y in litert.outputs()]
     best_times, theirs = None, float("inf")
     for block in range(_COMPARE_ROUNDS):
         # The first call of a block is left out: it pays for the other runtime's pool.

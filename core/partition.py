@@ -144,7 +144,11 @@ _warned: set[tuple[str, str, str]] = set()
 
 # Ops the core keeps on cpu whatever the backends say, as LiteRT's GPU delegate does:
 # control flow calls subgraphs from the host, and resource variables are host state.
-CONTROL_FLOW = {"WHILE": ("condition", "body"), "IF": ("then branch", "else branch"), "CALL_ONCE": ("init",)}
+# Each control-flow op's called subgraphs: the op's attr naming one (see litegpu.ops.control)
+# and what to call it in a report.
+CONTROL_FLOW = {"WHILE": (("cond", "condition"), ("body", "body")),
+                "IF": (("then", "then branch"), ("else", "else branch")),
+                "CALL_ONCE": (("init", "init"),)}
 RESOURCE_VARIABLES = frozenset({"VAR_HANDLE", "READ_VARIABLE", "ASSIGN_VARIABLE"})
 CONTROL_FLOW_REASON = "control flow runs on cpu (LiteRT's GPU delegate leaves it to the CPU)"
 VARIABLE_REASON = "resource variables live on the host (LiteRT's GPU delegate leaves them to the CPU)"

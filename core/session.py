@@ -20,17 +20,13 @@ from .backend import Backend, CompileOptions
 from .errors import InvalidArgumentError, LiteGpuError, ModelFormatError, ResourceLimitError
 from .executor import CompiledSubgraph, Limits, infer_subgraph, make_runtime
 from .graph import Model
-from .ops import TensorSpec
+from .ops import TensorSpec, get_op
 from .partition import CONTROL_FLOW, CPU, Assignment, DelegationReport, assign
 from .placement import FIRST, MEASURE, cache_dir, check_placement, place
 from .plugins import manager
 
 log = logging.getLogger("litegpu")
 _MAX_CALL_DEPTH = 64
-# The option keys naming the subgraphs each control-flow op calls, in CONTROL_FLOW's order.
-_CALLEE_KEYS = {"WHILE": ("cond_subgraph_index", "body_subgraph_index"),
-                "IF": ("then_subgraph_index", "else_subgraph_index"),
-                "CALL_ONCE": ("init_subgraph_index",)}
 CPU_PRECISION = "F32 (cpu has no fp16 mode; precision_loss_allowed ignored)"
 _warned_precision = False
 
@@ -168,9 +164,16 @@ class Session:
         todo, seen = [entry], {entry}
         while todo:
             current = todo.pop()
-            for node in self.model.subgraphs[current].nodes:
-                for label, key in zip(CONTROL_FLOW.get(node.op, ()), _CALLEE_KEYS.get(node.op, ())):
-                    callee = node.options.get(key)
+            sg = self.model.subgraphs[current]
+            for node in sg.nodes:
+                if node.op not in CONTROL_FLOW:
+                    continue
+                try:
+                    attrs = get_op(node.op).node_attrs(node, sg.tensors)
+                except LiteGpuError:
+                    continue   # compiling or running the node reports it
+                for key, label in CONTROL_FLOW[node.op]:
+                    callee = attrs[key]
                     if not isinstance(callee, int) or not 0 <= callee < len(self.model.subgraphs):
                         continue   # the op's kernel names a bad index when it runs
                     found.setdefault(callee, []).append(f"{label} of {node.op} node {node.index} in subgraph {current}")

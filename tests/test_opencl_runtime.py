@@ -47,7 +47,7 @@ def _split_model(shape=(2, 8, 8, 4)) -> bytes:
     x = b.input("x", shape, np.float32)
     a = b.tensor("a", shape, np.float32)
     b.op("ADD", [x, x], [a])
-    axis = b.const("axis", np.array(3, np.int32))
+    axis = b.const("axis", np.array(len(shape) - 1, np.int32))
     c = b.tensor("c", shape, np.float32)
     b.op("CUMSUM", [a, axis], [c])
     d = b.tensor("d", shape, np.float32)

@@ -15,6 +15,8 @@ from litegpu import placement
 from litegpu.testing.builder import ModelBuilder
 from litegpu.testing.conformance import litert_outputs
 
+from test_opencl_runtime import _split_model   # opencl (ADD) -> cpu (CUMSUM) -> opencl (MUL)
+
 
 def _tiny_model(shape=(1, 8)) -> bytes:
     """x -> ADD -> MUL -> RELU: three small elementwise ops, all supported by opencl."""
@@ -27,21 +29,6 @@ def _tiny_model(shape=(1, 8)) -> bytes:
     r = b.tensor("r", shape, np.float32)
     b.op("RELU", [m], [r])
     b.output(r)
-    return b.build()
-
-
-def _split_model(shape=(2, 4)) -> bytes:
-    """opencl (ADD) -> cpu (CUMSUM, which opencl lacks) -> opencl (MUL): two device partitions."""
-    b = ModelBuilder()
-    x = b.input("x", shape, np.float32)
-    a = b.tensor("a", shape, np.float32)
-    b.op("ADD", [x, x], [a])
-    axis = b.const("axis", np.array(1, np.int32))
-    c = b.tensor("c", shape, np.float32)
-    b.op("CUMSUM", [a, axis], [c])
-    d = b.tensor("d", shape, np.float32)
-    b.op("MUL", [c, a], [d])
-    b.output(d)
     return b.build()
 
 
@@ -121,7 +108,7 @@ def test_a_corrupt_cache_file_is_ignored_and_rewritten(opencl, cache, garbage, c
 
 
 def test_each_device_partition_is_a_candidate(opencl, cache):
-    content = _split_model()
+    content = _split_model((2, 4))
     report = _interp(content, placement="measure").get_delegation_report()
     assert "partition 0 (opencl) to cpu" in report.placement and "partition 2 (opencl) to cpu" in report.placement
     x = np.arange(8, dtype=np.float32).reshape(2, 4)
