@@ -159,7 +159,7 @@ def test_shifted_tap_convs_match_float64(threads, n, h, wd, c, o, kh, kw, paddin
     c_ctx = NodeContext(node=node, opdef=get_op("CONV_2D"), attrs=attrs, inputs=specs,
                         outputs=[TensorSpec((n, oh, ow, o), np.dtype(np.float32))])
     run = KERNELS["CONV_2D"](c_ctx)
-    assert run.__name__ == "run_shifted"
+    assert run.bind.__name__ == "bind_shifted"
     out = np.full((n, oh, ow, o), np.nan, np.float32)
     for _ in range(2):   # the padded scratch is reused: a second run must not see the first
         run([x, w, b], [out])

@@ -7,6 +7,8 @@ once, at compile time, into the layout the GEMM wants.
 """
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 from numba import njit, prange
 
@@ -102,14 +104,15 @@ def _shifted_conv(x_shape, w_value, bias, lo, hi, oh, ow, pt, pl, dh, dw):
     fn = gemm.sgemm_address()
     per_image = h * w * c
 
-    def run_shifted(inputs, outputs):
+    def bind_shifted(inputs, outputs):
         x = inputs[0].reshape(n, per_image)
         out2 = outputs[0].reshape(n * oh * ow, o)
         flat = rows.reshape(-1)
-        for i in range(n):
-            pad_rows(x[i], flat, h, w, c, pt, pl, wp)
-            gemm.shifted_taps(fn, rows, wtaps, acc, offsets, out2, i * oh * ow, ow, wp, bias, lo, hi)
-    return run_shifted
+        calls = [call for i in range(n) for call in (
+            partial(pad_rows, x[i], flat, h, w, c, pt, pl, wp),
+            partial(gemm.shifted_taps, fn, rows, wtaps, acc, offsets, out2, i * oh * ow, ow, wp, bias, lo, hi))]
+        return lambda: [call() for call in calls]
+    return bindable(bind_shifted)
 
 
 @kernel("CONV_2D")
@@ -155,23 +158,26 @@ def conv2d(ctx: NodeContext):
         if product is not None:
             return bindable(lambda inputs, outputs: product(inputs[0].reshape(m, c), outputs[0].reshape(m, o)))
         how = gemm.plan(m, o, k)
-
-        def run_pointwise(inputs, outputs):
-            gemm.matmul(inputs[0].reshape(m, c), wmat, outputs[0].reshape(m, o), how, epilogue=epilogue)
-        return run_pointwise
+        return bindable(lambda inputs, outputs: gemm.bind_matmul(
+            inputs[0].reshape(m, c), wmat, outputs[0].reshape(m, o), how, epilogue=epilogue))
 
     block = max(1, min(m, _IM2COL_BLOCK_BYTES // (4 * k)))
     cols = np.empty((block, k), F32)
-    views = [(r0, rows, cols[:rows], gemm.plan(rows, o, k))
-             for r0, rows in ((r0, min(block, m - r0)) for r0 in range(0, m, block))]
+    blocks = [(r0, min(block, m - r0)) for r0 in range(0, m, block)]
 
-    def run_im2col(inputs, outputs):
+    def bind_im2col(inputs, outputs):
         x = inputs[0].reshape(-1)
         out2 = outputs[0].reshape(m, o)
-        for r0, rows, cview, how in views:
-            im2col(x, h, w, c, cview, r0, rows, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl)
-            gemm.matmul(cview, wmat, out2[r0:r0 + rows], how, epilogue=epilogue)
-    return run_im2col
+        calls = []
+        for r0, rows in blocks:
+            calls.append(partial(im2col, x, h, w, c, cols[:rows], r0, rows, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl))
+            calls.append(gemm.bind_matmul(cols[:rows], wmat, out2[r0:r0 + rows], gemm.plan(rows, o, k),
+                                          epilogue=epilogue))
+        if len(calls) == 2:
+            first, second = calls
+            return lambda: (first(), second())
+        return lambda: [call() for call in calls]
+    return bindable(bind_im2col)
 
 
 @njit(cache=True, inline="always")
@@ -366,7 +372,8 @@ def _transpose_conv(ctx: NodeContext, x_index: int, w_index: int, bias_index: in
 
     how = gemm.plan(m, kh * kw * o, c)
 
-    def run(inputs, outputs):
-        gemm.matmul(inputs[x_index].reshape(m, c), wmat, cols, how)
-        col2im(cols, bias, outputs[0], h, w, kh, kw, sh, sw, pt, pl, lo, hi)
-    return run
+    def bind(inputs, outputs):
+        product = gemm.bind_matmul(inputs[x_index].reshape(m, c), wmat, cols, how)
+        gather = partial(col2im, cols, bias, outputs[0], h, w, kh, kw, sh, sw, pt, pl, lo, hi)
+        return lambda: (product(), gather())
+    return bindable(bind)

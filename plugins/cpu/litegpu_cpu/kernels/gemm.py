@@ -16,6 +16,7 @@ falls back to ``np.matmul`` on the calling thread, and nothing else changes.
 from __future__ import annotations
 
 import ctypes
+from functools import partial
 
 import numpy as np
 from llvmlite import ir
@@ -133,6 +134,21 @@ def shifted_taps(fn, rows, wtaps, acc, offsets, out2, row0, ow_size, wp, bias, l
                         out2[dst, j] = min(max(acc[q, j] + bias[j], lo_v), hi_v)
 
 
+@njit(cache=True)
+def gemm_serial(fn, a, b, c, transb, bias, lo_v, hi_v, epilogue):
+    """:func:`gemm_halves` on the calling thread only: ``c = a @ b`` (``b`` as [N, K] when
+    ``transb``), then with ``epilogue`` ``c = clamp(c + bias, lo_v, hi_v)`` while ``c`` is
+    still in cache. One numba call where ``np.matmul`` + ``np.add`` + ``np.clip`` took three."""
+    m, k = a.shape
+    n = c.shape[1]
+    _sgemm(fn, _CBLAS_TRANS if transb else _CBLAS_NO_TRANS, m, n, k, a.ctypes.data, k, b.ctypes.data,
+           b.shape[1], c.ctypes.data, n, _ZERO)
+    if epilogue:
+        for r in range(m):
+            for j in range(n):
+                c[r, j] = min(max(c[r, j] + bias[j], lo_v), hi_v)
+
+
 def plan(m: int, n: int, k: int, threads: int | None = None) -> tuple[bool, int] | None:
     """How to split an [M, K] x [K, N] product: ``(split_n, at)``, or None to run
     ``np.matmul`` on the calling thread (small product, one thread, no OpenBLAS).
@@ -148,21 +164,13 @@ def plan(m: int, n: int, k: int, threads: int | None = None) -> tuple[bool, int]
     return True, n // 2
 
 
-def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, how: tuple[bool, int] | None,
-           transb: bool = False, epilogue: tuple[np.ndarray, np.float32, np.float32] | None = None) -> None:
-    """``out = a @ b`` (``a @ b.T`` when ``transb``) for C-contiguous float32 2-D arrays,
-    split as :func:`plan` decided (None: ``np.matmul`` on this thread), then, when
-    ``epilogue = (bias, lo, hi)`` is given, ``out = clamp(out + bias, lo, hi)``."""
-    if how is None:
-        np.matmul(a, b.T if transb else b, out=out)
-        if epilogue is not None:
-            bias, lo_v, hi_v = epilogue
-            np.add(out, bias, out=out)
-            if lo_v > -np.inf or hi_v < np.inf:
-                np.clip(out, lo_v, hi_v, out=out)
-        return
-    # The shapes were planned at compile time; check them here anyway, since a mistake
-    # would read or write out of bounds inside BLAS.
+def bind_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, how: tuple[bool, int] | None,
+                transb: bool = False, epilogue: tuple[np.ndarray, np.float32, np.float32] | None = None):
+    """A call of no arguments computing ``out = a @ b`` (``a @ b.T`` when ``transb``), then,
+    with ``epilogue = (bias, lo, hi)``, ``out = clamp(out + bias, lo, hi)``: split over two
+    threads as :func:`plan` decided, else on the calling thread (:func:`gemm_serial`; three
+    numpy calls where numpy's OpenBLAS symbol was not found). The operands are checked
+    here, once: a mistake would read or write out of bounds inside BLAS."""
     kb = b.shape[1] if transb else b.shape[0]
     nb = b.shape[0] if transb else b.shape[1]
     if a.shape[1] != kb or out.shape != (a.shape[0], nb) or not (
@@ -171,10 +179,26 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, how: tuple[bool, int] 
             (epilogue is not None and epilogue[0].shape != (nb,)):
         raise ValueError(f"gemm operands {a.shape} x {b.shape}{' (transposed)' if transb else ''} -> "
                          f"{out.shape} do not fit")
-    if epilogue is None:
-        gemm_halves(sgemm_address(), a, b, out, transb, how[0], how[1], _NO_BIAS, _NEG_INF, _POS_INF, False)
-    else:
-        gemm_halves(sgemm_address(), a, b, out, transb, how[0], how[1], epilogue[0], epilogue[1], epilogue[2], True)
+    bias, lo_v, hi_v = epilogue if epilogue is not None else (_NO_BIAS, _NEG_INF, _POS_INF)
+    fn = sgemm_address()
+    if how is not None:
+        return partial(gemm_halves, fn, a, b, out, transb, how[0], how[1], bias, lo_v, hi_v, epilogue is not None)
+    if fn:
+        return partial(gemm_serial, fn, a, b, out, transb, bias, lo_v, hi_v, epilogue is not None)
+
+    def numpy_matmul() -> None:
+        np.matmul(a, b.T if transb else b, out=out)
+        if epilogue is not None:
+            np.add(out, bias, out=out)
+            if lo_v > -np.inf or hi_v < np.inf:
+                np.clip(out, lo_v, hi_v, out=out)
+    return numpy_matmul
+
+
+def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, how: tuple[bool, int] | None,
+           transb: bool = False, epilogue: tuple[np.ndarray, np.float32, np.float32] | None = None) -> None:
+    """:func:`bind_matmul`'s product, computed now."""
+    bind_matmul(a, b, out, how, transb, epilogue)()
 
 
 _NO_BIAS = np.zeros(1, np.float32)
