@@ -25,7 +25,7 @@ def ctx(index: int, op: str, inputs: tuple[int, ...], output: int, shape: tuple[
 
 def run_group(nodes: list[NodeContext], x: np.ndarray, out_tensor: int) -> np.ndarray:
     group = plan_group(nodes, {out_tensor})
-    assert group is not None and "_exp64" in group.source
+    assert group is not None and ("_exp32" in group.source or "_sigmoid32" in group.source)
     out = np.full_like(x, 7)
     make_fused_kernel(group)([x], [out])
     return out
@@ -66,7 +66,9 @@ def test_exp_alone_matches_float64():
 
 
 def test_swish_chain_matches_the_float32_reference():
-    """x * logistic(x) fused, against the op references run one after the other."""
+    """x * logistic(x) fused, against the op references run one after the other: within
+    about four float32 ulps (each side's logistic within two, plus each side's rounding of
+    the product)."""
     x = inputs()
     nodes = [ctx(0, "LOGISTIC", (0,), 1, x.shape), ctx(1, "MUL", (0, 1), 2, x.shape)]
     got = run_group(nodes, x, 2)
@@ -74,7 +76,7 @@ def test_swish_chain_matches_the_float32_reference():
     want = get_op("MUL").reference([x, s], {"activation": "NONE"})[0]
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
     ok = ~np.isnan(want)
-    np.testing.assert_allclose(got[ok], want[ok], rtol=3e-7, atol=1e-30)
+    np.testing.assert_allclose(got[ok], want[ok], rtol=5e-7, atol=1e-30)
 
 
 @pytest.mark.parametrize("env", ["0"])

@@ -11,7 +11,9 @@ import hashlib
 from pathlib import Path
 
 import numpy as np
-from numba import njit
+from llvmlite import ir
+from numba import njit, types
+from numba.extending import intrinsic
 
 # 2**e for e in [-220, 190]: n = round(x / ln 2) over the clamped argument range below.
 _POW2 = np.array([2.0 ** e for e in range(-220, 191)])
@@ -47,6 +49,47 @@ def tanh64(x):
     else:
         t = 1.0 - 2.0 / (exp64(2.0 * a) + 1.0)
     return np.copysign(t, x)
+
+
+@intrinsic
+def _float32_from_bits(typingctx, bits):
+    """The float32 whose bit pattern is the int32 ``bits`` (a register move, so it vectorizes)."""
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.FloatType())
+    return types.float32(types.int32), codegen
+
+
+_F0, _F1 = np.float32(0), np.float32(1)
+
+
+@njit(cache=True, inline="always")
+def exp32(x):
+    """exp of a float32 in float32, 16 lanes to a vector where :func:`exp64` has 8 and a
+    table gather: Cody-Waite reduction by ln 2, a degree-7 polynomial, and 2**n built from
+    its bits as two factors 2**(n//2) * 2**(n - n//2), so results that underflow to
+    subnormals or overflow to inf round as the float64 value does. Within 2 float32 ulps of
+    float64 exp over the whole range (tests/test_cpu_fused_exp.py); NaN gives NaN. Swish
+    over [1, 112, 112, 96] on one thread: 2.46 ms through exp64, 0.80 ms with this."""
+    c = min(max(x, np.float32(-104.0)), np.float32(89.0))
+    n = np.floor(c * np.float32(1.442695) + np.float32(0.5))
+    r = (c - n * np.float32(0.693359375)) - n * np.float32(-2.12194440e-4)
+    p = _F1 + r * (_F1 + r * (np.float32(0.5) + r * (np.float32(1.6666666e-1) + r * (
+        np.float32(4.1666668e-2) + r * (np.float32(8.333334e-3) + r * (np.float32(1.3888889e-3)
+                                                                      + r * np.float32(1.984127e-4)))))))
+    whole = np.int32(n)
+    half = whole >> np.int32(1)
+    y = p * _float32_from_bits((half + np.int32(127)) << np.int32(23)) \
+        * _float32_from_bits((whole - half + np.int32(127)) << np.int32(23))
+    return y if x == x else x
+
+
+@njit(cache=True, inline="always")
+def sigmoid32(x):
+    """1 / (1 + exp(-x)) in float32 through :func:`exp32` of -|x| (never overflows): for
+    x < 0 as e / (1 + e), so tiny results keep their precision. Within 2 ulps of float64."""
+    e = exp32(-abs(x))
+    d = _F1 + e
+    return _F1 / d if x >= _F0 else (e / d if x < _F0 else x)
 
 
 DIGEST = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
