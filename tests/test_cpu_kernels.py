@@ -198,6 +198,33 @@ DW_CASES = [
     (2, 7, 9, 33, 1, 3, (2, 1), (1, 1), "SAME", "RELU6", True),
     (1, 8, 6, 5, 1, 3, (1, 2), (1, 1), "VALID", "NONE", False),
     (1, 3, 3, 4, 1, 3, (1, 1), (1, 1), "VALID", "NONE", True),
+    # 3x3, multiplier 1, stride 1 (flattened rows, four at a time): channel counts, partial last
+    # row groups, dilation, several passes over a row (C=40: 480 floats a pass), no interior
+    (1, 9, 10, 1, 1, 3, (1, 1), (1, 1), "SAME", "RELU6", True),
+    (1, 7, 9, 3, 1, 3, (1, 1), (1, 1), "VALID", "NONE", True),
+    (2, 10, 8, 16, 1, 3, (1, 1), (1, 1), "SAME", "RELU", True),
+    (1, 6, 7, 17, 1, 3, (1, 1), (1, 1), "SAME", "RELU_N1_TO_1", False),
+    (1, 5, 6, 32, 1, 3, (1, 1), (1, 1), "VALID", "RELU6", True),
+    (1, 9, 9, 144, 1, 3, (1, 1), (1, 1), "SAME", "RELU6", True),
+    (1, 5, 30, 40, 1, 3, (1, 1), (1, 1), "SAME", "NONE", True),
+    (1, 11, 9, 32, 1, 3, (1, 1), (2, 2), "SAME", "NONE", True),
+    (2, 13, 12, 5, 1, 3, (1, 1), (3, 2), "VALID", "RELU", True),
+    (1, 3, 4, 8, 1, 3, (1, 1), (2, 2), "SAME", "NONE", True),
+    (1, 9, 10, 16, 1, 3, (1, 1), (2, 2), "SAME", "RELU6", True),     # a dilation phase with no row
+    (1, 1, 1, 16, 1, 3, (1, 1), (1, 1), "SAME", "RELU6", True),
+    (1, 2, 3, 17, 1, 3, (1, 1), (1, 1), "SAME", "NONE", True),
+    (2, 1, 1, 3, 1, 3, (1, 1), (1, 1), "SAME", "RELU", False),
+    # 3x3, multiplier 1, stride 2 (2x2 output blocks): even and odd sizes (padding before 0
+    # or 1), a last row pair with one row, an odd interior column, no interior
+    (1, 12, 12, 16, 1, 3, (2, 2), (1, 1), "SAME", "RELU6", True),
+    (2, 11, 13, 17, 1, 3, (2, 2), (1, 1), "SAME", "NONE", True),
+    (1, 9, 9, 3, 1, 3, (2, 2), (1, 1), "VALID", "RELU", False),
+    (1, 15, 15, 32, 1, 3, (2, 2), (1, 1), "VALID", "RELU_N1_TO_1", True),
+    (1, 8, 10, 144, 1, 3, (2, 2), (1, 1), "SAME", "RELU6", True),
+    (1, 10, 7, 1, 1, 3, (2, 2), (1, 1), "SAME", "NONE", True),
+    (1, 1, 1, 16, 1, 3, (2, 2), (1, 1), "SAME", "RELU6", True),
+    (2, 2, 3, 1, 1, 3, (2, 2), (1, 1), "SAME", "NONE", True),
+    (1, 3, 3, 5, 1, 3, (2, 2), (1, 1), "VALID", "RELU", True),
 ]
 
 
@@ -215,15 +242,51 @@ def test_depthwise(case):
     vs_reference("DEPTHWISE_CONV_2D", inputs, attrs, [got])
 
 
-def test_depthwise3x3_propagates_nan_and_inf_like_the_reference():
+@pytest.mark.parametrize("stride", [1, 2])
+def test_depthwise3x3_propagates_nan_and_inf_like_the_reference(stride):
     x, f, b = rand(1, 6, 6, 16), rand(1, 3, 3, 16), rand(16)
     x[0, 2, 3, 5], x[0, 0, 0, 7], x[0, 4, 4, 9] = np.nan, np.inf, -np.inf
-    attrs = {"padding": "SAME", "stride": (1, 1), "dilation": (1, 1), "activation": "NONE", "depth_multiplier": 1}
-    (got,) = run_kernel("DEPTHWISE_CONV_2D", attrs, [x, f, b], [(1, 6, 6, 16)], consts=(1, 2))
+    attrs = {"padding": "SAME", "stride": (stride, stride), "dilation": (1, 1), "activation": "NONE",
+             "depth_multiplier": 1}
+    size = 6 // stride
+    (got,) = run_kernel("DEPTHWISE_CONV_2D", attrs, [x, f, b], [(1, size, size, 16)], consts=(1, 2))
     with np.errstate(invalid="ignore"):
         want = get_op("DEPTHWISE_CONV_2D").reference([x, f, b], attrs)[0]
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
     np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
+
+
+@pytest.mark.parametrize("stride, dilation", [(1, 1), (1, 2), (1, 3), (2, 1)])
+def test_depthwise3x3_writes_nothing_past_its_output(stride, dilation):
+    """The output is the front of a larger buffer: the rows behind it keep their NaNs (the
+    stride-1 kernel takes rows in groups that can run past the last one)."""
+    x, f, b = rand(1, 9, 10, 16), rand(1, 3, 3, 16), rand(16)
+    attrs = {"padding": "SAME", "stride": (stride, stride), "dilation": (dilation, dilation), "activation": "NONE",
+             "depth_multiplier": 1}
+    want = direct_depthwise(x, f, b, (stride, stride), (dilation, dilation), "SAME", "NONE", 1)
+    run, _ = build("DEPTHWISE_CONV_2D", attrs, [x, f, b], [want.shape], consts=(1, 2))
+    buffer = np.full((1, want.shape[1] + 8, *want.shape[2:]), np.nan, np.float32)
+    run([x, f, b], [buffer[:, :want.shape[1]]])
+    close(buffer[:, :want.shape[1]], want)
+    assert np.isnan(buffer[:, want.shape[1]:]).all()
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("stride", [1, 2])
+def test_depthwise3x3_on_any_thread_count(threads, stride):
+    """The parallel 3x3 kernels split rows over numba's threads; each count gives the same result."""
+    import numba
+    x, f, b = rand(2, 13, 11, 24), rand(1, 3, 3, 24), rand(24)
+    attrs = {"padding": "SAME", "stride": (stride, stride), "dilation": (1, 1), "activation": "RELU6",
+             "depth_multiplier": 1}
+    want = direct_depthwise(x, f, b, (stride, stride), (1, 1), "SAME", "RELU6", 1)
+    before = numba.get_num_threads()
+    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    try:
+        (got,) = run_kernel("DEPTHWISE_CONV_2D", attrs, [x, f, b], [want.shape], consts=(1, 2))
+    finally:
+        numba.set_num_threads(before)
+    close(got, want)
 
 
 # -- TRANSPOSE_CONV ---------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""Convolutions: CONV_2D (BLAS GEMM, im2col for KxK), DEPTHWISE_CONV_2D (numba),
+"""Convolutions: CONV_2D (BLAS GEMM, im2col for KxK), the general DEPTHWISE_CONV_2D
+kernel (numba; the registered factory and the fast 3x3 paths are in :mod:`.depthwise`),
 TRANSPOSE_CONV (BLAS GEMM + numba gather).
 
 Layouts are TFLite's: activations NHWC, CONV_2D filter [O, KH, KW, I], depthwise
@@ -224,80 +225,6 @@ def depthwise(x, wt, bias, out, sh, sw, dh, dw, pt, pl, mult, lo, hi):
 
 # Reassociation and FMA contraction only: NaN and inf still propagate as in the reference.
 _CONTRACT = {"contract", "reassoc", "nsz"}
-
-
-@njit(cache=True, parallel=True, fastmath=_CONTRACT)
-def depthwise3x3(x, wt, bias, out, sh, sw, pt, pl, lo, hi):
-    """The common depthwise conv (3x3 filter, multiplier 1, dilation 1) as
-    :func:`depthwise` computes it, but for pixels whose 3x3 window lies inside the image
-    the nine taps are summed inside the channel loop, held in a register, and stored
-    once (:func:`depthwise` adds each tap into the output pixel in memory); 1.5-2x
-    faster on 2 threads (96x96x32: 203 -> 125 us, 56x56x144: 195 -> 93 us). Pixels on
-    the border take the general tap-by-tap path (:func:`_depthwise_pixel`)."""
-    h, w, c_size = x.shape[1], x.shape[2], x.shape[3]
-    n_size, oh_size, ow_size, _ = out.shape
-    w00, w01, w02 = wt[0, 0], wt[0, 1], wt[0, 2]
-    w10, w11, w12 = wt[1, 0], wt[1, 1], wt[1, 2]
-    w20, w21, w22 = wt[2, 0], wt[2, 1], wt[2, 2]
-    # Output columns whose input columns ow*sw - pl .. +2 are all inside the image.
-    ow_lo = min((pl + sw - 1) // sw, ow_size)
-    ow_hi = max(min((w - 3 + pl) // sw + 1, ow_size), ow_lo)
-    for r in prange(n_size * oh_size):
-        n = r // oh_size
-        oh = r - n * oh_size
-        ih0 = oh * sh - pt
-        o = out[n, oh]
-        inner_lo, inner_hi = ow_size, ow_size   # no interior on a border row
-        if ih0 >= 0 and ih0 + 3 <= h:
-            inner_lo, inner_hi = ow_lo, ow_hi
-            r0, r1, r2 = x[n, ih0], x[n, ih0 + 1], x[n, ih0 + 2]
-            for ow in range(inner_lo, inner_hi):
-                iw = ow * sw - pl
-                a0, a1, a2 = r0[iw], r0[iw + 1], r0[iw + 2]
-                b0, b1, b2 = r1[iw], r1[iw + 1], r1[iw + 2]
-                c0, c1, c2 = r2[iw], r2[iw + 1], r2[iw + 2]
-                oo = o[ow]
-                for c in range(c_size):
-                    v = (bias[c] + a0[c] * w00[c] + a1[c] * w01[c] + a2[c] * w02[c]
-                         + b0[c] * w10[c] + b1[c] * w11[c] + b2[c] * w12[c]
-                         + c0[c] * w20[c] + c1[c] * w21[c] + c2[c] * w22[c])
-                    oo[c] = min(max(v, lo), hi)
-        for seg in range(2):
-            s0 = 0 if seg == 0 else inner_hi
-            s1 = inner_lo if seg == 0 else ow_size
-            for ow in range(s0, s1):
-                _depthwise_pixel(x, wt, bias, o[ow], n, ih0, ow * sw - pl, 1, 1, 1, lo, hi)
-
-
-@kernel("DEPTHWISE_CONV_2D")
-def depthwise_conv2d(ctx: NodeContext):
-    """DEPTHWISE_CONV_2D with any depth multiplier, stride, dilation and padding."""
-    w_spec = ctx.inputs[1]
-    bias = constant_bias(ctx, w_index=1, x_index=0, bias_index=2)
-    if bias is None:
-        return None
-    attrs = ctx.attrs
-    n, h, w, c = ctx.inputs[0].shape
-    _, kh, kw, oc = w_spec.shape
-    _, oh, ow, _ = ctx.outputs[0].shape
-    if oc % c:
-        return None
-    mult = oc // c
-    sh, sw = attrs["stride"]
-    dh, dw = attrs["dilation"]
-    pt = pad_before(attrs["padding"], h, kh, sh, dh)
-    pl = pad_before(attrs["padding"], w, kw, sw, dw)
-    wt = np.ascontiguousarray(np.asarray(w_spec.value, dtype=F32).reshape(kh, kw, oc))
-    lo, hi = clamp_bounds(attrs["activation"])
-
-    if (kh, kw, mult, dh, dw) == (3, 3, 1, 1, 1):
-        def run3x3(inputs, outputs):
-            depthwise3x3(inputs[0], wt, bias, outputs[0], sh, sw, pt, pl, lo, hi)
-        return run3x3
-
-    def run(inputs, outputs):
-        depthwise(inputs[0], wt, bias, outputs[0], sh, sw, dh, dw, pt, pl, mult, lo, hi)
-    return run
 
 
 @njit(cache=True, parallel=True)
