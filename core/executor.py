@@ -365,6 +365,36 @@ class CompiledSubgraph:
             plan.append(call or partial(program.run, in_arrays, out_arrays))
         return plan
 
+    def bind_steps(self, arrays: dict[int, np.ndarray]) -> tuple[list, list] | None:
+        """The subgraph run on host arrays of the caller's choosing, as ``(enters, steps)``:
+        tensor ``t`` in ``arrays`` (a subgraph input or output, or a tensor crossing
+        partitions) is read or written there instead of in :attr:`host`, which is left as
+        it is. Each ``enter()`` readies the calling thread once before a series of runs;
+        a run is every step's ``call()`` in order, a step being ``(call, fail)`` with
+        ``fail(exc)`` the error to raise for ``exc`` (None: re-raise). This is a program's
+        ``bind_steps`` (see the cpu backend) over the partitions, so a caller can run
+        several subgraphs as one flat list of calls (a WHILE loop). None when a partition
+        cannot be bound that way (a device partition, run-time shapes)."""
+        if self.runner is not None:
+            return None
+        host = self.host
+        for t, array in arrays.items():
+            mine = host.get(t)
+            if mine is None or mine.shape != array.shape or mine.dtype != array.dtype:
+                return None
+        enters, steps = [], []
+        for program, ins, outs in self.steps:
+            bind = getattr(program, "bind_steps", None)
+            in_arrays = [arrays.get(t, host.get(t)) for t in ins]
+            out_arrays = [arrays.get(t, host.get(t)) for t in outs]
+            bound = None if bind is None or any(a is None for a in (*in_arrays, *out_arrays)) \
+                else bind(in_arrays, out_arrays)
+            if bound is None:
+                return None
+            enters.append(bound[0])
+            steps += bound[1]
+        return enters, steps
+
     def output(self, tensor: int) -> np.ndarray:
         """The current value of an output (or any host-side) tensor."""
         if tensor in self.host:

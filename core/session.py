@@ -11,6 +11,7 @@ import dataclasses
 import logging
 import os
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Callable
 
 import numpy as np
@@ -24,9 +25,11 @@ from .ops import TensorSpec, get_op
 from .partition import CONTROL_FLOW, CPU, Assignment, DelegationReport, assign
 from .placement import FIRST, MEASURE, cache_dir, check_placement, place
 from .plugins import manager
+from .profile import STATE as _PROFILING
 
 log = logging.getLogger("litegpu")
 _MAX_CALL_DEPTH = 64
+_SHAPE = attrgetter("shape")   # (a list comprehension is a function call of its own in Python 3.11)
 CPU_PRECISION = "F32 (cpu has no fp16 mode; precision_loss_allowed ignored)"
 _warned_precision = False
 
@@ -216,15 +219,13 @@ class Session:
     def call_subgraph(self, sg_index: int, inputs: list[np.ndarray]) -> list[np.ndarray]:
         """Run subgraph ``sg_index`` on ``inputs`` (control flow); returns copies of its outputs."""
         try:
-            key = (sg_index, *[a.shape for a in inputs])
+            key = (sg_index, *map(_SHAPE, inputs))
         except AttributeError:   # not arrays: the general path converts them
             key = None
         call = self._calls.get(key)
         if call is None:
             call = self._subgraph_call(sg_index, inputs)
-        if self._depth >= _MAX_CALL_DEPTH:
-            raise ResourceLimitError(f"subgraph calls nested deeper than {_MAX_CALL_DEPTH}")
-        self._depth += 1
+        self._descend()
         try:
             return call(inputs)
         finally:
@@ -232,16 +233,22 @@ class Session:
 
     def while_loop(self, cond: int, body: int, values: list[np.ndarray], limit: int,
                    truth: Callable[[np.ndarray, str], bool]) -> list[np.ndarray] | None:
-        """WHILE's loop: the final values, or None when ``limit`` iterations did not end it.
+        """WHILE's loop: the final values (new arrays; ``values`` are left as they are), or
+        None when ``limit`` iterations did not end it.
 
         The first iteration goes through :meth:`call_subgraph`; when both subgraphs then
         have fixed arrays and the body keeps every value's shape and dtype, the rest (and
-        every iteration of later loops starting from values of those shapes) run on those
-        arrays directly: the body's output arrays are the next iteration's values,
-        with no per-call lookups and no copies out. ``truth`` reads the condition (WHILE's
-        own rule, passed in so there is one).
+        every iteration of later loops starting from values of those shapes) run in a loop
+        over fixed arrays (see :meth:`_fixed_loop`). ``truth`` reads the condition (WHILE's
+        own rule, passed in so there is one). While a profiler is active every iteration
+        goes through :meth:`call_subgraph`, so that it records each subgraph's nodes.
         """
-        fast = self._loops.get((cond, body, *(np.shape(v) for v in values)))
+        profiling = _PROFILING.active is not None
+        try:
+            key = (cond, body, *map(_SHAPE, values))
+        except AttributeError:   # not arrays: the general path converts them
+            key = None
+        fast = None if profiling else self._loops.get(key)
         if fast:
             # A loop over fixed arrays for values of these shapes exists: it maps them to
             # values of the same shapes, so it can take them from the first iteration.
@@ -249,10 +256,11 @@ class Session:
         call = self.call_subgraph
         for done in range(limit):
             if not truth(call(cond, values)[0], "WHILE condition"):
-                return values
+                # Later iterations' values are the body's new arrays; the first are the caller's.
+                return values if done else [np.array(v) for v in values]
             values = call(body, values)
-            if done == 0:
-                key = (cond, body, *(np.shape(v) for v in values))
+            if done == 0 and not profiling:
+                key = (cond, body, *map(_SHAPE, values))   # the body's new arrays
                 fast = self._loops.get(key, False)
                 if fast is False:
                     fast = self._loops[key] = self._fixed_loop(cond, body, values)
@@ -261,10 +269,21 @@ class Session:
         return None
 
     def _fixed_loop(self, cond: int, body: int, values: list[np.ndarray]):
-        """The loop over fixed arrays for :meth:`while_loop`, or None when it does not apply."""
+        """The loop over fixed arrays for :meth:`while_loop`, or None when it does not apply:
+        :func:`_alternating_loop` when both subgraphs can be bound to arrays of our choosing,
+        else :meth:`_copying_loop`."""
         shapes = tuple(np.shape(v) for v in values)
         c, b = self._calls.get((cond, *shapes)), self._calls.get((body, *shapes))
-        if c is None or b is None or c.fixed is None or b.fixed is None or not c.fixed:
+        if c is None or b is None:
+            return None
+        return _alternating_loop(self, c.compiled, b.compiled, values) or self._copying_loop(c, b, values)
+
+    def _copying_loop(self, c: "_SubgraphCall", b: "_SubgraphCall", values: list[np.ndarray]):
+        """A loop that copies the values into the condition's and the body's input arrays on
+        every iteration, the body's output arrays being the next values; for subgraphs
+        whose programs run on their own arrays only (e.g. a body with run-time shapes that
+        have settled). None when it does not apply either."""
+        if c.fixed is None or b.fixed is None or not c.fixed or c.fixed[0].size != 1:
             return None
         outs = b.fixed
         if len(outs) != len(values) or any(o.shape != np.shape(v) or o.dtype != getattr(v, "dtype", None)
@@ -276,18 +295,16 @@ class Session:
             for pos, dst, _ in b.inputs:
                 if pos != j and np.may_share_memory(o, dst):
                     return None
-        flag = c.fixed[0]
+        flag = c.fixed[0].reshape(())   # a view: reads each run's condition
         c_set, c_run, b_set, b_run = c.set_inputs, c.run, b.set_inputs, b.run
 
         def loop(values: list[np.ndarray], remaining: int, truth) -> list[np.ndarray] | None:
-            if self._depth >= _MAX_CALL_DEPTH:
-                raise ResourceLimitError(f"subgraph calls nested deeper than {_MAX_CALL_DEPTH}")
-            self._depth += 1
+            self._descend()
             try:
                 for _ in range(remaining):
                     c_set(values)
                     c_run()
-                    if not truth(flag, "WHILE condition"):
+                    if not flag:
                         return [np.array(v) for v in values]
                     b_set(values)
                     b_run()
@@ -296,6 +313,14 @@ class Session:
             finally:
                 self._depth -= 1
         return loop
+
+    def _descend(self) -> None:
+        """Count one more level of subgraph calls, refused past ``_MAX_CALL_DEPTH``; the
+        caller counts it back (``self._depth -= 1``) in a ``finally``. (Not a context
+        manager: a generator-based one costs ~1 us, as much as a small subgraph's run.)"""
+        if self._depth >= _MAX_CALL_DEPTH:
+            raise ResourceLimitError(f"subgraph calls nested deeper than {_MAX_CALL_DEPTH}")
+        self._depth += 1
 
     def _subgraph_call(self, sg_index: int, inputs: list) -> "_SubgraphCall":
         """The cached call of subgraph ``sg_index`` compiled for the shapes of ``inputs``."""
@@ -395,9 +420,90 @@ class _SubgraphCall:
         self.run()
         fixed = self.fixed
         if fixed is not None:
-            return [a.copy() for a in fixed]
+            return list(map(np.ndarray.copy, fixed))
         compiled = self.compiled
         out = [np.array(compiled.output(t)) for t in self.outputs]
         if compiled.fixed:
             self.fixed = [compiled.output(t) for t in self.outputs]
         return out
+
+
+def _alternating_loop(session: Session, cond: CompiledSubgraph, body: CompiledSubgraph,
+                      values: list[np.ndarray]):
+    """WHILE's loop over two sets of value arrays, or None when it does not apply.
+
+    The body runs from one set into the other and back, so nothing is copied between
+    iterations; the condition reads the set the body last wrote. Both subgraphs are bound
+    once to each set (see :meth:`CompiledSubgraph.bind_steps`), and an iteration is one
+    flat list of kernel calls, a test of the condition's array and another flat list. A
+    value the body passes through unchanged (output j is its input j) has one array in
+    both sets. It applies when every body output is either that or computed by the body
+    with the value's shape and dtype, each in an array of its own: an output that is a
+    constant or another value's input (values changing places) keeps to the copying loop.
+    """
+    b_in, b_out, c_in = body.sg.inputs, body.sg.outputs, cond.sg.inputs
+    n = len(values)
+    if not (len(b_in) == len(b_out) == len(c_in) == n) or len({*b_in}) < n or len({*b_out}) < n \
+            or len({*c_in}) < n or not cond.sg.outputs:
+        return None
+    produced = {o for _, _, outs in body.steps for o in outs}
+    even = []
+    for i, o, v in zip(b_in, b_out, values):
+        mine, spec = body.host.get(i), body.specs.get(o)
+        if mine is None or spec is None or mine.shape != np.shape(v) or (o != i and (
+                o not in produced or tuple(spec.shape) != mine.shape or np.dtype(spec.dtype) != mine.dtype)):
+            return None
+        even.append(np.empty_like(mine))
+    odd = [e if o == i else np.empty_like(e) for e, i, o in zip(even, b_in, b_out)]
+
+    def bound(src: list, dst: list | None):
+        """The condition and then the body bound to read ``src`` (the body writing ``dst``)."""
+        c_arrays = dict(zip(c_in, src))
+        c_steps = cond.bind_steps(c_arrays)
+        b_steps = body.bind_steps({**dict(zip(b_in, src)),
+                                   **{o: d for i, o, d in zip(b_in, b_out, dst) if o != i}})
+        flag = c_arrays.get(cond.sg.outputs[0])
+        if flag is None and c_steps is not None:
+            flag = cond.output(cond.sg.outputs[0])
+        return c_steps, b_steps, flag
+
+    c_even, b_even, flag_even = bound(even, odd)
+    c_odd, b_odd, flag_odd = bound(odd, even)
+    if None in (c_even, b_even, c_odd, b_odd) or flag_even.size != 1:
+        return None   # (an ill-shaped condition: the general path reports it)
+    enters = list({id(e): e for e in (*c_even[0], *b_even[0])}.values())
+    steps = [c_even[1], b_even[1], c_odd[1], b_odd[1]]
+    fails = {id(call): fail for group in steps for call, fail in group}
+    # Per phase: the condition's calls, its flag (a 0-d view that reads each run's value),
+    # the body's calls and the values the condition reads.
+    phases = tuple(([call for call, _ in c], flag.reshape(()), [call for call, _ in b], current)
+                   for c, flag, b, current in ((c_even[1], flag_even, b_even[1], even),
+                                               (c_odd[1], flag_odd, b_odd[1], odd)))
+
+    def loop(values: list[np.ndarray], remaining: int, truth) -> list[np.ndarray] | None:
+        session._descend()
+        call = None
+        try:
+            for enter in enters:
+                enter()
+            for dst, value in zip(even, values):
+                dst[...] = value
+            for n in range(remaining):
+                c_calls, flag, b_calls, current = phases[n & 1]
+                for call in c_calls:
+                    call()
+                if not flag:
+                    return [np.array(v) for v in current]
+                for call in b_calls:
+                    call()
+            return None
+        except Exception as exc:
+            # ``call`` is the step that raised: its ``fail`` names the node.
+            fail = fails.get(id(call))
+            error = None if fail is None else fail(exc)
+            if error is None:
+                raise
+            raise error from None
+        finally:
+            session._depth -= 1
+    return loop

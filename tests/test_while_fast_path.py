@@ -133,3 +133,228 @@ def test_later_invokes_enter_the_fixed_loop_at_once(monkeypatch):
     assert loop is not None
     with pytest.raises(litegpu.ResourceLimitError, match="5 iterations"):
         invoke(interp, [np.array(0, np.int32), a, b, c])
+
+
+# -- the loop over two sets of arrays ----------------------------------------------------------
+
+def litert_invoke(model: bytes, values):
+    import ai_edge_litert.interpreter as litert
+    return invoke(litert.Interpreter(model_content=model), values)
+
+
+def assert_same(got, want) -> None:
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert np.shape(g) == np.shape(w)
+        np.testing.assert_allclose(g, w, rtol=1e-6)
+
+
+def loop_kind(interp) -> str:
+    """Which loop the session built for the model's one WHILE: "alternating", "copying" or
+    "general" (every iteration through call_subgraph)."""
+    (loop,) = interp._session._loops.values()
+    if loop is None:
+        return "general"
+    return "alternating" if loop.__qualname__.startswith("_alternating_loop") else "copying"
+
+
+@pytest.mark.parametrize("steps", [2, 3, 8, 9])   # ends after an even and after an odd iteration
+def test_alternating_loop_matches_litert(steps):
+    """Values computed into two sets of arrays by turns, passed-through ones (b, c) in one."""
+    model = swap_model(steps, swap=False)
+    rng = np.random.default_rng(steps)
+    interp = litegpu.Interpreter(model_content=model)
+    for start in (0, 1, 0):   # the second and third invokes enter the loop at once
+        values = [np.array(start, np.int32), *(rng.standard_normal(3).astype(np.float32) for _ in range(3))]
+        got = invoke(interp, values)
+        assert_same(got, litert_invoke(model, values))
+        np.testing.assert_array_equal(got[2], values[2])   # passed through, bit for bit
+        np.testing.assert_array_equal(got[3], values[3])
+    assert loop_kind(interp) == "alternating"
+
+
+def test_alternating_loop_results_are_not_overwritten_by_the_next_invoke():
+    interp = litegpu.Interpreter(model_content=swap_model(5, swap=False))
+    session = interp._session
+    first = invoke(interp, [np.array(0, np.int32), np.ones(3, np.float32), np.zeros(3, np.float32),
+                            np.ones(3, np.float32)])
+    # What the WHILE kernel returned, as the next nodes see it (the model's outputs are copies).
+    kept = [np.array(x) for x in first]
+    results = session.while_loop(1, 2, [np.array(0, np.int32), *(np.full(3, 9, np.float32) for _ in range(3))],
+                                 100, lambda v, what: bool(v))
+    again = session.while_loop(1, 2, [np.array(3, np.int32), *(np.full(3, 2, np.float32) for _ in range(3))],
+                               100, lambda v, what: bool(v))
+    np.testing.assert_array_equal(results[1], np.full(3, 9 + 5 * 9, np.float32))
+    np.testing.assert_array_equal(again[1], np.full(3, 2 + 2 * 2, np.float32))
+    for x, k in zip(first, kept):
+        np.testing.assert_array_equal(x, k)
+
+
+def grow_model(steps: int) -> bytes:
+    """(i, x) -> while i < steps: (i + 1, concat(x, x)); then sum(x): x doubles in length
+    on every iteration, so each iteration runs the body compiled for new shapes."""
+    mb = ModelBuilder()
+    cond = mb.subgraph("cond")
+    ci = cond.input("i", (), np.int32)
+    cond.input("x", (1,), shape_signature=(-1,))
+    flag = cond.tensor("flag", (), np.bool_)
+    cond.op("LESS", [ci, cond.const("steps", np.array(steps, np.int32))], [flag])
+    cond.output(flag)
+    body = mb.subgraph("body")
+    bi = body.input("i", (), np.int32)
+    bx = body.input("x", (1,), shape_signature=(-1,))
+    ni = body.tensor("ni", (), np.int32)
+    body.op("ADD", [bi, body.const("one", np.array(1, np.int32))], [ni])
+    nx = body.tensor("nx", (2,), shape_signature=(-1,))
+    body.op("CONCATENATION", [bx, bx], [nx], axis=0)
+    body.output(ni, nx)
+    i = mb.input("i", (), np.int32)
+    x = mb.input("x", (1,))
+    oi = mb.tensor("oi", (), np.int32)
+    ox = mb.tensor("ox", (1,), shape_signature=(-1,))
+    mb.op("WHILE", [i, x], [oi, ox], cond_subgraph_index=cond.index, body_subgraph_index=body.index)
+    total = mb.tensor("total", ())
+    mb.op("SUM", [ox, mb.const("axis", np.array([0], np.int32))], [total])
+    mb.output(oi, ox, total)
+    return mb.build()
+
+
+def test_loop_whose_shapes_change_every_iteration():
+    model = grow_model(4)
+    interp = litegpu.Interpreter(model_content=model)
+    # 4, 4 again, then 2 iterations: the SUM after the loop sees a new shape.
+    for start, x in ((0, 1.5), (0, -2.0), (2, 3.0)):
+        values = [np.array(start, np.int32), np.array([x], np.float32)]
+        assert_same(invoke(interp, values), litert_invoke(model, values))
+    assert loop_kind(interp) == "general"
+
+
+def flag_model(limit: int) -> bytes:
+    """(go, i) -> while go: (i + 1 < limit, i + 1): the condition returns a loop value."""
+    mb = ModelBuilder()
+    cond = mb.subgraph("cond")
+    go = cond.input("go", (), np.bool_)
+    cond.input("i", (), np.int32)
+    cond.output(go)
+    body = mb.subgraph("body")
+    body.input("go", (), np.bool_)
+    bi = body.input("i", (), np.int32)
+    ni = body.tensor("ni", (), np.int32)
+    body.op("ADD", [bi, body.const("one", np.array(1, np.int32))], [ni])
+    again = body.tensor("again", (), np.bool_)
+    body.op("LESS", [ni, body.const("limit", np.array(limit, np.int32))], [again])
+    body.output(again, ni)
+    g = mb.input("go", (), np.bool_)
+    i = mb.input("i", (), np.int32)
+    og, oi = mb.tensor("og", (), np.bool_), mb.tensor("oi", (), np.int32)
+    mb.op("WHILE", [g, i], [og, oi], cond_subgraph_index=cond.index, body_subgraph_index=body.index)
+    mb.output(og, oi)
+    return mb.build()
+
+
+def test_condition_that_is_a_loop_value():
+    model = flag_model(7)
+    interp = litegpu.Interpreter(model_content=model)
+    for go, start in ((True, 0), (True, 3), (False, 0), (True, 10)):
+        values = [np.array(go), np.array(start, np.int32)]
+        got = invoke(interp, values)
+        assert_same(got, litert_invoke(model, values))
+        assert int(got[1]) == (max(start + 1, 7) if go else start)
+    assert loop_kind(interp) == "alternating"
+
+
+def constant_output_model(steps: int) -> bytes:
+    """(i, a) -> while i < steps: (i + 1, [1, 2, 3]): the body returns a constant."""
+    mb = ModelBuilder()
+    cond = mb.subgraph("cond")
+    ci = cond.input("i", (), np.int32)
+    cond.input("a", (3,))
+    flag = cond.tensor("flag", (), np.bool_)
+    cond.op("LESS", [ci, cond.const("steps", np.array(steps, np.int32))], [flag])
+    cond.output(flag)
+    body = mb.subgraph("body")
+    bi = body.input("i", (), np.int32)
+    body.input("a", (3,))
+    ni = body.tensor("ni", (), np.int32)
+    body.op("ADD", [bi, body.const("one", np.array(1, np.int32))], [ni])
+    body.output(ni, body.const("k", np.array([1, 2, 3], np.float32)))
+    i, a = mb.input("i", (), np.int32), mb.input("a", (3,))
+    oi, oa = mb.tensor("oi", (), np.int32), mb.tensor("oa", (3,))
+    mb.op("WHILE", [i, a], [oi, oa], cond_subgraph_index=cond.index, body_subgraph_index=body.index)
+    mb.output(oi, oa)
+    return mb.build()
+
+
+def test_body_returning_a_constant_keeps_to_the_copying_loop():
+    model = constant_output_model(4)
+    interp = litegpu.Interpreter(model_content=model)
+    for start in (0, 5, 1):
+        values = [np.array(start, np.int32), np.full(3, 7, np.float32)]
+        assert_same(invoke(interp, values), litert_invoke(model, values))
+    assert loop_kind(interp) == "copying"
+
+
+def gather_model(steps: int) -> bytes:
+    """(i, k, acc) -> while i < steps: (i + 1, k, acc + table[k]) over a table of 3 rows."""
+    mb = ModelBuilder()
+    cond = mb.subgraph("cond")
+    ci = cond.input("i", (), np.int32)
+    cond.input("k", (), np.int32)
+    cond.input("acc", (2,))
+    flag = cond.tensor("flag", (), np.bool_)
+    cond.op("LESS", [ci, cond.const("steps", np.array(steps, np.int32))], [flag])
+    cond.output(flag)
+    body = mb.subgraph("body")
+    bi = body.input("i", (), np.int32)
+    bk = body.input("k", (), np.int32)
+    acc = body.input("acc", (2,))
+    ni = body.tensor("ni", (), np.int32)
+    body.op("ADD", [bi, body.const("one", np.array(1, np.int32))], [ni])
+    row = body.tensor("row", (2,))
+    table = body.const("table", np.arange(6, dtype=np.float32).reshape(3, 2))
+    body.op("GATHER", [table, bk], [row], axis=0)
+    nacc = body.tensor("nacc", (2,))
+    body.op("ADD", [acc, row], [nacc])
+    body.output(ni, bk, nacc)
+    i, k, a = mb.input("i", (), np.int32), mb.input("k", (), np.int32), mb.input("acc", (2,))
+    oi, ok, oa = mb.tensor("oi", (), np.int32), mb.tensor("ok", (), np.int32), mb.tensor("oa", (2,))
+    mb.op("WHILE", [i, k, a], [oi, ok, oa], cond_subgraph_index=cond.index, body_subgraph_index=body.index)
+    mb.output(oi, ok, oa)
+    return mb.build()
+
+
+def test_kernel_error_in_the_loop_names_the_node():
+    interp = litegpu.Interpreter(model_content=gather_model(3))
+    start = [np.array(0, np.int32), np.array(1, np.int32), np.zeros(2, np.float32)]
+    np.testing.assert_array_equal(invoke(interp, start)[2], [6, 9])   # 3 x row 1
+    assert loop_kind(interp) == "alternating"
+    # Row 3 of 3, gathered in the loop over fixed arrays (entered at once on this invoke).
+    with pytest.raises(litegpu.ExecutionError, match=r"node 1 \(GATHER\): GATHER index 3 out of range"):
+        invoke(interp, [np.array(0, np.int32), np.array(3, np.int32), np.zeros(2, np.float32)])
+    # The loop is still usable afterwards.
+    got = invoke(interp, [np.array(1, np.int32), np.array(2, np.int32), np.ones(2, np.float32)])
+    np.testing.assert_array_equal(got[2], [9, 11])   # 1 + 2 x row 2
+
+
+def test_call_depth_limit_applies_to_the_loop(monkeypatch):
+    import litegpu.session as session_module
+    interp = litegpu.Interpreter(model_content=swap_model(4, swap=False))
+    values = [np.array(0, np.int32), *(np.ones(3, np.float32) for _ in range(3))]
+    invoke(interp, values)
+    assert loop_kind(interp) == "alternating"
+    monkeypatch.setattr(session_module, "_MAX_CALL_DEPTH", 0)
+    with pytest.raises(litegpu.ResourceLimitError, match="nested deeper than 0"):
+        invoke(interp, values)
+
+
+def test_profiled_loop_records_every_iteration():
+    """Under a profiler every iteration goes through call_subgraph, whose runs record each
+    node of the condition and the body; the results are those of the unprofiled loop."""
+    interp = litegpu.Interpreter(model_content=swap_model(6, swap=False))
+    values = [np.array(0, np.int32), *(np.full(3, k, np.float32) for k in (1, 2, 3))]
+    want = invoke(interp, values)
+    with litegpu.profile() as profiler:
+        got = invoke(interp, values)
+    assert_same(got, want)
+    ops = [s.name for s in profiler.slices if s.cat == "node"]
+    assert sum("LESS" in name for name in ops) == 7   # the condition: 6 true, 1 false

@@ -24,7 +24,7 @@ def _model_output_specs(node, tensors):
 def _truth(value: np.ndarray, what: str) -> bool:
     if value.size != 1:
         raise ExecutionError(f"{what} must hold one element, has shape {list(value.shape)}")
-    return bool(value.reshape(()))
+    return bool(value)   # (an array of one element, of any rank, has a truth value)
 
 
 def _while_attrs(node, tensors) -> dict:
@@ -34,15 +34,16 @@ def _while_attrs(node, tensors) -> dict:
 
 
 def _while(inputs, attrs, runtime):
-    values = [np.array(v) for v in inputs]
     loop = getattr(runtime.call_subgraph, "while_loop", None)
     if loop is not None:
-        # The session's loop: the same iterations, over its compiled subgraphs' arrays.
-        result = loop(attrs["cond"], attrs["body"], values, runtime.max_while_iterations, _truth)
+        # The session's loop: the same iterations, over its compiled subgraphs' arrays. It
+        # leaves the inputs as they are and returns new arrays, so nothing is copied here.
+        result = loop(attrs["cond"], attrs["body"], list(inputs), runtime.max_while_iterations, _truth)
         if result is not None:
             return result
         raise ResourceLimitError(f"WHILE ran {runtime.max_while_iterations} iterations without ending "
                                  "(raise Limits.max_while_iterations for longer loops)")
+    values = [np.array(v) for v in inputs]
     for _ in range(runtime.max_while_iterations):
         (cond,) = runtime.call_subgraph(attrs["cond"], values)[:1]
         if not _truth(cond, "WHILE condition"):
@@ -62,8 +63,14 @@ def _if(inputs, attrs, runtime):
     return runtime.call_subgraph(branch, list(inputs[1:]))
 
 
+def _call_once_attrs(node, tensors) -> dict:
+    init = node.options.get("init_subgraph_index", 0)
+    # The key of its "done" mark in the resources, made once rather than on every run.
+    return {"init": init, "key": ("call_once", init)}
+
+
 def _call_once(inputs, attrs, runtime):
-    key = ("call_once", attrs["init"])
+    key = attrs["key"]
     if key not in runtime.resources:
         runtime.call_subgraph(attrs["init"], [])
         runtime.resources[key] = np.zeros(0)
@@ -74,23 +81,43 @@ def _var_handle_attrs(node, tensors) -> dict:
     return {"key": (node.options.get("container", ""), node.options.get("shared_name", ""))}
 
 
-def _var_handle(inputs, attrs, runtime):
-    ids = runtime.resources.setdefault("__ids__", {})
-    handle = ids.setdefault(attrs["key"], len(ids))
-    return [np.array([handle], np.int32)]
+# Handle arrays by handle, shared by every model: read-only, so sharing them is safe.
+_HANDLES: dict[int, np.ndarray] = {}
 
+
+def _handle_array(handle: int) -> np.ndarray:
+    array = _HANDLES.get(handle)
+    if array is None:
+        array = _HANDLES[handle] = np.array([handle], np.int32)
+        array.flags.writeable = False
+    return array
+
+
+def _var_handle(inputs, attrs, runtime):
+    ids = runtime.resources.get("__ids__")
+    if ids is None:
+        ids = runtime.resources["__ids__"] = {}
+    handle = ids.get(attrs["key"])
+    if handle is None:
+        handle = ids[attrs["key"]] = len(ids)
+    return [_handle_array(handle)]
+
+
+# A variable's value is stored read-only and replaced, never written, by ASSIGN_VARIABLE:
+# READ_VARIABLE hands out the stored array itself, which no later assignment changes.
 
 def _read_variable(inputs, attrs, runtime):
-    handle = int(inputs[0].reshape(-1)[0])
+    handle = inputs[0].item(0)
     value = runtime.resources.get(("var", handle))
     if value is None:
         raise ExecutionError(f"READ_VARIABLE of resource {handle}, which was never assigned")
-    return [value.copy()]
+    return [value]
 
 
 def _assign_variable(inputs, attrs, runtime):
-    handle = int(inputs[0].reshape(-1)[0])
-    runtime.resources[("var", handle)] = np.array(inputs[1], copy=True)
+    value = np.array(inputs[1])
+    value.flags.writeable = False
+    runtime.resources[("var", inputs[0].item(0))] = value
     return []
 
 
@@ -102,7 +129,7 @@ def _stateful(name, execute, attrs=None, infer=None):
 
 _stateful("WHILE", _while, _while_attrs)
 _stateful("IF", _if, _if_attrs)
-_stateful("CALL_ONCE", _call_once, lambda n, t: {"init": n.options.get("init_subgraph_index", 0)})
+_stateful("CALL_ONCE", _call_once, _call_once_attrs)
 _stateful("VAR_HANDLE", _var_handle, _var_handle_attrs)
 _stateful("READ_VARIABLE", _read_variable, lambda n, t: (check_inputs(n, 1), {})[1])
 _stateful("ASSIGN_VARIABLE", _assign_variable, lambda n, t: (check_inputs(n, 2), {})[1])

@@ -1,11 +1,12 @@
 """The cpu backend: compiles a partition into a flat list of kernel calls over one arena."""
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import platform
 import time
-from functools import partial
+from functools import lru_cache, partial
 from typing import Sequence
 
 import numpy as np
@@ -14,6 +15,7 @@ from litegpu.backend import (COMPLETE, Backend, CompileOptions, Event, NodeConte
                              Support)
 from litegpu.errors import ExecutionError, LiteGpuError
 from litegpu.graph import Model
+from litegpu.ops import TensorSpec
 
 # .fusion and .kernels import numba (~0.2 s), so they are imported where first used: a
 # process whose model runs entirely on another backend never loads numba. Importing
@@ -90,10 +92,9 @@ class CpuProgram(Program):
     def __init__(self, partition: Partition, options: CompileOptions) -> None:
         from .fusion import FusedGroup, make_fused_kernel
         from .kernels import make_kernel
-        from .kernels.threads import threads_here
         self.partition = partition
         # Called first in every run: the run's thread may not be the one that compiled.
-        self._threads_here = partial(threads_here, options.num_threads)
+        self._threads_here = _threads_setter(options.num_threads)
         arena = partition.arena
         self.arena = np.empty(arena.size if arena else 0, np.uint8)
         slot_of: dict[int, int] = {}
@@ -154,16 +155,17 @@ class CpuProgram(Program):
         self._fixed: list | None = None
         self._fixed_to: tuple = ()
         self._binds = 0
+        self._settled: dict[tuple, object] = {}   # see _settled_kernel
 
     def _bind(self, inputs: Sequence[np.ndarray], outputs: list, key: tuple) -> None:
         """Point the slots at this run's arrays and bind every step to its arrays."""
-        self._bound, self._fill, self._copy = self._bound_steps(inputs, outputs)
+        self._bound, self._fill, self._copy = self._bound_steps(inputs, outputs, self.slots)
         self._bound_to = key
 
-    def _point_slots(self, inputs: Sequence[np.ndarray], outputs: list) -> list:
+    def _point_slots(self, inputs: Sequence[np.ndarray], outputs: list, slots: list | None = None) -> list:
         """Point the input slots at ``inputs`` and the output slots at the given ``outputs``
-        (None: left to the program); returns the slots."""
-        slots = self.slots
+        (None: left to the program); returns the slots (the program's unless given)."""
+        slots = self.slots if slots is None else slots
         for s, arr in zip(self.in_slots, inputs):
             slots[s] = arr
         for s, arr in zip(self.out_slots, outputs):
@@ -171,14 +173,14 @@ class CpuProgram(Program):
                 slots[s] = arr
         return slots
 
-    def _bound_steps(self, inputs: Sequence[np.ndarray], outputs: list) -> tuple[list, list, list]:
+    def _bound_steps(self, inputs: Sequence[np.ndarray], outputs: list, slots: list) -> tuple[list, list, list]:
         """Each step as a call of no arguments on these arrays, plus the outputs left to us
         (None: filled from our slots) and the outputs to copy into (slot not the caller's).
 
         A kernel with a ``bind(inputs, outputs)`` attribute returns a call with its views
         (reshapes, slices) made here, once, rather than on every run.
         """
-        slots = self._point_slots(inputs, outputs)
+        slots = self._point_slots(inputs, outputs, slots)
         bound = [(_bind_step(kernel, [slots[i] for i in ins], [slots[o] for o in outs]), ctx)
                  for kernel, ins, outs, _, ctx in self.steps]
         fill = [(i, s) for i, s in enumerate(self.out_slots) if outputs[i] is None]
@@ -186,25 +188,44 @@ class CpuProgram(Program):
                 if outputs[i] is not None and outputs[i] is not slots[s]]
         return bound, fill, copy
 
+    def bind_steps(self, inputs: Sequence[np.ndarray], outputs: list):
+        """This program on exactly these arrays as ``(enter, steps)``, or None when run-time
+        shapes prevent it: ``enter()`` readies the calling thread (call it once before a
+        series of runs on that thread), each step is ``(call, fail)``, ``call()`` runs it and
+        ``fail(exc)`` is the error naming its node to raise when it raised ``exc`` (None:
+        not a kernel failure, let it propagate). A caller running several programs (a
+        WHILE loop's condition and body) can then make them one flat list of calls.
+
+        Binding does not touch the arrays :meth:`run` works on, so a program may be bound
+        to several sets of arrays at once (a loop alternating between two)."""
+        if not self.static or any(o is None for o in outputs):
+            return None
+        slots = list(self.slots)
+        bound, _, copy = self._bound_steps(inputs, outputs, slots)
+        steps = [(call, partial(_failure, ctx)) for call, ctx in bound]
+        # An output the program keeps in a slot of its own (not the caller's array).
+        steps += [(partial(outputs[i].__setitem__, Ellipsis, slots[s]), _not_ours) for i, s in copy]
+        return self._threads_here, steps
+
     def bind(self, inputs: Sequence[np.ndarray], outputs: list):
         """A call of no arguments that runs this program on exactly these arrays (the caller
         passes the same ones every run), or None when run-time shapes prevent it. It skips
         :meth:`run`'s check of which arrays it was handed."""
-        if not self.static or any(o is None for o in outputs):
+        bound = self.bind_steps(inputs, outputs)
+        if bound is None:
             return None
-        bound, _, copy = self._bound_steps(inputs, outputs)
-        copies = [(outputs[i], self.slots[s]) for i, s in copy]
-        threads_here = self._threads_here
+        threads_here, steps = bound
 
         def run_bound() -> None:
             threads_here()
-            try:
-                for call, ctx in bound:
+            for call, fail in steps:
+                try:
                     call()
-            except (LiteGpuError, *_RUNTIME_ERRORS) as exc:
-                raise _fail(ctx, exc) from None
-            for dst, src in copies:
-                dst[...] = src
+                except Exception as exc:
+                    error = fail(exc)
+                    if error is None:
+                        raise
+                    raise error from None
         return run_bound
 
     def _run_steps(self, start: int = 0, stop: int | None = None) -> None:
@@ -254,18 +275,35 @@ class CpuProgram(Program):
     def _bind_fixed(self) -> list:
         """Every step bound to the arrays its slots hold now (after a run): static steps as
         in a static program, run-time-shaped ones as a call that copies its results into
-        those arrays and raises :class:`_Reshaped` when a shape or dtype changed."""
+        those arrays and raises :class:`_Reshaped` when a shape or dtype changed.
+
+        A run-time-shaped node whose output shapes follow from its operands' shapes alone
+        (it sits after a WHILE or a READ_VARIABLE, whose results are shaped at run time)
+        gets the kernel a static node of these shapes gets: its operands are fixed arrays
+        here, whose shapes only a :class:`_Reshaped` step before it could change, and that
+        ends this binding."""
         slots = self.slots
         fixed = []
         for n, (kernel, ins, outs, dynamic, ctx) in enumerate(self.steps):
             args = [slots[i] for i in ins]
             results = [slots[o] for o in outs]
-            if dynamic:
+            settled = self._settled_kernel(n, args, results) if dynamic and not ctx.opdef.stateful else None
+            if settled is not None:
+                call = _bind_step(settled, args, results)
+            elif dynamic:
                 call = partial(_run_in_place, self, n, kernel, args, outs, results)
             else:
                 call = _bind_step(kernel, args, results)
             fixed.append((call, ctx))
         return fixed
+
+    def _settled_kernel(self, n: int, args: list, results: list):
+        """:func:`_settled_kernel` for step ``n``, made once per set of operand shapes (a
+        factory may re-lay out weights)."""
+        key = (n, *(None if a is None else (a.shape, a.dtype) for a in (*args, *results)))
+        if key not in self._settled:
+            self._settled[key] = _settled_kernel(self.steps[n][4], args, results)
+        return self._settled[key]
 
     def _run_dynamic(self, inputs: Sequence[np.ndarray], outputs: list) -> None:
         """A run of a program with run-time-shaped steps. The first run, and a run after
@@ -365,13 +403,35 @@ def _run_in_place(program: CpuProgram, n: int, kernel, args: list, outs: list[in
     does and raise :class:`_Reshaped`."""
     results = kernel(args)
     for dst, r in zip(dsts, results):
-        if dst is not r and not (isinstance(r, (np.ndarray, np.generic)) and dst is not None
-                                 and dst.shape == r.shape and dst.dtype == r.dtype):
+        if dst is r:
+            continue
+        if not (isinstance(r, (np.ndarray, np.generic)) and dst is not None
+                and dst.shape == r.shape and dst.dtype == r.dtype):
+            # (Results copied before this one are copied again: harmless.)
             program._store(outs, results)
             raise _Reshaped(n)
-    for dst, r in zip(dsts, results):
-        if dst is not r:
-            dst[...] = r
+        dst[...] = r
+
+
+def _settled_kernel(ctx: NodeContext, args: list, results: list):
+    """The kernel of run-time-shaped node ``ctx`` for operands of these arrays' shapes, or
+    None when its output shapes depend on operand values (``infer`` says so by raising)
+    or differ from ``results``'."""
+    if any(r is None for r in results) or any(a is None and s is not None for a, s in zip(args, ctx.inputs)):
+        return None
+    # Constants keep their values (kernels precompute from them); the rest are shapes only.
+    inputs = [s if a is None or (s is not None and s.value is not None) else TensorSpec(a.shape, a.dtype)
+              for a, s in zip(args, ctx.inputs)]
+    try:
+        outputs = ctx.opdef.infer(inputs, ctx.attrs)
+    except Exception:  # noqa: BLE001  (DynamicShape, or an error the step-by-step run reports)
+        return None
+    if len(outputs) != len(results) or any(tuple(o.shape) != r.shape or np.dtype(o.dtype) != r.dtype
+                                           for o, r in zip(outputs, results)):
+        return None
+    from .kernels import make_kernel
+    outputs = [TensorSpec(r.shape, r.dtype) for r in results]
+    return make_kernel(dataclasses.replace(ctx, inputs=inputs, outputs=outputs, dynamic=False))
 
 
 def _bind_step(kernel, args: list, results: list):
@@ -388,6 +448,25 @@ def _fail(ctx: NodeContext, exc: Exception) -> LiteGpuError:
     if isinstance(exc, LiteGpuError):
         return type(exc)(f"node {ctx.node.index} ({ctx.node.op}): {exc}")
     return ExecutionError(f"node {ctx.node.index} ({ctx.node.op}): {type(exc).__name__}: {exc}")
+
+
+@lru_cache(maxsize=None)
+def _threads_setter(num_threads: int):
+    """The call that puts the calling thread on ``num_threads`` numba threads: one object
+    per count, so that a caller running several programs' bound steps (a WHILE loop's
+    condition and body) can tell it needs calling once."""
+    from .kernels.threads import threads_here
+    return partial(threads_here, num_threads)
+
+
+def _failure(ctx: NodeContext, exc: Exception) -> LiteGpuError | None:
+    """:func:`_fail` for the errors a kernel raises when it fails (see ``bind_steps``), else None."""
+    return _fail(ctx, exc) if isinstance(exc, (LiteGpuError, *_RUNTIME_ERRORS)) else None
+
+
+def _not_ours(exc: Exception) -> None:
+    """A copy step's ``fail``: its errors are not a node's."""
+    return None
 
 
 def _groups(partition: Partition) -> list:

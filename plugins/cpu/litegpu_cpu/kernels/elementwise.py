@@ -31,8 +31,13 @@ def _dtypes(ctx: NodeContext, allowed: tuple) -> np.dtype | None:
 
 def _bind_ufunc(ufunc):
     """``bind`` for a kernel that is one ufunc call: the call with its arrays bound."""
+    # The output passed by position: a partial with keywords builds a dict on every call,
+    # ~0.15 us of a ~0.35 us ufunc call on the scalars of a loop counter. NumPy deprecates
+    # that form for maximum and minimum only.
+    by_keyword = ufunc in (np.maximum, np.minimum)
+
     def bind(inputs, outputs):
-        return partial(ufunc, *inputs, out=outputs[0])
+        return partial(ufunc, *inputs, out=outputs[0]) if by_keyword else partial(ufunc, *inputs, outputs[0])
     return bind
 
 

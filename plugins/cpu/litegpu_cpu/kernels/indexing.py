@@ -7,6 +7,8 @@ indices raise :class:`~litegpu.errors.ExecutionError` as the reference does.
 """
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 from numba import njit
 
@@ -86,13 +88,16 @@ def gather(ctx: NodeContext):
             return call
         return bindable(bind)
 
-    def run(inputs, outputs):
+    def bind(inputs, outputs):
         ix = inputs[1]
-        flat = ix.reshape(-1)
-        at = gather_rows(inputs[0].reshape(p_view), flat, outputs[0].reshape(out_view))
-        if at >= 0:
-            raise _gather_error(ix, at, limit)
-    return run
+        params, flat, out = inputs[0].reshape(p_view), ix.reshape(-1), outputs[0].reshape(out_view)
+
+        def call():
+            at = gather_rows(params, flat, out)
+            if at >= 0:
+                raise _gather_error(ix, at, limit)
+        return call
+    return bindable(bind)
 
 
 # -- SPLIT / SPLIT_V ----------------------------------------------------------------------------
@@ -114,12 +119,35 @@ def _split_kernel(ctx: NodeContext, x_index: int, axis: int):
     def bind(inputs, outputs):
         x = inputs[x_index]
         pairs = [(out, x[sl]) for out, sl in zip(outputs, slices)]
+        dst, src = _stacked([out for out, _ in pairs]), _stacked([piece for _, piece in pairs])
+        if dst is not None and src is not None:
+            # Outputs laid out at a constant distance (as the arena places equal buffers):
+            # one strided copy, ~0.2 us against ~0.6 for four (an LSTM gate split).
+            return partial(dst.__setitem__, Ellipsis, src)
 
         def call():
             for out, piece in pairs:
                 out[...] = piece
         return call
     return bindable(bind)
+
+
+def _stacked(arrays: list[np.ndarray]) -> np.ndarray | None:
+    """One view of shape ``[len(arrays), *shape]`` whose items are ``arrays`` (of one
+    shape and dtype), when they lie at a constant distance from each other in memory and
+    do not overlap; else None."""
+    first = arrays[0]
+    if len(arrays) < 2 or first.size == 0 or any(a.shape != first.shape or a.dtype != first.dtype
+                                                 or a.strides != first.strides for a in arrays):
+        return None
+    starts = [a.__array_interface__["data"][0] for a in arrays]
+    step = starts[1] - starts[0]
+    # The extent of one array in bytes, whatever its strides.
+    low = sum(min(0, (n - 1) * st) for n, st in zip(first.shape, first.strides))
+    high = sum(max(0, (n - 1) * st) for n, st in zip(first.shape, first.strides)) + first.itemsize
+    if abs(step) < high - low or any(b - a != step for a, b in zip(starts, starts[1:])):
+        return None
+    return np.lib.stride_tricks.as_strided(first, (len(arrays), *first.shape), (step, *first.strides))
 
 
 @kernel("SPLIT")
@@ -212,14 +240,16 @@ def _constant_index_kernel(ctx: NodeContext):
     index = _as_slice(flat, shape)
     out_shape = tuple(out_spec.shape)
     if index is not None:
-        def run(inputs, outputs):
-            np.copyto(outputs[0], inputs[0][index].reshape(out_shape))
-        return run
+        def bind(inputs, outputs):
+            # The output (C-contiguous) takes the slice's shape: reshaping it is always a view.
+            piece = inputs[0][index]
+            return partial(outputs[0].reshape(piece.shape).__setitem__, Ellipsis, piece)
+        return bindable(bind)
     take = np.ascontiguousarray(flat.reshape(-1).astype(np.intp))
 
-    def run(inputs, outputs):
-        np.take(inputs[0].reshape(-1), take, out=outputs[0].reshape(-1))
-    return run
+    def bind_take(inputs, outputs):
+        return partial(np.take, inputs[0].reshape(-1), take, out=outputs[0].reshape(-1))
+    return bindable(bind_take)
 
 
 @kernel("STRIDED_SLICE", "SLICE")
@@ -243,15 +273,12 @@ def select(ctx: NodeContext):
         c_view = tuple(c_spec.shape) + (1,) * (len(x_spec.shape) - 1)
 
     # numpy's where has no out=: y everywhere, then x where the condition holds.
-    if c_view is None:
-        def run(inputs, outputs):
-            out = outputs[0]
-            np.copyto(out, inputs[2])
-            np.copyto(out, inputs[1], where=inputs[0])
-        return run
+    def bind(inputs, outputs):
+        out, (c, x, y) = outputs[0], inputs
+        where = c if c_view is None else c.reshape(c_view)
 
-    def run(inputs, outputs):
-        out = outputs[0]
-        np.copyto(out, inputs[2])
-        np.copyto(out, inputs[1], where=inputs[0].reshape(c_view))
-    return run
+        def call():
+            np.copyto(out, y)
+            np.copyto(out, x, where=where)
+        return call
+    return bindable(bind)
