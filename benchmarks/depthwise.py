@@ -23,7 +23,7 @@ from litegpu.graph import Node
 from litegpu.ops import get_op
 from litegpu.ops.registry import TensorSpec
 from litegpu_cpu.kernels import conv, depthwise
-from litegpu_cpu.kernels.common import F32, clamp_bounds, constant_bias, pad_before
+from litegpu_cpu.kernels.common import F32, clamp_bounds, constant_bias, window_geometry
 from litegpu_cpu.kernels.threads import configure_threads
 
 RNG = np.random.default_rng(0)
@@ -47,11 +47,10 @@ SHAPES = [
 
 def general(ctx: NodeContext):
     """The general kernel (``conv.depthwise``) for a multiplier-1 node: the baseline."""
-    (n, h, w, c), (_, kh, kw, _) = ctx.inputs[0].shape, ctx.inputs[1].shape
+    (_, h, w, c), (_, kh, kw, _) = ctx.inputs[0].shape, ctx.inputs[1].shape
     bias = constant_bias(ctx, 1, 0, 2)
     wt = np.ascontiguousarray(ctx.inputs[1].value.reshape(kh, kw, c), dtype=F32)
-    (sh, sw), (dh, dw), padding = ctx.attrs["stride"], ctx.attrs["dilation"], ctx.attrs["padding"]
-    pt, pl = pad_before(padding, h, kh, sh, dh), pad_before(padding, w, kw, sw, dw)
+    sh, sw, dh, dw, pt, pl = window_geometry(ctx.attrs, h, w, kh, kw)
     lo, hi = clamp_bounds(ctx.attrs["activation"])
 
     def run(inputs, outputs):

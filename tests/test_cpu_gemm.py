@@ -45,7 +45,7 @@ def test_halves_match_float64(threads, m, n, k, transb, split_n):
     b = rng.standard_normal((n, k) if transb else (k, n)).astype(np.float32)
     out = np.full((m, n), np.nan, np.float32)
     at = (n if split_n else m) // 2
-    gemm.matmul(a, b, out, (split_n, at), transb=transb)
+    gemm.bind_matmul(a, b, out, (split_n, at), transb=transb)()
     want = exact(a, b.T if transb else b)
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4 * math.sqrt(k))
 
@@ -63,9 +63,9 @@ def test_mismatched_operands_are_refused_before_blas(threads):
     a = np.zeros((64, 32), np.float32)
     b = np.zeros((16, 64), np.float32)      # K mismatch
     with pytest.raises(ValueError, match="do not fit"):
-        gemm.matmul(a, b, np.zeros((64, 64), np.float32), (False, 32))
+        gemm.bind_matmul(a, b, np.zeros((64, 64), np.float32), (False, 32))
     with pytest.raises(ValueError, match="do not fit"):
-        gemm.matmul(a, np.zeros((32, 64), np.float64), np.zeros((64, 64), np.float32), (False, 32))
+        gemm.bind_matmul(a, np.zeros((32, 64), np.float64), np.zeros((64, 64), np.float32), (False, 32))
 
 
 def _node(op: str, inputs: list, consts: tuple, attrs: dict, out_shape: tuple):

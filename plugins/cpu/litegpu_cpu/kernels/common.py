@@ -90,6 +90,14 @@ def pad_before(padding: str, in_size: int, kernel: int, stride: int, dilation: i
     return conv_output_size(in_size, kernel, stride, dilation, padding)[1]
 
 
+def window_geometry(attrs: dict, h: int, w: int, kh: int, kw: int) -> tuple[int, int, int, int, int, int]:
+    """``(sh, sw, dh, dw, pt, pl)`` of a conv or pool node with a ``kh`` x ``kw`` window over
+    an ``h`` x ``w`` input: strides, dilations (1 for ops without) and padding before."""
+    sh, sw = attrs["stride"]
+    dh, dw = attrs.get("dilation", (1, 1))
+    return sh, sw, dh, dw, pad_before(attrs["padding"], h, kh, sh, dh), pad_before(attrs["padding"], w, kw, sw, dw)
+
+
 def transpose_pad_before(padding: str, out_size: int, kernel: int, stride: int) -> int:
     """Padding before along one axis of TRANSPOSE_CONV (the op definitions' rule, reused)."""
     return transpose_conv_padding(out_size, kernel, stride, padding)

@@ -15,11 +15,11 @@ from numba import njit, prange
 
 from litegpu.backend import NodeContext
 
-from .common import (F32, clamp_bounds, constant_bias, pad_before,
-                     transpose_pad_before)
+from .common import (F32, clamp_bounds, constant_bias, transpose_pad_before,
+                     window_geometry)
 from . import gemm
 from .misc import few_rows_product
-from .registry import bindable, kernel
+from .registry import bindable, in_order, kernel
 from .threads import ensure_gemm_policy
 
 # Rows of the im2col matrix built per GEMM call: bounds the scratch (and keeps it
@@ -112,7 +112,7 @@ def _shifted_conv(x_shape, w_value, bias, lo, hi, oh, ow, pt, pl, dh, dw):
         calls = [call for i in range(n) for call in (
             partial(pad_rows, x[i], flat, h, w, c, pt, pl, wp),
             partial(gemm.shifted_taps, fn, rows, wtaps, acc, offsets, out2, i * oh * ow, ow, wp, bias, lo, hi))]
-        return lambda: [call() for call in calls]
+        return in_order(calls)
     return bindable(bind_shifted)
 
 
@@ -137,10 +137,7 @@ def conv2d(ctx: NodeContext):
     _, oh, ow, _ = ctx.outputs[0].shape
     if ci != c:
         return None    # grouped conv: leave it to the reference
-    sh, sw = attrs["stride"]
-    dh, dw = attrs["dilation"]
-    pt = pad_before(attrs["padding"], h, kh, sh, dh)
-    pl = pad_before(attrs["padding"], w, kw, sw, dw)
+    sh, sw, dh, dw, pt, pl = window_geometry(attrs, h, w, kh, kw)
     k = kh * kw * c
     m = n * oh * ow
     ensure_gemm_policy()
@@ -174,10 +171,7 @@ def conv2d(ctx: NodeContext):
             calls.append(partial(im2col, x, h, w, c, cols[:rows], r0, rows, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl))
             calls.append(gemm.bind_matmul(cols[:rows], wmat, out2[r0:r0 + rows], gemm.plan(rows, o, k),
                                           epilogue=epilogue))
-        if len(calls) == 2:
-            first, second = calls
-            return lambda: (first(), second())
-        return lambda: [call() for call in calls]
+        return in_order(calls)
     return bindable(bind_im2col)
 
 
@@ -300,7 +294,6 @@ def _transpose_conv(ctx: NodeContext, x_index: int, w_index: int, bias_index: in
     how = gemm.plan(m, kh * kw * o, c)
 
     def bind(inputs, outputs):
-        product = gemm.bind_matmul(inputs[x_index].reshape(m, c), wmat, cols, how)
-        gather = partial(col2im, cols, bias, outputs[0], h, w, kh, kw, sh, sw, pt, pl, lo, hi)
-        return lambda: (product(), gather())
+        return in_order([gemm.bind_matmul(inputs[x_index].reshape(m, c), wmat, cols, how),
+                         partial(col2im, cols, bias, outputs[0], h, w, kh, kw, sh, sw, pt, pl, lo, hi)])
     return bindable(bind)

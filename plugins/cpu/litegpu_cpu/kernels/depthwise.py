@@ -25,7 +25,7 @@ from numba import njit, prange
 
 from litegpu.backend import NodeContext
 
-from .common import F32, clamp_bounds, constant_bias, pad_before
+from .common import F32, clamp_bounds, constant_bias, window_geometry
 from .conv import _CONTRACT, depthwise
 from .registry import kernel
 
@@ -270,10 +270,7 @@ def depthwise_conv2d(ctx: NodeContext):
     if oc % c:
         return None
     mult = oc // c
-    sh, sw = attrs["stride"]
-    dh, dw = attrs["dilation"]
-    pt = pad_before(attrs["padding"], h, kh, sh, dh)
-    pl = pad_before(attrs["padding"], w, kw, sw, dw)
+    sh, sw, dh, dw, pt, pl = window_geometry(attrs, h, w, kh, kw)
     wt = np.ascontiguousarray(np.asarray(w_spec.value, dtype=F32).reshape(kh, kw, oc))
     lo, hi = clamp_bounds(attrs["activation"])
 

@@ -195,11 +195,5 @@ def bind_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, how: tuple[bool, 
     return numpy_matmul
 
 
-def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, how: tuple[bool, int] | None,
-           transb: bool = False, epilogue: tuple[np.ndarray, np.float32, np.float32] | None = None) -> None:
-    """:func:`bind_matmul`'s product, computed now."""
-    bind_matmul(a, b, out, how, transb, epilogue)()
-
-
 _NO_BIAS = np.zeros(1, np.float32)
 _NEG_INF, _POS_INF = np.float32(-np.inf), np.float32(np.inf)

@@ -238,7 +238,6 @@ def _constant_index_kernel(ctx: NodeContext):
     if tuple(flat.shape) != tuple(out_spec.shape):
         return None
     index = _as_slice(flat, shape)
-    out_shape = tuple(out_spec.shape)
     if index is not None:
         def bind(inputs, outputs):
             # The output (C-contiguous) takes the slice's shape: reshaping it is always a view.

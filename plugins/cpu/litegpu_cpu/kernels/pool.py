@@ -9,7 +9,7 @@ from numba import njit, prange
 from litegpu.backend import NodeContext
 from litegpu.ops.nn import pool_divisor_is_window
 
-from .common import all_float32, clamp_bounds, pad_before
+from .common import all_float32, clamp_bounds, window_geometry
 from .registry import kernel
 
 
@@ -56,9 +56,7 @@ def _pool_factory(ctx: NodeContext, is_max: bool):
     attrs = ctx.attrs
     _, h, w, _ = ctx.inputs[0].shape
     fh, fw = attrs["filter"]
-    sh, sw = attrs["stride"]
-    pt = pad_before(attrs["padding"], h, fh, sh)
-    pl = pad_before(attrs["padding"], w, fw, sw)
+    sh, sw, _, _, pt, pl = window_geometry(attrs, h, w, fh, fw)
     lo, hi = clamp_bounds(attrs["activation"])
     whole_window = pool_divisor_is_window(attrs)
 

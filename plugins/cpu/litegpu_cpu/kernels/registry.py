@@ -42,6 +42,17 @@ def bindable(bind: Callable[[list, list], Callable[[], None]]) -> Kernel:
     return run
 
 
+def in_order(calls: list[Callable[[], None]]) -> Callable[[], None]:
+    """One call of no arguments making ``calls`` in order: a bound kernel of several steps."""
+    if len(calls) == 1:
+        return calls[0]
+
+    def run() -> None:
+        for call in calls:
+            call()
+    return run
+
+
 def reference_kernel(ctx: NodeContext) -> Kernel:
     """Run the op's numpy reference and copy its results into the outputs."""
     reference, attrs = ctx.opdef.reference, ctx.attrs
