@@ -289,6 +289,57 @@ def test_depthwise3x3_on_any_thread_count(threads, stride):
     close(got, want)
 
 
+@pytest.mark.parametrize("stride", [1, 2])
+def test_depthwise3x3_takes_strided_arrays(stride):
+    """The 3x3 kernels read raw pointers: a non-contiguous input is copied first and a
+    non-contiguous output written through scratch, leaving the bytes between its elements."""
+    x_big, f, b = rand(1, 8, 8, 32), rand(1, 3, 3, 16), rand(16)
+    x = x_big[..., ::2]
+    attrs = {"padding": "SAME", "stride": (stride, stride), "dilation": (1, 1), "activation": "NONE",
+             "depth_multiplier": 1}
+    want = direct_depthwise(x, f, b, (stride, stride), (1, 1), "SAME", "NONE", 1)
+    run, _ = build("DEPTHWISE_CONV_2D", attrs, [x, f, b], [want.shape], consts=(1, 2))
+    out_big = np.full((*want.shape[:3], 32), np.nan, np.float32)
+    run([x, f, b], [out_big[..., 1::2]])
+    close(out_big[..., 1::2], want)
+    assert np.isnan(out_big[..., ::2]).all()
+
+
+def test_depthwise3x3_refuses_arrays_of_other_shapes():
+    """Its shapes are fixed when it is built; other arrays are an error, not a stray write."""
+    x, f, b = rand(1, 8, 8, 16), rand(1, 3, 3, 16), rand(16)
+    attrs = {"padding": "SAME", "stride": (1, 1), "dilation": (1, 1), "activation": "NONE",
+             "depth_multiplier": 1}
+    run, (out,) = build("DEPTHWISE_CONV_2D", attrs, [x, f, b], [(1, 8, 8, 16)], consts=(1, 2))
+    with pytest.raises(ValueError, match=r"built for input \(1, 8, 8, 16\).*given \(1, 9, 8, 16\)"):
+        run([rand(1, 9, 8, 16), f, b], [np.empty((1, 9, 8, 16), np.float32)])
+
+
+def test_run_tasks_calls_the_task_function_once_per_task():
+    """The shared launcher of :mod:`litegpu_cpu.kernels.tasks`, with a task function
+    written here: every task index runs once, on any thread, with its parameters."""
+    import numba
+    from numba import carray
+
+    from litegpu_cpu.kernels.tasks import run_tasks, task_function
+
+    @task_function()
+    def scaled_index(t, a0, a1, a2, a3, a4, a5, ip, fp):
+        out = carray(a5, ip[0])
+        out[t] += np.float32(t) * fp[0] + a0[0]
+
+    out = np.zeros(37, np.float32)
+    first, unused = np.full(1, 0.5, np.float32), np.zeros(1, np.float32)
+    before = numba.get_num_threads()
+    numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
+    try:
+        run_tasks(scaled_index.address, out.size, first, unused, unused, unused, unused, out,
+                  np.array([out.size], np.int64), np.array([3.0], np.float32))
+    finally:
+        numba.set_num_threads(before)
+    np.testing.assert_array_equal(out, np.arange(37, dtype=np.float32) * 3 + 0.5)
+
+
 # -- TRANSPOSE_CONV ---------------------------------------------------------------------------
 
 def direct_transpose_conv(x, f, b, out_hw, stride, padding, activation):

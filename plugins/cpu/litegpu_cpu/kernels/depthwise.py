@@ -7,27 +7,31 @@ leaves C = 16 or 32 to narrow or scalar epilogues: 10-20 GFLOP/s on the shapes o
 face_landmark and mobilenet_v2 (1 thread, Zen 4). Both paths here reuse each loaded
 input and weight vector for several outputs:
 
-- stride 1 (any dilation), :func:`depthwise3x3_s1`: an output row's interior, flattened
+- stride 1 (any dilation), :func:`_s1_task`: an output row's interior, flattened
   over (column, channel), is a sum of nine contiguous input-row segments times weights
   repeated along the row, so one long loop vectorizes at full width for any C; four
   output rows share six input rows;
-- stride 2, :func:`depthwise3x3_s2`: 2x2 output pixels per channel loop share a 5x5
-  input window. Its parallel body creates no array views, so numba marks the arrays
-  ``noalias`` and LLVM vectorizes the channel loop with no run-time alias checks
-  (with views it gives up: "too many memory checks").
+- stride 2, :func:`_s2_task`: 2x2 output pixels per channel loop share a 5x5 input
+  window. Its arrays are ``noalias`` pointers, so LLVM vectorizes the channel loop with
+  no run-time alias checks (with them it gives up: "too many memory checks").
 
-Pixels whose window crosses the border take :func:`_edge_pixel`.
+Pixels whose window crosses the border take :func:`_edge_pixel`. Both are task functions
+run by :func:`.tasks.run_tasks` (see :mod:`.tasks`: as ``prange`` kernels they took
+4-6 s each to compile cold).
 """
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
-from numba import njit, prange
+from numba import carray, njit
 
 from litegpu.backend import NodeContext
 
 from .common import F32, clamp_bounds, constant_bias, window_geometry
 from .conv import _CONTRACT, depthwise
-from .registry import kernel
+from .registry import bindable, in_order, kernel
+from .tasks import TaskFunction, run_tasks, task_function
 
 # Floats of an output row per pass of :func:`_rows4`, so that its ten weight rows stay in
 # L1 (96x96x16 .. 14x14x576: 256-1024 alike; weights repeated along whole rows, 9*OW*C
@@ -114,63 +118,66 @@ def _rows4(y0, y1, y2, y3, x0, x1, x2, x3, x4, x5, a, s, wp, lo, hi):
             z3[j] = min(max(o3, lo), hi)
 
 
-@njit(cache=True, parallel=True, fastmath=_CONTRACT)
-def depthwise3x3_s1(x, wt, bias, wp, zero, out, dh, dw, pt, pl, lo, hi):
-    """3x3 depthwise conv, stride 1, multiplier 1, any dilation (``wp``: see :func:`_rows4`;
-    ``zero``: a row of zeros, W*C floats). Parallel over groups of four output rows
-    ``dh`` apart (so that they share six input rows); input rows in the padding are
-    ``zero``, so only the border columns take :func:`_edge_pixel`. A group past the last
-    row writes its missing rows to scratch. 1.5-4x faster than the per-pixel kernel
-    (1 thread: 96x96x16 221 -> 57 us, 48x48x32 76 -> 29 us, 112x112x32 384 -> 117 us,
-    56x56x144 311 -> 150 us, 7x7x960 35 -> 23 us; dilation 2, 64x64x32: 180 -> 64 us)."""
-    h, w, c = x.shape[1], x.shape[2], x.shape[3]
-    n_size, oh_size, ow_size = out.shape[0], out.shape[1], out.shape[2]
-    # Output columns whose taps ow - pl .. ow - pl + 2*dw all lie inside the row.
+@task_function(fastmath=_CONTRACT)
+def _s1_task(g, xp, wtp, biasp, wpp, zerop, outp, ip, fp):
+    """Task ``g`` of the 3x3 depthwise conv, stride 1, multiplier 1, any dilation: the
+    group of four output rows ``dh`` apart that :func:`depthwise3x3_s1` numbers ``g``
+    (so that they share six input rows). ``wp``: see :func:`_rows4`; ``zero``: a row of
+    zeros, W*C floats, standing for input rows in the padding, so only the border columns
+    take :func:`_edge_pixel`. A group past the last row writes its missing rows to
+    scratch."""
+    q = carray(ip, 18)
+    n_size, h, w, c, oh_size, ow_size, dh, dw, pt, pl = q[0], q[1], q[2], q[3], q[4], q[5], q[6], q[7], q[8], q[9]
+    groups, ow_lo, ow_hi, j0, j1, a, s, p = q[10], q[11], q[12], q[13], q[14], q[15], q[16], q[17]
+    x = carray(xp, (n_size, h, w, c))
+    wt = carray(wtp, (3, 3, c))
+    bias = carray(biasp, c)
+    wp = carray(wpp, (10, p))
+    zero = carray(zerop, w * c)
+    out = carray(outp, (n_size, oh_size, ow_size, c))
+    lo, hi = fp[0], fp[1]
+    n = g // groups
+    r = g - n * groups
+    oh0 = r // dh * 4 * dh + r % dh
+    ih0 = oh0 - pt
+    if j1 > j0 and oh0 < oh_size:       # (with dilation the last span's phases may start past the end)
+        # Distinct scratch rows: rows that may overlap would send LLVM to its scalar loop.
+        spare = np.empty((3, j1 - j0 if oh0 + 3 * dh >= oh_size else 0), F32)
+        y0 = out[n, oh0].reshape(ow_size * c)[j0:j1]
+        y1 = out[n, oh0 + dh].reshape(ow_size * c)[j0:j1] if oh0 + dh < oh_size else spare[0]
+        y2 = out[n, oh0 + 2 * dh].reshape(ow_size * c)[j0:j1] if oh0 + 2 * dh < oh_size else spare[1]
+        y3 = out[n, oh0 + 3 * dh].reshape(ow_size * c)[j0:j1] if oh0 + 3 * dh < oh_size else spare[2]
+        x0 = x[n, ih0].reshape(w * c) if 0 <= ih0 < h else zero
+        x1 = x[n, ih0 + dh].reshape(w * c) if 0 <= ih0 + dh < h else zero
+        x2 = x[n, ih0 + 2 * dh].reshape(w * c) if 0 <= ih0 + 2 * dh < h else zero
+        x3 = x[n, ih0 + 3 * dh].reshape(w * c) if 0 <= ih0 + 3 * dh < h else zero
+        x4 = x[n, ih0 + 4 * dh].reshape(w * c) if 0 <= ih0 + 4 * dh < h else zero
+        x5 = x[n, ih0 + 5 * dh].reshape(w * c) if 0 <= ih0 + 5 * dh < h else zero
+        _rows4(y0, y1, y2, y3, x0, x1, x2, x3, x4, x5, a, s, wp, lo, hi)
+    for i in range(4):
+        oh = oh0 + i * dh
+        if oh < oh_size:
+            for ow in range(ow_lo):
+                _edge_pixel(x, wt, bias, out, n, oh, ow, oh - pt, ow - pl, dh, dw, lo, hi)
+            for ow in range(ow_hi, ow_size):
+                _edge_pixel(x, wt, bias, out, n, oh, ow, oh - pt, ow - pl, dh, dw, lo, hi)
+
+
+def depthwise3x3_s1(x_shape, out_shape, dh, dw, pt, pl, wp_width):
+    """The task count and int64 parameters of :func:`_s1_task` for these shapes: tasks are
+    groups of four output rows ``dh`` apart (``dh`` phases per span of 4*dh rows), and the
+    interior columns, whose taps ``ow - pl .. ow - pl + 2*dw`` all lie inside the row, go
+    by flattened row segments. 1.5-4x faster than the per-pixel kernel (1 thread: 96x96x16
+    221 -> 57 us, 48x48x32 76 -> 29 us, 112x112x32 384 -> 117 us, 56x56x144 311 -> 150 us,
+    7x7x960 35 -> 23 us; dilation 2, 64x64x32: 180 -> 64 us)."""
+    n_size, h, w, c = x_shape
+    oh_size, ow_size = out_shape[1], out_shape[2]
     ow_lo = min(pl, ow_size)
     ow_hi = max(min(w - 2 * dw + pl, ow_size), ow_lo)
-    j0, j1 = ow_lo * c, ow_hi * c
-    a, s = (ow_lo - pl) * c, dw * c
-    span = 4 * dh                       # output rows oh0, oh0 + dh, .. oh0 + 3*dh: dh phases per span
-    groups = (oh_size + span - 1) // span * dh
-    for g in prange(n_size * groups):
-        n = g // groups
-        r = g - n * groups
-        oh0 = r // dh * span + r % dh
-        ih0 = oh0 - pt
-        if j1 > j0 and oh0 < oh_size:       # (with dilation the last span's phases may start past the end)
-            # Distinct scratch rows: rows that may overlap would send LLVM to its scalar loop.
-            spare = np.empty((3, j1 - j0 if oh0 + 3 * dh >= oh_size else 0), F32)
-            y0 = out[n, oh0].reshape(ow_size * c)[j0:j1]
-            y1 = out[n, oh0 + dh].reshape(ow_size * c)[j0:j1] if oh0 + dh < oh_size else spare[0]
-            y2 = out[n, oh0 + 2 * dh].reshape(ow_size * c)[j0:j1] if oh0 + 2 * dh < oh_size else spare[1]
-            y3 = out[n, oh0 + 3 * dh].reshape(ow_size * c)[j0:j1] if oh0 + 3 * dh < oh_size else spare[2]
-            x0 = x[n, ih0].reshape(w * c) if 0 <= ih0 < h else zero
-            x1 = x[n, ih0 + dh].reshape(w * c) if 0 <= ih0 + dh < h else zero
-            x2 = x[n, ih0 + 2 * dh].reshape(w * c) if 0 <= ih0 + 2 * dh < h else zero
-            x3 = x[n, ih0 + 3 * dh].reshape(w * c) if 0 <= ih0 + 3 * dh < h else zero
-            x4 = x[n, ih0 + 4 * dh].reshape(w * c) if 0 <= ih0 + 4 * dh < h else zero
-            x5 = x[n, ih0 + 5 * dh].reshape(w * c) if 0 <= ih0 + 5 * dh < h else zero
-            _rows4(y0, y1, y2, y3, x0, x1, x2, x3, x4, x5, a, s, wp, lo, hi)
-        for i in range(4):
-            oh = oh0 + i * dh
-            if oh < oh_size:
-                for ow in range(ow_lo):
-                    _edge_pixel(x, wt, bias, out, n, oh, ow, oh - pt, ow - pl, dh, dw, lo, hi)
-                for ow in range(ow_hi, ow_size):
-                    _edge_pixel(x, wt, bias, out, n, oh, ow, oh - pt, ow - pl, dh, dw, lo, hi)
-
-
-@njit(cache=True, inline="always")
-def _pixel3x3(x, wt, bias, out, n, oh, ow, ih, iw, lo, hi):
-    """Output pixel ``out[n, oh, ow]`` of a 3x3 window at (ih, iw) inside the image, the
-    nine taps summed in a register per channel."""
-    for c in range(out.shape[3]):
-        v = (bias[c] + x[n, ih, iw, c] * wt[0, 0, c] + x[n, ih, iw + 1, c] * wt[0, 1, c]
-             + x[n, ih, iw + 2, c] * wt[0, 2, c] + x[n, ih + 1, iw, c] * wt[1, 0, c]
-             + x[n, ih + 1, iw + 1, c] * wt[1, 1, c] + x[n, ih + 1, iw + 2, c] * wt[1, 2, c]
-             + x[n, ih + 2, iw, c] * wt[2, 0, c] + x[n, ih + 2, iw + 1, c] * wt[2, 1, c]
-             + x[n, ih + 2, iw + 2, c] * wt[2, 2, c])
-        out[n, oh, ow, c] = min(max(v, lo), hi)
+    groups = (oh_size + 4 * dh - 1) // (4 * dh) * dh
+    params = (n_size, h, w, c, oh_size, ow_size, dh, dw, pt, pl, groups, ow_lo, ow_hi,
+              ow_lo * c, ow_hi * c, (ow_lo - pl) * c, dw * c, wp_width)
+    return n_size * groups, np.array(params, np.int64)
 
 
 @njit(cache=True, inline="always")
@@ -203,45 +210,55 @@ def _block2x2_s2(x, wt, bias, out, n, oh, ow, ih, iw, lo, hi):
         out[n, oh + 1, ow + 1, c] = min(max(v11, lo), hi)
 
 
-@njit(cache=True, parallel=True, fastmath=_CONTRACT)
-def depthwise3x3_s2(x, wt, bias, out, pt, pl, lo, hi):
-    """3x3 depthwise conv, stride 2, multiplier 1, dilation 1. Parallel over pairs of output
-    rows: where both rows' windows lie inside the image, interior columns go by 2x2
-    blocks (:func:`_block2x2_s2`), an odd one left by :func:`_pixel3x3`; a single valid row
-    by :func:`_pixel3x3`; border pixels by :func:`_edge_pixel`. No array views in the
-    body (see the module docstring). 1.4-2x faster than the per-pixel kernel (1 thread:
-    112x112x96 229 -> 142 us, 56x56x144 73 -> 50 us, 96x96x16 60 -> 30 us)."""
-    h, w = x.shape[1], x.shape[2]
-    n_size, oh_size, ow_size = out.shape[0], out.shape[1], out.shape[2]
-    # Output columns whose input columns 2*ow - pl .. +2 all lie inside the row.
+@task_function(fastmath=_CONTRACT)
+def _s2_task(g, xp, wtp, biasp, _unused, _unused2, outp, ip, fp):
+    """Task ``g`` of the 3x3 depthwise conv, stride 2, multiplier 1, dilation 1: output
+    rows ``2g``, ``2g + 1`` of an image. Where both rows' windows lie inside the image,
+    interior columns go by 2x2 blocks (:func:`_block2x2_s2`); other pixels take
+    :func:`_edge_pixel`."""
+    q = carray(ip, 11)
+    n_size, h, w, c, oh_size, ow_size, pt, pl, ow_lo, ow_hi, ow_mid = \
+        q[0], q[1], q[2], q[3], q[4], q[5], q[6], q[7], q[8], q[9], q[10]
+    x = carray(xp, (n_size, h, w, c))
+    wt = carray(wtp, (3, 3, c))
+    bias = carray(biasp, c)
+    out = carray(outp, (n_size, oh_size, ow_size, c))
+    lo, hi = fp[0], fp[1]
+    groups = (oh_size + 1) // 2
+    n = g // groups
+    oh0 = (g - n * groups) * 2
+    rows = min(2, oh_size - oh0)
+    ih0 = 2 * oh0 - pt
+    if rows == 2 and ih0 >= 0 and ih0 + 5 <= h:
+        for ow in range(ow_lo, ow_mid, 2):
+            _block2x2_s2(x, wt, bias, out, n, oh0, ow, ih0, 2 * ow - pl, lo, hi)
+        for ow in range(ow_mid, ow_hi):
+            _edge_pixel(x, wt, bias, out, n, oh0, ow, ih0, 2 * ow - pl, 1, 1, lo, hi)
+            _edge_pixel(x, wt, bias, out, n, oh0 + 1, ow, ih0 + 2, 2 * ow - pl, 1, 1, lo, hi)
+    else:
+        for i in range(rows):
+            for ow in range(ow_lo, ow_hi):
+                _edge_pixel(x, wt, bias, out, n, oh0 + i, ow, ih0 + 2 * i, 2 * ow - pl, 1, 1, lo, hi)
+    for i in range(rows):
+        for ow in range(ow_lo):
+            _edge_pixel(x, wt, bias, out, n, oh0 + i, ow, ih0 + 2 * i, 2 * ow - pl, 1, 1, lo, hi)
+        for ow in range(ow_hi, ow_size):
+            _edge_pixel(x, wt, bias, out, n, oh0 + i, ow, ih0 + 2 * i, 2 * ow - pl, 1, 1, lo, hi)
+
+
+def depthwise3x3_s2(x_shape, out_shape, pt, pl):
+    """The task count and int64 parameters of :func:`_s2_task`: tasks are pairs of output
+    rows; interior columns (input columns 2*ow - pl .. +2 inside the row) go by 2x2 blocks
+    from ``ow_lo`` to ``ow_mid``, an odd one left up to ``ow_hi``. 1.4-2x faster than the
+    per-pixel kernel (1 thread: 112x112x96 229 -> 142 us, 56x56x144 73 -> 50 us, 96x96x16
+    60 -> 30 us)."""
+    n_size, h, w, c = x_shape
+    oh_size, ow_size = out_shape[1], out_shape[2]
     ow_lo = min((pl + 1) // 2, ow_size)
     ow_hi = max(min((w - 3 + pl) // 2 + 1, ow_size), ow_lo)
     ow_mid = ow_lo + (ow_hi - ow_lo) // 2 * 2
-    groups = (oh_size + 1) // 2
-    for g in prange(n_size * groups):
-        n = g // groups
-        oh0 = (g - n * groups) * 2
-        rows = min(2, oh_size - oh0)
-        ih0 = 2 * oh0 - pt
-        if rows == 2 and ih0 >= 0 and ih0 + 5 <= h:
-            for ow in range(ow_lo, ow_mid, 2):
-                _block2x2_s2(x, wt, bias, out, n, oh0, ow, ih0, 2 * ow - pl, lo, hi)
-            for ow in range(ow_mid, ow_hi):
-                _pixel3x3(x, wt, bias, out, n, oh0, ow, ih0, 2 * ow - pl, lo, hi)
-                _pixel3x3(x, wt, bias, out, n, oh0 + 1, ow, ih0 + 2, 2 * ow - pl, lo, hi)
-        else:
-            for i in range(rows):
-                ih = ih0 + 2 * i
-                for ow in range(ow_lo, ow_hi):
-                    if ih >= 0 and ih + 3 <= h:
-                        _pixel3x3(x, wt, bias, out, n, oh0 + i, ow, ih, 2 * ow - pl, lo, hi)
-                    else:
-                        _edge_pixel(x, wt, bias, out, n, oh0 + i, ow, ih, 2 * ow - pl, 1, 1, lo, hi)
-        for i in range(rows):
-            for ow in range(ow_lo):
-                _edge_pixel(x, wt, bias, out, n, oh0 + i, ow, ih0 + 2 * i, 2 * ow - pl, 1, 1, lo, hi)
-            for ow in range(ow_hi, ow_size):
-                _edge_pixel(x, wt, bias, out, n, oh0 + i, ow, ih0 + 2 * i, 2 * ow - pl, 1, 1, lo, hi)
+    params = (n_size, h, w, c, oh_size, ow_size, pt, pl, ow_lo, ow_hi, ow_mid)
+    return n_size * ((oh_size + 1) // 2), np.array(params, np.int64)
 
 
 def repeated_weights(wt: np.ndarray, bias: np.ndarray) -> np.ndarray:
@@ -274,18 +291,38 @@ def depthwise_conv2d(ctx: NodeContext):
     wt = np.ascontiguousarray(np.asarray(w_spec.value, dtype=F32).reshape(kh, kw, oc))
     lo, hi = clamp_bounds(attrs["activation"])
 
+    out_shape = tuple(ctx.outputs[0].shape)
     if (kh, kw, mult, sh, sw) == (3, 3, 1, 1, 1):
         wp = repeated_weights(wt, bias)
-        zero = np.zeros(w * c, F32)
-
-        def run_s1(inputs, outputs):
-            depthwise3x3_s1(inputs[0], wt, bias, wp, zero, outputs[0], dh, dw, pt, pl, lo, hi)
-        return run_s1
+        tasks, params = depthwise3x3_s1((n, h, w, c), out_shape, dh, dw, pt, pl, wp.shape[1])
+        return _task_kernel(_s1_task, tasks, params, (wt, bias, wp, np.zeros(w * c, F32)), lo, hi, out_shape)
     if (kh, kw, mult, sh, sw, dh, dw) == (3, 3, 1, 2, 2, 1, 1):
-        def run_s2(inputs, outputs):
-            depthwise3x3_s2(inputs[0], wt, bias, outputs[0], pt, pl, lo, hi)
-        return run_s2
+        tasks, params = depthwise3x3_s2((n, h, w, c), out_shape, pt, pl)
+        return _task_kernel(_s2_task, tasks, params, (wt, bias, wt, wt), lo, hi, out_shape)
 
     def run(inputs, outputs):
         depthwise(inputs[0], wt, bias, outputs[0], sh, sw, dh, dw, pt, pl, mult, lo, hi)
     return run
+
+
+def _task_kernel(task: TaskFunction, tasks: int, params: np.ndarray, consts: tuple, lo, hi,
+                 out_shape: tuple):
+    """A bindable kernel running ``task`` over ``tasks`` tasks on input 0 (a0), the four
+    constant arrays ``consts`` (a1..a4) and output 0 (a5), with ``params`` and (lo, hi).
+    The task reads the shapes from ``params``, so the arrays are checked against them
+    (a C-contiguous float32 copy of the input, a scratch output, where they are not)."""
+    floats = np.array([lo, hi], F32)
+    in_shape = tuple(int(v) for v in params[:4])
+
+    def bind(inputs: list, outputs: list):
+        x, out = inputs[0], outputs[0]
+        if x.shape != in_shape or out.shape != out_shape:
+            raise ValueError(f"depthwise kernel built for input {in_shape} and output {out_shape}, "
+                             f"given {x.shape} and {out.shape}")
+        x = np.ascontiguousarray(x, dtype=F32)
+        if out.dtype == F32 and out.flags.c_contiguous:
+            return partial(run_tasks, task.address, tasks, x, *consts, out, params, floats)
+        scratch = np.empty(out_shape, F32)
+        call = partial(run_tasks, task.address, tasks, x, *consts, scratch, params, floats)
+        return in_order([call, partial(np.copyto, out, scratch)])
+    return bindable(bind)
