@@ -11,7 +11,7 @@ from __future__ import annotations
 from functools import partial
 
 import numpy as np
-from numba import njit, prange
+from numba import carray, njit, prange
 
 from litegpu.backend import NodeContext
 
@@ -20,6 +20,7 @@ from .common import (F32, clamp_bounds, constant_bias, transpose_pad_before,
 from . import gemm
 from .misc import few_rows_product
 from .registry import bindable, in_order, kernel
+from .tasks import run_tasks, task_function
 from .threads import ensure_gemm_policy
 
 # Rows of the im2col matrix built per GEMM call: bounds the scratch (and keeps it
@@ -27,20 +28,30 @@ from .threads import ensure_gemm_policy
 _IM2COL_BLOCK_BYTES = 4 << 20
 
 
-@njit(cache=True, parallel=True)
-def im2col(x, h, w, c_size, cols, row0, rows, oh_size, ow_size, kh_size, kw_size, sh, sw, dh, dw, pt, pl):
-    """Fill ``cols[r, (kh*KW + kw)*C + c]`` for output pixels ``row0 .. row0+rows`` (flattened
-    over N, OH, OW) with the input value under tap (kh, kw), 0 in padding. ``x`` is the
-    NHWC input flattened; when a filter row lies inside the image (dilation 1) its
-    ``KW*C`` values are one contiguous run, copied as such."""
-    per_image = oh_size * ow_size
+# Output pixels per im2col task: few enough for an even split, enough to amortize a task.
+_IM2COL_TASK_ROWS = 64
+
+
+@task_function()
+def _im2col_task(t, xp, _unused, _unused2, _unused3, _unused4, colsp, ip, fp):
+    """Rows ``t*64 ..`` of :func:`im2col`'s matrix: ``cols[r, (kh*KW + kw)*C + c]`` for
+    output pixel ``row0 + r`` (flattened over N, OH, OW) is the input value under tap
+    (kh, kw), 0 in padding. When a filter row lies inside the image (dilation 1) its
+    ``KW*C`` values are one contiguous run, copied as such. ``ip``: N, H, W, C, row0,
+    rows, OH, OW, KH, KW, sh, sw, dh, dw, pt, pl."""
+    q = carray(ip, 16)
+    n_size, h, w, c_size, row0, rows, oh_size, ow_size = q[0], q[1], q[2], q[3], q[4], q[5], q[6], q[7]
+    kh_size, kw_size, sh, sw, dh, dw, pt, pl = q[8], q[9], q[10], q[11], q[12], q[13], q[14], q[15]
+    x = carray(xp, n_size * h * w * c_size)
     span = kw_size * c_size
-    for r in prange(rows):
+    cols = carray(colsp, (rows, kh_size * span))
+    per_image = oh_size * ow_size
+    for r in range(t * _IM2COL_TASK_ROWS, min(rows, (t + 1) * _IM2COL_TASK_ROWS)):
         p = row0 + r
         n = p // per_image
-        q = p - n * per_image
-        oh = q // ow_size
-        ow = q - oh * ow_size
+        q2 = p - n * per_image
+        oh = q2 // ow_size
+        ow = q2 - oh * ow_size
         iw0 = ow * sw - pl
         inside_w = dw == 1 and iw0 >= 0 and iw0 + kw_size <= w
         for kh in range(kh_size):
@@ -64,6 +75,20 @@ def im2col(x, h, w, c_size, cols, row0, rows, oh_size, ow_size, kh_size, kw_size
                         for c in range(c_size):
                             cols[r, col + c] = 0.0
                     col += c_size
+
+
+def im2col(x: np.ndarray, x_shape: tuple, cols: np.ndarray, row0: int, oh: int, ow: int, kh: int, kw: int,
+           sh: int, sw: int, dh: int, dw: int, pt: int, pl: int):
+    """A call of no arguments filling ``cols`` (C-contiguous [rows, KH*KW*C]) with the
+    im2col rows of output pixels ``row0 ..`` (:func:`_im2col_task`) from ``x``, the NHWC
+    input of ``x_shape``, C-contiguous, over numba's threads."""
+    rows = cols.shape[0]
+    params = np.array([*x_shape, row0, rows, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl], np.int64)
+    tasks = (rows + _IM2COL_TASK_ROWS - 1) // _IM2COL_TASK_ROWS
+    return partial(run_tasks, _im2col_task.address, tasks, x, x, x, x, x, cols, params, _NO_FLOATS)
+
+
+_NO_FLOATS = np.zeros(1, F32)
 
 
 @njit(cache=True, parallel=True)
@@ -164,11 +189,11 @@ def conv2d(ctx: NodeContext):
     blocks = [(r0, min(block, m - r0)) for r0 in range(0, m, block)]
 
     def bind_im2col(inputs, outputs):
-        x = inputs[0].reshape(-1)
+        x = np.ascontiguousarray(inputs[0], dtype=F32)
         out2 = outputs[0].reshape(m, o)
         calls = []
         for r0, rows in blocks:
-            calls.append(partial(im2col, x, h, w, c, cols[:rows], r0, rows, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl))
+            calls.append(im2col(x, (n, h, w, c), cols[:rows], r0, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl))
             calls.append(gemm.bind_matmul(cols[:rows], wmat, out2[r0:r0 + rows], gemm.plan(rows, o, k),
                                           epilogue=epilogue))
         return in_order(calls)

@@ -20,9 +20,10 @@ from functools import partial
 
 import numpy as np
 from llvmlite import ir
-from numba import njit, prange, types
+from numba import carray, njit, prange, types
 from numba.extending import intrinsic
 
+from .tasks import run_tasks, task_function
 from .threads import numpy_openblas_symbol
 
 # Products below this many multiply-adds are not worth a parallel region.
@@ -72,36 +73,52 @@ def _sgemm(typingctx, fn, transb, m, n, k, a, lda, b, ldb, c, ldc, beta):
 _ZERO = np.float32(0)
 
 
-@njit(cache=True, parallel=True)
-def gemm_halves(fn, a, b, c, transb, split_n, at, bias, lo_v, hi_v, epilogue):
-    """``c = a @ b`` (``b`` given as [N, K] when ``transb``), the rows of ``c`` (or its
-    columns when ``split_n``) before ``at`` on one thread and the rest on the other. All
-    three arrays are C-contiguous float32 2-D. With ``epilogue`` each thread then applies
-    ``clamp(c + bias, lo_v, hi_v)`` to its own part, while it is still in cache, in the
-    same parallel region."""
+@task_function()
+def _gemm_half(part, ap, bp, cp, biasp, _unused, _unused2, ip, fp):
+    """Half ``part`` (0 or 1) of ``c = a @ b`` (``b`` given as [N, K] when ``transb``): the
+    rows of ``c`` before ``at`` (or its columns when ``split_n``) or the rest, through
+    OpenBLAS at address ``fn``; with ``epilogue``, then ``clamp(c + bias, lo, hi)`` on that
+    part while it is still in cache. ``ip``: fn, m, n, k, the rows of b, ldb, tb, split_n,
+    at, epilogue; ``fp``: lo, hi. The addresses BLAS gets derive from the ``noalias``
+    pointers (see :mod:`.tasks`), so LLVM knows that the call writes ``c``."""
+    q = carray(ip, 10)
+    fn, m, n, k, b_rows, ldb, tb, split_n, at, epilogue = q[0], q[1], q[2], q[3], q[4], q[5], q[6], q[7], q[8], q[9]
+    lo_v, hi_v = fp[0], fp[1]
+    lo = 0 if part == 0 else at
+    hi = at if part == 0 else (n if split_n else m)
+    if hi <= lo:
+        return
+    c = carray(cp, (m, n))
+    bias = carray(biasp, n if epilogue else 1)
+    a_at, b_at, c_at = carray(ap, (m, k)).ctypes.data, carray(bp, (b_rows, ldb)).ctypes.data, c.ctypes.data
+    if split_n:
+        b_off = lo * ldb if tb == _CBLAS_TRANS else lo
+        _sgemm(fn, tb, m, hi - lo, k, a_at, k, b_at + 4 * b_off, ldb, c_at + 4 * lo, n, _ZERO)
+        if epilogue:
+            for r in range(m):
+                for j in range(lo, hi):
+                    c[r, j] = min(max(c[r, j] + bias[j], lo_v), hi_v)
+    else:
+        _sgemm(fn, tb, hi - lo, n, k, a_at + 4 * lo * k, k, b_at, ldb, c_at + 4 * lo * n, n, _ZERO)
+        if epilogue:
+            for r in range(lo, hi):
+                for j in range(n):
+                    c[r, j] = min(max(c[r, j] + bias[j], lo_v), hi_v)
+
+
+def gemm_halves(fn: int, a: np.ndarray, b: np.ndarray, c: np.ndarray, transb: bool, split_n: bool,
+                at: int, bias: np.ndarray, lo_v, hi_v, epilogue: bool):
+    """A call of no arguments computing ``c = a @ b`` (``b`` as [N, K] when ``transb``) in
+    two halves, one per thread (:func:`_gemm_half`): the rows of ``c`` before ``at`` (its
+    columns when ``split_n``) and the rest, then with ``epilogue`` each half clamped
+    ``clamp(c + bias, lo_v, hi_v)`` in the same parallel region. All three arrays are
+    C-contiguous float32 2-D; they are bound here, by address."""
     m, k = a.shape
     n = c.shape[1]
-    ldb = b.shape[1]
-    tb = _CBLAS_TRANS if transb else _CBLAS_NO_TRANS
-    for part in prange(2):
-        lo = 0 if part == 0 else at
-        hi = at if part == 0 else (n if split_n else m)
-        if hi > lo:
-            if split_n:
-                b_off = lo * ldb if transb else lo
-                _sgemm(fn, tb, m, hi - lo, k, a.ctypes.data, k, b.ctypes.data + 4 * b_off, ldb,
-                       c.ctypes.data + 4 * lo, n, _ZERO)
-                if epilogue:
-                    for r in range(m):
-                        for j in range(lo, hi):
-                            c[r, j] = min(max(c[r, j] + bias[j], lo_v), hi_v)
-            else:
-                _sgemm(fn, tb, hi - lo, n, k, a.ctypes.data + 4 * lo * k, k, b.ctypes.data, ldb,
-                       c.ctypes.data + 4 * lo * n, n, _ZERO)
-                if epilogue:
-                    for r in range(lo, hi):
-                        for j in range(n):
-                            c[r, j] = min(max(c[r, j] + bias[j], lo_v), hi_v)
+    params = np.array([fn, m, n, k, b.shape[0], b.shape[1], _CBLAS_TRANS if transb else _CBLAS_NO_TRANS,
+                       split_n, at, epilogue], np.int64)
+    floats = np.array([lo_v, hi_v], np.float32)
+    return partial(run_tasks, _gemm_half.address, 2, a, b, c, bias, _UNUSED, _UNUSED, params, floats)
 
 
 @njit(cache=True, parallel=True)
@@ -182,7 +199,7 @@ def bind_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, how: tuple[bool, 
     bias, lo_v, hi_v = epilogue if epilogue is not None else (_NO_BIAS, _NEG_INF, _POS_INF)
     fn = sgemm_address()
     if how is not None:
-        return partial(gemm_halves, fn, a, b, out, transb, how[0], how[1], bias, lo_v, hi_v, epilogue is not None)
+        return gemm_halves(fn, a, b, out, transb, how[0], how[1], bias, lo_v, hi_v, epilogue is not None)
     if fn:
         return partial(gemm_serial, fn, a, b, out, transb, bias, lo_v, hi_v, epilogue is not None)
 
@@ -196,4 +213,5 @@ def bind_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, how: tuple[bool, 
 
 
 _NO_BIAS = np.zeros(1, np.float32)
+_UNUSED = np.zeros(1, np.float32)   # the task arrays a kernel does not use
 _NEG_INF, _POS_INF = np.float32(-np.inf), np.float32(np.inf)
