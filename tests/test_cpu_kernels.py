@@ -321,7 +321,7 @@ def test_run_tasks_calls_the_task_function_once_per_task():
     import numba
     from numba import carray
 
-    from litegpu_cpu.kernels.tasks import run_tasks, task_function
+    from litegpu_cpu.kernels.tasks import bound_tasks, task_function
 
     @task_function()
     def scaled_index(t, a0, a1, a2, a3, a4, a5, ip, fp):
@@ -333,8 +333,11 @@ def test_run_tasks_calls_the_task_function_once_per_task():
     before = numba.get_num_threads()
     numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
     try:
-        run_tasks(scaled_index.address, out.size, first, unused, unused, unused, unused, out,
-                  np.array([out.size], np.int64), np.array([3.0], np.float32))
+        call = bound_tasks(scaled_index, out.size, (first, unused, unused, unused, unused, out),
+                           np.array([out.size], np.int64), np.array([3.0], np.float32))
+        del first, out
+        call()
+        out = call.held[5]
     finally:
         numba.set_num_threads(before)
     np.testing.assert_array_equal(out, np.arange(37, dtype=np.float32) * 3 + 0.5)

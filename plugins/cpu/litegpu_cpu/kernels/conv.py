@@ -20,7 +20,7 @@ from .common import (F32, clamp_bounds, constant_bias, transpose_pad_before,
 from . import gemm
 from .misc import few_rows_product
 from .registry import bindable, in_order, kernel
-from .tasks import run_tasks, task_function
+from .tasks import bound_tasks, task_function
 from .threads import ensure_gemm_policy
 
 # Rows of the im2col matrix built per GEMM call: bounds the scratch (and keeps it
@@ -85,7 +85,7 @@ def im2col(x: np.ndarray, x_shape: tuple, cols: np.ndarray, row0: int, oh: int, 
     rows = cols.shape[0]
     params = np.array([*x_shape, row0, rows, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl], np.int64)
     tasks = (rows + _IM2COL_TASK_ROWS - 1) // _IM2COL_TASK_ROWS
-    return partial(run_tasks, _im2col_task.address, tasks, x, x, x, x, x, cols, params, _NO_FLOATS)
+    return bound_tasks(_im2col_task, tasks, (x, x, x, x, x, cols), params, _NO_FLOATS)
 
 
 _NO_FLOATS = np.zeros(1, F32)

@@ -31,7 +31,7 @@ from litegpu.backend import NodeContext
 from .common import F32, clamp_bounds, constant_bias, window_geometry
 from .conv import _CONTRACT, depthwise
 from .registry import bindable, in_order, kernel
-from .tasks import TaskFunction, run_tasks, task_function
+from .tasks import TaskFunction, bound_tasks, task_function
 
 # Floats of an output row per pass of :func:`_rows4`, so that its ten weight rows stay in
 # L1 (96x96x16 .. 14x14x576: 256-1024 alike; weights repeated along whole rows, 9*OW*C
@@ -321,8 +321,8 @@ def _task_kernel(task: TaskFunction, tasks: int, params: np.ndarray, consts: tup
                              f"given {x.shape} and {out.shape}")
         x = np.ascontiguousarray(x, dtype=F32)
         if out.dtype == F32 and out.flags.c_contiguous:
-            return partial(run_tasks, task.address, tasks, x, *consts, out, params, floats)
+            return bound_tasks(task, tasks, (x, *consts, out), params, floats)
         scratch = np.empty(out_shape, F32)
-        call = partial(run_tasks, task.address, tasks, x, *consts, scratch, params, floats)
+        call = bound_tasks(task, tasks, (x, *consts, scratch), params, floats)
         return in_order([call, partial(np.copyto, out, scratch)])
     return bindable(bind)

@@ -23,7 +23,7 @@ from llvmlite import ir
 from numba import carray, njit, prange, types
 from numba.extending import intrinsic
 
-from .tasks import run_tasks, task_function
+from .tasks import bound_tasks, task_function
 from .threads import numpy_openblas_symbol
 
 # Products below this many multiply-adds are not worth a parallel region.
@@ -118,7 +118,7 @@ def gemm_halves(fn: int, a: np.ndarray, b: np.ndarray, c: np.ndarray, transb: bo
     params = np.array([fn, m, n, k, b.shape[0], b.shape[1], _CBLAS_TRANS if transb else _CBLAS_NO_TRANS,
                        split_n, at, epilogue], np.int64)
     floats = np.array([lo_v, hi_v], np.float32)
-    return partial(run_tasks, _gemm_half.address, 2, a, b, c, bias, _UNUSED, _UNUSED, params, floats)
+    return bound_tasks(_gemm_half, 2, (a, b, c, bias, _UNUSED, _UNUSED), params, floats)
 
 
 @njit(cache=True, parallel=True)

@@ -26,6 +26,7 @@ functions compile without it (correct, slower).
 from __future__ import annotations
 
 import logging
+from functools import partial
 
 import numpy as np
 from llvmlite import ir
@@ -105,8 +106,24 @@ def _call_task(typingctx, fn, task, a0, a1, a2, a3, a4, a5, ints, floats):
 
 
 @njit(cache=True, parallel=True)
-def run_tasks(fn, tasks, a0, a1, a2, a3, a4, a5, ints, floats):
-    """Tasks ``0 .. tasks-1`` of the task function at address ``fn`` over numba's threads."""
+def run_tasks(fn, tasks, addresses):
+    """Tasks ``0 .. tasks-1`` of the task function at address ``fn`` over numba's threads;
+    ``addresses``: a0 .. a5, the int64 and the float32 parameters."""
+    q = addresses
     for t in prange(tasks):
-        _call_task(fn, np.int64(t), a0.ctypes.data, a1.ctypes.data, a2.ctypes.data, a3.ctypes.data,
-                   a4.ctypes.data, a5.ctypes.data, ints.ctypes.data, floats.ctypes.data)
+        _call_task(fn, np.int64(t), q[0], q[1], q[2], q[3], q[4], q[5], q[6], q[7])
+
+
+def bound_tasks(task: TaskFunction, tasks: int, arrays: tuple, params: np.ndarray, floats: np.ndarray):
+    """A call of no arguments running ``task`` over ``tasks`` tasks on ``arrays`` (six
+    C-contiguous float32 arrays, a0 .. a5), ``params`` (int64) and ``floats`` (float32).
+    :func:`run_tasks` gets their addresses, so that it has one signature (one compile) for
+    every task function whatever the arrays' shapes or flags; the call holds the arrays."""
+    if len(arrays) != ARRAYS or not all(a.flags.c_contiguous and a.dtype == np.float32 for a in arrays):
+        raise ValueError("a task function takes six C-contiguous float32 arrays")
+    if params.dtype != np.int64 or floats.dtype != np.float32:
+        raise ValueError("task parameters are an int64 and a float32 array")
+    held = (*arrays, params, floats)
+    call = partial(run_tasks, task.address, tasks, np.array([a.ctypes.data for a in held], np.int64))
+    call.held = held
+    return call
