@@ -9,7 +9,7 @@ from __future__ import annotations
 from functools import partial
 
 import numpy as np
-from numba import njit, prange
+from numba import carray, njit, prange
 
 from litegpu.backend import NodeContext
 
@@ -17,6 +17,7 @@ from .common import F32, activation_in_place, all_float32, clamp_bounds, optiona
 from . import gemm
 from .mathfn import exp64
 from .registry import bindable, kernel
+from .tasks import bound_tasks, task_function
 from .threads import ensure_gemm_policy
 
 
@@ -75,13 +76,24 @@ def gemv(x, w, bias, out, lo, hi):
     _gemv_columns(x, w, bias, out, lo, hi, 0, w.shape[0])
 
 
-@njit(cache=True, parallel=True, fastmath=_GEMV_FASTMATH)
-def gemv_parallel(x, w, bias, out, lo, hi):
-    """:func:`gemv` with the output columns in two halves, one per thread."""
-    width = w.shape[0]
+@task_function(fastmath=_GEMV_FASTMATH)
+def _gemv_half(t, xp, wp, biasp, outp, _unused, _unused2, ip, fp):
+    """Half ``t`` (0 or 1) of the output columns of :func:`gemv`; ``ip``: M, K, O; ``fp``: lo, hi."""
+    rows, depth, width = ip[0], ip[1], ip[2]
     half = (width + 1) // 2
-    for t in prange(2):
-        _gemv_columns(x, w, bias, out, lo, hi, t * half, min(width, (t + 1) * half))
+    _gemv_columns(carray(xp, (rows, depth)), carray(wp, (width, depth)), carray(biasp, width),
+                  carray(outp, (rows, width)), fp[0], fp[1], t * half, min(width, (t + 1) * half))
+
+
+def gemv_parallel(x: np.ndarray, w: np.ndarray, bias: np.ndarray, out: np.ndarray, lo, hi):
+    """A call of no arguments running :func:`gemv` with the output columns in two halves,
+    one per thread (:func:`_gemv_half`); :func:`gemv` on the calling thread when ``out`` is
+    not C-contiguous."""
+    if not out.flags.c_contiguous:
+        return partial(gemv, x, w, bias, out, lo, hi)
+    x = np.ascontiguousarray(x, dtype=F32)
+    params = np.array([x.shape[0], x.shape[1], w.shape[0]], np.int64)
+    return bound_tasks(_gemv_half, 2, (x, w, bias, out, w, w), params, np.array([lo, hi], F32))
 
 
 def few_rows_product(m: int, k: int, w_ok: np.ndarray, bias: np.ndarray, activation: str):
@@ -95,8 +107,9 @@ def few_rows_product(m: int, k: int, w_ok: np.ndarray, bias: np.ndarray, activat
     lo, hi = clamp_bounds(activation)
     if m <= _GEMV_MAX_ROWS and k >= _GEMV_MIN_DEPTH:
         w_rows = np.ascontiguousarray(w_ok, dtype=F32)   # [O, K]
-        fn = gemv_parallel if m * k * o >= gemm.SPLIT_MIN_MACS else gemv
-        return lambda x2, out2: partial(fn, x2, w_rows, bias, out2, lo, hi)
+        if m * k * o >= gemm.SPLIT_MIN_MACS:
+            return lambda x2, out2: gemv_parallel(x2, w_rows, bias, out2, lo, hi)
+        return lambda x2, out2: partial(gemv, x2, w_rows, bias, out2, lo, hi)
     if m == 1 and k * o <= _SMALL_FC_MACS:
         wt_rows = np.ascontiguousarray(np.asarray(w_ok, dtype=F32).T)   # [K, O]
         return lambda x2, out2: partial(small_fc, x2, wt_rows, bias, out2, lo, hi)
