@@ -317,7 +317,8 @@ def test_depthwise3x3_refuses_arrays_of_other_shapes():
 
 def test_run_tasks_calls_the_task_function_once_per_task():
     """The shared launcher of :mod:`litegpu_cpu.kernels.tasks`, with a task function
-    written here: every task index runs once, on any thread, with its parameters."""
+    written here: every task index runs once, on any thread, with its parameters (two
+    arrays given, the other four slots left to the launcher)."""
     import numba
     from numba import carray
 
@@ -325,19 +326,19 @@ def test_run_tasks_calls_the_task_function_once_per_task():
 
     @task_function()
     def scaled_index(t, a0, a1, a2, a3, a4, a5, ip, fp):
-        out = carray(a5, ip[0])
+        out = carray(a1, ip[0])
         out[t] += np.float32(t) * fp[0] + a0[0]
 
     out = np.zeros(37, np.float32)
-    first, unused = np.full(1, 0.5, np.float32), np.zeros(1, np.float32)
+    first = np.full(1, 0.5, np.float32)
     before = numba.get_num_threads()
     numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
     try:
-        call = bound_tasks(scaled_index, out.size, (first, unused, unused, unused, unused, out),
+        call = bound_tasks(scaled_index, out.size, (first, out),
                            np.array([out.size], np.int64), np.array([3.0], np.float32))
         del first, out
         call()
-        out = call.held[5]
+        out = call.held[1]
     finally:
         numba.set_num_threads(before)
     np.testing.assert_array_equal(out, np.arange(37, dtype=np.float32) * 3 + 0.5)

@@ -33,7 +33,7 @@ _IM2COL_TASK_ROWS = 64
 
 
 @task_function()
-def _im2col_task(t, xp, _unused, _unused2, _unused3, _unused4, colsp, ip, fp):
+def _im2col_task(t, xp, colsp, _a2, _a3, _a4, _a5, ip, _fp):
     """Rows ``t*64 ..`` of :func:`im2col`'s matrix: ``cols[r, (kh*KW + kw)*C + c]`` for
     output pixel ``row0 + r`` (flattened over N, OH, OW) is the input value under tap
     (kh, kw), 0 in padding. When a filter row lies inside the image (dilation 1) its
@@ -85,10 +85,7 @@ def im2col(x: np.ndarray, x_shape: tuple, cols: np.ndarray, row0: int, oh: int, 
     rows = cols.shape[0]
     params = np.array([*x_shape, row0, rows, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl], np.int64)
     tasks = (rows + _IM2COL_TASK_ROWS - 1) // _IM2COL_TASK_ROWS
-    return bound_tasks(_im2col_task, tasks, (x, x, x, x, x, cols), params, _NO_FLOATS)
-
-
-_NO_FLOATS = np.zeros(1, F32)
+    return bound_tasks(_im2col_task, tasks, (x, cols), params)
 
 
 @njit(cache=True, parallel=True)

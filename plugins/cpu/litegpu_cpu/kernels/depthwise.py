@@ -211,7 +211,7 @@ def _block2x2_s2(x, wt, bias, out, n, oh, ow, ih, iw, lo, hi):
 
 
 @task_function(fastmath=_CONTRACT)
-def _s2_task(g, xp, wtp, biasp, _unused, _unused2, outp, ip, fp):
+def _s2_task(g, xp, wtp, biasp, outp, _a4, _a5, ip, fp):
     """Task ``g`` of the 3x3 depthwise conv, stride 2, multiplier 1, dilation 1: output
     rows ``2g``, ``2g + 1`` of an image. Where both rows' windows lie inside the image,
     interior columns go by 2x2 blocks (:func:`_block2x2_s2`); other pixels take
@@ -298,7 +298,7 @@ def depthwise_conv2d(ctx: NodeContext):
         return _task_kernel(_s1_task, tasks, params, (wt, bias, wp, np.zeros(w * c, F32)), lo, hi, out_shape)
     if (kh, kw, mult, sh, sw, dh, dw) == (3, 3, 1, 2, 2, 1, 1):
         tasks, params = depthwise3x3_s2((n, h, w, c), out_shape, pt, pl)
-        return _task_kernel(_s2_task, tasks, params, (wt, bias, wt, wt), lo, hi, out_shape)
+        return _task_kernel(_s2_task, tasks, params, (wt, bias), lo, hi, out_shape)
 
     def run(inputs, outputs):
         depthwise(inputs[0], wt, bias, outputs[0], sh, sw, dh, dw, pt, pl, mult, lo, hi)
@@ -307,8 +307,9 @@ def depthwise_conv2d(ctx: NodeContext):
 
 def _task_kernel(task: TaskFunction, tasks: int, params: np.ndarray, consts: tuple, lo, hi,
                  out_shape: tuple):
-    """A bindable kernel running ``task`` over ``tasks`` tasks on input 0 (a0), the four
-    constant arrays ``consts`` (a1..a4) and output 0 (a5), with ``params`` and (lo, hi).
+    """A bindable kernel running ``task`` over ``tasks`` tasks on input 0 (a0), the
+    constant arrays ``consts`` (a1 ..) and output 0 (after them), with ``params`` and
+    (lo, hi).
     The task reads the shapes from ``params``, so the arrays are checked against them
     (a C-contiguous float32 copy of the input, a scratch output, where they are not)."""
     floats = np.array([lo, hi], F32)

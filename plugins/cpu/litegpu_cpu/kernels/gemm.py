@@ -74,7 +74,7 @@ _ZERO = np.float32(0)
 
 
 @task_function()
-def _gemm_half(part, ap, bp, cp, biasp, _unused, _unused2, ip, fp):
+def _gemm_half(part, ap, bp, cp, biasp, _a4, _a5, ip, fp):
     """Half ``part`` (0 or 1) of ``c = a @ b`` (``b`` given as [N, K] when ``transb``): the
     rows of ``c`` before ``at`` (or its columns when ``split_n``) or the rest, through
     OpenBLAS at address ``fn``; with ``epilogue``, then ``clamp(c + bias, lo, hi)`` on that
@@ -118,7 +118,7 @@ def gemm_halves(fn: int, a: np.ndarray, b: np.ndarray, c: np.ndarray, transb: bo
     params = np.array([fn, m, n, k, b.shape[0], b.shape[1], _CBLAS_TRANS if transb else _CBLAS_NO_TRANS,
                        split_n, at, epilogue], np.int64)
     floats = np.array([lo_v, hi_v], np.float32)
-    return bound_tasks(_gemm_half, 2, (a, b, c, bias, _UNUSED, _UNUSED), params, floats)
+    return bound_tasks(_gemm_half, 2, (a, b, c, bias), params, floats)
 
 
 @njit(cache=True, parallel=True)
@@ -213,5 +213,4 @@ def bind_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, how: tuple[bool, 
 
 
 _NO_BIAS = np.zeros(1, np.float32)
-_UNUSED = np.zeros(1, np.float32)   # the task arrays a kernel does not use
 _NEG_INF, _POS_INF = np.float32(-np.inf), np.float32(np.inf)

@@ -77,7 +77,7 @@ def gemv(x, w, bias, out, lo, hi):
 
 
 @task_function(fastmath=_GEMV_FASTMATH)
-def _gemv_half(t, xp, wp, biasp, outp, _unused, _unused2, ip, fp):
+def _gemv_half(t, xp, wp, biasp, outp, _a4, _a5, ip, fp):
     """Half ``t`` (0 or 1) of the output columns of :func:`gemv`; ``ip``: M, K, O; ``fp``: lo, hi."""
     rows, depth, width = ip[0], ip[1], ip[2]
     half = (width + 1) // 2
@@ -93,7 +93,7 @@ def gemv_parallel(x: np.ndarray, w: np.ndarray, bias: np.ndarray, out: np.ndarra
         return partial(gemv, x, w, bias, out, lo, hi)
     x = np.ascontiguousarray(x, dtype=F32)
     params = np.array([x.shape[0], x.shape[1], w.shape[0]], np.int64)
-    return bound_tasks(_gemv_half, 2, (x, w, bias, out, w, w), params, np.array([lo, hi], F32))
+    return bound_tasks(_gemv_half, 2, (x, w, bias, out), params, np.array([lo, hi], F32))
 
 
 def few_rows_product(m: int, k: int, w_ok: np.ndarray, bias: np.ndarray, activation: str):

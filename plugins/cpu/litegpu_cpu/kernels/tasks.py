@@ -37,8 +37,8 @@ from numba.extending import intrinsic
 log = logging.getLogger(__name__)
 
 _F32P = types.CPointer(types.float32)
-# task index, six float32 arrays (a kernel passes any array for the ones it does not use),
-# its int64 and float32 parameters.
+# task index, six float32 arrays (those a kernel does not use come last, as one scratch
+# float), its int64 and float32 parameters.
 TASK_SIGNATURE = types.void(types.int64, _F32P, _F32P, _F32P, _F32P, _F32P, _F32P,
                             types.CPointer(types.int64), _F32P)
 ARRAYS = 6
@@ -71,6 +71,7 @@ class TaskFunction:
         self.fn = fn
         self.fastmath = fastmath
         self._address = 0
+        self._compiled = None                  # keeps the code alive
 
     @property
     def address(self) -> int:
@@ -78,7 +79,7 @@ class TaskFunction:
         if not self._address:
             options = {"noalias": True} if NOALIAS else {}
             compiled = cfunc(TASK_SIGNATURE, cache=True, fastmath=self.fastmath, **options)(self.fn)
-            self._compiled = compiled          # keeps the code alive
+            self._compiled = compiled
             self._address = compiled.address
         return self._address
 
@@ -115,16 +116,21 @@ def run_tasks(fn, tasks, addresses):
         _call_task(fn, np.int64(t), q[0], q[1], q[2], q[3], q[4], q[5], q[6], q[7])
 
 
-def bound_tasks(task: TaskFunction, tasks: int, arrays: tuple, params: np.ndarray, floats: np.ndarray):
-    """A call of no arguments running ``task`` over ``tasks`` tasks on ``arrays`` (six
-    C-contiguous float32 arrays, a0 .. a5), ``params`` (int64) and ``floats`` (float32).
-    :func:`run_tasks` gets their addresses, so that it has one signature (one compile) for
-    every task function whatever the arrays' shapes or flags; the call holds the arrays."""
-    if len(arrays) != ARRAYS or not all(a.flags.c_contiguous and a.dtype == np.float32 for a in arrays):
-        raise ValueError("a task function takes six C-contiguous float32 arrays")
+_UNUSED = np.zeros(1, np.float32)      # the array slots and floats a task does not use
+
+
+def bound_tasks(task: TaskFunction, tasks: int, arrays: tuple, params: np.ndarray,
+                floats: np.ndarray = _UNUSED):
+    """A call of no arguments running ``task`` over ``tasks`` tasks on ``arrays`` (up to six
+    C-contiguous float32 arrays, a0 .. a5 in order; the slots after them are unused),
+    ``params`` (int64) and ``floats`` (float32). :func:`run_tasks` gets their addresses, so
+    that it has one signature (one compile) for every task function whatever the arrays'
+    shapes or flags; the call holds the arrays."""
+    if len(arrays) > ARRAYS or not all(a.flags.c_contiguous and a.dtype == np.float32 for a in arrays):
+        raise ValueError("a task function takes up to six C-contiguous float32 arrays")
     if params.dtype != np.int64 or floats.dtype != np.float32:
         raise ValueError("task parameters are an int64 and a float32 array")
-    held = (*arrays, params, floats)
+    held = (*arrays, *[_UNUSED] * (ARRAYS - len(arrays)), params, floats)
     call = partial(run_tasks, task.address, tasks, np.array([a.ctypes.data for a in held], np.int64))
     call.held = held
     return call
