@@ -315,7 +315,7 @@ def test_depthwise3x3_refuses_arrays_of_other_shapes():
         run([rand(1, 9, 8, 16), f, b], [np.empty((1, 9, 8, 16), np.float32)])
 
 
-def test_run_tasks_calls_the_task_function_once_per_task():
+def test_run_plan_calls_the_task_function_once_per_task():
     """The shared launcher of :mod:`litegpu_cpu.kernels.tasks`, with a task function
     written here: every task index runs once, on any thread, with its parameters (two
     arrays given, the other four slots left to the launcher)."""
@@ -325,7 +325,7 @@ def test_run_tasks_calls_the_task_function_once_per_task():
     from litegpu_cpu.kernels.tasks import bound_tasks, task_function
 
     @task_function()
-    def scaled_index(t, a0, a1, a2, a3, a4, a5, ip, fp):
+    def scaled_index(t, a0, a1, a2, a3, a4, a5, a6, a7, ip, fp):
         out = carray(a1, ip[0])
         out[t] += np.float32(t) * fp[0] + a0[0]
 
@@ -343,6 +343,35 @@ def test_run_tasks_calls_the_task_function_once_per_task():
         numba.set_num_threads(before)
     np.testing.assert_array_equal(out, np.arange(37, dtype=np.float32) * 3 + 0.5)
 
+
+
+def test_chained_task_calls_run_in_order_as_one_call():
+    """:func:`chained` runs several bound task calls as one plan, in order: the second
+    reads what the first wrote, a one-task row runs on the calling thread and a
+    many-task row over the threads, and a chain chains again."""
+    from numba import carray
+
+    from litegpu_cpu.kernels.tasks import bound_tasks, chained, is_plan, task_function
+
+    @task_function()
+    def affine(t, a0, a1, a2, a3, a4, a5, a6, a7, ip, fp):
+        x, y = carray(a0, ip[0]), carray(a1, ip[0])
+        part = (ip[0] + ip[1] - 1) // ip[1]
+        for i in range(t * part, min(ip[0], (t + 1) * part)):
+            y[i] = x[i] * fp[0] + fp[1]
+
+    x = np.arange(50, dtype=np.float32)
+    y, z, w = (np.zeros(50, np.float32) for _ in range(3))
+
+    def step(src, dst, tasks, scale, shift):
+        return bound_tasks(affine, tasks, (src, dst), np.array([50, tasks], np.int64),
+                           np.array([scale, shift], np.float32))
+
+    first = chained([step(x, y, 1, 2.0, 1.0), step(y, z, 7, -1.0, 0.5)])
+    call = chained([first, step(z, w, 2, 3.0, 0.0)])
+    assert is_plan(call) and call.args[0].shape[0] == 3
+    call()
+    np.testing.assert_array_equal(w, ((x * 2 + 1) * -1 + 0.5) * 3)
 
 # -- TRANSPOSE_CONV ---------------------------------------------------------------------------
 
@@ -470,7 +499,7 @@ def test_fully_connected_gemv_path_and_nan(rows, depth, width, kernel):
     """Few rows of a deep constant weight take the dot-product kernels, and a NaN or inf
     in a row reaches exactly that row's outputs, as in the reference."""
     from litegpu_cpu.kernels import misc
-    from litegpu_cpu.kernels.tasks import run_tasks
+    from litegpu_cpu.kernels.tasks import is_plan
     x, w, b = rand(rows, depth), rand(width, depth), rand(width)
     x[0, 3] = np.nan
     if rows > 1:
@@ -478,11 +507,11 @@ def test_fully_connected_gemv_path_and_nan(rows, depth, width, kernel):
     attrs = {"activation": "NONE", "keep_num_dims": False}
     run, outs = build("FULLY_CONNECTED", attrs, [x, w, b], [(rows, width)], consts=(1, 2))
     call = run.bind([x, w, b], outs)
-    chosen = getattr(call, "func", None)
-    if chosen is run_tasks:     # a task function's bound call: which one?
-        chosen = {misc._gemv_half.address: "gemv_parallel"}.get(call.args[0], chosen)
-    elif chosen is misc.gemv:
-        chosen = "gemv"
+    chosen = None
+    if is_plan(call):           # a task function's bound call: which one, on how many threads?
+        (address, tasks, *_), = call.args[0]
+        if address == misc._gemv_task.address:
+            chosen = "gemv_parallel" if tasks == 2 else "gemv"
     assert chosen == kernel if kernel else chosen not in ("gemv", "gemv_parallel")
     call()
     (want,) = get_op("FULLY_CONNECTED").reference([x, w, b], attrs)

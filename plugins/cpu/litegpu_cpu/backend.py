@@ -181,8 +181,8 @@ class CpuProgram(Program):
         (reshapes, slices) made here, once, rather than on every run.
         """
         slots = self._point_slots(inputs, outputs, slots)
-        bound = [(_bind_step(kernel, [slots[i] for i in ins], [slots[o] for o in outs]), ctx)
-                 for kernel, ins, outs, _, ctx in self.steps]
+        bound = _chain_plans([(_bind_step(kernel, [slots[i] for i in ins], [slots[o] for o in outs]), ctx)
+                              for kernel, ins, outs, _, ctx in self.steps])
         fill = [(i, s) for i, s in enumerate(self.out_slots) if outputs[i] is None]
         copy = [(i, s) for i, s in enumerate(self.out_slots)
                 if outputs[i] is not None and outputs[i] is not slots[s]]
@@ -295,7 +295,7 @@ class CpuProgram(Program):
             else:
                 call = _bind_step(kernel, args, results)
             fixed.append((call, ctx))
-        return fixed
+        return _chain_plans(fixed)
 
     def _settled_kernel(self, n: int, args: list, results: list):
         """:func:`_settled_kernel` for step ``n``, made once per set of operand shapes (a
@@ -441,6 +441,27 @@ def _bind_step(kernel, args: list, results: list):
     if bind is not None and all(a is None or a.flags.c_contiguous for a in (*args, *results)):
         return bind(args, results)
     return partial(kernel, args, results)
+
+
+def _chain_plans(steps: list[tuple]) -> list[tuple]:
+    """``(call, node)`` pairs with each run of consecutive task-function calls (see
+    :mod:`.kernels.tasks`) made one call: a single compiled loop over their table, no
+    Python between them (a kernel of a few microseconds costs about half a microsecond
+    to call from Python). A chained call's failure names the first node of its run: task
+    functions cannot raise, so only the launcher itself could fail there."""
+    from .kernels.tasks import chained, is_plan
+    out: list[tuple] = []
+    run: list[tuple] = []
+    for step in [*steps, (None, None)]:
+        if step[0] is not None and is_plan(step[0]):
+            run.append(step)
+            continue
+        if run:
+            out.append((chained([call for call, _ in run]), run[0][1]))
+            run = []
+        if step[0] is not None:
+            out.append(step)
+    return out
 
 
 def _fail(ctx: NodeContext, exc: Exception) -> LiteGpuError:

@@ -1,12 +1,13 @@
-"""Fuse runs of elementwise float32 nodes into one generated numba loop.
+"""Fuse runs of elementwise float32 nodes into one generated numba task function.
 
 A run of consecutive static elementwise nodes with one output shape becomes a single
 kernel that reads each element once, keeps intermediates in registers and writes only
 the values used after the run. Operands are indexed per element, as a scalar, or
 broadcast along the last dimension (bias adds, squeeze-excite scales).
 
-The kernel loops over the output as ``[rows, cols]`` (rows split across threads, an
-inner loop over ``cols`` that LLVM vectorizes): a last-dimension operand is then read
+The kernel is a task function (:mod:`.kernels.tasks`, so it chains with the steps around
+it into one call) looping over the output as ``[rows, cols]`` (blocks of rows as tasks
+shared by the threads when it is big, an inner loop over ``cols`` that LLVM vectorizes): a last-dimension operand is then read
 at the inner index, where a flat loop would need ``i % channels`` per element, an
 integer division that stops vectorization (PRELU on 96x96x16: 236 us against 22 us on
 one thread).
@@ -22,7 +23,6 @@ import importlib.util
 import os
 import sys
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +31,8 @@ from litegpu import env
 from litegpu.backend import NodeContext
 
 from .kernels import mathfn
+from .kernels.registry import bindable
+from .kernels.tasks import ARRAYS, bind_task
 
 F32 = np.dtype(np.float32)
 PARALLEL_MIN_ELEMENTS = 1 << 15
@@ -153,7 +155,6 @@ class FusedGroup:
     parallel: bool
     rows: int
     cols: int
-    modes: list[str]   # per input: "full" (read as [rows, cols]) or "flat" (scalar, last dimension)
     constants: np.ndarray
 
 
@@ -171,9 +172,11 @@ def _columns(out_shape: tuple[int, ...], lastdim: bool) -> int:
     return cols
 
 
-# How an operand is read inside the [rows, cols] loop, by mode; constants live in the pool ``k``.
-_INDEX = {"full": "[r, j]", "scalar": "[0]", "lastdim": "[j]"}
-_POOL_INDEX = {"full": "r * c + j", "scalar": "0", "lastdim": "j"}
+# How an operand is read inside the [rows, cols] loop, by mode (``x{n}`` a pointer, or the
+# constant pool ``k`` at an offset).
+_INDEX = {"full": "r * c + j", "scalar": "0", "lastdim": "j"}
+# Row blocks a parallel kernel is split into (tasks, shared by the threads).
+_PARALLEL_TASKS = 8
 
 
 def plan_group(nodes: list[NodeContext], escaping: set[int]) -> FusedGroup | None:
@@ -181,7 +184,6 @@ def plan_group(nodes: list[NodeContext], escaping: set[int]) -> FusedGroup | Non
     out_shape = tuple(nodes[0].outputs[0].shape)
     names: dict[int, str] = {}
     inputs: list[int] = []
-    modes: list[str] = []
     pool: list[np.ndarray] = []   # constants, packed into one argument (dispatch cost grows per argument)
     pool_size = 0
     lastdim = False
@@ -197,13 +199,12 @@ def plan_group(nodes: list[NodeContext], escaping: set[int]) -> FusedGroup | Non
                     return None
                 lastdim |= mode == "lastdim"
                 if spec.value is not None:
-                    names[t] = f"k[{pool_size} + {_POOL_INDEX[mode]}]"
+                    names[t] = f"k[{pool_size} + {_INDEX[mode]}]"
                     pool.append(np.asarray(spec.value, F32).reshape(-1))
                     pool_size += pool[-1].size
                 else:
-                    names[t] = f"x{len(inputs)}{_INDEX[mode]}"
+                    names[t] = f"x{len(inputs)}[{_INDEX[mode]}]"
                     inputs.append(t)
-                    modes.append("full" if mode == "full" else "flat")
             operands.append(names[t])
         op = ctx.node.op
         expr = (_UNARY[op].format(a=operands[0], alpha=repr(float(ctx.attrs.get("alpha", 0.0)))) if op in _UNARY
@@ -214,34 +215,36 @@ def plan_group(nodes: list[NodeContext], escaping: set[int]) -> FusedGroup | Non
             body.append(f"            v{k} = np.float32({_UNARY[act].format(a=f'v{k}')})")
         names[ctx.node.outputs[0]] = f"v{k}"
     outputs = [ctx.node.outputs[0] for ctx in nodes if ctx.node.outputs[0] in escaping]
-    if not outputs:
+    if not outputs or len(inputs) + len(outputs) > ARRAYS:
         return None
     for j, t in enumerate(outputs):
-        body.append(f"            y{j}[r, j] = {names[t]}")
+        body.append(f"            y{j}[r * c + j] = {names[t]}")
     size = int(np.prod(out_shape, dtype=np.int64))
     cols = _columns(out_shape, lastdim)
     rows = size // cols if cols else 0
     parallel = size >= PARALLEL_MIN_ELEMENTS and rows >= 2
-    args = ", ".join(["k"] + [f"x{j}" for j in range(len(inputs))] + [f"y{j}" for j in range(len(outputs))])
-    loop = "prange" if parallel else "range"
+    names_ = [f"x{j}" for j in range(len(inputs))] + [f"y{j}" for j in range(len(outputs))]
     maths = [f for f in ("exp32", "sigmoid32", "tanh64") if any(f"_{f}" in line for line in body)]
     source = "\n".join([
         '"""Generated by litegpu_cpu.fusion; safe to delete."""',
         "import numpy as np",
-        "from numba import njit, prange",
+        "from litegpu_cpu.kernels.tasks import task_function",
         "_0, _1, _3, _6 = np.float32(0), np.float32(1), np.float32(3), np.float32(6)",
         *([f"from litegpu_cpu.kernels.mathfn import {', '.join(f'{f} as _{f}' for f in maths)}"
            f"  # mathfn {mathfn.DIGEST}"] if maths else []),
         "",
-        f"@njit(cache=True, parallel={parallel}, fastmath=False, error_model='numpy')",
-        f"def fused(rows, c, {args}):",
-        f"    for r in {loop}(rows):",
+        "",
+        "@task_function()",
+        f"def fused(t, {', '.join(f'a{j}' for j in range(ARRAYS))}, ip, k):",
+        f"    {', '.join(names_)}, = {', '.join(f'a{j}' for j in range(len(names_)))},",
+        "    rows, c, part = ip[0], ip[1], ip[2]",
+        "    for r in range(t * part, min(rows, (t + 1) * part)):",
         "        for j in range(c):",
         *body,
         "",
     ])
     constants = np.concatenate(pool) if pool else np.zeros(1, F32)
-    return FusedGroup(nodes, inputs, outputs, source, parallel, rows, cols, modes, constants)
+    return FusedGroup(nodes, inputs, outputs, source, parallel, rows, cols, constants)
 
 
 def cache_dir() -> Path:
@@ -253,7 +256,7 @@ _LOADED: dict[str, object] = {}
 
 
 def load_kernel(source: str):
-    """The ``fused`` function of a generated source, importing it from the cache directory."""
+    """The ``fused`` task function of a generated source, importing it from the cache directory."""
     digest = hashlib.sha256(source.encode()).hexdigest()[:24]
     fn = _LOADED.get(digest)
     if fn is not None:
@@ -275,20 +278,11 @@ def load_kernel(source: str):
 
 
 def make_fused_kernel(group: FusedGroup):
-    """``run(inputs, outputs)`` over flat views, inputs and outputs in group order."""
+    """The group's kernel (:func:`.kernels.registry.bindable`), inputs and outputs in group
+    order: its task function over blocks of rows, several when it is big enough to run in
+    parallel."""
     fused = load_kernel(group.source)
-    rows, cols, k = group.rows, group.cols, group.constants
-    grid = (rows, cols)
-
-    def views(inputs: list, outputs: list) -> list:
-        return [x.reshape(grid if mode == "full" else -1) for x, mode in zip(inputs, group.modes)] + \
-               [y.reshape(grid) for y in outputs]
-
-    def run(inputs: list, outputs: list) -> None:
-        fused(rows, cols, k, *views(inputs, outputs))
-
-    def bind(inputs: list, outputs: list):
-        return partial(fused, rows, cols, k, *views(inputs, outputs))
-
-    run.bind = bind
-    return run
+    part = -(-group.rows // _PARALLEL_TASKS) if group.parallel else group.rows
+    tasks = -(-group.rows // part) if part else 1
+    params = np.array([group.rows, group.cols, part], np.int64)
+    return bindable(lambda inputs, outputs: bind_task(fused, tasks, inputs, outputs, params, group.constants))

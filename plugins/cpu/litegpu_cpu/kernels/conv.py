@@ -33,7 +33,7 @@ _IM2COL_TASK_ROWS = 64
 
 
 @task_function()
-def _im2col_task(t, xp, colsp, _a2, _a3, _a4, _a5, ip, _fp):
+def _im2col_task(t, xp, colsp, _a2, _a3, _a4, _a5, _a6, _a7, ip, _fp):
     """Rows ``t*64 ..`` of :func:`im2col`'s matrix: ``cols[r, (kh*KW + kw)*C + c]`` for
     output pixel ``row0 + r`` (flattened over N, OH, OW) is the input value under tap
     (kh, kw), 0 in padding. When a filter row lies inside the image (dilation 1) its

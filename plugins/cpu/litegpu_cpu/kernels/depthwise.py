@@ -16,7 +16,7 @@ input and weight vector for several outputs:
   no run-time alias checks (with them it gives up: "too many memory checks").
 
 Pixels whose window crosses the border take :func:`_edge_pixel`. Both are task functions
-run by :func:`.tasks.run_tasks` (see :mod:`.tasks`: as ``prange`` kernels they took
+run by :func:`.tasks.run_plan` (see :mod:`.tasks`: as ``prange`` kernels they took
 4-6 s each to compile cold).
 """
 from __future__ import annotations
@@ -119,7 +119,7 @@ def _rows4(y0, y1, y2, y3, x0, x1, x2, x3, x4, x5, a, s, wp, lo, hi):
 
 
 @task_function(fastmath=_CONTRACT)
-def _s1_task(g, xp, wtp, biasp, wpp, zerop, outp, ip, fp):
+def _s1_task(g, xp, wtp, biasp, wpp, zerop, outp, _a6, _a7, ip, fp):
     """Task ``g`` of the 3x3 depthwise conv, stride 1, multiplier 1, any dilation: the
     group of four output rows ``dh`` apart that :func:`depthwise3x3_s1` numbers ``g``
     (so that they share six input rows). ``wp``: see :func:`_rows4`; ``zero``: a row of
@@ -211,7 +211,7 @@ def _block2x2_s2(x, wt, bias, out, n, oh, ow, ih, iw, lo, hi):
 
 
 @task_function(fastmath=_CONTRACT)
-def _s2_task(g, xp, wtp, biasp, outp, _a4, _a5, ip, fp):
+def _s2_task(g, xp, wtp, biasp, outp, _a4, _a5, _a6, _a7, ip, fp):
     """Task ``g`` of the 3x3 depthwise conv, stride 2, multiplier 1, dilation 1: output
     rows ``2g``, ``2g + 1`` of an image. Where both rows' windows lie inside the image,
     interior columns go by 2x2 blocks (:func:`_block2x2_s2`); other pixels take

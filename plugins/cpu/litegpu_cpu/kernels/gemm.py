@@ -74,7 +74,7 @@ _ZERO = np.float32(0)
 
 
 @task_function()
-def _gemm_half(part, ap, bp, cp, biasp, _a4, _a5, ip, fp):
+def _gemm_half(part, ap, bp, cp, biasp, _a4, _a5, _a6, _a7, ip, fp):
     """Half ``part`` (0 or 1) of ``c = a @ b`` (``b`` given as [N, K] when ``transb``): the
     rows of ``c`` before ``at`` (or its columns when ``split_n``) or the rest, through
     OpenBLAS at address ``fn``; with ``epilogue``, then ``clamp(c + bias, lo, hi)`` on that

@@ -17,7 +17,7 @@ from .common import F32, activation_in_place, all_float32, clamp_bounds, optiona
 from . import gemm
 from .mathfn import exp64
 from .registry import bindable, kernel
-from .tasks import bound_tasks, task_function
+from .tasks import bind_task, task_function
 from .threads import ensure_gemm_policy
 
 
@@ -29,15 +29,17 @@ from .threads import ensure_gemm_policy
 _SMALL_FC_MACS = 1 << 16
 
 
-@njit(cache=True)
-def small_fc(x, wt, bias, out, lo, hi):
-    """``out[m, :] = clamp(bias + sum_k x[m, k] * wt[k, :])``; the inner loop runs along the
-    output row, so it vectorizes without reordering any sum."""
-    rows, depth = x.shape
-    width = wt.shape[1]
+@task_function()
+def _small_fc_task(t, xp, wtp, biasp, outp, _a4, _a5, _a6, _a7, ip, fp):
+    """``out[m, :] = clamp(bias + sum_k x[m, k] * wt[k, :])`` (``ip``: M, K, O; ``fp``: lo,
+    hi); the inner loop runs along the output row, so it vectorizes without reordering
+    any sum."""
+    rows, depth, width = ip[0], ip[1], ip[2]
+    lo, hi = fp[0], fp[1]
+    x, wt, out = carray(xp, (rows, depth)), carray(wtp, (depth, width)), carray(outp, (rows, width))
     for r in range(rows):
         for j in range(width):
-            out[r, j] = bias[j]
+            out[r, j] = biasp[j]
         for q in range(depth):
             v = x[r, q]
             for j in range(width):
@@ -47,72 +49,69 @@ def small_fc(x, wt, bias, out, lo, hi):
 
 
 # FCs of at most this many rows with a deep constant weight run as dot products along K
-# (:func:`gemv`): a GEMV is bound by reading the weights, which BLAS's sgemv and
-# :func:`small_fc` (a store per multiply-add) do no faster; 1x1536x32: 2.1 us against
+# (:func:`_gemv_task`): a GEMV is bound by reading the weights, which BLAS's sgemv and
+# :func:`_small_fc_task` (a store per multiply-add) do no faster; 1x1536x32: 2.1 us against
 # 5.5 (small_fc) and 2.3 (np.dot); 4x512x512 on two threads: 18 us against 35 (split GEMM).
 _GEMV_MAX_ROWS, _GEMV_MIN_DEPTH = 4, 128
 
 
-_GEMV_FASTMATH = {"reassoc", "contract", "nsz"}
-
-
-@njit(inline="always")
-def _gemv_columns(x, w, bias, out, lo, hi, j0, j1):
-    """``out[:, j] = clamp(bias[j] + x @ w[j])`` for ``j0 <= j < j1``; reassociation lets
-    each dot product run in vector lanes (LiteRT's kernels reorder these sums too). It is
-    inlined at the numba IR level, so the callers carry the fastmath flags."""
-    rows, depth = x.shape
-    for j in range(j0, j1):
+# Reassociation lets each dot product run in vector lanes (LiteRT's kernels reorder these
+# sums too).
+@task_function(fastmath={"reassoc", "contract", "nsz"})
+def _gemv_task(t, xp, wp, biasp, outp, _a4, _a5, _a6, _a7, ip, fp):
+    """Part ``t`` of ``ip[3]`` of the output columns of ``out = clamp(x @ w.T + bias)``
+    for a few rows ``x`` [M, K] and ``w`` [O, K]; ``ip``: M, K, O, parts; ``fp``: lo, hi.
+    Four columns at a time: four independent sums in flight, where one sum's chain of
+    dependent vector adds left the core waiting (1x1536x128: 13 -> 9.4 us)."""
+    rows, depth, width, parts = ip[0], ip[1], ip[2], ip[3]
+    lo, hi = fp[0], fp[1]
+    x, w, out = carray(xp, (rows, depth)), carray(wp, (width, depth)), carray(outp, (rows, width))
+    part = (width + parts - 1) // parts
+    j, stop = t * part, min(width, (t + 1) * part)
+    while j < stop:
+        if j + 4 <= stop:
+            for r in range(rows):
+                s0 = s1 = s2 = s3 = np.float32(0)
+                for q in range(depth):
+                    v = x[r, q]
+                    s0 += v * w[j, q]
+                    s1 += v * w[j + 1, q]
+                    s2 += v * w[j + 2, q]
+                    s3 += v * w[j + 3, q]
+                out[r, j] = min(max(s0 + biasp[j], lo), hi)
+                out[r, j + 1] = min(max(s1 + biasp[j + 1], lo), hi)
+                out[r, j + 2] = min(max(s2 + biasp[j + 2], lo), hi)
+                out[r, j + 3] = min(max(s3 + biasp[j + 3], lo), hi)
+            j += 4
+            continue
         for r in range(rows):
-            acc = np.float32(0)
+            s0 = np.float32(0)
             for q in range(depth):
-                acc += x[r, q] * w[j, q]
-            out[r, j] = min(max(acc + bias[j], lo), hi)
-
-
-@njit(cache=True, fastmath=_GEMV_FASTMATH)
-def gemv(x, w, bias, out, lo, hi):
-    """``out = clamp(x @ w.T + bias)`` for a few rows ``x`` [M, K] and ``w`` [O, K]."""
-    _gemv_columns(x, w, bias, out, lo, hi, 0, w.shape[0])
-
-
-@task_function(fastmath=_GEMV_FASTMATH)
-def _gemv_half(t, xp, wp, biasp, outp, _a4, _a5, ip, fp):
-    """Half ``t`` (0 or 1) of the output columns of :func:`gemv`; ``ip``: M, K, O; ``fp``: lo, hi."""
-    rows, depth, width = ip[0], ip[1], ip[2]
-    half = (width + 1) // 2
-    _gemv_columns(carray(xp, (rows, depth)), carray(wp, (width, depth)), carray(biasp, width),
-                  carray(outp, (rows, width)), fp[0], fp[1], t * half, min(width, (t + 1) * half))
-
-
-def gemv_parallel(x: np.ndarray, w: np.ndarray, bias: np.ndarray, out: np.ndarray, lo, hi):
-    """A call of no arguments running :func:`gemv` with the output columns in two halves,
-    one per thread (:func:`_gemv_half`); :func:`gemv` on the calling thread when ``out`` is
-    not C-contiguous."""
-    if not out.flags.c_contiguous:
-        return partial(gemv, x, w, bias, out, lo, hi)
-    x = np.ascontiguousarray(x, dtype=F32)
-    params = np.array([x.shape[0], x.shape[1], w.shape[0]], np.int64)
-    return bound_tasks(_gemv_half, 2, (x, w, bias, out), params, np.array([lo, hi], F32))
+                s0 += x[r, q] * w[j, q]
+            out[r, j] = min(max(s0 + biasp[j], lo), hi)
+        j += 1
 
 
 def few_rows_product(m: int, k: int, w_ok: np.ndarray, bias: np.ndarray, activation: str):
     """For a one-row or few-row product with a constant weight, ``bind(x [M, K], out [M, O])
-    -> call`` computing ``out = clamp(x @ w_ok.T + bias)`` in one numba call (:func:`gemv`
-    for a deep K, :func:`small_fc` for one small row), else None: :func:`.gemm.bind_matmul`
+    -> call`` computing ``out = clamp(x @ w_ok.T + bias)`` in one task function
+    (:func:`_gemv_task` for a deep K, :func:`_small_fc_task` for one small row), else None: :func:`.gemm.bind_matmul`
     (BLAS with the bias and clamp fused) is then faster. Measured on one thread, small_fc
     against BLAS + epilogue: 1x64x64 1.1 / 0.8 us, 1x20x64 0.46 / 0.57 us, but 4x32x32
     1.4 / 1.1 us, 64x16x16 5.3 / 1.4 us, 256x16x16 13 / 2.2 us."""
     o = w_ok.shape[0]
-    lo, hi = clamp_bounds(activation)
+    floats = np.array(clamp_bounds(activation), F32)
+    bias = np.ascontiguousarray(bias, dtype=F32)
     if m <= _GEMV_MAX_ROWS and k >= _GEMV_MIN_DEPTH:
         w_rows = np.ascontiguousarray(w_ok, dtype=F32)   # [O, K]
-        if m * k * o >= gemm.SPLIT_MIN_MACS:
-            return lambda x2, out2: gemv_parallel(x2, w_rows, bias, out2, lo, hi)
-        return lambda x2, out2: partial(gemv, x2, w_rows, bias, out2, lo, hi)
+        # Big enough: the output columns in two halves, one per thread.
+        parts = 2 if m * k * o >= gemm.SPLIT_MIN_MACS else 1
+        params = np.array([m, k, o, parts], np.int64)
+        return lambda x2, out2: bind_task(_gemv_task, parts, (x2, w_rows, bias), (out2,), params, floats)
     if m == 1 and k * o <= _SMALL_FC_MACS:
         wt_rows = np.ascontiguousarray(np.asarray(w_ok, dtype=F32).T)   # [K, O]
-        return lambda x2, out2: partial(small_fc, x2, wt_rows, bias, out2, lo, hi)
+        params = np.array([m, k, o], np.int64)
+        return lambda x2, out2: bind_task(_small_fc_task, 1, (x2, wt_rows, bias), (out2,), params, floats)
     return None
 
 
@@ -202,33 +201,34 @@ def _reduce_axes(ctx: NodeContext) -> tuple[int, ...] | None:
     return tuple(sorted(axes))
 
 
-@njit(cache=True)
-def sum_pixels(x3, out2, divisor):
-    """``out2[a, b] = sum_j x3[a, j, b] / divisor``, summed in float64: e.g. a spatial sum
-    (squeeze-excite, the classifier head) as additions of contiguous channel rows, which
-    vectorize. One thread: a parallel version took seconds to compile for a kernel of
-    tens of microseconds."""
-    outer, p, inner = x3.shape
+@task_function(fastmath={"reassoc"})
+def _sum_task(t, xp, outp, _a2, _a3, _a4, _a5, _a6, _a7, ip, _fp):
+    """``out[a, b] = sum_j x[a, j, b] / divisor`` over ``x`` [outer, p, inner] (``ip``: those
+    three, then the divisor), summed
+    in float64: with ``inner`` > 1 (a spatial sum: squeeze-excite, the classifier head) as
+    additions of contiguous channel rows, which vectorize; with ``inner`` == 1 (LayerNorm's
+    rows) as one sum per row, which ``reassoc`` lets run in vector lanes. One thread: a
+    parallel version took seconds to compile for a kernel of tens of microseconds."""
+    outer, p, inner = ip[0], ip[1], ip[2]
+    divisor = np.float64(ip[3])
+    if inner == 1:
+        x1 = carray(xp, (outer, p))
+        for a in range(outer):
+            total = 0.0
+            for j in range(p):
+                total += x1[a, j]
+            outp[a] = np.float32(total / divisor)
+        return
+    x = carray(xp, (outer, p, inner))
+    out = carray(outp, (outer, inner))
     acc = np.empty(inner)
     for a in range(outer):
         acc[:] = 0.0
         for j in range(p):
             for b in range(inner):
-                acc[b] += x3[a, j, b]
+                acc[b] += x[a, j, b]
         for b in range(inner):
-            out2[a, b] = np.float32(acc[b] / divisor)
-
-
-@njit(cache=True, fastmath={"reassoc"})
-def sum_rows(x2, out1, divisor):
-    """``out1[a] = sum_j x2[a, j] / divisor``, summed in float64; ``reassoc`` lets the sum
-    run in vector lanes."""
-    outer, p = x2.shape
-    for a in range(outer):
-        acc = 0.0
-        for j in range(p):
-            acc += x2[a, j]
-        out1[a] = np.float32(acc / divisor)
+            out[a, b] = np.float32(acc[b] / divisor)
 
 
 def _reducer(ufunc, mean: bool):
@@ -254,13 +254,10 @@ def _reducer(ufunc, mean: bool):
             # Sums in numba, faster than numpy's reduce (plus divide) in every shape
             # measured: 1x32 rows 1.8 -> 0.2 us, LayerNorm's 64x128 rows 3.5 -> 0.6 us,
             # 7x7x1280 pixels 5.2 -> 3.5 us, 56x56x16 52 -> 15 us, 112x112x32 190 -> 60 us.
-            divisor = float(count) if mean else 1.0
-            if inner == 1:
-                def bind(inputs, outputs):
-                    return partial(sum_rows, inputs[0].reshape(outer, count), outputs[0].reshape(outer), divisor)
-            else:
-                def bind(inputs, outputs):
-                    return partial(sum_pixels, inputs[0].reshape(view_in), outputs[0].reshape(view_out), divisor)
+            params = np.array([outer, count, inner, count if mean else 1], np.int64)
+
+            def bind(inputs, outputs):
+                return bind_task(_sum_task, 1, (inputs[0],), (outputs[0],), params)
             return bindable(bind)
         if contiguous:
             def reduce(x, out):
