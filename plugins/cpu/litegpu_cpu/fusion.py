@@ -12,24 +12,19 @@ at the inner index, where a flat loop would need ``i % channels`` per element, a
 integer division that stops vectorization (PRELU on 96x96x16: 236 us against 22 us on
 one thread).
 
-Generated sources are written to a cache directory and imported as modules, so numba's
-own disk cache (``cache=True``) works for them; a source is keyed by its hash, and
-shapes are run-time arguments, so identical chains share one compiled function.
+Generated sources are cached as modules (:mod:`.generated`); shapes are run-time
+arguments, so identical chains share one compiled function.
 """
 from __future__ import annotations
 
-import hashlib
-import importlib.util
-import os
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 from litegpu import env
 from litegpu.backend import NodeContext
 
+from .generated import load_generated
 from .kernels import mathfn
 from .kernels.registry import bindable
 from .kernels.tasks import ARRAYS, bind_task
@@ -78,10 +73,6 @@ _BINARY = {
 # LOGISTIC, EXP and TANH call kernels.mathfn's sigmoid32, exp32 and tanh64 (vectorizable,
 # unlike np.exp and np.tanh per element); the import line names that module's digest, so
 # editing it changes every source using it.
-# Ops whose kernel is generated even alone: for LOGISTIC and EXP the numpy ufunc chain
-# takes several passes and a libm call per element; the others have no kernel but their
-# numpy reference (a temporary array per run).
-GENERATE_ALONE = ("LOGISTIC", "EXP", "PRELU", "LEAKY_RELU", "ELU", "LOG", "SIN", "COS", "FLOOR", "CEIL")
 
 # Fused activations are clamps in LiteRT; TANH and SIGN_BIT have no range and change nothing.
 _ACTIVATION = {"NONE": None, "RELU": "RELU", "RELU6": "RELU6", "RELU_N1_TO_1": "RELU_N1_TO_1", "TANH": None,
@@ -102,13 +93,12 @@ def fusable(ctx: NodeContext) -> bool:
 
 
 def generate_alone(ctx: NodeContext) -> bool:
-    """True for a node that gets a generated kernel even outside a fused run (see
-    :data:`GENERATE_ALONE`, and ops with a fused activation; off with
-    ``LITEGPU_CPU_FUSION=0`` like fusion itself)."""
-    if not env.flag("LITEGPU_CPU_FUSION", True) or not fusable(ctx):
-        return False
-    # A binary op with a fused clamp: one pass here, two through numpy (the op, then the clamp).
-    return ctx.node.op in GENERATE_ALONE or _ACTIVATION[ctx.attrs.get("activation", "NONE")] is not None
+    """True for a node that gets a generated kernel even outside a fused run: every
+    fusable one (off with ``LITEGPU_CPU_FUSION=0`` like fusion itself). The kernel is a
+    task function, so it runs in one call with its task-function neighbours, where a numpy
+    ufunc is a Python call of its own (and LOGISTIC or EXP through numpy take several
+    passes, a binary op with a fused clamp two)."""
+    return env.flag("LITEGPU_CPU_FUSION", True) and fusable(ctx)
 
 
 def fusion_runs(nodes: list[NodeContext]) -> list[list[int]]:
@@ -247,41 +237,11 @@ def plan_group(nodes: list[NodeContext], escaping: set[int]) -> FusedGroup | Non
     return FusedGroup(nodes, inputs, outputs, source, parallel, rows, cols, constants)
 
 
-def cache_dir() -> Path:
-    """Where generated kernel modules live: ``numba`` under :func:`litegpu.env.cache_root`."""
-    return env.cache_root() / "numba"
-
-
-_LOADED: dict[str, object] = {}
-
-
-def load_kernel(source: str):
-    """The ``fused`` task function of a generated source, importing it from the cache directory."""
-    digest = hashlib.sha256(source.encode()).hexdigest()[:24]
-    fn = _LOADED.get(digest)
-    if fn is not None:
-        return fn
-    directory = cache_dir()
-    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-    path = directory / f"fused_{digest}.py"
-    if not path.exists() or path.read_text() != source:
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(source)
-        os.replace(tmp, path)
-    name = f"litegpu_fused_{digest}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    _LOADED[digest] = module.fused
-    return module.fused
-
-
 def make_fused_kernel(group: FusedGroup):
     """The group's kernel (:func:`.kernels.registry.bindable`), inputs and outputs in group
     order: its task function over blocks of rows, several when it is big enough to run in
     parallel."""
-    fused = load_kernel(group.source)
+    fused = load_generated(group.source, "fused")
     part = -(-group.rows // _PARALLEL_TASKS) if group.parallel else group.rows
     tasks = -(-group.rows // part) if part else 1
     params = np.array([group.rows, group.cols, part], np.int64)

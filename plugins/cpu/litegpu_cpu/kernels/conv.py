@@ -17,6 +17,7 @@ from litegpu.backend import NodeContext
 
 from .common import (F32, clamp_bounds, constant_bias, transpose_pad_before,
                      window_geometry)
+from .direct import direct_conv
 from . import gemm
 from .misc import few_rows_product
 from .registry import bindable, in_order, kernel
@@ -141,8 +142,9 @@ def _shifted_conv(x_shape, w_value, bias, lo, hi, oh, ow, pt, pl, dh, dw):
 @kernel("CONV_2D")
 def conv2d(ctx: NodeContext):
     """CONV_2D as GEMM: 1x1 stride-1 convs multiply the input directly; other stride-1
-    convs on wide enough images run one GEMM per tap on the padded input; the rest go
-    through im2col blocks into a scratch matrix. Bias and clamp are the GEMM's epilogue.
+    convs on wide enough images run one GEMM per tap on the padded input; convs over a
+    few input channels run a direct kernel (:mod:`.direct`); the rest go through im2col
+    blocks into a scratch matrix. Bias and clamp are the GEMM's epilogue.
 
     Every GEMM is [pixels, K] x [K, O], also for few output channels: computing it
     transposed and storing the transpose was slower with numpy 2.4's OpenBLAS on this
@@ -168,6 +170,10 @@ def conv2d(ctx: NodeContext):
     epilogue = (bias, lo, hi)   # applied by the GEMM itself, per thread on its half
 
     pointwise = kh == 1 and kw == 1 and sh == 1 and sw == 1 and pt == 0 and pl == 0 and (oh, ow) == (h, w)
+    if not pointwise:
+        direct = direct_conv((n, h, w, c), w_spec.value, bias, lo, hi, (n, oh, ow, o), (sh, sw, dh, dw, pt, pl))
+        if direct is not None:
+            return direct
     if not pointwise and sh == 1 and sw == 1:
         shifted = _shifted_conv((n, h, w, c), w_spec.value, bias, lo, hi, oh, ow, pt, pl, dh, dw)
         if shifted is not None:
