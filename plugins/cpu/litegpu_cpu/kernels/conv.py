@@ -20,6 +20,7 @@ from .common import (F32, clamp_bounds, constant_bias, transpose_pad_before,
 from .direct import direct_conv
 from . import gemm
 from .misc import few_rows_product
+from .packed import MR, packed_matmul
 from .registry import bindable, in_order, kernel
 from .tasks import bound_tasks, task_function
 from .threads import ensure_gemm_policy
@@ -183,6 +184,9 @@ def conv2d(ctx: NodeContext):
         product = few_rows_product(m, k, wmat.T, bias, attrs["activation"])
         if product is not None:
             return bindable(lambda inputs, outputs: product(inputs[0].reshape(m, c), outputs[0].reshape(m, o)))
+        packed = packed_matmul(wmat, bias, lo, hi, m)
+        if packed is not None:
+            return bindable(lambda inputs, outputs: packed.bind(inputs[0].reshape(m, c), outputs[0].reshape(m, o)))
         how = gemm.plan(m, o, k)
         return bindable(lambda inputs, outputs: gemm.bind_matmul(
             inputs[0].reshape(m, c), wmat, outputs[0].reshape(m, o), how, epilogue=epilogue))
@@ -190,6 +194,13 @@ def conv2d(ctx: NodeContext):
     block = max(1, min(m, _IM2COL_BLOCK_BYTES // (4 * k)))
     cols = np.empty((block, k), F32)
     blocks = [(r0, min(block, m - r0)) for r0 in range(0, m, block)]
+    packed = packed_matmul(wmat, bias, lo, hi, min(m, MR))
+
+    def product(rows: np.ndarray, out_rows: np.ndarray):
+        """``out_rows = clamp(rows @ wmat + bias)``: packed where it fits (a short last block may not)."""
+        if packed is not None and rows.shape[0] >= MR:
+            return packed.bind(rows, out_rows)
+        return gemm.bind_matmul(rows, wmat, out_rows, gemm.plan(rows.shape[0], o, k), epilogue=epilogue)
 
     def bind_im2col(inputs, outputs):
         x = np.ascontiguousarray(inputs[0], dtype=F32)
@@ -197,8 +208,7 @@ def conv2d(ctx: NodeContext):
         calls = []
         for r0, rows in blocks:
             calls.append(im2col(x, (n, h, w, c), cols[:rows], r0, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl))
-            calls.append(gemm.bind_matmul(cols[:rows], wmat, out2[r0:r0 + rows], gemm.plan(rows, o, k),
-                                          epilogue=epilogue))
+            calls.append(product(cols[:rows], out2[r0:r0 + rows]))
         return in_order(calls)
     return bindable(bind_im2col)
 
@@ -320,8 +330,10 @@ def _transpose_conv(ctx: NodeContext, x_index: int, w_index: int, bias_index: in
     ensure_gemm_policy()
 
     how = gemm.plan(m, kh * kw * o, c)
+    packed = packed_matmul(wmat, None, -np.inf, np.inf, m)
 
     def bind(inputs, outputs):
-        return in_order([gemm.bind_matmul(inputs[x_index].reshape(m, c), wmat, cols, how),
-                         partial(col2im, cols, bias, outputs[0], h, w, kh, kw, sh, sw, pt, pl, lo, hi)])
+        x2 = inputs[x_index].reshape(m, c)
+        taps = packed.bind(x2, cols) if packed is not None else gemm.bind_matmul(x2, wmat, cols, how)
+        return in_order([taps, partial(col2im, cols, bias, outputs[0], h, w, kh, kw, sh, sw, pt, pl, lo, hi)])
     return bindable(bind)

@@ -16,6 +16,7 @@ from litegpu.backend import NodeContext
 from .common import F32, activation_in_place, all_float32, clamp_bounds, optional_input
 from . import gemm
 from .mathfn import exp64
+from .packed import packed_matmul
 from .registry import bindable, kernel
 from .tasks import bind_task, task_function
 from .threads import ensure_gemm_policy
@@ -141,9 +142,13 @@ def fully_connected(ctx: NodeContext):
         if product is not None:
             return bindable(lambda inputs, outputs: product(inputs[0].reshape(m, k), outputs[0].reshape(m, o)))
 
+        lo, hi = clamp_bounds(ctx.attrs["activation"])
+        packed = packed_matmul(wt, bias, lo, hi, m)
+        if packed is not None:
+            return bindable(lambda inputs, outputs: packed.bind(inputs[0].reshape(m, k), outputs[0].reshape(m, o)))
         how = gemm.plan(m, o, k)
         w_rows = wt.T   # W itself, [O, K] C-contiguous: the GEMM reads it transposed
-        epilogue = (bias if bias is not None else np.zeros(o, F32), *clamp_bounds(ctx.attrs["activation"]))
+        epilogue = (bias if bias is not None else np.zeros(o, F32), lo, hi)
         return bindable(lambda inputs, outputs: gemm.bind_matmul(
             inputs[0].reshape(m, k), w_rows, outputs[0].reshape(m, o), how, True, epilogue))
 

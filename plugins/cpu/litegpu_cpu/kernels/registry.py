@@ -50,6 +50,7 @@ def in_order(calls: list[Callable[[], None]]) -> Callable[[], None]:
     def run() -> None:
         for call in calls:
             call()
+    run.calls = calls   # what it runs, for a caller (or a test) that looks inside
     return run
 
 
