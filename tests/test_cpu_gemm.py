@@ -135,9 +135,9 @@ def direct_conv(x, w, b, pad_t, pad_l, oh, ow, dh, dw, lo, hi):
 
 @pytest.mark.parametrize("n,h,wd,c,o,kh,kw,padding,dil", [
     (1, 20, 33, 5, 16, 3, 3, "SAME", 1),     # narrow (transposed) accumulator
-    (2, 17, 16, 8, 8, 5, 5, "SAME", 1),      # batch of two, 5x5
+    (2, 17, 40, 8, 8, 5, 5, "SAME", 1),      # batch of two, 5x5
     (1, 18, 40, 5, 12, 3, 3, "VALID", 1),
-    (1, 21, 30, 4, 8, 3, 3, "SAME", 2),      # dilation
+    (1, 21, 34, 4, 8, 3, 3, "SAME", 2),      # dilation
     (1, 9, 24, 6, 16, 1, 3, "SAME", 1),      # 1x3
     (1, 30, 30, 16, 48, 3, 3, "SAME", 1),    # wide accumulator
     (2, 12, 31, 7, 40, 3, 3, "VALID", 1),

@@ -1,6 +1,8 @@
-"""Convolutions: CONV_2D (BLAS GEMM, im2col for KxK), the general DEPTHWISE_CONV_2D
-kernel (numba; the registered factory and the fast 3x3 paths are in :mod:`.depthwise`),
-TRANSPOSE_CONV (BLAS GEMM + numba gather).
+"""Convolutions: CONV_2D (the packed GEMM of :mod:`.packed`: directly for 1x1, as an
+implicit GEMM over the padded input for stride 1, after im2col otherwise; few input
+channels: :mod:`.direct`; BLAS where the packed GEMM does not fit), the general
+DEPTHWISE_CONV_2D kernel (numba; the registered factory and the fast 3x3 paths are in
+:mod:`.depthwise`), TRANSPOSE_CONV (a GEMM + numba gather).
 
 Layouts are TFLite's: activations NHWC, CONV_2D filter [O, KH, KW, I], depthwise
 filter [1, KH, KW, I*M], transpose-conv filter [O, KH, KW, I]. Weights are repacked
@@ -20,9 +22,9 @@ from .common import (F32, clamp_bounds, constant_bias, transpose_pad_before,
 from .direct import direct_conv
 from . import gemm
 from .misc import few_rows_product
-from .packed import MR, packed_matmul
+from .packed import MR, NR, PackedMatmul, packed_matmul
 from .registry import bindable, in_order, kernel
-from .tasks import bound_tasks, task_function
+from .tasks import bind_task, bound_tasks, in_sequence, task_function
 from .threads import ensure_gemm_policy
 
 # Rows of the im2col matrix built per GEMM call: bounds the scratch (and keeps it
@@ -90,62 +92,75 @@ def im2col(x: np.ndarray, x_shape: tuple, cols: np.ndarray, row0: int, oh: int, 
     return bound_tasks(_im2col_task, tasks, (x, cols), params)
 
 
-@njit(cache=True, parallel=True)
-def pad_rows(x, rows, h, w, c, pt, pl, wp):
-    """Copy one NHWC image (flat ``x``) into the interior of the zero-bordered padded
-    image ``rows`` (flat, ``wp`` pixels wide); the border is never written, so it stays 0."""
-    for ih in prange(h):
-        dst = ((ih + pt) * wp + pl) * c
-        src = ih * w * c
-        for j in range(w * c):
-            rows[dst + j] = x[src + j]
+@task_function()
+def _pad_task(t, xp, rowsp, _a2, _a3, _a4, _a5, _a6, _a7, ip, _fp):
+    """Input row ``t`` of one NHWC image into the interior of the zero-bordered padded
+    image ``rows`` (``wp`` pixels wide); the border is never written, so it stays 0.
+    ``ip``: W, C, pt, pl, wp."""
+    w, c, pt, pl, wp = ip[0], ip[1], ip[2], ip[3], ip[4]
+    dst = ((t + pt) * wp + pl) * c
+    src = t * w * c
+    for j in range(w * c):
+        rowsp[dst + j] = xp[src + j]
 
 
-# Stride-1 convs at least this wide (output columns; for up to 32 output channels, more) skip
-# im2col: one GEMM per tap on shifted slices of the padded input (gemm.shifted_taps).
-# The padded width's extra columns are computed and dropped, (OW + KW - 1) / OW times the
-# work, so small images keep im2col. Measured against im2col + GEMM on 2 threads, 3x3:
-# 128x128x16 -> 16: 2.19 -> 0.82 ms; 64x64x64 -> 32: 2.44 -> 1.08 ms; 32x32x128 -> 64:
-# 1.82 -> 0.87 ms; 56x56x64 -> 64: 1.69 -> 1.44 ms; 28x28x128 -> 128: 1.49 -> 1.19 ms;
-# but 14x14x256 -> 256: 1.30 -> 1.29, 16x16x64 -> 128: 0.23 -> 0.28, 7x7x512: 1.6 -> 2.6.
-_SHIFTED_MIN_WIDTH = (16, 28)
+@task_function()
+def _crop_task(t, accp, outp, _a2, _a3, _a4, _a5, _a6, _a7, ip, _fp):
+    """Output row ``t`` from ``acc`` [OH * wp, N] (a product over the padded width):
+    its first OW pixels and O channels. ``ip``: OW, O, wp, N."""
+    ow, o, wp, n = ip[0], ip[1], ip[2], ip[3]
+    for x in range(ow):
+        src = (t * wp + x) * n
+        dst = (t * ow + x) * o
+        for j in range(o):
+            outp[dst + j] = accp[src + j]
 
 
 def _shifted_conv(x_shape, w_value, bias, lo, hi, oh, ow, pt, pl, dh, dw):
-    """The run function of a stride-1 conv through :func:`.gemm.shifted_taps`, or None when
-    the geometry does not fit (or numpy's OpenBLAS symbol was not found)."""
+    """A stride-1 conv as one implicit GEMM over the zero-padded input (no im2col): with
+    the image padded to ``wp`` pixels a row, output pixel ``(y, x)`` counted over the
+    padded width, ``p = y * wp + x``, reads pixel ``p + offset`` under each filter tap,
+    so :class:`.packed.PackedMatmul` with one offset per tap computes it from the padded
+    rows directly. The padded width's extra columns (and, where O is not a multiple of 16,
+    the padded channels) are computed into scratch and dropped by the copy out. None when
+    the padding does not fit that frame, or the extra columns are more than an eighth of
+    the work: im2col + the packed GEMM is then as fast (2 threads, 3x3, implicit against
+    im2col: 128x128x16 -> 16 385 / 1148 us, 56x56x64 -> 64 1163 / 1749 us, 28x28x128 ->
+    128 1184 / 1344 us, but 14x14x256 -> 256 1304 / 1242 us, 7x7x512 1595 / 1458 us)."""
     n, h, w, c = x_shape
     o, kh, kw, _ = w_value.shape
     hp, wp = oh + (kh - 1) * dh, ow + (kw - 1) * dw
-    min_width = _SHIFTED_MIN_WIDTH[0 if o <= 32 else 1]
-    if not gemm.sgemm_address() or ow < min_width or pt < 0 or pl < 0 or pt + h > hp or pl + w > wp:
+    if pt < 0 or pl < 0 or pt + h > hp or pl + w > wp or oh * wp < MR or (kw - 1) * dw * 8 > ow:
         return None
-    taps = kh * kw
-    offsets = np.array([a * dh * wp + b * dw for a in range(kh) for b in range(kw)], np.int64)
-    wtaps = np.ascontiguousarray(np.asarray(w_value, F32).transpose(1, 2, 3, 0).reshape(taps, -1))  # [T, C, O]
+    import numba
+    offsets = [a * dh * wp + b * dw for a in range(kh) for b in range(kw)]
+    n16 = -(-o // NR) * NR
+    wmat = np.zeros((kh * kw * c, n16), F32)
+    wmat[:, :o] = np.asarray(w_value, F32).transpose(1, 2, 3, 0).reshape(kh * kw * c, o)   # [T*C, O]
+    bias16 = np.zeros(n16, F32)
+    bias16[:o] = bias
+    product = PackedMatmul(wmat, bias16, lo, hi, numba.get_num_threads(), offsets)
     rows = np.zeros((hp * wp + (kw - 1) * dw, c), F32)   # slack rows: the last taps read past hp*wp
-    p = oh * wp
-    acc = np.empty((p, o), F32)
-    fn = gemm.sgemm_address()
-    per_image = h * w * c
+    acc = np.empty((oh * wp, n16), F32)
+    pad = np.array([w, c, pt, pl, wp], np.int64)
+    crop = np.array([ow, o, wp, n16], np.int64)
 
     def bind_shifted(inputs, outputs):
-        x = inputs[0].reshape(n, per_image)
-        out2 = outputs[0].reshape(n * oh * ow, o)
-        flat = rows.reshape(-1)
-        calls = [call for i in range(n) for call in (
-            partial(pad_rows, x[i], flat, h, w, c, pt, pl, wp),
-            partial(gemm.shifted_taps, fn, rows, wtaps, acc, offsets, out2, i * oh * ow, ow, wp, bias, lo, hi))]
-        return in_order(calls)
+        x = np.ascontiguousarray(inputs[0], dtype=F32).reshape(n, h * w * c)
+        out = outputs[0].reshape(n, oh * ow * o)
+        return in_sequence([call for i in range(n) for call in (
+            bind_task(_pad_task, h, (x[i],), (rows,), pad),
+            product.bind(rows, acc),
+            bind_task(_crop_task, oh, (acc,), (out[i],), crop))])
     return bindable(bind_shifted)
 
 
 @kernel("CONV_2D")
 def conv2d(ctx: NodeContext):
-    """CONV_2D as GEMM: 1x1 stride-1 convs multiply the input directly; other stride-1
-    convs on wide enough images run one GEMM per tap on the padded input; convs over a
-    few input channels run a direct kernel (:mod:`.direct`); the rest go through im2col
-    blocks into a scratch matrix. Bias and clamp are the GEMM's epilogue.
+    """CONV_2D as GEMM, bias and clamp in its epilogue: convs over a few input channels
+    run a direct kernel (:mod:`.direct`); 1x1 stride-1 convs multiply the input directly;
+    other stride-1 convs on wide enough images run an implicit GEMM over the padded input
+    (:func:`_shifted_conv`); the rest go through im2col blocks into a scratch matrix.
 
     Every GEMM is [pixels, K] x [K, O], also for few output channels: computing it
     transposed and storing the transpose was slower with numpy 2.4's OpenBLAS on this
@@ -209,7 +224,7 @@ def conv2d(ctx: NodeContext):
         for r0, rows in blocks:
             calls.append(im2col(x, (n, h, w, c), cols[:rows], r0, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl))
             calls.append(product(cols[:rows], out2[r0:r0 + rows]))
-        return in_order(calls)
+        return in_sequence(calls)
     return bindable(bind_im2col)
 
 

@@ -1,5 +1,9 @@
 """GEMMs on two threads: numpy's own OpenBLAS, called from a numba ``prange`` over halves.
 
+Products with a constant right-hand side (weights) go to :mod:`.packed` where it fits;
+this module takes the rest (BATCH_MATMUL-like products of two activations, output
+widths that are not a multiple of 16, a handful of rows).
+
 OpenBLAS runs on the calling thread only (see :mod:`.threads`: its spinning workers fight
 numba's), so a plain ``np.matmul`` uses one core. Here a numba parallel kernel splits the
 product into two halves and each of numba's OpenMP threads calls OpenBLAS's
@@ -20,7 +24,7 @@ from functools import partial
 
 import numpy as np
 from llvmlite import ir
-from numba import carray, njit, prange, types
+from numba import carray, njit, types
 from numba.extending import intrinsic
 
 from .tasks import bound_tasks, task_function
@@ -119,36 +123,6 @@ def gemm_halves(fn: int, a: np.ndarray, b: np.ndarray, c: np.ndarray, transb: bo
                        split_n, at, epilogue], np.int64)
     floats = np.array([lo_v, hi_v], np.float32)
     return bound_tasks(_gemm_half, 2, (a, b, c, bias), params, floats)
-
-
-@njit(cache=True, parallel=True)
-def shifted_taps(fn, rows, wtaps, acc, offsets, out2, row0, ow_size, wp, bias, lo_v, hi_v):
-    """Stride-1 convolution as one GEMM per filter tap, with no im2col: ``rows`` is the
-    zero-padded input as [pixels of the padded image, C]; output pixel ``p`` (counted
-    over the padded width ``wp``) reads row ``p + offsets[t]`` under tap ``t``, so each
-    tap is a GEMM on a contiguous slice of ``rows`` ([P, C] x ``wtaps[t]`` [C, O]),
-    accumulated (beta 1) into ``acc`` [P, O]. The P pixels are split between two
-    threads; each then stores its pixels inside the image (columns below ``ow_size``) as
-    ``out2[row0 + oh*OW + ow] = clamp(acc + bias)``, dropping the padded columns."""
-    c = rows.shape[1]
-    p, o = acc.shape
-    half = p // 2
-    for part in prange(2):
-        lo = 0 if part == 0 else half
-        hi = half if part == 0 else p
-        if hi > lo:
-            for t in range(offsets.size):
-                beta = _ZERO if t == 0 else np.float32(1)
-                src = rows.ctypes.data + 4 * (offsets[t] + lo) * c
-                wt = wtaps.ctypes.data + 4 * t * o * c
-                _sgemm(fn, _CBLAS_NO_TRANS, hi - lo, o, c, src, c, wt, o, acc.ctypes.data + 4 * lo * o, o, beta)
-            for q in range(lo, hi):
-                r = q // wp
-                col = q - r * wp
-                if col < ow_size:
-                    dst = row0 + r * ow_size + col
-                    for j in range(o):
-                        out2[dst, j] = min(max(acc[q, j] + bias[j], lo_v), hi_v)
 
 
 @njit(cache=True)

@@ -179,13 +179,20 @@ def is_plan(call) -> bool:
 
 
 def chained(calls: list):
-    """One call of no arguments making ``calls`` (each from :func:`bound_tasks` or this
-    function) in order, in a single :func:`run_plan`: no Python between them."""
+    """One call of no arguments making ``calls`` (at least one, each from
+    :func:`bound_tasks` or this function) in order, in a single :func:`run_plan`: no
+    Python between them."""
     if len(calls) == 1:
         return calls[0]
     call = partial(run_plan, np.concatenate([c.args[0] for c in calls]))
     call.held = tuple(a for c in calls for a in c.held)
     return call
+
+
+def in_sequence(calls: list):
+    """One call of no arguments making ``calls`` in order: a single plan (:func:`chained`)
+    when every one is a task-function call, else :func:`.registry.in_order`."""
+    return chained(calls) if calls and all(is_plan(c) for c in calls) else in_order(calls)
 
 
 def bind_task(task: TaskFunction, tasks: int, inputs: tuple, outputs: tuple, params: np.ndarray,
