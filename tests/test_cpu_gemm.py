@@ -143,7 +143,7 @@ def direct_conv(x, w, b, pad_t, pad_l, oh, ow, dh, dw, lo, hi):
     (2, 12, 31, 7, 40, 3, 3, "VALID", 1),
 ])
 @pytest.mark.parametrize("nthreads", [1, 2])
-def test_shifted_tap_convs_match_float64(threads, n, h, wd, c, o, kh, kw, padding, dil, nthreads):
+def test_implicit_gemm_convs_match_float64(threads, n, h, wd, c, o, kh, kw, padding, dil, nthreads):
     from litegpu_cpu.kernels.common import pad_before
     from litegpu.ops.nn import conv_output_size
     numba.set_num_threads(min(nthreads, threads))
@@ -159,7 +159,7 @@ def test_shifted_tap_convs_match_float64(threads, n, h, wd, c, o, kh, kw, paddin
     c_ctx = NodeContext(node=node, opdef=get_op("CONV_2D"), attrs=attrs, inputs=specs,
                         outputs=[TensorSpec((n, oh, ow, o), np.dtype(np.float32))])
     run = KERNELS["CONV_2D"](c_ctx)
-    assert run.bind.__name__ == "bind_shifted"
+    assert run.bind.__name__ == "bind_implicit"
     out = np.full((n, oh, ow, o), np.nan, np.float32)
     for _ in range(2):   # the padded scratch is reused: a second run must not see the first
         run([x, w, b], [out])

@@ -127,7 +127,7 @@ CONV_CASES = [
     (1, 1, 1, 24, 8, 1, 1, (1, 1), (1, 1), "SAME", "RELU", True),        # squeeze-excite (small_fc)
     (2, 1, 1, 576, 100, 1, 1, (1, 1), (1, 1), "VALID", "RELU6", True),   # conv head (gemv)
     (1, 1, 1, 1024, 300, 1, 1, (1, 1), (1, 1), "SAME", "NONE", False),   # gemv on two threads
-    # few input channels: the direct kernel (kernels/direct.py), interior and border pixels
+    # few input channels (an image's first conv), interior and border pixels
     (1, 23, 21, 3, 16, 3, 3, (2, 2), (1, 1), "SAME", "RELU6", True),     # an image's first conv
     (2, 13, 12, 3, 32, 3, 3, (2, 2), (1, 1), "SAME", "RELU", True),      # two channel blocks, batch 2
     (1, 17, 19, 3, 24, 3, 3, (2, 1), (1, 1), "VALID", "NONE", True),     # blocks of 8, strides differ
@@ -135,6 +135,9 @@ CONV_CASES = [
     (1, 14, 13, 2, 8, 3, 3, (1, 1), (2, 3), "SAME", "NONE", False),      # dilated, no bias
     (1, 2, 3, 3, 16, 3, 3, (2, 2), (1, 1), "SAME", "NONE", True),        # no interior pixel at all
     (3, 9, 9, 4, 7, 2, 2, (1, 1), (1, 1), "SAME", "RELU", True),         # padding on one side only
+    # the implicit GEMM over the padded input (kernels/packed.py through conv._implicit_conv)
+    (1, 12, 14, 5, 16, 3, 3, (2, 2), (1, 1), "VALID", "RELU", True),     # input rows/cols past the frame
+    (2, 10, 13, 6, 20, 3, 5, (1, 2), (2, 1), "SAME", "RELU6", True),     # channels cropped, batch 2
 ]
 
 
@@ -168,18 +171,6 @@ def test_conv2d_im2col_blocks(monkeypatch, o):
     (got,) = run_kernel("CONV_2D", attrs, [x, f, b], [(1, 5, 5, o)], consts=(1, 2))
     assert len(calls) == 4     # 25 rows in blocks of 7
     close(got, direct_conv(x, f, b, (2, 2), (1, 1), "SAME", "RELU"))
-
-
-@pytest.mark.parametrize("case", [c for c in CONV_CASES if c[3] <= 4 and c[5] * c[6] * c[3] <= 28 and c[5] > 1],
-                         ids=lambda c: f"{c[3]}to{c[4]}-k{c[5]}x{c[6]}-s{c[7][0]}{c[7][1]}")
-def test_few_channel_convs_take_the_direct_kernel(case):
-    """The direct cases of CONV_CASES (checked above) do run the direct kernel."""
-    from litegpu_cpu.kernels.direct import direct_conv as direct_kernel
-    n, h, w, c, o, kh, kw, stride, dilation, padding, *_ = case
-    oh, pt = out_and_pad(padding, h, kh, stride[0], dilation[0])
-    ow, pl = out_and_pad(padding, w, kw, stride[1], dilation[1])
-    assert direct_kernel((n, h, w, c), rand(o, kh, kw, c), rand(o), -np.inf, np.inf, (n, oh, ow, o),
-                         (*stride, *dilation, pt, pl)) is not None
 
 
 def test_conv2d_declines_non_constant_filter():

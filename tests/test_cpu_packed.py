@@ -43,7 +43,7 @@ def test_packed_matmul_matches_float64(m, k, n, threads):
 
 def test_split_covers_every_row_and_panel_once():
     for m, n, k in [(3136, 144, 24), (64, 512, 128), (6, 16, 4), (13, 16, 1 << 16), (600, 16, 512)]:
-        row_chunk, row_tasks, panel_chunk, panel_tasks = packed.split(m, n, k, 2)
+        row_chunk, row_tasks, panel_chunk, panel_tasks = packed.split(m, n, k, 2, m)
         rows = [min(m, r * row_chunk + row_chunk) if r < row_tasks - 1 else m for r in range(row_tasks)]
         assert rows[-1] == m and all(b - a >= packed.MR for a, b in zip([0, *rows], rows))
         assert min(n // packed.NR, panel_chunk * panel_tasks) == n // packed.NR

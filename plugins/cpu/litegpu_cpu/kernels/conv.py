@@ -1,8 +1,7 @@
 """Convolutions: CONV_2D (the packed GEMM of :mod:`.packed`: directly for 1x1, as an
-implicit GEMM over the padded input for stride 1, after im2col otherwise; few input
-channels: :mod:`.direct`; BLAS where the packed GEMM does not fit), the general
-DEPTHWISE_CONV_2D kernel (numba; the registered factory and the fast 3x3 paths are in
-:mod:`.depthwise`), TRANSPOSE_CONV (a GEMM + numba gather).
+implicit GEMM over the padded input otherwise; im2col + GEMM where that does not fit),
+the general DEPTHWISE_CONV_2D kernel (numba; the registered factory and the fast 3x3
+paths are in :mod:`.depthwise`), TRANSPOSE_CONV (a GEMM + numba gather).
 
 Layouts are TFLite's: activations NHWC, CONV_2D filter [O, KH, KW, I], depthwise
 filter [1, KH, KW, I*M], transpose-conv filter [O, KH, KW, I]. Weights are repacked
@@ -19,7 +18,6 @@ from litegpu.backend import NodeContext
 
 from .common import (F32, clamp_bounds, constant_bias, transpose_pad_before,
                      window_geometry)
-from .direct import direct_conv
 from . import gemm
 from .misc import few_rows_product
 from .packed import MR, NR, PackedMatmul, packed_matmul
@@ -94,50 +92,44 @@ def im2col(x: np.ndarray, x_shape: tuple, cols: np.ndarray, row0: int, oh: int, 
 
 @task_function()
 def _pad_task(t, xp, rowsp, _a2, _a3, _a4, _a5, _a6, _a7, ip, _fp):
-    """Input row ``t`` of one NHWC image into the interior of the zero-bordered padded
-    image ``rows`` (``wp`` pixels wide); the border is never written, so it stays 0.
-    ``ip``: W, C, pt, pl, wp."""
-    w, c, pt, pl, wp = ip[0], ip[1], ip[2], ip[3], ip[4]
+    """Input row ``t`` of one NHWC image (its first ``cols`` pixels) into the interior of
+    the zero-bordered padded image ``rows`` (``wp`` pixels wide); the border is never
+    written, so it stays 0. ``ip``: W, C, pt, pl, wp, cols."""
+    w, c, pt, pl, wp, cols = ip[0], ip[1], ip[2], ip[3], ip[4], ip[5]
     dst = ((t + pt) * wp + pl) * c
     src = t * w * c
-    for j in range(w * c):
+    for j in range(cols * c):
         rowsp[dst + j] = xp[src + j]
 
 
 @task_function()
 def _crop_task(t, accp, outp, _a2, _a3, _a4, _a5, _a6, _a7, ip, _fp):
-    """Output row ``t`` from ``acc`` [OH * wp, N] (a product over the padded width):
-    its first OW pixels and O channels. ``ip``: OW, O, wp, N."""
-    ow, o, wp, n = ip[0], ip[1], ip[2], ip[3]
-    for x in range(ow):
-        src = (t * wp + x) * n
-        dst = (t * ow + x) * o
+    """Output row ``t`` (OW pixels) from ``acc`` [pixels, N]: the first O of each pixel's
+    N channels. ``ip``: OW, O, N."""
+    ow, o, n = ip[0], ip[1], ip[2]
+    for x in range(t * ow, (t + 1) * ow):
         for j in range(o):
-            outp[dst + j] = accp[src + j]
+            outp[x * o + j] = accp[x * n + j]
 
 
-def _shifted_conv(x_shape, w_value, bias, lo, hi, oh, ow, pt, pl, dh, dw):
-    """A stride-1 conv as one implicit GEMM over the zero-padded input (no im2col): with
-    the image padded to ``wp`` pixels a row, output pixel ``(y, x)`` counted over the
-    padded width, ``p = y * wp + x``, reads pixel ``p + offset`` under each filter tap,
-    so :class:`.packed.PackedMatmul` with one offset per tap computes it from the padded
-    rows directly. The padded width's extra columns (and, where O is not a multiple of 16,
-    the padded channels) are computed into scratch and dropped by the copy out. None when
-    the padding does not fit that frame, or the extra columns are more than an eighth of
-    the work while im2col can use the packed GEMM (O a multiple of 16): that is then as
-    fast (2 threads, 3x3, implicit against im2col: 128x128x16 -> 16 385 / 1148 us,
-    56x56x64 -> 64 1163 / 1749 us, 28x28x128 -> 128 1184 / 1344 us, but 14x14x256 -> 256
-    1304 / 1242 us, 7x7x512 1595 / 1458 us). Other widths would take im2col + BLAS, which
-    the implicit GEMM beats even computing padded channels (172x264x8 -> 1, 5x5: 1.9
-    against 7.9 ms)."""
+def _implicit_conv(x_shape, w_value, bias, lo, hi, out_shape, geometry):
+    """A conv as one implicit GEMM over the zero-padded input (no im2col): in the padded
+    image, ``wp`` pixels a row, output pixel ``(y, x)`` reads pixel ``y * sh * wp + x * sw
+    + offset`` under each filter tap, so :class:`.packed.PackedMatmul` with one offset
+    per tap and an output row per segment computes it from the padded pixels directly.
+    Where O is not a multiple of 16 the padded channels are computed into scratch and
+    dropped by the copy out (cheaper than im2col + BLAS: 172x264x8 -> 1, 5x5: 1.9 against
+    7.9 ms). None when output rows are shorter than a tile or the padding is negative."""
     n, h, w, c = x_shape
     o, kh, kw, _ = w_value.shape
-    hp, wp = oh + (kh - 1) * dh, ow + (kw - 1) * dw
-    if pt < 0 or pl < 0 or pt + h > hp or pl + w > wp or oh * wp < MR:
-        return None
-    if (kw - 1) * dw * 8 > ow and o % NR == 0:
+    _, oh, ow, _ = out_shape
+    sh, sw, dh, dw, pt, pl = geometry
+    if pt < 0 or pl < 0 or ow < MR or oh < 1 or n < 1:
         return None
     import numba
+    hp, wp = (oh - 1) * sh + (kh - 1) * dh + 1, (ow - 1) * sw + (kw - 1) * dw + 1
+    # Input rows and columns past the frame are never read (VALID with a remainder).
+    rows_in, cols_in = max(0, min(h, hp - pt)), max(0, min(w, wp - pl))
     offsets = [a * dh * wp + b * dw for a in range(kh) for b in range(kw)]
     n16 = -(-o // NR) * NR
     wmat = np.zeros((kh * kw * c, n16), F32)
@@ -145,27 +137,34 @@ def _shifted_conv(x_shape, w_value, bias, lo, hi, oh, ow, pt, pl, dh, dw):
     bias16 = np.zeros(n16, F32)
     bias16[:o] = bias
     product = PackedMatmul(wmat, bias16, lo, hi, numba.get_num_threads(), offsets)
-    rows = np.zeros((hp * wp + (kw - 1) * dw, c), F32)   # slack rows: the last taps read past hp*wp
-    acc = np.empty((oh * wp, n16), F32)
-    pad = np.array([w, c, pt, pl, wp], np.int64)
-    crop = np.array([ow, o, wp, n16], np.int64)
+    rows = np.zeros((hp * wp, c), F32)
+    acc = None if n16 == o else np.empty((oh * ow, n16), F32)
+    pad = np.array([w, c, pt, pl, wp, cols_in], np.int64)
+    crop = np.array([ow, o, n16], np.int64)
+    segments = (ow, sh * wp, sw)
 
-    def bind_shifted(inputs, outputs):
+    def bind_implicit(inputs, outputs):
         x = np.ascontiguousarray(inputs[0], dtype=F32).reshape(n, h * w * c)
-        out = outputs[0].reshape(n, oh * ow * o)
-        return in_sequence([call for i in range(n) for call in (
-            bind_task(_pad_task, h, (x[i],), (rows,), pad),
-            product.bind(rows, acc),
-            bind_task(_crop_task, oh, (acc,), (out[i],), crop))])
-    return bindable(bind_shifted)
+        out = outputs[0].reshape(n, oh * ow, o)
+        calls = []
+        for i in range(n):
+            calls.append(bind_task(_pad_task, rows_in, (x[i],), (rows,), pad))
+            if acc is None:
+                calls.append(product.bind(rows, out[i], segments))
+            else:
+                calls += [product.bind(rows, acc, segments), bind_task(_crop_task, oh, (acc,), (out[i],), crop)]
+        return in_sequence(calls)
+    return bindable(bind_implicit)
 
 
 @kernel("CONV_2D")
 def conv2d(ctx: NodeContext):
-    """CONV_2D as GEMM, bias and clamp in its epilogue: convs over a few input channels
-    run a direct kernel (:mod:`.direct`); 1x1 stride-1 convs multiply the input directly;
-    other stride-1 convs on wide enough images run an implicit GEMM over the padded input
-    (:func:`_shifted_conv`); the rest go through im2col blocks into a scratch matrix.
+    """CONV_2D as GEMM, bias and clamp in its epilogue: 1x1 stride-1 convs multiply the
+    input directly; the others run an implicit GEMM over the padded input
+    (:func:`_implicit_conv`: against im2col + GEMM, 2 threads, 224x224x3 -> 16 3x3/2 99 /
+    352 us, 112x112x32 -> 64 3x3/2 633 / 980 us, 128x128x16 -> 16 3x3/1 385 / 1148 us);
+    where that does not fit (output rows shorter than a tile) im2col blocks into a
+    scratch matrix.
 
     Every GEMM is [pixels, K] x [K, O], also for few output channels: computing it
     transposed and storing the transpose was slower with numpy 2.4's OpenBLAS on this
@@ -192,13 +191,10 @@ def conv2d(ctx: NodeContext):
 
     pointwise = kh == 1 and kw == 1 and sh == 1 and sw == 1 and pt == 0 and pl == 0 and (oh, ow) == (h, w)
     if not pointwise:
-        direct = direct_conv((n, h, w, c), w_spec.value, bias, lo, hi, (n, oh, ow, o), (sh, sw, dh, dw, pt, pl))
-        if direct is not None:
-            return direct
-    if not pointwise and sh == 1 and sw == 1:
-        shifted = _shifted_conv((n, h, w, c), w_spec.value, bias, lo, hi, oh, ow, pt, pl, dh, dw)
-        if shifted is not None:
-            return shifted
+        implicit = _implicit_conv((n, h, w, c), w_spec.value, bias, lo, hi, (n, oh, ow, o),
+                                  (sh, sw, dh, dw, pt, pl))
+        if implicit is not None:
+            return implicit
     if pointwise:
         # A 1x1 conv on a few pixels (squeeze-excite, a conv classifier head) is an FC.
         product = few_rows_product(m, k, wmat.T, bias, attrs["activation"])

@@ -34,22 +34,22 @@ _TASKS = 8
 
 
 # Parameters before the tap offsets.
-_PARAMS = 8
+_PARAMS = 11
 
 
 @intrinsic
-def _tile(typingctx, xp, wp, bp, outp, ip, r, c, taps, n, jb, lo, hi):
+def _tile(typingctx, xp, wp, bp, outp, ip, r, base, step, c, taps, n, jb, lo, hi):
     """The MR x NR tile at row ``r`` of the panel starting at column ``jb``, written as LLVM
     IR with explicit vectors: ``out[r + i, jb:jb + NR] = clamp(bias + sum over taps and
-    C of x * w)`` with the MR accumulators as ``<NR x float>`` values in registers, one
+    C of x * w)``, row ``r + i`` of A reading the C values of x's rows ``base + i * step +
+    offset[tap]``, with the MR accumulators as ``<NR x float>`` values in registers, one
     vector load of W, MR broadcasts of x and MR fused multiply-adds per step. (The same
     tile as numba source, 96 scalar accumulators for SLP to pack, took numba 3 s to
     compile; this is a loop LLVM compiles at once.) NaN propagates through the clamp."""
-    sig = types.void(xp, wp, bp, outp, ip, types.int64, types.int64, types.int64, types.int64, types.int64,
-                     types.float32, types.float32)
+    sig = types.void(xp, wp, bp, outp, ip, *[types.int64] * 7, types.float32, types.float32)
 
     def codegen(context, builder, signature, args):
-        x_ptr, w_ptr, b_ptr, out_ptr, ip_ptr, r_, c_, taps_, n_, jb_, lo_, hi_ = args
+        x_ptr, w_ptr, b_ptr, out_ptr, ip_ptr, r_, base_, step_, c_, taps_, n_, jb_, lo_, hi_ = args
         i64, f32 = ir.IntType(64), ir.FloatType()
         vec = ir.VectorType(f32, NR)
         vptr = vec.as_pointer()
@@ -83,7 +83,8 @@ def _tile(typingctx, xp, wp, bp, outp, ip, r, c, taps, n, jb, lo, hi):
             a.add_incoming(bias, entry)
         more_taps = builder.icmp_signed("<", t, taps_)
         offset = builder.load(builder.gep(ip_ptr, [builder.add(ir.Constant(i64, _PARAMS), t)]))
-        xb = builder.mul(builder.add(r_, offset), c_)
+        xb = builder.mul(builder.add(base_, offset), c_)
+        row_step = builder.mul(step_, c_)
         wb0 = builder.add(panel, builder.mul(builder.mul(t, c_), ir.Constant(i64, NR)))
         t_block = builder.block
         builder.cbranch(more_taps, q_head, done)
@@ -100,7 +101,7 @@ def _tile(typingctx, xp, wp, bp, outp, ip, r, c, taps, n, jb, lo, hi):
         wv = vload(w_ptr, builder.add(wb0, builder.mul(q, ir.Constant(i64, NR))))
         new_acc = []
         for i, acc in enumerate(q_acc):
-            xi = builder.load(builder.gep(x_ptr, [builder.add(builder.add(xb, builder.mul(ir.Constant(i64, i), c_)), q)]))
+            xi = builder.load(builder.gep(x_ptr, [builder.add(builder.add(xb, builder.mul(ir.Constant(i64, i), row_step)), q)]))
             new_acc.append(builder.call(fma, [splat(xi), wv, acc]))
         q_next = builder.add(q, ir.Constant(i64, 1))
         q.add_incoming(q_next, q_body)
@@ -128,15 +129,19 @@ def _tile(typingctx, xp, wp, bp, outp, ip, r, c, taps, n, jb, lo, hi):
 
 @task_function()
 def _packed_gemm(t, xp, wp, bp, outp, _a4, _a5, _a6, _a7, ip, fp):
-    """Task ``t`` of ``out = clamp(A @ W + bias)``: rows ``r0 .. r1`` (at least MR of them)
-    of the panels ``p0 .. p1``, in MR x NR tiles (:func:`_tile`); where fewer than MR rows
-    remain, the last tile is moved back to end at ``r1``, recomputing a few rows (with
-    the same values) rather than running a second, one-row tile. Row ``r`` of A is the
-    concatenation over taps of the C values at row ``r + offset[tap]`` of x: a plain
-    product is one tap at offset 0 with C = K. ``ip``: M, C, T, N, row_chunk, row_tasks,
-    panel_chunk, panel_tasks, then the T offsets; ``fp``: lo, hi."""
+    """Task ``t`` of ``out = clamp(A @ W + bias)``: rows ``r0 .. r1`` of the panels
+    ``p0 .. p1``, in MR x NR tiles (:func:`_tile`). The rows come in segments of
+    ``seg_len`` (at least MR; an output row of a convolution): row ``x`` of segment ``s``
+    reads x's rows ``s * seg_stride + x * step + offset[tap]``, for each tap, C values
+    each. A plain product is one segment, one tap at offset 0, step 1 and C = K. Where
+    fewer than MR rows of a segment remain, its last tile is moved back to end with it,
+    recomputing a few rows (with the same values) rather than running a second, one-row
+    tile; task chunks hold whole segments, or whole tiles of one. ``ip``: M, C, T, N,
+    row_chunk, row_tasks, panel_chunk, panel_tasks, seg_len, seg_stride, step, then the
+    T offsets; ``fp``: lo, hi."""
     m, c, taps, n = ip[0], ip[1], ip[2], ip[3]
     row_chunk, row_tasks, panel_chunk, panel_tasks = ip[4], ip[5], ip[6], ip[7]
+    seg_len, seg_stride, step = ip[8], ip[9], ip[10]
     row_task = t // panel_tasks
     r0 = row_task * row_chunk
     r1 = m if row_task == row_tasks - 1 else r0 + row_chunk
@@ -144,9 +149,13 @@ def _packed_gemm(t, xp, wp, bp, outp, _a4, _a5, _a6, _a7, ip, fp):
     for p in range(p0, min(n // NR, p0 + panel_chunk)):
         r = r0
         while r < r1:
-            r = min(r, r1 - MR)
-            _tile(xp, wp, bp, outp, ip, r, c, taps, n, p * NR, fp[0], fp[1])
-            r += MR
+            seg = r // seg_len
+            end = min(r1, (seg + 1) * seg_len)
+            while r < end:
+                r = min(r, end - MR)
+                _tile(xp, wp, bp, outp, ip, r, seg * seg_stride + (r - seg * seg_len) * step, step, c, taps, n,
+                      p * NR, fp[0], fp[1])
+                r += MR
 
 
 def fits(m: int, n: int) -> bool:
@@ -161,15 +170,17 @@ def pack(w_kn: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(np.asarray(w_kn, F32).reshape(k, n // NR, NR).transpose(1, 0, 2))
 
 
-def split(m: int, n: int, k: int, threads: int) -> tuple[int, int, int, int]:
+def split(m: int, n: int, k: int, threads: int, seg_len: int) -> tuple[int, int, int, int]:
     """``(row_chunk, row_tasks, panel_chunk, panel_tasks)``: tasks cut along the rows (in
-    whole tiles, the last task taking the rest) or along the panels, whichever operand
-    is the larger to share out."""
+    whole segments of ``seg_len`` rows, or whole tiles when there is one segment; the
+    last task taking the rest) or along the panels, whichever operand is the larger to
+    share out."""
     panels = n // NR
     if threads < 2 or m * n * k < SPLIT_MIN_MACS:
         return m, 1, panels, 1
     if m >= n:
-        row_chunk = _ceil_div(_ceil_div(m, _TASKS), MR) * MR
+        unit = seg_len if seg_len < m else MR
+        row_chunk = _ceil_div(_ceil_div(m, _TASKS), unit) * unit
         return row_chunk, m // row_chunk, panels, 1
     panel_chunk = _ceil_div(panels, _TASKS)
     return m, 1, panel_chunk, _ceil_div(panels, panel_chunk)
@@ -184,10 +195,9 @@ class PackedMatmul:
     the constant ``w_kn`` [K, N] (N a multiple of 16), packed here once; ``threads``: the
     numba threads the tasks are cut for.
 
-    With ``offsets`` (T of them, K = T * C) A is implicit: its row ``r`` is, for each
-    tap, the C values of row ``r + offsets[tap]`` of ``x`` [rows, C] (a convolution over
-    a padded image, one tap per filter position); ``x`` must then have enough rows past
-    M for the largest offset. Without, A is ``x`` [M, K] itself."""
+    With ``offsets`` (T of them, K = T * C) A is implicit, a convolution over a padded
+    image ``x`` [pixels, C] with one tap per filter position: see :meth:`bind`. Without,
+    A is ``x`` [M, K] itself."""
 
     def __init__(self, w_kn: np.ndarray, bias: np.ndarray, lo: float, hi: float, threads: int,
                  offsets: tuple[int, ...] = (0,)) -> None:
@@ -203,16 +213,22 @@ class PackedMatmul:
         self.offsets = tuple(int(v) for v in offsets)
         self.c = k // len(self.offsets)
 
-    def bind(self, x: np.ndarray, out: np.ndarray):
-        """The call on these arrays (shapes checked: the kernel trusts them)."""
+    def bind(self, x: np.ndarray, out: np.ndarray, segments: tuple[int, int, int] | None = None):
+        """The call on these arrays (shapes checked: the kernel trusts them). ``segments``
+        ``(seg_len, seg_stride, step)``: out's rows in runs of ``seg_len`` (at least MR),
+        row ``j`` of run ``s`` reading x's rows ``s * seg_stride + j * step + offset``
+        (an output row of a convolution, its stride, the row stride of the padded image);
+        None: one run with step 1."""
         m = out.shape[0]
-        need = m + max(self.offsets)
-        if x.ndim != 2 or x.shape[1] != self.c or x.shape[0] < need or out.shape != (m, self.n) or m < MR:
+        seg_len, seg_stride, step = segments or (m, m, 1)
+        last = (m // max(seg_len, 1) - 1) * seg_stride + (seg_len - 1) * step + max(self.offsets)
+        if x.ndim != 2 or x.shape[1] != self.c or out.shape != (m, self.n) or m < MR or seg_len < MR \
+                or m % seg_len or x.shape[0] <= last:
             raise ValueError(f"packed matmul for [M >= {MR}, {self.k}] -> [M, {self.n}] given "
-                             f"{x.shape} -> {out.shape}")
-        row_chunk, row_tasks, panel_chunk, panel_tasks = split(m, self.n, self.k, self.threads)
+                             f"{x.shape} -> {out.shape} in runs of {seg_len}")
+        row_chunk, row_tasks, panel_chunk, panel_tasks = split(m, self.n, self.k, self.threads, seg_len)
         params = np.array([m, self.c, len(self.offsets), self.n, row_chunk, row_tasks, panel_chunk, panel_tasks,
-                           *self.offsets], np.int64)
+                           seg_len, seg_stride, step, *self.offsets], np.int64)
         return bind_task(self.task, row_tasks * panel_tasks, (x, self.weights, self.bias), (out,), params,
                          self.floats)
 

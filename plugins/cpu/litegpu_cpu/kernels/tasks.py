@@ -28,7 +28,6 @@ functions compile without it (correct, slower).
 from __future__ import annotations
 
 import logging
-from contextlib import contextmanager
 from functools import partial
 
 import numpy as np
@@ -70,10 +69,9 @@ class TaskFunction:
     """A serial task function ``fn(task, a0, .., a7, ints, floats)`` (float32 pointers,
     int64 and float32 parameter pointers), compiled as a C callback on first use."""
 
-    def __init__(self, fn, fastmath=False, slp: bool = False) -> None:
+    def __init__(self, fn, fastmath=False) -> None:
         self.fn = fn
         self.fastmath = fastmath
-        self.slp = slp
         self._address = 0
         self._compiled = None                  # keeps the code alive
 
@@ -83,35 +81,16 @@ class TaskFunction:
         if not self._address:
             options = {"noalias": True} if NOALIAS else {}
             # error_model="numpy": a callback cannot raise, so x / 0 is inf as in numpy.
-            with _slp_vectorizer(self.slp):
-                compiled = cfunc(TASK_SIGNATURE, cache=True, fastmath=self.fastmath, error_model="numpy",
-                                 **options)(self.fn)
+            compiled = cfunc(TASK_SIGNATURE, cache=True, fastmath=self.fastmath, error_model="numpy",
+                             **options)(self.fn)
             self._compiled = compiled
             self._address = compiled.address
         return self._address
 
 
-@contextmanager
-def _slp_vectorizer(on: bool):
-    """LLVM's SLP vectorizer on for the compiles inside when ``on`` (numba leaves it off
-    unless ``NUMBA_SLP_VECTORIZE=1``). A loop over a constant number of output channels is
-    fully unrolled before the loop vectorizer runs, leaving one scalar accumulator per
-    channel in registers; SLP packs them back into vectors (the first conv's direct
-    kernel, 3x3 over 3 channels into 16: 910 -> 111 us). Opt-in: it made the sums and some
-    depthwise kernels slower. The compiles run under numba's global compiler lock, so only
-    a compile that another thread starts meanwhile may see it too."""
-    from numba.core import config
-    before = config.SLP_VECTORIZE
-    config.SLP_VECTORIZE = int(on) or before
-    try:
-        yield
-    finally:
-        config.SLP_VECTORIZE = before
-
-
-def task_function(fastmath=False, slp: bool = False):
-    """Decorator: the function as a :class:`TaskFunction` (``slp``: see :func:`_slp_vectorizer`)."""
-    return lambda fn: TaskFunction(fn, fastmath, slp)
+def task_function(fastmath=False):
+    """Decorator: the function as a :class:`TaskFunction`."""
+    return lambda fn: TaskFunction(fn, fastmath)
 
 
 @intrinsic
