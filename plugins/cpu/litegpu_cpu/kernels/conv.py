@@ -130,7 +130,10 @@ def _implicit_conv(x_shape, w_value, bias, lo, hi, out_shape, geometry):
     hp, wp = (oh - 1) * sh + (kh - 1) * dh + 1, (ow - 1) * sw + (kw - 1) * dw + 1
     # Input rows and columns past the frame are never read (VALID with a remainder).
     rows_in, cols_in = max(0, min(h, hp - pt)), max(0, min(w, wp - pl))
-    offsets = [a * dh * wp + b * dw for a in range(kh) for b in range(kw)]
+    # One tap per filter row where its KW pixels are contiguous (dilation 1 along the width):
+    # KW * C values in one run, rather than KW runs of C (1x512 over 1 channel: 512 runs of 1).
+    offsets = [a * dh * wp for a in range(kh)] if dw == 1 else \
+        [a * dh * wp + b * dw for a in range(kh) for b in range(kw)]
     n16 = -(-o // NR) * NR
     wmat = np.zeros((kh * kw * c, n16), F32)
     wmat[:, :o] = np.asarray(w_value, F32).transpose(1, 2, 3, 0).reshape(kh * kw * c, o)   # [T*C, O]

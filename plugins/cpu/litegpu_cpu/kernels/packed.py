@@ -34,22 +34,23 @@ _TASKS = 8
 
 
 # Parameters before the tap offsets.
-_PARAMS = 11
+_PARAMS = 12
 
 
 @intrinsic
-def _tile(typingctx, xp, wp, bp, outp, ip, r, base, step, c, taps, n, jb, lo, hi):
+def _tile(typingctx, xp, wp, bp, outp, ip, r, base, step, c, length, taps, n, jb, lo, hi):
     """The MR x NR tile at row ``r`` of the panel starting at column ``jb``, written as LLVM
     IR with explicit vectors: ``out[r + i, jb:jb + NR] = clamp(bias + sum over taps and
-    C of x * w)``, row ``r + i`` of A reading the C values of x's rows ``base + i * step +
-    offset[tap]``, with the MR accumulators as ``<NR x float>`` values in registers, one
+    ``length`` values of x * w)``, row ``r + i`` of A reading, per tap, the ``length``
+    values from x's row ``base + i * step + offset[tap]`` on (rows of C values), with the
+    MR accumulators as ``<NR x float>`` values in registers, one
     vector load of W, MR broadcasts of x and MR fused multiply-adds per step. (The same
     tile as numba source, 96 scalar accumulators for SLP to pack, took numba 3 s to
     compile; this is a loop LLVM compiles at once.) NaN propagates through the clamp."""
-    sig = types.void(xp, wp, bp, outp, ip, *[types.int64] * 7, types.float32, types.float32)
+    sig = types.void(xp, wp, bp, outp, ip, *[types.int64] * 8, types.float32, types.float32)
 
     def codegen(context, builder, signature, args):
-        x_ptr, w_ptr, b_ptr, out_ptr, ip_ptr, r_, base_, step_, c_, taps_, n_, jb_, lo_, hi_ = args
+        x_ptr, w_ptr, b_ptr, out_ptr, ip_ptr, r_, base_, step_, c_, len_, taps_, n_, jb_, lo_, hi_ = args
         i64, f32 = ir.IntType(64), ir.FloatType()
         vec = ir.VectorType(f32, NR)
         vptr = vec.as_pointer()
@@ -65,7 +66,7 @@ def _tile(typingctx, xp, wp, bp, outp, ip, r, base, step, c, taps, n, jb, lo, hi
             return builder.load(builder.bitcast(builder.gep(ptr, [offset]), vptr), align=4)
 
         bias = vload(b_ptr, jb_)
-        panel = builder.mul(jb_, builder.mul(taps_, c_))
+        panel = builder.mul(jb_, builder.mul(taps_, len_))
         entry = builder.block
         # Loop over taps (t) and, inside, over the C values (q) of each.
         t_head = builder.append_basic_block("tile.tap")
@@ -85,7 +86,7 @@ def _tile(typingctx, xp, wp, bp, outp, ip, r, base, step, c, taps, n, jb, lo, hi
         offset = builder.load(builder.gep(ip_ptr, [builder.add(ir.Constant(i64, _PARAMS), t)]))
         xb = builder.mul(builder.add(base_, offset), c_)
         row_step = builder.mul(step_, c_)
-        wb0 = builder.add(panel, builder.mul(builder.mul(t, c_), ir.Constant(i64, NR)))
+        wb0 = builder.add(panel, builder.mul(builder.mul(t, len_), ir.Constant(i64, NR)))
         t_block = builder.block
         builder.cbranch(more_taps, q_head, done)
 
@@ -95,7 +96,7 @@ def _tile(typingctx, xp, wp, bp, outp, ip, r, base, step, c, taps, n, jb, lo, hi
         q_acc = [builder.phi(vec) for _ in range(MR)]
         for a, outer in zip(q_acc, t_acc):
             a.add_incoming(outer, t_block)
-        builder.cbranch(builder.icmp_signed("<", q, c_), q_body, t_next)
+        builder.cbranch(builder.icmp_signed("<", q, len_), q_body, t_next)
 
         builder.position_at_end(q_body)
         wv = vload(w_ptr, builder.add(wb0, builder.mul(q, ir.Constant(i64, NR))))
@@ -132,16 +133,17 @@ def _packed_gemm(t, xp, wp, bp, outp, _a4, _a5, _a6, _a7, ip, fp):
     """Task ``t`` of ``out = clamp(A @ W + bias)``: rows ``r0 .. r1`` of the panels
     ``p0 .. p1``, in MR x NR tiles (:func:`_tile`). The rows come in segments of
     ``seg_len`` (at least MR; an output row of a convolution): row ``x`` of segment ``s``
-    reads x's rows ``s * seg_stride + x * step + offset[tap]``, for each tap, C values
-    each. A plain product is one segment, one tap at offset 0, step 1 and C = K. Where
+    reads, for each tap, ``length`` values from x's row ``s * seg_stride + x * step +
+    offset[tap]`` on (x's rows holding C values). A plain product is one segment, one tap
+    at offset 0, step 1 and C = length = K. Where
     fewer than MR rows of a segment remain, its last tile is moved back to end with it,
     recomputing a few rows (with the same values) rather than running a second, one-row
-    tile; task chunks hold whole segments, or whole tiles of one. ``ip``: M, C, T, N,
-    row_chunk, row_tasks, panel_chunk, panel_tasks, seg_len, seg_stride, step, then the
-    T offsets; ``fp``: lo, hi."""
-    m, c, taps, n = ip[0], ip[1], ip[2], ip[3]
-    row_chunk, row_tasks, panel_chunk, panel_tasks = ip[4], ip[5], ip[6], ip[7]
-    seg_len, seg_stride, step = ip[8], ip[9], ip[10]
+    tile; task chunks hold whole segments, or whole tiles of one. ``ip``: M, C, length,
+    T, N, row_chunk, row_tasks, panel_chunk, panel_tasks, seg_len, seg_stride, step, then
+    the T offsets; ``fp``: lo, hi."""
+    m, c, length, taps, n = ip[0], ip[1], ip[2], ip[3], ip[4]
+    row_chunk, row_tasks, panel_chunk, panel_tasks = ip[5], ip[6], ip[7], ip[8]
+    seg_len, seg_stride, step = ip[9], ip[10], ip[11]
     row_task = t // panel_tasks
     r0 = row_task * row_chunk
     r1 = m if row_task == row_tasks - 1 else r0 + row_chunk
@@ -153,8 +155,8 @@ def _packed_gemm(t, xp, wp, bp, outp, _a4, _a5, _a6, _a7, ip, fp):
             end = min(r1, (seg + 1) * seg_len)
             while r < end:
                 r = min(r, end - MR)
-                _tile(xp, wp, bp, outp, ip, r, seg * seg_stride + (r - seg * seg_len) * step, step, c, taps, n,
-                      p * NR, fp[0], fp[1])
+                _tile(xp, wp, bp, outp, ip, r, seg * seg_stride + (r - seg * seg_len) * step, step, c, length, taps,
+                      n, p * NR, fp[0], fp[1])
                 r += MR
 
 
@@ -195,9 +197,10 @@ class PackedMatmul:
     the constant ``w_kn`` [K, N] (N a multiple of 16), packed here once; ``threads``: the
     numba threads the tasks are cut for.
 
-    With ``offsets`` (T of them, K = T * C) A is implicit, a convolution over a padded
-    image ``x`` [pixels, C] with one tap per filter position: see :meth:`bind`. Without,
-    A is ``x`` [M, K] itself."""
+    With ``offsets`` (T of them) A is implicit, a convolution over a padded image ``x``
+    [pixels, C]: row ``r`` of A is, for each tap, the K / T values from x's pixel
+    ``r + offset`` on (one filter row of KW taps over C channels, contiguous where the
+    dilation along the width is 1); see :meth:`bind`. Without, A is ``x`` [M, K] itself."""
 
     def __init__(self, w_kn: np.ndarray, bias: np.ndarray, lo: float, hi: float, threads: int,
                  offsets: tuple[int, ...] = (0,)) -> None:
@@ -211,7 +214,7 @@ class PackedMatmul:
         self.floats = np.array([lo, hi], F32)
         self.k, self.n, self.threads = k, n, threads
         self.offsets = tuple(int(v) for v in offsets)
-        self.c = k // len(self.offsets)
+        self.length = k // len(self.offsets)
 
     def bind(self, x: np.ndarray, out: np.ndarray, segments: tuple[int, int, int] | None = None):
         """The call on these arrays (shapes checked: the kernel trusts them). ``segments``
@@ -221,14 +224,15 @@ class PackedMatmul:
         None: one run with step 1."""
         m = out.shape[0]
         seg_len, seg_stride, step = segments or (m, m, 1)
+        c = x.shape[1] if x.ndim == 2 else 0
         last = (m // max(seg_len, 1) - 1) * seg_stride + (seg_len - 1) * step + max(self.offsets)
-        if x.ndim != 2 or x.shape[1] != self.c or out.shape != (m, self.n) or m < MR or seg_len < MR \
-                or m % seg_len or x.shape[0] <= last:
+        if x.ndim != 2 or (segments is None and c != self.k) or out.shape != (m, self.n) or m < MR \
+                or seg_len < MR or m % seg_len or last * c + self.length > x.size:
             raise ValueError(f"packed matmul for [M >= {MR}, {self.k}] -> [M, {self.n}] given "
                              f"{x.shape} -> {out.shape} in runs of {seg_len}")
         row_chunk, row_tasks, panel_chunk, panel_tasks = split(m, self.n, self.k, self.threads, seg_len)
-        params = np.array([m, self.c, len(self.offsets), self.n, row_chunk, row_tasks, panel_chunk, panel_tasks,
-                           seg_len, seg_stride, step, *self.offsets], np.int64)
+        params = np.array([m, c, self.length, len(self.offsets), self.n, row_chunk, row_tasks, panel_chunk,
+                           panel_tasks, seg_len, seg_stride, step, *self.offsets], np.int64)
         return bind_task(self.task, row_tasks * panel_tasks, (x, self.weights, self.bias), (out,), params,
                          self.floats)
 
