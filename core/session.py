@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+from functools import partial
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Callable
@@ -96,11 +97,13 @@ class Session:
                                       model=model, extra=dict(extra or {}))
         self._cache: dict[tuple, CompiledSubgraph] = {}
         self._calls: dict[tuple, _SubgraphCall] = {}   # control flow's fast path, keyed by input shapes
+        self._constants: dict[int, np.ndarray] | None = None   # the model's constant arrays by id
         self._loops: dict[tuple, Callable | None] = {}   # WHILE loops over fixed arrays, by subgraphs and shapes
 
     def compile(self, sg_index: int, input_shapes: dict[int, tuple[int, ...]] | None = None,
-                delegate: bool = True) -> CompiledSubgraph:
-        """The subgraph compiled for ``input_shapes`` (default: the model's shapes); cached.
+                delegate: bool = True, values: dict[int, np.ndarray] | None = None) -> CompiledSubgraph:
+        """The subgraph compiled for ``input_shapes`` (default: the model's shapes), the
+        inputs in ``values`` as those constants; cached.
 
         ``delegate`` False keeps every node on cpu: the bodies of control flow run there,
         as LiteRT's GPU delegate leaves them to the CPU (a loop body of a few small ops
@@ -109,10 +112,11 @@ class Session:
         sg = self.model.subgraphs[sg_index]
         shapes = {t: tuple(sg.tensors[t].shape) for t in sg.inputs}
         shapes.update(input_shapes or {})
-        key = (sg_index, tuple(sorted(shapes.items())), delegate)
+        values = values or {}
+        key = (sg_index, tuple(sorted(shapes.items())), delegate, tuple(sorted((t, id(v)) for t, v in values.items())))
         compiled = self._cache.get(key)
         if compiled is None:
-            specs = {t: TensorSpec(shape, sg.tensors[t].dtype) for t, shape in shapes.items()}
+            specs = {t: TensorSpec(shape, sg.tensors[t].dtype, values.get(t)) for t, shape in shapes.items()}
             backends = self.backends if delegate else []
 
             def build(moved: dict[int, str]) -> CompiledSubgraph:
@@ -188,7 +192,7 @@ class Session:
     def _called_report(self, sg_index: int, roles: list[str]) -> DelegationReport:
         """The report of a subgraph control flow calls: the one it was compiled with when it
         has run, else its planned placement at the model's shapes; every node on cpu."""
-        compiled = next((c for (i, _, delegate), c in self._cache.items() if i == sg_index and not delegate), None)
+        compiled = next((c for (i, _, delegate, _), c in self._cache.items() if i == sg_index and not delegate), None)
         base = compiled.report if compiled is not None else self._planned_report(sg_index)
         role = "; ".join(roles)
         # A reason on each node only when something other than cpu was asked for, as in
@@ -216,15 +220,23 @@ class Session:
             _note_cpu_precision(report)
         return report
 
-    def call_subgraph(self, sg_index: int, inputs: list[np.ndarray]) -> list[np.ndarray]:
-        """Run subgraph ``sg_index`` on ``inputs`` (control flow); returns copies of its outputs."""
+    def call_subgraph(self, sg_index: int, inputs: list[np.ndarray], constants: bool = False) -> list[np.ndarray]:
+        """Run subgraph ``sg_index`` on ``inputs`` (control flow); returns copies of its outputs.
+
+        With ``constants``, inputs that are the model's own constant arrays are compiled
+        into the subgraph as constants (IF hands its branch the branch's weights as
+        inputs: as constants they are packed once and never copied in). WHILE does not ask
+        for it: a loop value that starts as a constant changes on the next iteration."""
         try:
             key = (sg_index, *map(_SHAPE, inputs))
         except AttributeError:   # not arrays: the general path converts them
-            key = None
+            key, constants = None, False
+        fixed = self._constant_inputs(inputs) if constants else ()
+        if fixed:
+            key = (*key, fixed)
         call = self._calls.get(key)
         if call is None:
-            call = self._subgraph_call(sg_index, inputs)
+            call = self._subgraph_call(sg_index, inputs, fixed)
         self._descend()
         try:
             return call(inputs)
@@ -322,8 +334,16 @@ class Session:
             raise ResourceLimitError(f"subgraph calls nested deeper than {_MAX_CALL_DEPTH}")
         self._depth += 1
 
-    def _subgraph_call(self, sg_index: int, inputs: list) -> "_SubgraphCall":
-        """The cached call of subgraph ``sg_index`` compiled for the shapes of ``inputs``."""
+    def _constant_inputs(self, inputs: list) -> tuple[tuple[int, int], ...]:
+        """``(position, id)`` of each of ``inputs`` that is one of the model's constant arrays."""
+        if self._constants is None:
+            self._constants = {id(t.data): t.data for sg in self.model.subgraphs for t in sg.tensors
+                               if isinstance(t.data, np.ndarray)}
+        return tuple((pos, id(v)) for pos, v in enumerate(inputs) if self._constants.get(id(v)) is v)
+
+    def _subgraph_call(self, sg_index: int, inputs: list, fixed: tuple = ()) -> "_SubgraphCall":
+        """The cached call of subgraph ``sg_index`` compiled for the shapes of ``inputs``,
+        those at the positions in ``fixed`` (:meth:`_constant_inputs`) as constants."""
         if not 0 <= sg_index < len(self.model.subgraphs):
             raise InvalidArgumentError(f"subgraph {sg_index} does not exist; the model has "
                                        f"{len(self.model.subgraphs)}")
@@ -333,10 +353,11 @@ class Session:
             raise ModelFormatError(f"subgraph {sg_index} takes {len(sg.inputs)} inputs, its caller passes "
                                    f"{len(inputs)}")
         shapes = [np.shape(v) for v in inputs]
-        key = (sg_index, *shapes)
+        key = (sg_index, *shapes, fixed) if fixed else (sg_index, *shapes)
         call = self._calls.get(key)
         if call is None:
-            compiled = self.compile(sg_index, dict(zip(sg.inputs, shapes)), delegate=False)
+            values = {sg.inputs[pos]: inputs[pos] for pos, _ in fixed}
+            compiled = self.compile(sg_index, dict(zip(sg.inputs, shapes)), delegate=False, values=values)
             call = self._calls[key] = _SubgraphCall(compiled)
         return call
 
@@ -375,11 +396,13 @@ def _note_cpu_precision(report: DelegationReport) -> None:
 
 class _Caller:
     """The runtime's ``call_subgraph``: called like :meth:`Session.call_subgraph`, and
-    offering :meth:`Session.while_loop`, which WHILE uses when present."""
+    offering :meth:`Session.while_loop`, which WHILE uses when present, and ``branch``,
+    which IF uses when present (a call that compiles constant inputs in)."""
 
     def __init__(self, session: Session) -> None:
         self._call = session.call_subgraph
         self.while_loop = session.while_loop
+        self.branch = partial(session.call_subgraph, constants=True)
 
     def __call__(self, sg_index: int, inputs: list) -> list[np.ndarray]:
         return self._call(sg_index, inputs)

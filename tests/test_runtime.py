@@ -240,3 +240,50 @@ def test_memory_limit_is_a_clear_error() -> None:
     b.output(y)
     with pytest.raises(litegpu.ResourceLimitError, match="limit"):
         litegpu.Interpreter(model_content=b.build(), limits=litegpu.Limits(max_bytes=1 << 20))
+
+
+def _if_with_weights() -> bytes:
+    """IF over two branches that each take the caller's constant weight [4, 8] as an input
+    (as TF's converter passes a branch its weights) and run FULLY_CONNECTED with it."""
+    from litegpu.testing.builder import ModelBuilder
+    b = ModelBuilder()
+    branches = []
+    for sign in (1.0, -1.0):
+        sg = b.subgraph()
+        x, w = sg.input("x", (2, 8)), sg.input("w", (4, 8))
+        y, z = sg.tensor("y", (2, 4)), sg.tensor("z", (2, 4))
+        sg.op("FULLY_CONNECTED", [x, w, -1], [y], fused_activation_function="NONE")
+        sg.op("MUL", [y, sg.const("s", np.full((1,), sign, np.float32))], [z], fused_activation_function="NONE")
+        sg.output(z)
+        branches.append(sg.index)
+    c, x = b.input("c", (), np.bool_), b.input("x", (2, 8))
+    w = b.const("w", np.arange(32, dtype=np.float32).reshape(4, 8) / 10)
+    out = b.tensor("out", (2, 4))
+    b.op("IF", [c, x, w], [out], then_subgraph_index=branches[0], else_subgraph_index=branches[1])
+    b.output(out)
+    return b.build()
+
+
+def test_if_compiles_the_constant_inputs_of_its_branch_in() -> None:
+    """A branch's constant input (its weights) is compiled in as a constant: nothing is
+    copied in for it, and both branches still compute with it."""
+    interp = litegpu.Interpreter(model_content=_if_with_weights())
+    interp.allocate_tensors()
+    c, x = (d["index"] for d in interp.get_input_details())
+    w = next(t.index for t in interp._session.model.subgraphs[0].tensors if t.name == "w")
+    xs = np.linspace(-1, 1, 16, dtype=np.float32).reshape(2, 8)
+    weights = np.arange(32, dtype=np.float32).reshape(4, 8) / 10
+    for flag, sign in ((True, 1.0), (False, -1.0), (True, 1.0)):
+        interp.set_tensor(c, np.array(flag))
+        interp.set_tensor(x, xs)
+        interp.invoke()
+        got = interp.get_tensor(interp.get_output_details()[0]["index"])
+        np.testing.assert_allclose(got, sign * xs @ weights.T, rtol=1e-6)
+    # Each branch was compiled with its weight input as the model's own constant array: the
+    # host array is that array, which the call does not copy into.
+    branches = list(interp._session._calls.values())
+    assert len(branches) == 2
+    for call in branches:
+        w_input = call.compiled.sg.inputs[1]
+        assert call.compiled.host[w_input] is call.compiled.sg.tensors[w_input].data or \
+            call.compiled.host[w_input] is interp._session.model.subgraphs[0].tensors[w].data

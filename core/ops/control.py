@@ -60,7 +60,9 @@ def _if_attrs(node, tensors) -> dict:
 
 def _if(inputs, attrs, runtime):
     branch = attrs["then"] if _truth(inputs[0], "IF condition") else attrs["else"]
-    return runtime.call_subgraph(branch, list(inputs[1:]))
+    # The session's branch call compiles the branch's constant inputs (its weights) in.
+    call = getattr(runtime.call_subgraph, "branch", runtime.call_subgraph)
+    return call(branch, list(inputs[1:]))
 
 
 def _call_once_attrs(node, tensors) -> dict:
