@@ -106,3 +106,32 @@ def test_fused_tanh_matches_the_reference_across_its_range():
     np.testing.assert_allclose(tanh[ok], want[ok], rtol=3e-7, atol=1e-44)
     np.testing.assert_array_equal(np.signbit(tanh[ok]), np.signbit(want[ok]))
     np.testing.assert_array_equal(square, tanh * tanh)
+
+
+@pytest.mark.parametrize("shape,stat_shape", [((1, 64, 128), (1, 64, 1)), ((3, 5, 7), (3, 5, 1)),
+                                              ((2, 1, 4, 6), (2, 1, 4, 1)), ((6, 9), (6, 1)), ((1, 4, 3), (4, 1))],
+                         ids=str)
+def test_row_operands_broadcast_along_their_row(shape, stat_shape):
+    """LayerNorm's pattern: (x - mean) * inv with one mean and one inv per last-dimension
+    row ([..., 1] operands, one an input and one a constant) fuse into one kernel that
+    reads them per row, against the references one after another."""
+    rng = np.random.default_rng(len(shape))
+    x = rng.standard_normal(shape).astype(np.float32)
+    mean = rng.standard_normal(stat_shape).astype(np.float32)
+    inv = rng.standard_normal(stat_shape).astype(np.float32)
+    full = TensorSpec(shape, F32)
+    nodes = [node(0, "SUB", [full, TensorSpec(stat_shape, F32)], (0, 1), 2, shape, {"activation": "NONE"}),
+             node(1, "MUL", [full, TensorSpec(stat_shape, F32, value=inv)], (2, 3), 4, shape, {"activation": "NONE"})]
+    group = plan_group(nodes, {4})
+    assert group is not None and group.cols == shape[-1]
+    out = np.full(shape, np.nan, np.float32)
+    make_fused_kernel(group)([x, mean], [out])
+    v2 = get_op("SUB").reference([x, mean], {"activation": "NONE"})[0]
+    np.testing.assert_array_equal(out, get_op("MUL").reference([v2, inv], {"activation": "NONE"})[0])
+
+
+def test_an_operand_broadcast_along_more_than_the_last_dimension_is_not_a_row():
+    """[3, 4, 1] against [2, 3, 4, 6] also repeats along the first dimension: not fused."""
+    full = TensorSpec((2, 3, 4, 6), F32)
+    sub = node(0, "SUB", [full, TensorSpec((3, 4, 1), F32)], (0, 1), 2, (2, 3, 4, 6), {"activation": "NONE"})
+    assert plan_group([sub], {2}) is None

@@ -2,8 +2,9 @@
 
 A run of consecutive static elementwise nodes with one output shape becomes a single
 kernel that reads each element once, keeps intermediates in registers and writes only
-the values used after the run. Operands are indexed per element, as a scalar, or
-broadcast along the last dimension (bias adds, squeeze-excite scales).
+the values used after the run. Operands are indexed per element, as a scalar,
+broadcast along the last dimension (bias adds, squeeze-excite scales), or one value per
+last-dimension row (LayerNorm's mean and variance, shaped [..., 1]).
 
 The kernel is a task function (:mod:`.kernels.tasks`, so it chains with the steps around
 it into one call) looping over the output as ``[rows, cols]`` (blocks of rows as tasks
@@ -131,6 +132,10 @@ def _mode(shape: tuple[int, ...], out_shape: tuple[int, ...]) -> str | None:
     if out_shape and len(shape) >= 1 and shape[-1] == out_shape[-1] and size == shape[-1] \
             and len(shape) <= len(out_shape):
         return "lastdim"
+    aligned = (1,) * (len(out_shape) - len(shape)) + tuple(shape)    # numpy's right alignment
+    if len(out_shape) >= 2 and len(aligned) == len(out_shape) and aligned[-1] == 1 \
+            and aligned[:-1] == tuple(out_shape[:-1]):
+        return "row"      # one value per last-dimension row (LayerNorm's mean and variance)
     return None
 
 
@@ -164,7 +169,7 @@ def _columns(out_shape: tuple[int, ...], lastdim: bool) -> int:
 
 # How an operand is read inside the [rows, cols] loop, by mode (``x{n}`` a pointer, or the
 # constant pool ``k`` at an offset).
-_INDEX = {"full": "r * c + j", "scalar": "0", "lastdim": "j"}
+_INDEX = {"full": "r * c + j", "scalar": "0", "lastdim": "j", "row": "r"}
 # Row blocks a parallel kernel is split into (tasks, shared by the threads).
 _PARALLEL_TASKS = 8
 
@@ -187,7 +192,7 @@ def plan_group(nodes: list[NodeContext], escaping: set[int]) -> FusedGroup | Non
                 mode = _mode(tuple(spec.shape), out_shape)
                 if mode is None:
                     return None
-                lastdim |= mode == "lastdim"
+                lastdim |= mode in ("lastdim", "row")
                 if spec.value is not None:
                     names[t] = f"k[{pool_size} + {_INDEX[mode]}]"
                     pool.append(np.asarray(spec.value, F32).reshape(-1))
