@@ -7,6 +7,7 @@ import os
 import platform
 import time
 from functools import lru_cache, partial
+from itertools import groupby
 from typing import Sequence
 
 import numpy as np
@@ -451,16 +452,12 @@ def _chain_plans(steps: list[tuple]) -> list[tuple]:
     functions cannot raise, so only the launcher itself could fail there."""
     from .kernels.tasks import chained, is_plan
     out: list[tuple] = []
-    run: list[tuple] = []
-    for step in [*steps, (None, None)]:
-        if step[0] is not None and is_plan(step[0]):
-            run.append(step)
-            continue
-        if run:
+    for tasks, run in groupby(steps, key=lambda step: is_plan(step[0])):
+        run = list(run)
+        if tasks:
             out.append((chained([call for call, _ in run]), run[0][1]))
-            run = []
-        if step[0] is not None:
-            out.append(step)
+        else:
+            out.extend(run)
     return out
 
 

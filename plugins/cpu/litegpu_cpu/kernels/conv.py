@@ -19,7 +19,7 @@ from litegpu.backend import NodeContext
 from .common import (F32, clamp_bounds, constant_bias, transpose_pad_before,
                      window_geometry)
 from . import gemm
-from .misc import few_rows_product
+from .misc import constant_product
 from .packed import MR, NR, PackedMatmul, packed_matmul
 from .registry import bindable, in_order, kernel
 from .tasks import bind_task, bound_tasks, in_sequence, task_function
@@ -199,13 +199,11 @@ def conv2d(ctx: NodeContext):
         if implicit is not None:
             return implicit
     if pointwise:
-        # A 1x1 conv on a few pixels (squeeze-excite, a conv classifier head) is an FC.
-        product = few_rows_product(m, k, wmat.T, bias, attrs["activation"])
+        # A 1x1 conv is an FC: few-row kernels on a few pixels (squeeze-excite, a conv
+        # classifier head), else the packed GEMM where it fits.
+        product = constant_product(m, k, wmat.T, bias, attrs["activation"])
         if product is not None:
             return bindable(lambda inputs, outputs: product(inputs[0].reshape(m, c), outputs[0].reshape(m, o)))
-        packed = packed_matmul(wmat, bias, lo, hi, m)
-        if packed is not None:
-            return bindable(lambda inputs, outputs: packed.bind(inputs[0].reshape(m, c), outputs[0].reshape(m, o)))
         how = gemm.plan(m, o, k)
         return bindable(lambda inputs, outputs: gemm.bind_matmul(
             inputs[0].reshape(m, c), wmat, outputs[0].reshape(m, o), how, epilogue=epilogue))

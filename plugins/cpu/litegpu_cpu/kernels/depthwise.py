@@ -21,8 +21,6 @@ run by :func:`.tasks.run_plan` (see :mod:`.tasks`: as ``prange`` kernels they to
 """
 from __future__ import annotations
 
-from functools import partial
-
 import numpy as np
 from numba import carray, njit
 
@@ -30,8 +28,8 @@ from litegpu.backend import NodeContext
 
 from .common import F32, clamp_bounds, constant_bias, window_geometry
 from .conv import _CONTRACT, depthwise
-from .registry import bindable, in_order, kernel
-from .tasks import TaskFunction, bound_tasks, task_function
+from .registry import bindable, kernel
+from .tasks import TaskFunction, bind_task, task_function
 
 # Floats of an output row per pass of :func:`_rows4`, so that its ten weight rows stay in
 # L1 (96x96x16 .. 14x14x576: 256-1024 alike; weights repeated along whole rows, 9*OW*C
@@ -310,8 +308,9 @@ def _task_kernel(task: TaskFunction, tasks: int, params: np.ndarray, consts: tup
     """A bindable kernel running ``task`` over ``tasks`` tasks on input 0 (a0), the
     constant arrays ``consts`` (a1 ..) and output 0 (after them), with ``params`` and
     (lo, hi).
-    The task reads the shapes from ``params``, so the arrays are checked against them
-    (a C-contiguous float32 copy of the input, a scratch output, where they are not)."""
+    The task reads the shapes from ``params``, so the arrays are checked against them;
+    :func:`.tasks.bind_task` copies an input, and writes an output through scratch, that
+    is not C-contiguous float32."""
     floats = np.array([lo, hi], F32)
     in_shape = tuple(int(v) for v in params[:4])
 
@@ -320,10 +319,5 @@ def _task_kernel(task: TaskFunction, tasks: int, params: np.ndarray, consts: tup
         if x.shape != in_shape or out.shape != out_shape:
             raise ValueError(f"depthwise kernel built for input {in_shape} and output {out_shape}, "
                              f"given {x.shape} and {out.shape}")
-        x = np.ascontiguousarray(x, dtype=F32)
-        if out.dtype == F32 and out.flags.c_contiguous:
-            return bound_tasks(task, tasks, (x, *consts, out), params, floats)
-        scratch = np.empty(out_shape, F32)
-        call = bound_tasks(task, tasks, (x, *consts, scratch), params, floats)
-        return in_order([call, partial(np.copyto, out, scratch)])
+        return bind_task(task, tasks, (x, *consts), (out,), params, floats)
     return bindable(bind)

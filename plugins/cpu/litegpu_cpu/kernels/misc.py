@@ -93,11 +93,12 @@ def _gemv_task(t, xp, wp, biasp, outp, _a4, _a5, _a6, _a7, ip, fp):
         j += 1
 
 
-def few_rows_product(m: int, k: int, w_ok: np.ndarray, bias: np.ndarray, activation: str):
-    """For a one-row or few-row product with a constant weight, ``bind(x [M, K], out [M, O])
-    -> call`` computing ``out = clamp(x @ w_ok.T + bias)`` in one task function
-    (:func:`_gemv_task` for a deep K, :func:`_small_fc_task` for one small row), else None: :func:`.gemm.bind_matmul`
-    (BLAS with the bias and clamp fused) is then faster. Measured on one thread, small_fc
+def constant_product(m: int, k: int, w_ok: np.ndarray, bias: np.ndarray, activation: str):
+    """For a product with a constant weight, ``bind(x [M, K], out [M, O]) -> call``
+    computing ``out = clamp(x @ w_ok.T + bias)`` in one task function: :func:`_gemv_task`
+    for a few rows and a deep K, :func:`_small_fc_task` for one small row, else the
+    packed GEMM (:mod:`.packed`) where it fits; None otherwise, for the caller's BLAS path
+    (:func:`.gemm.bind_matmul`, bias and clamp fused). Measured on one thread, small_fc
     against BLAS + epilogue: 1x64x64 1.1 / 0.8 us, 1x20x64 0.46 / 0.57 us, but 4x32x32
     1.4 / 1.1 us, 64x16x16 5.3 / 1.4 us, 256x16x16 13 / 2.2 us."""
     o = w_ok.shape[0]
@@ -113,7 +114,8 @@ def few_rows_product(m: int, k: int, w_ok: np.ndarray, bias: np.ndarray, activat
         wt_rows = np.ascontiguousarray(np.asarray(w_ok, dtype=F32).T)   # [K, O]
         params = np.array([m, k, o], np.int64)
         return lambda x2, out2: bind_task(_small_fc_task, 1, (x2, wt_rows, bias), (out2,), params, floats)
-    return None
+    packed = packed_matmul(w_ok.T, bias, *floats, m)
+    return None if packed is None else packed.bind
 
 
 @kernel("FULLY_CONNECTED")
@@ -137,18 +139,13 @@ def fully_connected(ctx: NodeContext):
         bias = np.ascontiguousarray(bias_spec.value, dtype=F32)
     has_bias = bias_spec is not None
     if wt is not None and (bias is not None or not has_bias):
-        product = few_rows_product(m, k, np.asarray(w_spec.value, dtype=F32),
-                                   bias if bias is not None else np.zeros(o, F32), ctx.attrs["activation"])
+        bias = bias if bias is not None else np.zeros(o, F32)
+        product = constant_product(m, k, np.asarray(w_spec.value, dtype=F32), bias, ctx.attrs["activation"])
         if product is not None:
             return bindable(lambda inputs, outputs: product(inputs[0].reshape(m, k), outputs[0].reshape(m, o)))
-
-        lo, hi = clamp_bounds(ctx.attrs["activation"])
-        packed = packed_matmul(wt, bias, lo, hi, m)
-        if packed is not None:
-            return bindable(lambda inputs, outputs: packed.bind(inputs[0].reshape(m, k), outputs[0].reshape(m, o)))
         how = gemm.plan(m, o, k)
         w_rows = wt.T   # W itself, [O, K] C-contiguous: the GEMM reads it transposed
-        epilogue = (bias if bias is not None else np.zeros(o, F32), lo, hi)
+        epilogue = (bias, *clamp_bounds(ctx.attrs["activation"]))
         return bindable(lambda inputs, outputs: gemm.bind_matmul(
             inputs[0].reshape(m, k), w_rows, outputs[0].reshape(m, o), how, True, epilogue))
 

@@ -111,14 +111,10 @@ def _call_task(typingctx, fn, task, a0, a1, a2, a3, a4, a5, a6, a7, ints, floats
     return sig, codegen
 
 
-# One row of a plan: the task function's address, its task count, then the addresses of
-# a0 .. a7, the int64 and the float32 parameters.
-ENTRY = 2 + ARRAYS + 2
-
-
 @njit(cache=True, parallel=True)
 def run_plan(plan):
-    """Each row of ``plan`` (see :data:`ENTRY`) in order: its tasks over numba's threads,
+    """Each row of ``plan`` in order (the task function's address, its task count, then
+    the addresses of a0 .. a7, the int64 and the float32 parameters): its tasks over numba's threads,
     or on the calling thread when there is one task (no parallel region to wake). One
     compile serves every task function and every sequence of them."""
     for s in range(plan.shape[0]):
