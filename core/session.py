@@ -503,6 +503,10 @@ def _alternating_loop(session: Session, cond: CompiledSubgraph, body: CompiledSu
                    for c, flag, b, current in ((c_even[1], flag_even, b_even[1], even),
                                                (c_odd[1], flag_odd, b_odd[1], odd)))
 
+    # Where every step is a task function the backend runs the whole loop as one call.
+    bind_loop = next((getattr(p, "bind_loop", None) for p, _, _ in body.steps), None)
+    compiled = None if bind_loop is None else bind_loop([(c, flag, b) for c, flag, b, _ in phases])
+
     def loop(values: list[np.ndarray], remaining: int, truth) -> list[np.ndarray] | None:
         session._descend()
         call = None
@@ -511,6 +515,9 @@ def _alternating_loop(session: Session, cond: CompiledSubgraph, body: CompiledSu
                 enter()
             for dst, value in zip(even, values):
                 dst[...] = value
+            if compiled is not None:
+                done = compiled(remaining)
+                return None if done < 0 else [np.array(v) for v in phases[done & 1][3]]
             for n in range(remaining):
                 c_calls, flag, b_calls, current = phases[n & 1]
                 for call in c_calls:

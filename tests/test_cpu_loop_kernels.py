@@ -1,5 +1,5 @@
-"""Cpu kernels and bindings that loop bodies lean on: SPLIT into outputs the arena lays out
-at a constant distance (one strided copy), nodes after a WHILE or READ_VARIABLE (shaped at
+"""Cpu kernels and bindings that loop bodies lean on: SPLIT into outputs wherever the arena
+lays them out (a task function), nodes after a WHILE or READ_VARIABLE (shaped at
 run time) getting the kernels of static nodes once their shapes are known, and resource
 variables whose read values later assignments leave alone."""
 from __future__ import annotations
@@ -17,17 +17,13 @@ from litegpu.ops.registry import TensorSpec
 from litegpu.testing.builder import ModelBuilder
 from litegpu_cpu.backend import _run_in_place
 from litegpu_cpu.kernels import KERNELS
-from litegpu_cpu.kernels.indexing import _stacked
 
 
-def split_kernel(x_shape, axis: int, pieces: int):
+def split_kernel(x_shape, axis: int, pieces: int, dtype=np.float32):
+    inputs = [TensorSpec((), np.dtype(np.int32), np.array(axis, np.int32)), TensorSpec(x_shape, np.dtype(dtype))]
     ctx = NodeContext(node=Node(index=0, op="SPLIT", opcode=0, version=1, inputs=(0, 1), outputs=(2,)),
-                      opdef=get_op("SPLIT"), attrs={"num_splits": pieces},
-                      inputs=[TensorSpec((), np.dtype(np.int32), np.array(axis, np.int32)),
-                              TensorSpec(x_shape, np.dtype(np.float32))],
-                      outputs=get_op("SPLIT").infer([TensorSpec((), np.dtype(np.int32), np.array(axis, np.int32)),
-                                                     TensorSpec(x_shape, np.dtype(np.float32))],
-                                                    {"num_splits": pieces}))
+                      opdef=get_op("SPLIT"), attrs={"num_splits": pieces}, inputs=inputs,
+                      outputs=get_op("SPLIT").infer(inputs, {"num_splits": pieces}))
     return KERNELS["SPLIT"](ctx)
 
 
@@ -49,15 +45,17 @@ def test_split_into_outputs_at_any_distance(layout):
         np.testing.assert_array_equal(out, 5)
 
 
-def test_stacked_views_only_of_disjoint_arrays_at_one_distance():
-    buf = np.zeros(64, np.float32)
-    assert _stacked([buf[0:4], buf[4:8], buf[8:12]]).shape == (3, 4)
-    assert _stacked([buf[8:12], buf[4:8], buf[0:4]])[0].__array_interface__["data"][0] == \
-        buf[8:12].__array_interface__["data"][0]
-    assert _stacked([buf[0:4], buf[2:6], buf[4:8]]) is None   # overlapping
-    assert _stacked([buf[0:4], buf[4:8], buf[12:16]]) is None   # distances differ
-    assert _stacked([buf[0:8:2], buf[1:9:2]]) is None   # interleaved
-    assert _stacked([buf[0:4]]) is None
+@pytest.mark.parametrize("shape, axis, pieces, dtype", [((3, 4, 6), 1, 2, np.int32), ((8, 2), 0, 8, np.float32),
+                                                      ((2, 3, 10), 2, 5, np.bool_), ((6,), 0, 3, np.int64)])
+def test_split_of_any_dtype_axis_and_count(shape, axis, pieces, dtype):
+    """Bytes are bytes: int and bool pieces, a leading axis, and more pieces than a task
+    function has array slots (eight: the per-piece copies)."""
+    x = (np.arange(np.prod(shape)) % 7).reshape(shape).astype(dtype)
+    kernel = split_kernel(shape, axis, pieces, dtype)
+    outs = [np.empty(p.shape, dtype) for p in np.split(x, pieces, axis=axis)]
+    kernel.bind([np.array(axis, np.int32), x], outs)()
+    for out, piece in zip(outs, np.split(x, pieces, axis=axis)):
+        np.testing.assert_array_equal(out, piece)
 
 
 def test_positional_output_binding_warns_for_no_ufunc():

@@ -102,11 +102,14 @@ def test_matches_litert():
         np.testing.assert_allclose(g, w, rtol=1e-6)
 
 
-def test_iteration_limit_still_applies_on_the_fast_path():
-    interp = litegpu.Interpreter(model_content=swap_model(10_000), limits=litegpu.Limits(max_while_iterations=50))
-    with pytest.raises(litegpu.ResourceLimitError, match="50 iterations"):
-        invoke(interp, [np.array(0, np.int32), np.ones(3, np.float32), np.ones(3, np.float32),
-                        np.ones(3, np.float32)])
+@pytest.mark.parametrize("swap", [True, False])
+def test_iteration_limit_still_applies_on_the_fast_path(swap):
+    interp = litegpu.Interpreter(model_content=swap_model(10_000, swap), limits=litegpu.Limits(max_while_iterations=50))
+    values = [np.array(0, np.int32), np.ones(3, np.float32), np.ones(3, np.float32), np.ones(3, np.float32)]
+    for _ in range(2):   # the second invoke enters the fast loop at once (compiled without swap)
+        with pytest.raises(litegpu.ResourceLimitError, match="50 iterations"):
+            invoke(interp, values)
+    assert compiled(interp) is not swap   # values changing places keep to a slower loop
 
 
 def test_later_invokes_enter_the_fixed_loop_at_once(monkeypatch):
@@ -158,6 +161,15 @@ def loop_kind(interp) -> str:
     return "alternating" if loop.__qualname__.startswith("_alternating_loop") else "copying"
 
 
+def compiled(interp) -> bool:
+    """Whether the model's one WHILE runs as one compiled call (every step a task function)."""
+    (loop,) = interp._session._loops.values()
+    if loop is None:
+        return False
+    closure = dict(zip(loop.__code__.co_freevars, loop.__closure__ or ()))
+    return "compiled" in closure and closure["compiled"].cell_contents is not None
+
+
 @pytest.mark.parametrize("steps", [2, 3, 8, 9])   # ends after an even and after an odd iteration
 def test_alternating_loop_matches_litert(steps):
     """Values computed into two sets of arrays by turns, passed-through ones (b, c) in one."""
@@ -171,6 +183,7 @@ def test_alternating_loop_matches_litert(steps):
         np.testing.assert_array_equal(got[2], values[2])   # passed through, bit for bit
         np.testing.assert_array_equal(got[3], values[3])
     assert loop_kind(interp) == "alternating"
+    assert compiled(interp)   # an int32 ADD and LESS, a float ADD: all task functions
 
 
 def test_alternating_loop_results_are_not_overwritten_by_the_next_invoke():
@@ -327,7 +340,7 @@ def test_kernel_error_in_the_loop_names_the_node():
     interp = litegpu.Interpreter(model_content=gather_model(3))
     start = [np.array(0, np.int32), np.array(1, np.int32), np.zeros(2, np.float32)]
     np.testing.assert_array_equal(invoke(interp, start)[2], [6, 9])   # 3 x row 1
-    assert loop_kind(interp) == "alternating"
+    assert loop_kind(interp) == "alternating" and compiled(interp)
     # Row 3 of 3, gathered in the loop over fixed arrays (entered at once on this invoke).
     with pytest.raises(litegpu.ExecutionError, match=r"node 1 \(GATHER\): GATHER index 3 out of range"):
         invoke(interp, [np.array(0, np.int32), np.array(3, np.int32), np.zeros(2, np.float32)])

@@ -203,10 +203,19 @@ class CpuProgram(Program):
             return None
         slots = list(self.slots)
         bound, _, copy = self._bound_steps(inputs, outputs, slots)
+        from .kernels.layout import copy_call
         steps = [(call, partial(_failure, ctx)) for call, ctx in bound]
         # An output the program keeps in a slot of its own (not the caller's array).
-        steps += [(partial(outputs[i].__setitem__, Ellipsis, slots[s]), _not_ours) for i, s in copy]
+        steps += [(copy_call(slots[s], outputs[i]), _not_ours) for i, s in copy]
         return self._threads_here, steps
+
+    def bind_loop(self, phases: list):
+        """A WHILE loop over steps bound by :meth:`bind_steps` (of this program or another
+        cpu program) as one compiled call, or None when a step is not a task function (see
+        :func:`.kernels.tasks.bind_loop`, which says what ``phases`` are and what the call
+        returns)."""
+        from .kernels.tasks import bind_loop
+        return bind_loop(phases)
 
     def bind(self, inputs: Sequence[np.ndarray], outputs: list):
         """A call of no arguments that runs this program on exactly these arrays (the caller
@@ -450,19 +459,32 @@ def _chain_plans(steps: list[tuple]) -> list[tuple]:
     Python between them (a kernel of a few microseconds costs about half a microsecond
     to call from Python). A chained call's failure names the first node of its run: task
     functions cannot raise, so only the launcher itself could fail there."""
-    from .kernels.tasks import chained, is_plan
+    from .kernels.tasks import Check, chained, is_plan
     out: list[tuple] = []
     for tasks, run in groupby(steps, key=lambda step: is_plan(step[0])):
         run = list(run)
-        if tasks:
+        if tasks and len(run) > 1:
+            for call, ctx in run:
+                # A check's error names its own node, not the first of the run.
+                call.checks = tuple(Check((params, at, partial(_named_error, ctx, error)))
+                                    for params, at, error in call.checks)
             out.append((chained([call for call, _ in run]), run[0][1]))
         else:
             out.extend(run)
     return out
 
 
+def _named_error(ctx: NodeContext, error, params: np.ndarray) -> LiteGpuError:
+    """A check's ``error(params)`` naming node ``ctx`` (and marked so :func:`_fail` keeps it)."""
+    exc = _fail(ctx, error(params))
+    exc.node_named = True
+    return exc
+
+
 def _fail(ctx: NodeContext, exc: Exception) -> LiteGpuError:
-    """The litegpu error for a kernel failure, naming the node."""
+    """The litegpu error for a kernel failure, naming the node (unless it names one already)."""
+    if getattr(exc, "node_named", False):
+        return exc
     if isinstance(exc, LiteGpuError):
         return type(exc)(f"node {ctx.node.index} ({ctx.node.op}): {exc}")
     return ExecutionError(f"node {ctx.node.index} ({ctx.node.op}): {type(exc).__name__}: {exc}")

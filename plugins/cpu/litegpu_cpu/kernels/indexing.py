@@ -1,4 +1,4 @@
-"""Indexing kernels: GATHER (numba, bounds-checked), SPLIT / SPLIT_V and STRIDED_SLICE / SLICE
+"""Indexing kernels: GATHER (a bounds-checked task function), SPLIT / SPLIT_V and STRIDED_SLICE / SLICE
 with constant parameters (precomputed slices), SELECT / SELECT_V2 (np.where into the output).
 
 Each factory works out the shapes, axes and slice objects when the model is compiled, so
@@ -10,13 +10,13 @@ from __future__ import annotations
 from functools import partial
 
 import numpy as np
-from numba import njit
 
 from litegpu.backend import NodeContext
 from litegpu.errors import ExecutionError
 
 from .common import optional_input
 from .registry import bindable, kernel
+from .tasks import ARRAYS, bind_task, bound_tasks, int16_pointer, int32_pointer, int64_pointer, task_function, uint8_pointer
 
 _INDEX_DTYPES = (np.dtype(np.int16), np.dtype(np.int32), np.dtype(np.int64))
 
@@ -31,33 +31,33 @@ def _const_ints(ctx: NodeContext, i: int) -> list[int] | None:
 
 # -- GATHER -------------------------------------------------------------------------------------
 
-@njit(cache=True)
-def gather_rows(params, indices, out):
-    """``out[o, j, :] = params[o, indices[j], :]``; returns -1, or the position of the first
-    index outside ``[0, params.shape[1])`` (nothing is read out of bounds)."""
-    outer, limit, inner = params.shape
-    n = indices.size
+@task_function()
+def _gather_task(t, pp, ixp, outp, _a3, _a4, _a5, _a6, _a7, ip, _fp):
+    """``out[o, j, :] = params[o, indices[j], :]`` over bytes; ``ip``: outer, limit, row
+    bytes, number of indices, index size (2, 4 or 8 bytes), then the check word and the
+    bad index: an index outside ``[0, limit)`` is stored there and nothing is written."""
+    outer, limit, inner, n, size = ip[0], ip[1], ip[2], ip[3], ip[4]
+    params, out = uint8_pointer(pp), uint8_pointer(outp)
+    ix16, ix32, ix64 = int16_pointer(ixp), int32_pointer(ixp), int64_pointer(ixp)
     for j in range(n):
-        k = indices[j]
+        k = ix64[j] if size == 8 else (np.int64(ix32[j]) if size == 4 else np.int64(ix16[j]))
         if k < 0 or k >= limit:
-            return j
+            ip[5] = 1
+            ip[6] = k
+            return
     for o in range(outer):
         for j in range(n):
-            k = indices[j]
+            k = ix64[j] if size == 8 else (np.int64(ix32[j]) if size == 4 else np.int64(ix16[j]))
+            src, dst = (o * limit + k) * inner, (o * n + j) * inner
             for e in range(inner):
-                out[o, j, e] = params[o, k, e]
-    return -1
-
-
-def _gather_error(indices: np.ndarray, at: int, limit: int) -> ExecutionError:
-    bad = int(indices.reshape(-1)[at])
-    return ExecutionError(f"GATHER index {bad} out of range [0, {limit})")
+                out[dst + e] = params[src + e]
 
 
 @kernel("GATHER")
 def gather(ctx: NodeContext):
-    """GATHER along a constant axis without batch dims: a scalar index is one slice copy,
-    several are a numba row gather over a ``[outer, axis, inner]`` view."""
+    """GATHER along a constant axis without batch dims: a task function copying rows of a
+    ``[outer, axis, inner]`` view (so it chains with its neighbours; an LSTM's per-step
+    input row is one)."""
     if ctx.attrs.get("batch_dims", 0) != 0:
         return None
     p_spec, ix_spec, out_spec = ctx.inputs[0], ctx.inputs[1], ctx.outputs[0]
@@ -71,32 +71,17 @@ def gather(ctx: NodeContext):
     axis %= rank
     outer = int(np.prod(shape[:axis], dtype=np.int64))
     limit = shape[axis]
-    inner = int(np.prod(shape[axis + 1:], dtype=np.int64))
+    inner = int(np.prod(shape[axis + 1:], dtype=np.int64)) * np.dtype(p_spec.dtype).itemsize
     n = int(np.prod(ix_spec.shape, dtype=np.int64))
-    p_view, out_view = (outer, limit, inner), (outer, n, inner)
+    dtypes = (np.dtype(p_spec.dtype), np.dtype(ix_spec.dtype), np.dtype(out_spec.dtype))
 
-    if n == 1 and outer == 1:
-        # One index into the leading axis (the LSTM's per-step input): a single slice copy.
-        def bind(inputs, outputs):
-            ix, rows, out = inputs[1].reshape(1), inputs[0].reshape(limit, inner), outputs[0].reshape(inner)
-
-            def call():
-                k = int(ix[0])
-                if k < 0 or k >= limit:
-                    raise _gather_error(ix, 0, limit)
-                out[...] = rows[k]
-            return call
-        return bindable(bind)
+    def error(params: np.ndarray) -> ExecutionError:
+        return ExecutionError(f"GATHER index {int(params[6])} out of range [0, {limit})")
 
     def bind(inputs, outputs):
-        ix = inputs[1]
-        params, flat, out = inputs[0].reshape(p_view), ix.reshape(-1), outputs[0].reshape(out_view)
-
-        def call():
-            at = gather_rows(params, flat, out)
-            if at >= 0:
-                raise _gather_error(ix, at, limit)
-        return call
+        params = np.array([outer, limit, inner, n, dtypes[1].itemsize, 0, 0], np.int64)
+        return bind_task(_gather_task, 1, tuple(inputs[:2]), tuple(outputs), params, dtypes=dtypes,
+                         checks=((5, error),))
     return bindable(bind)
 
 
@@ -116,14 +101,17 @@ def _split_kernel(ctx: NodeContext, x_index: int, axis: int):
         offset += size
     if offset != x_shape[axis]:
         return None
+    outer = int(np.prod(x_shape[:axis], dtype=np.int64))
+    inner = int(np.prod(x_shape[axis + 1:], dtype=np.int64)) * np.dtype(ctx.inputs[x_index].dtype).itemsize
+    sizes = [spec.shape[axis] * inner for spec in ctx.outputs]
+    offsets = np.cumsum([0, *sizes[:-1]])
+    params = np.array([outer, x_shape[axis] * inner, len(sizes), *offsets, *sizes], np.int64)
+
     def bind(inputs, outputs):
         x = inputs[x_index]
+        if len(outputs) < ARRAYS and all(a.flags.c_contiguous for a in (x, *outputs)):
+            return bound_tasks(_split_task, 1, (x, *outputs), params)
         pairs = [(out, x[sl]) for out, sl in zip(outputs, slices)]
-        dst, src = _stacked([out for out, _ in pairs]), _stacked([piece for _, piece in pairs])
-        if dst is not None and src is not None:
-            # Outputs laid out at a constant distance (as the arena places equal buffers):
-            # one strided copy, ~0.2 us against ~0.6 for four (an LSTM gate split).
-            return partial(dst.__setitem__, Ellipsis, src)
 
         def call():
             for out, piece in pairs:
@@ -132,22 +120,19 @@ def _split_kernel(ctx: NodeContext, x_index: int, axis: int):
     return bindable(bind)
 
 
-def _stacked(arrays: list[np.ndarray]) -> np.ndarray | None:
-    """One view of shape ``[len(arrays), *shape]`` whose items are ``arrays`` (of one
-    shape and dtype), when they lie at a constant distance from each other in memory and
-    do not overlap; else None."""
-    first = arrays[0]
-    if len(arrays) < 2 or first.size == 0 or any(a.shape != first.shape or a.dtype != first.dtype
-                                                 or a.strides != first.strides for a in arrays):
-        return None
-    starts = [a.__array_interface__["data"][0] for a in arrays]
-    step = starts[1] - starts[0]
-    # The extent of one array in bytes, whatever its strides.
-    low = sum(min(0, (n - 1) * st) for n, st in zip(first.shape, first.strides))
-    high = sum(max(0, (n - 1) * st) for n, st in zip(first.shape, first.strides)) + first.itemsize
-    if abs(step) < high - low or any(b - a != step for a, b in zip(starts, starts[1:])):
-        return None
-    return np.lib.stride_tricks.as_strided(first, (len(arrays), *first.shape), (step, *first.strides))
+@task_function()
+def _split_task(t, xp, y0, y1, y2, y3, y4, y5, y6, ip, _fp):
+    """SPLIT's copies over bytes: ``x`` as ``[outer, ip[1]]`` rows, output ``i`` of ``ip[2]``
+    takes ``ip[3 + n + i]`` bytes of each row from offset ``ip[3 + i]`` (n outputs)."""
+    outer, row, n = ip[0], ip[1], ip[2]
+    x = uint8_pointer(xp)
+    ys = (uint8_pointer(y0), uint8_pointer(y1), uint8_pointer(y2), uint8_pointer(y3), uint8_pointer(y4),
+          uint8_pointer(y5), uint8_pointer(y6))
+    for i in range(n):
+        y, offset, size = ys[i], ip[3 + i], ip[3 + n + i]
+        for o in range(outer):
+            for e in range(size):
+                y[o * size + e] = x[o * row + offset + e]
 
 
 @kernel("SPLIT")

@@ -7,9 +7,8 @@ import numpy as np
 
 from litegpu.backend import NodeContext
 
-from .common import F32
 from .registry import bindable, kernel
-from .tasks import bound_tasks, task_function
+from .tasks import bound_tasks, task_function, uint8_pointer
 
 
 @kernel("RESHAPE", "SQUEEZE", "EXPAND_DIMS")
@@ -18,23 +17,24 @@ def reshape(ctx: NodeContext):
     if int(np.prod(ctx.inputs[0].shape)) != int(np.prod(ctx.outputs[0].shape)):
         return None
 
-    size = np.array([int(np.prod(ctx.outputs[0].shape, dtype=np.int64))], np.int64)
+    return bindable(lambda inputs, outputs: copy_call(inputs[0], outputs[0]))
 
-    def bind(inputs, outputs):
-        x, out = inputs[0], outputs[0]
-        if x.dtype == out.dtype and x.dtype.itemsize == 4 and x.flags.c_contiguous and out.flags.c_contiguous:
-            # As float32 bits: a task function, which chains with its neighbours.
-            return bound_tasks(_copy_task, 1, (x.reshape(-1).view(F32), out.reshape(-1).view(F32)), size)
-        # ``out[...] = x`` copies like np.copyto, without its dispatch overhead.
-        return partial(out.reshape(-1).__setitem__, Ellipsis, x.reshape(-1))
-    return bindable(bind)
+
+def copy_call(x: np.ndarray, out: np.ndarray):
+    """A call of no arguments copying ``x`` into ``out`` (same size and dtype, any shapes):
+    a task function when both are C-contiguous, so it chains with its neighbours."""
+    if x.dtype == out.dtype and x.flags.c_contiguous and out.flags.c_contiguous:
+        return bound_tasks(_copy_task, 1, (x, out), np.array([x.nbytes], np.int64))
+    # ``out[...] = x`` copies like np.copyto, without its dispatch overhead.
+    return partial(out.reshape(-1).__setitem__, Ellipsis, x.reshape(-1))
 
 
 @task_function()
 def _copy_task(t, xp, outp, _a2, _a3, _a4, _a5, _a6, _a7, ip, _fp):
-    """``out[i] = x[i]`` for ``i < ip[0]``."""
+    """Copy ``ip[0]`` bytes."""
+    x, out = uint8_pointer(xp), uint8_pointer(outp)
     for i in range(ip[0]):
-        outp[i] = xp[i]
+        out[i] = x[i]
 
 
 @kernel("TRANSPOSE")
