@@ -55,9 +55,10 @@ class CpuBackend(Backend):
         return Support(True)
 
     def schedule(self, nodes: list[NodeContext], outputs: list[int]) -> list[list[int]]:
-        """Runs of fusable elementwise nodes become one step; every other node its own."""
+        """Runs of fusable elementwise nodes become one step, and so does a conv or FC with
+        the RELU after it; every other node its own."""
         from .fusion import fusion_runs
-        return fusion_runs(nodes)
+        return fusion_runs(nodes, outputs)
 
     def compile(self, partition: Partition, options: CompileOptions) -> Program:
         from .kernels.threads import configure_threads
@@ -119,12 +120,12 @@ class CpuProgram(Program):
         self.out_slots = [slot(t) for t in partition.outputs]
         self.steps = []
         self.step_nodes: list[list[NodeContext]] = []   # the nodes of each step, for profiling
-        for group in _groups(partition):
+        for group, nodes in _groups(partition):
             if isinstance(group, FusedGroup):
                 kernel = make_fused_kernel(group)
                 self.steps.append((kernel, [slot(t) for t in group.inputs], [slot(t) for t in group.outputs],
                                    False, group.nodes[0]))
-                self.step_nodes.append(list(group.nodes))
+                self.step_nodes.append(nodes)
                 continue
             ctx = group
             dynamic = ctx.opdef.stateful or ctx.dynamic
@@ -136,7 +137,7 @@ class CpuProgram(Program):
             outs = [slot(o) for o in ctx.node.outputs]
             kernel = _returning_kernel(ctx, options) if dynamic else make_kernel(ctx)
             self.steps.append((kernel, ins, outs, dynamic, ctx))
-            self.step_nodes.append([ctx])
+            self.step_nodes.append(nodes)
         if log.isEnabledFor(logging.DEBUG):
             log.debug("cpu program: %s", "; ".join(
                 f"{getattr(kernel, '__name__', type(kernel).__name__)} for "
@@ -509,9 +510,10 @@ def _not_ours(exc: Exception) -> None:
     return None
 
 
-def _groups(partition: Partition) -> list:
-    """The partition's steps: a FusedGroup for each fused run, else single node contexts."""
-    from .fusion import generate_alone, plan_group
+def _groups(partition: Partition) -> list[tuple]:
+    """The partition's steps as ``(what to compile, its nodes)``: a FusedGroup for each
+    fused run, a conv with its folded RELU as one node context, else single node contexts."""
+    from .fusion import folded_activation, generate_alone, plan_group
     nodes = partition.nodes
     steps = partition.steps or [[i] for i in range(len(nodes))]
     last_reader: dict[int, int] = {}
@@ -521,15 +523,18 @@ def _groups(partition: Partition) -> list:
     out: list = []
     for positions in steps:
         run = [nodes[p] for p in positions]
+        if len(run) == 2 and (folded := folded_activation(*run)) is not None:
+            out.append((folded, run))
+            continue
         if len(run) >= 2 or generate_alone(run[0]):
             after = positions[-1]
             produced = [ctx.node.outputs[0] for ctx in run]
             escaping = {t for t in produced if last_reader.get(t, -1) > after or t in partition.outputs}
             group = plan_group(run, escaping)
             if group is not None:
-                out.append(group)
+                out.append((group, run))
                 continue
-        out.extend(run)
+        out.extend((ctx, [ctx]) for ctx in run)
     return out
 
 

@@ -23,7 +23,7 @@ arguments, so identical chains share one compiled function.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -134,13 +134,19 @@ def generate_alone(ctx: NodeContext) -> bool:
     return env.flag("LITEGPU_CPU_FUSION", True) and fusable(ctx)
 
 
-def fusion_runs(nodes: list[NodeContext]) -> list[list[int]]:
-    """Positions grouped into maximal runs of fusable nodes with one output shape (others alone).
+def fusion_runs(nodes: list[NodeContext], outputs=()) -> list[list[int]]:
+    """Positions grouped into steps: maximal runs of fusable nodes with one output shape, a
+    conv or FC followed by the clamp it can apply itself (:func:`folded_activation`), and
+    every other node alone. ``outputs`` are the tensors read after the nodes.
 
     Disabled with ``LITEGPU_CPU_FUSION=0``.
     """
     if not env.flag("LITEGPU_CPU_FUSION", True):
         return [[i] for i in range(len(nodes))]
+    readers: dict[int, int] = dict.fromkeys(outputs, 1)
+    for ctx in nodes:
+        for t in ctx.node.inputs:
+            readers[t] = readers.get(t, 0) + 1
     steps: list[list[int]] = []
     i = 0
     while i < len(nodes):
@@ -149,9 +155,34 @@ def fusion_runs(nodes: list[NodeContext]) -> list[list[int]]:
             shape = tuple(nodes[i].outputs[0].shape)
             while j < len(nodes) and fusable(nodes[j]) and tuple(nodes[j].outputs[0].shape) == shape:
                 j += 1
+        elif j < len(nodes) and readers.get(nodes[i].node.outputs[0] if nodes[i].node.outputs else -1) == 1 \
+                and folded_activation(nodes[i], nodes[j]) is not None:
+            j += 1
         steps.append(list(range(i, j)))
         i = j
     return steps
+
+
+# Ops whose cpu kernels clamp on store, and the standalone ops that are such a clamp.
+_CLAMPING = {"CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED"}
+_CLAMPS = {"RELU", "RELU6", "RELU_N1_TO_1"}
+
+
+def folded_activation(producer: NodeContext, clamp: NodeContext) -> NodeContext | None:
+    """``producer`` (a conv or FC with no fused activation) computing ``clamp``'s output
+    with the clamp as its fused activation, when ``clamp`` (RELU, RELU6, RELU_N1_TO_1 on
+    float32) reads its output; else None. Converters leave such pairs (blazeface's convs
+    are followed by a RELU node 27 times): one pass over the output instead of two. The
+    caller checks that nothing else reads the producer's output."""
+    node = producer.node
+    if node.op not in _CLAMPING or producer.dynamic or clamp.dynamic or clamp.node.op not in _CLAMPS \
+            or producer.attrs.get("activation") != "NONE" or len(node.outputs) != 1 \
+            or tuple(clamp.node.inputs) != tuple(node.outputs):
+        return None
+    if any(s is None or np.dtype(s.dtype) != F32 for s in (*producer.outputs, *clamp.outputs)):
+        return None
+    return replace(producer, node=replace(node, outputs=tuple(clamp.node.outputs)),
+                   attrs={**producer.attrs, "activation": clamp.node.op}, outputs=list(clamp.outputs))
 
 
 def _mode(shape: tuple[int, ...], out_shape: tuple[int, ...]) -> str | None:
