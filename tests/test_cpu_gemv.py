@@ -1,0 +1,46 @@
+"""The cpu backend's few-row product with a constant weight (litegpu_cpu.kernels.misc's GEMV)."""
+from __future__ import annotations
+
+import numba
+import numpy as np
+import pytest
+
+from litegpu_cpu.kernels import misc
+from litegpu_cpu.kernels.tasks import is_plan
+
+from test_cpu_kernels import rand
+
+
+@pytest.mark.parametrize("m,k,o,threads,panelled", [
+    (1, 1024, 1000, 2, True),       # panels, the last padded with 24 zero columns, split
+    (1, 576, 1024, 1, True),        # panels, none padded
+    (3, 512, 512, 2, True),         # an odd row count: pairs of rows, the last row alone
+    (4, 128, 64, 1, True),          # one panel
+    (2, 256, 96, 1, False),         # half a panel of padding: dot products
+    (1, 1536, 32, 1, False),
+])
+def test_gemv_matches_float64(m, k, o, threads, panelled):
+    x, w, b = rand(m, k), rand(o, k, scale=0.2), rand(o)
+    before = numba.get_num_threads()
+    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    try:
+        product = misc.constant_product(m, k, w, b, "RELU6")
+        out = np.full((m, o), np.nan, np.float32)
+        call = product(x, out)
+        assert is_plan(call)
+        (address, _tasks, *_), = call.args[0]
+        assert address == misc._gemv_task.address and call.held[-2][4] == panelled
+        call()
+        call()
+    finally:
+        numba.set_num_threads(before)
+    want = np.clip(x.astype(np.float64) @ w.astype(np.float64).T + b, 0, 6)
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5 * np.sqrt(k))
+
+
+def test_panels_layout():
+    w = rand(70, 5)
+    p = misc._panels(w)
+    assert p.shape == (2, 5, 64) and p.flags.c_contiguous
+    np.testing.assert_array_equal(p[1, :, 3], w[67])
+    assert not p[1, :, 6:].any()
