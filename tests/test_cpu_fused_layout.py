@@ -135,3 +135,19 @@ def test_an_operand_broadcast_along_more_than_the_last_dimension_is_not_a_row():
     full = TensorSpec((2, 3, 4, 6), F32)
     sub = node(0, "SUB", [full, TensorSpec((3, 4, 1), F32)], (0, 1), 2, (2, 3, 4, 6), {"activation": "NONE"})
     assert plan_group([sub], {2}) is None
+
+
+@pytest.mark.parametrize("approximate", [False, True])
+def test_generated_gelu_within_one_rounding_of_the_reference(approximate):
+    """GELU in a generated kernel (so FC -> GELU -> FC chains): erf's rational form and
+    tanh without libm, in float64, within a float32 rounding of the float64 reference."""
+    # (Infinities left out: the reference's -inf * 0 is NaN, erf's clamped form gives -inf.)
+    x = np.concatenate([np.linspace(-12, 12, 20001), [0.0, -0.0, 1e-30, 50, -50, 1e30]]).astype(np.float32)
+    spec = TensorSpec(x.shape, F32)
+    gelu = node(0, "GELU", [spec], (0,), 1, x.shape, {"approximate": approximate})
+    assert generate_alone(gelu)
+    out = np.full_like(x, np.nan)
+    make_fused_kernel(plan_group([gelu], {1}))([x], [out])
+    want = get_op("GELU").reference([x], {"approximate": approximate})[0].astype(np.float64)
+    ulp = np.spacing(np.abs(want).astype(np.float32)).astype(np.float64)
+    assert np.all(np.abs(out - want) <= ulp + 1e-8 * np.maximum(np.abs(x), 1))

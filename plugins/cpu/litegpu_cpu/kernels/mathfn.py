@@ -1,7 +1,7 @@
 """Scalar math for numba kernels that must vectorize: functions without a libm call per
 element (LLVM does not vectorize those without SVML).
 
-``exp64`` and ``tanh64`` are inlined into its callers, including the generated kernels of
+``exp64``, ``tanh64``, ``erf64`` and the float32 ones are inlined into its callers, including the generated kernels of
 :mod:`litegpu_cpu.fusion`, which name :data:`DIGEST` in their source so a change here
 gives them new cache entries (numba's cache only watches the caller's own file).
 """
@@ -49,6 +49,29 @@ def tanh64(x):
     else:
         t = 1.0 - 2.0 / (exp64(2.0 * a) + 1.0)
     return np.copysign(t, x)
+
+
+# erf(x) ~= x * P(x^2) / Q(x^2) on |x| <= 4, the argument clamped there (erf(4) is 1 to
+# within 1.6e-8). Coefficients fitted for this module (weighted least squares, then
+# Lawson reweighting towards minimax) against math.erf; evaluated in float64 the absolute
+# error is below 1.4e-8, a quarter of a float32 ulp at 1. Unlike a call to erff per
+# element, the rational form vectorizes: GELU over [64, 512] in ~30 us instead of ~300.
+_ERF_P = (1.1283791821076148, 0.18471032540518584, 0.05433253130274705, 0.0038395200405576656,
+          0.00038268951545462036, 4.7804669528849866e-06, -1.3666401960424811e-08)
+_ERF_Q = (1.0, 0.4970288092831258, 0.11382624375341038, 0.015453488301396088, 0.0013095735391557932,
+          6.400858486599183e-05)
+_P0, _P1, _P2, _P3, _P4, _P5, _P6 = _ERF_P
+_Q0, _Q1, _Q2, _Q3, _Q4, _Q5 = _ERF_Q
+
+
+@njit(cache=True, inline="always")
+def erf64(x):
+    """erf of a float64 by the rational approximation above."""
+    x = min(max(x, -4.0), 4.0)
+    t = x * x
+    p = _P0 + t * (_P1 + t * (_P2 + t * (_P3 + t * (_P4 + t * (_P5 + t * _P6)))))
+    q = _Q0 + t * (_Q1 + t * (_Q2 + t * (_Q3 + t * (_Q4 + t * _Q5))))
+    return x * p / q
 
 
 @intrinsic

@@ -131,6 +131,7 @@ def _pointer_cast(to):
 int16_pointer = _pointer_cast(types.int16)
 int32_pointer = _pointer_cast(types.int32)
 int64_pointer = _pointer_cast(types.int64)
+float64_pointer = _pointer_cast(types.float64)
 # numpy stores a bool as one byte, 0 or 1: read ``p[i] != 0``, write ``np.uint8(v)``.
 uint8_pointer = _pointer_cast(types.uint8)
 
