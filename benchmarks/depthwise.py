@@ -3,7 +3,9 @@
     GOMP_SPINCOUNT=10000 python benchmarks/depthwise.py [--rounds R] [--repeat N] [--threads 1,2] [--filter TEXT]
 
 "new" is the factory in ``kernels/depthwise.py``; "old" the general kernel
-(``conv.depthwise``), which runs every depthwise conv the fast paths do not take.
+(``conv.depthwise``), which runs every depthwise conv the fast paths do not take, or with
+``--old rows`` the 3x3 row/block kernels (``_s1_task``, ``_s2_task``) where they apply
+(the 3x3 paths before the framed kernels), the general kernel elsewhere.
 Each shape is built by both (a NodeContext with constant weights, as the backend does),
 checked to agree, then timed alternately, old then new, for ``--rounds`` rounds of
 ``--repeat`` calls; the best call of each is kept, so load from other processes on a
@@ -42,6 +44,13 @@ SHAPES = [
     ("mobilenet_v2", 1, 28, 28, 192, 3, 2, 1),
     ("face_landmark", 1, 96, 96, 16, 3, 2, 1),
     ("dilated", 1, 64, 64, 32, 3, 1, 2),
+    ("blazeface", 1, 24, 24, 128, 3, 1, 1),
+    ("mobilenet_v3", 1, 14, 14, 240, 5, 1, 1),
+    ("mobilenet_v3", 1, 14, 14, 144, 5, 1, 1),
+    ("mobilenet_v3", 1, 14, 14, 120, 5, 1, 1),
+    ("mobilenet_v3", 1, 7, 7, 576, 5, 1, 1),
+    ("mobilenet_v3", 1, 28, 28, 96, 5, 2, 1),
+    ("mobilenet_v3", 1, 14, 14, 288, 5, 2, 1),
 ]
 
 
@@ -58,7 +67,27 @@ def general(ctx: NodeContext):
     return run
 
 
-OLD = general
+def rows(ctx: NodeContext):
+    """The 3x3 row (stride 1) and 2x2 block (stride 2) task kernels where they apply (as
+    ``depthwise_conv2d`` chose before the framed kernels), else :func:`general`."""
+    (n, h, w, c), (_, kh, kw, _) = ctx.inputs[0].shape, ctx.inputs[1].shape
+    sh, sw, dh, dw, pt, pl = window_geometry(ctx.attrs, h, w, kh, kw)
+    if (kh, kw, sh, sw) not in ((3, 3, 1, 1), (3, 3, 2, 2)) or (sh == 2 and (dh, dw) != (1, 1)):
+        return general(ctx)
+    bias = constant_bias(ctx, 1, 0, 2)
+    wt = np.ascontiguousarray(ctx.inputs[1].value.reshape(kh, kw, c), dtype=F32)
+    lo, hi = clamp_bounds(ctx.attrs["activation"])
+    out_shape = tuple(ctx.outputs[0].shape)
+    if sh == 1:
+        wp = depthwise.repeated_weights(wt, bias)
+        tasks, params = depthwise.depthwise3x3_s1((n, h, w, c), out_shape, dh, dw, pt, pl, wp.shape[1])
+        consts = (wt, bias, wp, np.zeros(w * c, F32))
+        return depthwise._task_kernel(depthwise._s1_task, tasks, params, consts, lo, hi, out_shape)
+    tasks, params = depthwise.depthwise3x3_s2((n, h, w, c), out_shape, pt, pl)
+    return depthwise._task_kernel(depthwise._s2_task, tasks, params, (wt, bias), lo, hi, out_shape)
+
+
+OLD = {"general": general, "rows": rows}
 
 
 def build(factories, n, h, w, c, k, s, d):
@@ -95,6 +124,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--threads", default="1,2", help="numba thread counts, comma separated")
     ap.add_argument("--filter", default="", help="only shapes whose label or size contains this")
+    ap.add_argument("--old", choices=sorted(OLD), default="general", help="the baseline kernel")
     args = ap.parse_args()
     configure_threads(1)
     print(f"{'shape':34s} {'thr':>3s} {'old us':>8s} {'new us':>8s} {'GFLOP/s':>8s} {'x':>5s}")
@@ -105,7 +135,7 @@ def main() -> None:
             if args.filter not in name:
                 continue
             (old, new), inputs, (out_old, out_new), flops = build(
-                (OLD, depthwise.depthwise_conv2d), n, h, w, c, k, s, d)
+                (OLD[args.old], depthwise.depthwise_conv2d), n, h, w, c, k, s, d)
             old(inputs, out_old)
             new(inputs, out_new)
             np.testing.assert_allclose(out_new, out_old, rtol=1e-4, atol=1e-4)

@@ -114,7 +114,8 @@ def _expression(ctx: NodeContext) -> str | None:
     if op == "GELU":
         return (_GELU_TANH if ctx.attrs.get("approximate") else _GELU) if kinds == "ff" else None
     if op in _COMPARE:
-        return _COMPARE[op] if kinds in ("ffb", "iib", "bbb") and (kinds != "bbb" or op in ("EQUAL", "NOT_EQUAL")) else None
+        ordered = kinds in ("ffb", "iib") or (kinds == "bbb" and op in ("EQUAL", "NOT_EQUAL"))
+        return _COMPARE[op] if ordered else None
     if op in _LOGICAL:
         return _LOGICAL[op] if kinds == "b" * (2 if op == "LOGICAL_NOT" else 3) else None
     if op in ("SELECT", "SELECT_V2") and len(kinds) == 4 and kinds[0] == "b" and kinds[1] == kinds[2] == kinds[3]:

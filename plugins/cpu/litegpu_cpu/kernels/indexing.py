@@ -16,7 +16,8 @@ from litegpu.errors import ExecutionError
 
 from .common import optional_input
 from .registry import bindable, kernel
-from .tasks import ARRAYS, bind_task, bound_tasks, int16_pointer, int32_pointer, int64_pointer, task_function, uint8_pointer
+from .tasks import (ARRAYS, bind_task, bound_tasks, int16_pointer, int32_pointer, int64_pointer, task_function,
+                    uint8_pointer)
 
 _INDEX_DTYPES = (np.dtype(np.int16), np.dtype(np.int32), np.dtype(np.int64))
 
