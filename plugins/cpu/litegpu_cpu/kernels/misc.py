@@ -15,10 +15,10 @@ from litegpu.backend import NodeContext
 
 from .common import F32, activation_in_place, all_float32, clamp_bounds, optional_input
 from . import gemm
-from .mathfn import exp32
+from .mathfn import exp64
 from .packed import packed_matmul
 from .registry import bindable, kernel
-from .tasks import bind_task, task_function
+from .tasks import bind_task, float64_pointer, task_function
 from .threads import ensure_gemm_policy
 
 
@@ -347,29 +347,31 @@ kernel("REDUCE_MIN")(_reducer(np.minimum, mean=False))
 # -- SOFTMAX ------------------------------------------------------------------------------------
 
 @task_function(fastmath={"reassoc"})
-def _softmax_task(t, xp, outp, _a2, _a3, _a4, _a5, _a6, _a7, ip, fp):
+def _softmax_task(t, xp, outp, scratchp, _a3, _a4, _a5, _a6, _a7, ip, fp):
     """Rows ``t * chunk ..`` of ``out[r] = exp(beta * (x[r] - max)) / sum`` (``ip``: rows, D,
-    chunk; ``fp``: beta): the exponentials by :func:`.mathfn.exp32` (float32, 16 lanes to
-    a vector, no table) into ``out``, their sum in float64, which ``reassoc`` lets LLVM
-    vectorize (it only reorders that sum). A task function, so it chains with its
-    neighbours. tiny_bert's 1x4x64x64 on one thread: 31 us with float64 exponentials, 22
-    with these (half of it the row maximum, which LLVM does not vectorize: NaN-aware);
-    within a few float32 ulps of the float64 reference."""
+    chunk; ``fp``: beta): the exponentials in float64 (:func:`.mathfn.exp64`, which
+    vectorizes; float32 ones by :func:`.mathfn.exp32` were 30% faster but up to 6 ulps
+    off, the argument's rounding magnified) into this task's row of float64 scratch,
+    their sum in float64, which ``reassoc`` lets LLVM vectorize (it only reorders that
+    sum). A task function, so it chains with its neighbours."""
     rows, d, chunk = ip[0], ip[1], ip[2]
-    beta = fp[0]
+    beta = np.float64(fp[0])
+    e = float64_pointer(scratchp)
+    base = t * d
     for r in range(t * chunk, min(rows, (t + 1) * chunk)):
         x = r * d
         m = xp[x]
         for j in range(1, d):
             m = max(m, xp[x + j])
+        m64 = np.float64(m)
         total = 0.0
         for j in range(d):
-            v = exp32((xp[x + j] - m) * beta)
-            outp[x + j] = v
-            total += np.float64(v)
-        inv = np.float32(1.0 / total)
+            v = exp64((np.float64(xp[x + j]) - m64) * beta)
+            e[base + j] = v
+            total += v
+        inv = 1.0 / total
         for j in range(d):
-            outp[x + j] *= inv
+            outp[x + j] = np.float32(e[base + j] * inv)
 
 
 # Softmaxes of at least this many elements run as several tasks over the threads.
@@ -393,7 +395,8 @@ def softmax(ctx: NodeContext):
     beta = np.array([ctx.attrs.get("beta", 1.0)], F32)
 
     def bind(inputs, outputs):
-        return bind_task(_softmax_task, tasks, (inputs[0],), (outputs[0],), params, beta)
+        scratch = np.empty(2 * tasks * d, F32)      # a row of float64 per task
+        return bind_task(_softmax_task, tasks, (inputs[0],), (outputs[0], scratch), params, beta)
     return bindable(bind)
 
 
