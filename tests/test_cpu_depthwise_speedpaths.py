@@ -60,23 +60,6 @@ def test_depthwise5x5_propagates_nan_and_inf_like_the_reference(stride):
     np.testing.assert_allclose(got[finite], want[finite], rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("threads", [1, 2])
-@pytest.mark.parametrize("stride", [1, 2])
-def test_depthwise5x5_on_any_thread_count(threads, stride):
-    import numba
-    x, f, b = rand(2, 13, 11, 40), rand(1, 5, 5, 40), rand(40)
-    attrs = {"padding": "SAME", "stride": (stride, stride), "dilation": (1, 1), "activation": "RELU6",
-             "depth_multiplier": 1}
-    want = direct_depthwise(x, f, b, (stride, stride), (1, 1), "SAME", "RELU6", 1)
-    before = numba.get_num_threads()
-    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
-    try:
-        (got,) = run_kernel("DEPTHWISE_CONV_2D", attrs, [x, f, b], [want.shape], consts=(1, 2))
-    finally:
-        numba.set_num_threads(before)
-    close(got, want)
-
-
 @pytest.mark.parametrize("stride", [1, 2])
 def test_depthwise5x5_writes_nothing_past_its_output_and_takes_strided_arrays(stride):
     """The output is a strided view inside a larger buffer (written through scratch): the

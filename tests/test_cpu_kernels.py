@@ -292,10 +292,12 @@ def test_depthwise3x3_writes_nothing_past_its_output(stride, dilation):
 
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("stride", [1, 2])
-def test_depthwise3x3_on_any_thread_count(threads, stride):
-    """The parallel 3x3 kernels split rows over numba's threads; each count gives the same result."""
+@pytest.mark.parametrize("k, c", [(3, 24), (5, 40)])
+def test_depthwise3x3_and_5x5_on_any_thread_count(threads, stride, k, c):
+    """The parallel 3x3 and 5x5 kernels split their work over numba's threads; each count
+    gives the same result."""
     import numba
-    x, f, b = rand(2, 13, 11, 24), rand(1, 3, 3, 24), rand(24)
+    x, f, b = rand(2, 13, 11, c), rand(1, k, k, c), rand(c)
     attrs = {"padding": "SAME", "stride": (stride, stride), "dilation": (1, 1), "activation": "RELU6",
              "depth_multiplier": 1}
     want = direct_depthwise(x, f, b, (stride, stride), (1, 1), "SAME", "RELU6", 1)
