@@ -86,6 +86,7 @@ _ACTIVATION = {"NONE": None, "RELU": "RELU", "RELU6": "RELU6", "RELU_N1_TO_1": "
 
 # Value kinds by dtype: float32, int32 and bool.
 _KIND = {F32: "f", np.dtype(np.int32): "i", np.dtype(np.bool_): "b"}
+_DTYPE = {kind: dtype for dtype, kind in _KIND.items()}
 # int32 ops (numba computes in int64; the store back to int32 wraps as numpy does).
 _INT_OPS = {"ADD", "SUB", "MUL", "MAXIMUM", "MINIMUM", "SQUARED_DIFFERENCE", "NEG", "ABS"}
 _COMPARE = {"LESS": "{a} < {b}", "LESS_EQUAL": "{a} <= {b}", "GREATER": "{a} > {b}", "GREATER_EQUAL": "{a} >= {b}",
@@ -162,8 +163,8 @@ def fusion_runs(nodes: list[NodeContext], outputs=()) -> list[list[int]]:
             shape = tuple(nodes[i].outputs[0].shape)
             while j < len(nodes) and fusable(nodes[j]) and tuple(nodes[j].outputs[0].shape) == shape:
                 j += 1
-        elif j < len(nodes) and readers.get(nodes[i].node.outputs[0] if nodes[i].node.outputs else -1) == 1 \
-                and folded_activation(nodes[i], nodes[j]) is not None:
+        elif j < len(nodes) and folded_activation(nodes[i], nodes[j]) is not None \
+                and readers[nodes[i].node.outputs[0]] == 1:
             j += 1
         steps.append(list(range(i, j)))
         i = j
@@ -323,10 +324,8 @@ def plan_group(nodes: list[NodeContext], escaping: set[int]) -> FusedGroup | Non
         "",
     ])
     constants = np.concatenate(pool) if pool else np.zeros(1, F32)
-    by_tensor = {t: d for ctx in nodes for t, d in zip((*ctx.node.inputs, *ctx.node.outputs),
-                                                        (np.dtype(s.dtype) for s in (*ctx.inputs, *ctx.outputs)))}
     return FusedGroup(nodes, inputs, outputs, source, parallel, rows, cols, constants,
-                      tuple(by_tensor[t] for t in arrays))
+                      tuple(_DTYPE[kinds[t]] for t in arrays))
 
 
 def make_fused_kernel(group: FusedGroup):

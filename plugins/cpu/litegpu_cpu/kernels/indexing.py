@@ -10,6 +10,7 @@ from __future__ import annotations
 from functools import partial
 
 import numpy as np
+from numba import njit
 
 from litegpu.backend import NodeContext
 from litegpu.errors import ExecutionError
@@ -32,6 +33,12 @@ def _const_ints(ctx: NodeContext, i: int) -> list[int] | None:
 
 # -- GATHER -------------------------------------------------------------------------------------
 
+@njit(cache=True, inline="always")
+def _index(ix16, ix32, ix64, size, j):
+    """Index ``j`` of an index array of ``size``-byte integers, as int64."""
+    return ix64[j] if size == 8 else (np.int64(ix32[j]) if size == 4 else np.int64(ix16[j]))
+
+
 @task_function()
 def _gather_task(t, pp, ixp, outp, _a3, _a4, _a5, _a6, _a7, ip, _fp):
     """``out[o, j, :] = params[o, indices[j], :]`` over bytes; ``ip``: outer, limit, row
@@ -41,14 +48,14 @@ def _gather_task(t, pp, ixp, outp, _a3, _a4, _a5, _a6, _a7, ip, _fp):
     params, out = uint8_pointer(pp), uint8_pointer(outp)
     ix16, ix32, ix64 = int16_pointer(ixp), int32_pointer(ixp), int64_pointer(ixp)
     for j in range(n):
-        k = ix64[j] if size == 8 else (np.int64(ix32[j]) if size == 4 else np.int64(ix16[j]))
+        k = _index(ix16, ix32, ix64, size, j)
         if k < 0 or k >= limit:
             ip[5] = 1
             ip[6] = k
             return
     for o in range(outer):
         for j in range(n):
-            k = ix64[j] if size == 8 else (np.int64(ix32[j]) if size == 4 else np.int64(ix16[j]))
+            k = _index(ix16, ix32, ix64, size, j)
             src, dst = (o * limit + k) * inner, (o * n + j) * inner
             for e in range(inner):
                 out[dst + e] = params[src + e]

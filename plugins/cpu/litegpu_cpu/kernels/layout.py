@@ -25,7 +25,10 @@ def copy_call(x: np.ndarray, out: np.ndarray):
     a task function when both are C-contiguous, so it chains with its neighbours."""
     if x.dtype == out.dtype and x.flags.c_contiguous and out.flags.c_contiguous:
         return bound_tasks(_copy_task, 1, (x, out), np.array([x.nbytes], np.int64))
-    # ``out[...] = x`` copies like np.copyto, without its dispatch overhead.
+    # ``out[...] = x`` copies like np.copyto, without its dispatch overhead. (Reshaping a
+    # non-contiguous ``x`` copies it: only arrays of one shape may be bound for later runs.)
+    if x.shape == out.shape:
+        return partial(out.__setitem__, Ellipsis, x)
     return partial(out.reshape(-1).__setitem__, Ellipsis, x.reshape(-1))
 
 
