@@ -112,6 +112,43 @@ class Program:
         raise NotImplementedError("need run")
 
 
+class Copy:
+    """A step copying one array into another of the same shape and dtype (``dst[...] =
+    src``): a branch's output that is one of its inputs, a loop's values going in and out."""
+
+    def __init__(self, src: np.ndarray, dst: np.ndarray) -> None:
+        self.src, self.dst = src, dst
+
+    def __call__(self) -> None:
+        self.dst[...] = self.src
+
+
+@dataclass
+class Branch:
+    """IF over fixed arrays, for :meth:`Backend.bind_control`: ``then`` when the
+    one-element bool ``flag`` is true, else ``orelse``; each a list of ``(call, fail)``
+    steps (see ``CompiledSubgraph.bind_steps``; ``fail`` may be None)."""
+
+    flag: np.ndarray
+    then: list
+    orelse: list
+
+
+@dataclass
+class Loop:
+    """WHILE over fixed arrays, for :meth:`Backend.bind_control`: the ``enter`` steps,
+    then iterations alternating between the two ``phases``. Phase ``(cond, flag, body,
+    exit)`` runs the ``cond`` steps and, when its one-element bool ``flag`` is true, the
+    ``body`` steps (iteration ``n`` is phase ``n % 2``), else its ``exit`` steps, which end
+    the loop. Before the body runs more than ``limit[0]`` times (an int64 array, which
+    the caller may change between runs) the loop stops with ``limit_error()``."""
+
+    enter: list
+    phases: list
+    limit: np.ndarray
+    limit_error: Callable[[], Exception]
+
+
 class Backend:
     """Base class of backends. Subclasses set ``name`` and implement the methods."""
 
@@ -144,6 +181,12 @@ class Backend:
     def compile(self, partition: Partition, options: CompileOptions) -> Program:
         """Compile a partition into a runnable program."""
         raise NotImplementedError("need compile")
+
+    def bind_control(self, control: Branch | Loop) -> Callable[[], None] | None:
+        """``control`` (its steps from this backend's programs) as one call of no
+        arguments, e.g. a compiled table with jumps; None (the default) leaves it to the
+        core, which runs the steps from Python."""
+        return None
 
     def allocate(self, spec: TensorSpec, options: CompileOptions) -> Any:
         """Device memory for a tensor of ``spec``, in the storage format programs compiled

@@ -28,3 +28,9 @@ class ExecutionError(LiteGpuError, RuntimeError):
 
 class ResourceLimitError(LiteGpuError):
     """A configured limit (memory, loop iterations, rank) would be exceeded."""
+
+
+class Unbound(Exception):
+    """Raised by a stateful op's bound call (``OpDef.bind``) whose outputs no longer fit
+    the arrays it was bound to (a variable assigned a new shape): the program runs the
+    node the unbound way, from its ``execute``."""

@@ -18,7 +18,7 @@ from typing import Callable
 import numpy as np
 
 from . import __version__
-from .backend import Backend, CompileOptions
+from .backend import Backend, Branch, CompileOptions, Copy, Loop
 from .errors import InvalidArgumentError, LiteGpuError, ModelFormatError, ResourceLimitError
 from .executor import CompiledSubgraph, Limits, infer_subgraph, make_runtime
 from .graph import Model
@@ -280,6 +280,67 @@ class Session:
                     return fast(values, limit - 1, truth)
         return None
 
+    def bind_while(self, cond: int, body: int, inputs: list[np.ndarray], outputs: list[np.ndarray],
+                   limit: int, limit_error: Callable[[], Exception]) -> Callable[[], None] | None:
+        """A WHILE node over fixed arrays as one call of no arguments (``OpDef.bind``): its
+        ``inputs`` copied into the loop's values, the iterations (see
+        :func:`_loop_phases`), the final values copied into ``outputs``; over ``limit``
+        iterations it raises ``limit_error()``. None when the node's first run did not
+        leave both subgraphs compiled for these shapes, or the loop needs another path."""
+        shapes = tuple(np.shape(v) for v in inputs)
+        c, b = self._calls.get((cond, *shapes)), self._calls.get((body, *shapes))
+        parts = None if c is None or b is None else _loop_phases(c.compiled, b.compiled, inputs)
+        if parts is None:
+            return None
+        _, even, _, phases = parts
+        if len(outputs) != len(even) or any(a.shape != e.shape or a.dtype != e.dtype
+                                            for e, v, o in zip(even, inputs, outputs) for a in (v, o)):
+            return None
+        structure = Loop([(Copy(v, e), None) for v, e in zip(inputs, even)],
+                         [(c, flag, b, [(Copy(v, o), None) for v, o in zip(current, outputs)])
+                          for c, flag, b, current in phases],
+                         np.array([limit], np.int64), limit_error)
+        return self.cpu.bind_control(structure) or python_control(structure)
+
+    def bind_if(self, then: int, orelse: int, inputs: list[np.ndarray],
+                outputs: list[np.ndarray]) -> Callable[[], None] | None:
+        """An IF node over fixed arrays as one call of no arguments (``OpDef.bind``): the
+        branch ``inputs[0]`` (a one-element bool) picks, each compiled (with its constant
+        inputs compiled in, as :meth:`call_subgraph` does for IF) and bound to read the
+        node's other ``inputs`` and write its ``outputs``. None when a branch cannot be
+        bound to them (other shapes, run-time shapes, a condition of another dtype)."""
+        flag, args = inputs[0], list(inputs[1:])
+        if flag.dtype != np.bool_ or flag.size != 1:
+            return None
+        fixed = self._constant_inputs(args)
+        constant = {pos for pos, _ in fixed}
+        branches = []
+        for index in (then, orelse):
+            try:
+                compiled = self._subgraph_call(index, args, fixed).compiled
+            except LiteGpuError:
+                return None   # (running the branch reports it)
+            sg = compiled.sg
+            if len(sg.outputs) != len(outputs):
+                return None
+            arrays = {t: a for pos, (t, a) in enumerate(zip(sg.inputs, args)) if pos not in constant}
+            produced = {o for _, _, outs in compiled.steps for o in outs}
+            copies = []
+            for t, out in zip(sg.outputs, outputs):
+                spec = compiled.specs.get(t)
+                if spec is None or tuple(spec.shape) != out.shape or np.dtype(spec.dtype) != out.dtype:
+                    return None
+                if t in produced and t not in arrays:
+                    arrays[t] = out
+                else:   # an input passed through, a constant, or an output listed twice
+                    copies.append((Copy(arrays[t] if t in arrays else compiled.output(t), out), None))
+            bound = compiled.bind_steps(arrays)
+            if bound is None:
+                return None
+            branches.append(bound[1] + copies)
+        structure = Branch(flag, *branches)
+        return self.cpu.bind_control(structure) or python_control(structure)
+
     def _fixed_loop(self, cond: int, body: int, values: list[np.ndarray]):
         """The loop over fixed arrays for :meth:`while_loop`, or None when it does not apply:
         :func:`_alternating_loop` when both subgraphs can be bound to arrays of our choosing,
@@ -396,13 +457,16 @@ def _note_cpu_precision(report: DelegationReport) -> None:
 
 class _Caller:
     """The runtime's ``call_subgraph``: called like :meth:`Session.call_subgraph`, and
-    offering :meth:`Session.while_loop`, which WHILE uses when present, and ``branch``,
-    which IF uses when present (a call that compiles constant inputs in)."""
+    offering :meth:`Session.while_loop`, which WHILE uses when present, ``branch``,
+    which IF uses when present (a call that compiles constant inputs in), and
+    :meth:`Session.bind_while` and :meth:`Session.bind_if` for their ``OpDef.bind``."""
 
     def __init__(self, session: Session) -> None:
         self._call = session.call_subgraph
         self.while_loop = session.while_loop
         self.branch = partial(session.call_subgraph, constants=True)
+        self.bind_while = session.bind_while
+        self.bind_if = session.bind_if
 
     def __call__(self, sg_index: int, inputs: list) -> list[np.ndarray]:
         return self._call(sg_index, inputs)
@@ -451,18 +515,18 @@ class _SubgraphCall:
         return out
 
 
-def _alternating_loop(session: Session, cond: CompiledSubgraph, body: CompiledSubgraph,
-                      values: list[np.ndarray]):
-    """WHILE's loop over two sets of value arrays, or None when it does not apply.
+def _loop_phases(cond: CompiledSubgraph, body: CompiledSubgraph, values: list):
+    """WHILE's condition and body bound to two sets of value arrays, or None when that
+    does not apply: ``(enters, even, odd, phases)``, phase ``(cond steps, flag, body steps,
+    values)`` reading ``values`` (one set) and writing the other.
 
     The body runs from one set into the other and back, so nothing is copied between
     iterations; the condition reads the set the body last wrote. Both subgraphs are bound
-    once to each set (see :meth:`CompiledSubgraph.bind_steps`), and an iteration is one
-    flat list of kernel calls, a test of the condition's array and another flat list. A
-    value the body passes through unchanged (output j is its input j) has one array in
-    both sets. It applies when every body output is either that or computed by the body
-    with the value's shape and dtype, each in an array of its own: an output that is a
-    constant or another value's input (values changing places) keeps to the copying loop.
+    once to each set (see :meth:`CompiledSubgraph.bind_steps`). A value the body passes
+    through unchanged (output j is its input j) has one array in both sets. It applies
+    when every body output is either that or computed by the body with the value's shape
+    and dtype, each in an array of its own: an output that is a constant or another
+    value's input (values changing places) keeps to the copying loop.
     """
     b_in, b_out, c_in = body.sg.inputs, body.sg.outputs, cond.sg.inputs
     n = len(values)
@@ -479,7 +543,7 @@ def _alternating_loop(session: Session, cond: CompiledSubgraph, body: CompiledSu
         even.append(np.empty_like(mine))
     odd = [e if o == i else np.empty_like(e) for e, i, o in zip(even, b_in, b_out)]
 
-    def bound(src: list, dst: list | None):
+    def bound(src: list, dst: list):
         """The condition and then the body bound to read ``src`` (the body writing ``dst``)."""
         c_arrays = dict(zip(c_in, src))
         c_steps = cond.bind_steps(c_arrays)
@@ -495,45 +559,83 @@ def _alternating_loop(session: Session, cond: CompiledSubgraph, body: CompiledSu
     if None in (c_even, b_even, c_odd, b_odd) or flag_even.size != 1:
         return None   # (an ill-shaped condition: the general path reports it)
     enters = list({id(e): e for e in (*c_even[0], *b_even[0])}.values())
-    steps = [c_even[1], b_even[1], c_odd[1], b_odd[1]]
-    fails = {id(call): fail for group in steps for call, fail in group}
-    # Per phase: the condition's calls, its flag (a 0-d view that reads each run's value),
-    # the body's calls and the values the condition reads.
-    phases = tuple(([call for call, _ in c], flag.reshape(()), [call for call, _ in b], current)
-                   for c, flag, b, current in ((c_even[1], flag_even, b_even[1], even),
-                                               (c_odd[1], flag_odd, b_odd[1], odd)))
+    phases = [(c_even[1], flag_even, b_even[1], even), (c_odd[1], flag_odd, b_odd[1], odd)]
+    return enters, even, odd, phases
 
-    # Where every step is a task function the backend runs the whole loop as one call.
-    bind_loop = next((getattr(p, "bind_loop", None) for p, _, _ in body.steps), None)
-    compiled = None if bind_loop is None else bind_loop([(c, flag, b) for c, flag, b, _ in phases])
+
+class _LoopLimit(Exception):
+    """The session's loop ran its iterations without ending (``while_loop`` returns None)."""
+
+
+def _alternating_loop(session: Session, cond: CompiledSubgraph, body: CompiledSubgraph,
+                      values: list[np.ndarray]):
+    """WHILE's loop over two sets of value arrays (see :func:`_loop_phases`), or None when
+    it does not apply: the values are copied into one set, the iterations run as the
+    backend's one call when it can make one (:meth:`Backend.bind_control`, every step a
+    task function on cpu) or else from Python, and the final values are copied out."""
+    parts = _loop_phases(cond, body, values)
+    if parts is None:
+        return None
+    enters, even, _, phases = parts
+    finals = [np.empty_like(e) for e in even]
+    limit = np.zeros(1, np.int64)
+    structure = Loop([], [(c, flag, b, [(Copy(v, f), None) for v, f in zip(current, finals)])
+                          for c, flag, b, current in phases], limit, _LoopLimit)
+    compiled = session.cpu.bind_control(structure) or python_control(structure)
 
     def loop(values: list[np.ndarray], remaining: int, truth) -> list[np.ndarray] | None:
         session._descend()
-        call = None
         try:
             for enter in enters:
                 enter()
             for dst, value in zip(even, values):
                 dst[...] = value
-            if compiled is not None:
-                done = compiled(remaining)
-                return None if done < 0 else [np.array(v) for v in phases[done & 1][3]]
-            for n in range(remaining):
-                c_calls, flag, b_calls, current = phases[n & 1]
-                for call in c_calls:
-                    call()
-                if not flag:
-                    return [np.array(v) for v in current]
-                for call in b_calls:
-                    call()
+            limit[0] = remaining
+            compiled()
+            return [np.array(v) for v in finals]
+        except _LoopLimit:
             return None
+        finally:
+            session._depth -= 1
+    return loop
+
+
+def python_control(control: Branch | Loop) -> Callable[[], None]:
+    """``control`` run from Python, step by step: what :meth:`Backend.bind_control`
+    returns when the backend cannot make it one call."""
+    if isinstance(control, Branch):
+        flag, then, orelse = control.flag.reshape(()), control.then, control.orelse
+
+        def branch() -> None:
+            _run_steps(then if flag else orelse)
+        return branch
+    phases = [(c, flag.reshape(()), b, exit) for c, flag, b, exit in control.phases]
+
+    def loop() -> None:
+        _run_steps(control.enter)
+        limit = int(control.limit[0])
+        n = 0
+        while True:
+            cond, flag, body, exit = phases[n & 1]
+            _run_steps(cond)
+            if not flag:
+                _run_steps(exit)
+                return
+            if n >= limit:
+                raise control.limit_error()
+            _run_steps(body)
+            n += 1
+    return loop
+
+
+def _run_steps(steps: list) -> None:
+    """Run ``(call, fail)`` steps in order; a failing step raises ``fail(exc)`` (its node
+    named) when that is not None."""
+    for call, fail in steps:
+        try:
+            call()
         except Exception as exc:
-            # ``call`` is the step that raised: its ``fail`` names the node.
-            fail = fails.get(id(call))
             error = None if fail is None else fail(exc)
             if error is None:
                 raise
             raise error from None
-        finally:
-            session._depth -= 1
-    return loop

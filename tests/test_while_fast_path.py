@@ -350,6 +350,8 @@ def test_kernel_error_in_the_loop_names_the_node():
 
 
 def test_call_depth_limit_applies_to_the_loop(monkeypatch):
+    """The session's loop counts as a subgraph call. (A WHILE bound into its caller's
+    plan after the first invoke calls no subgraph: nothing can nest there.)"""
     import litegpu.session as session_module
     interp = litegpu.Interpreter(model_content=swap_model(4, swap=False))
     values = [np.array(0, np.int32), *(np.ones(3, np.float32) for _ in range(3))]
@@ -357,7 +359,7 @@ def test_call_depth_limit_applies_to_the_loop(monkeypatch):
     assert loop_kind(interp) == "alternating"
     monkeypatch.setattr(session_module, "_MAX_CALL_DEPTH", 0)
     with pytest.raises(litegpu.ResourceLimitError, match="nested deeper than 0"):
-        invoke(interp, values)
+        interp._session.while_loop(1, 2, values, 100, lambda v, what: bool(v))
 
 
 def test_profiled_loop_records_every_iteration():

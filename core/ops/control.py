@@ -7,9 +7,11 @@ receives a :class:`litegpu.backend.Runtime`.
 """
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 
-from ..errors import ExecutionError, ResourceLimitError
+from ..errors import ExecutionError, ResourceLimitError, Unbound
 from .registry import OpDef, TensorSpec, check_inputs, register
 
 
@@ -33,6 +35,11 @@ def _while_attrs(node, tensors) -> dict:
     return {"cond": node.options.get("cond_subgraph_index", 0), "body": node.options.get("body_subgraph_index", 0)}
 
 
+def _loop_limit(limit: int) -> ResourceLimitError:
+    return ResourceLimitError(f"WHILE ran {limit} iterations without ending "
+                              "(raise Limits.max_while_iterations for longer loops)")
+
+
 def _while(inputs, attrs, runtime):
     loop = getattr(runtime.call_subgraph, "while_loop", None)
     if loop is not None:
@@ -41,16 +48,21 @@ def _while(inputs, attrs, runtime):
         result = loop(attrs["cond"], attrs["body"], list(inputs), runtime.max_while_iterations, _truth)
         if result is not None:
             return result
-        raise ResourceLimitError(f"WHILE ran {runtime.max_while_iterations} iterations without ending "
-                                 "(raise Limits.max_while_iterations for longer loops)")
+        raise _loop_limit(runtime.max_while_iterations)
     values = [np.array(v) for v in inputs]
     for _ in range(runtime.max_while_iterations):
         (cond,) = runtime.call_subgraph(attrs["cond"], values)[:1]
         if not _truth(cond, "WHILE condition"):
             return values
         values = runtime.call_subgraph(attrs["body"], values)  # fresh arrays, safe to keep
-    raise ResourceLimitError(f"WHILE ran {runtime.max_while_iterations} iterations without ending "
-                             "(raise Limits.max_while_iterations for longer loops)")
+    raise _loop_limit(runtime.max_while_iterations)
+
+
+def _bind_while(inputs, outputs, attrs, runtime):
+    bind = getattr(runtime.call_subgraph, "bind_while", None)
+    limit = runtime.max_while_iterations
+    return None if bind is None else bind(attrs["cond"], attrs["body"], inputs, outputs, limit,
+                                          partial(_loop_limit, limit))
 
 
 def _if_attrs(node, tensors) -> dict:
@@ -63,6 +75,11 @@ def _if(inputs, attrs, runtime):
     # The session's branch call compiles the branch's constant inputs (its weights) in.
     call = getattr(runtime.call_subgraph, "branch", runtime.call_subgraph)
     return call(branch, list(inputs[1:]))
+
+
+def _bind_if(inputs, outputs, attrs, runtime):
+    bind = getattr(runtime.call_subgraph, "bind_if", None)
+    return None if bind is None else bind(attrs["then"], attrs["else"], inputs, outputs)
 
 
 def _call_once_attrs(node, tensors) -> dict:
@@ -95,25 +112,62 @@ def _handle_array(handle: int) -> np.ndarray:
     return array
 
 
-def _var_handle(inputs, attrs, runtime):
-    ids = runtime.resources.get("__ids__")
+def _handle(resources: dict, key: tuple) -> int:
+    """The handle of the variable named ``key``: numbered in order of first use."""
+    ids = resources.get("__ids__")
     if ids is None:
-        ids = runtime.resources["__ids__"] = {}
-    handle = ids.get(attrs["key"])
+        ids = resources["__ids__"] = {}
+    handle = ids.get(key)
     if handle is None:
-        handle = ids[attrs["key"]] = len(ids)
-    return [_handle_array(handle)]
+        handle = ids[key] = len(ids)
+    return handle
+
+
+def _var_handle(inputs, attrs, runtime):
+    return [_handle_array(_handle(runtime.resources, attrs["key"]))]
+
+
+def _bind_var_handle(inputs, outputs, attrs, runtime):
+    out = outputs[0]
+    if out.dtype != np.int32 or out.size != 1:
+        return None
+    flat, resources, key = out.reshape(-1), runtime.resources, attrs["key"]
+
+    def var_handle() -> None:
+        flat[0] = _handle(resources, key)
+    return var_handle
 
 
 # A variable's value is stored read-only and replaced, never written, by ASSIGN_VARIABLE:
 # READ_VARIABLE hands out the stored array itself, which no later assignment changes.
 
 def _read_variable(inputs, attrs, runtime):
-    handle = inputs[0].item(0)
-    value = runtime.resources.get(("var", handle))
+    return [_variable(runtime.resources, inputs[0].item(0))]
+
+
+def _variable(resources: dict, handle: int) -> np.ndarray:
+    value = resources.get(("var", handle))
     if value is None:
         raise ExecutionError(f"READ_VARIABLE of resource {handle}, which was never assigned")
-    return [value]
+    return value
+
+
+def _bind_read_variable(inputs, outputs, attrs, runtime):
+    handle, out, resources = inputs[0], outputs[0], runtime.resources
+    if handle.size != 1:
+        return None
+
+    def read_variable() -> None:
+        value = _variable(resources, handle.item(0))
+        if value.shape != out.shape or value.dtype != out.dtype:
+            raise Unbound
+        out[...] = value
+    return read_variable
+
+
+def _bind_outputless(inputs, outputs, attrs, runtime, execute=None):
+    """The bound call of an op with no outputs: its ``execute`` on these inputs."""
+    return partial(execute, inputs, attrs, runtime)
 
 
 def _assign_variable(inputs, attrs, runtime):
@@ -123,15 +177,16 @@ def _assign_variable(inputs, attrs, runtime):
     return []
 
 
-def _stateful(name, execute, attrs=None, infer=None):
-    register(OpDef(name=name, infer=infer or (lambda ins, a: []), reference=_no_reference,
-                   attrs=attrs or (lambda n, t: {}), stateful=True, execute=execute,
+def _stateful(name, execute, attrs=None, bind=None):
+    register(OpDef(name=name, infer=lambda ins, a: [], reference=_no_reference,
+                   attrs=attrs or (lambda n, t: {}), stateful=True, execute=execute, bind=bind,
                    doc=(execute.__doc__ or name)))
 
 
-_stateful("WHILE", _while, _while_attrs)
-_stateful("IF", _if, _if_attrs)
-_stateful("CALL_ONCE", _call_once, _call_once_attrs)
-_stateful("VAR_HANDLE", _var_handle, _var_handle_attrs)
-_stateful("READ_VARIABLE", _read_variable, lambda n, t: (check_inputs(n, 1), {})[1])
-_stateful("ASSIGN_VARIABLE", _assign_variable, lambda n, t: (check_inputs(n, 2), {})[1])
+_stateful("WHILE", _while, _while_attrs, _bind_while)
+_stateful("IF", _if, _if_attrs, _bind_if)
+_stateful("CALL_ONCE", _call_once, _call_once_attrs, partial(_bind_outputless, execute=_call_once))
+_stateful("VAR_HANDLE", _var_handle, _var_handle_attrs, _bind_var_handle)
+_stateful("READ_VARIABLE", _read_variable, lambda n, t: (check_inputs(n, 1), {})[1], _bind_read_variable)
+_stateful("ASSIGN_VARIABLE", _assign_variable, lambda n, t: (check_inputs(n, 2), {})[1],
+          partial(_bind_outputless, execute=_assign_variable))

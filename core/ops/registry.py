@@ -61,6 +61,11 @@ class OpDef:
     stateful: bool = False
     # For stateful ops: ``execute(inputs, attrs, runtime) -> outputs`` replaces ``reference``.
     execute: Callable[[list, dict, Any], list] | None = None
+    # Optionally, ``bind(inputs, outputs, attrs, runtime)``: a call of no arguments doing
+    # what ``execute`` does on these arrays every time (results written into
+    # ``outputs``), or None. A program whose arrays have settled calls it instead of
+    # ``execute``; it raises ``litegpu.errors.Unbound`` when its outputs no longer fit.
+    bind: Callable[[list, list, dict, Any], Callable[[], None] | None] | None = None
     doc: str = ""
     # Checks against the shapes LiteRT plans a node with when its inputs are resized: the
     # subgraph's inputs at their new shapes, every other tensor at the shape the model

@@ -12,9 +12,9 @@ from typing import Sequence
 
 import numpy as np
 
-from litegpu.backend import (COMPLETE, Backend, CompileOptions, Event, NodeContext, Partition, Program,
-                             Support)
-from litegpu.errors import ExecutionError, LiteGpuError
+from litegpu.backend import (COMPLETE, Backend, Branch, CompileOptions, Event, Loop, NodeContext, Partition,
+                             Program, Support)
+from litegpu.errors import ExecutionError, LiteGpuError, Unbound
 from litegpu.graph import Model
 from litegpu.ops import TensorSpec
 
@@ -65,6 +65,12 @@ class CpuBackend(Backend):
         configure_threads(options.num_threads)
         return CpuProgram(partition, options)
 
+    def bind_control(self, control: Branch | Loop):
+        """An IF or WHILE whose steps are task functions as one plan, jumps and all (see
+        :mod:`.control`); it chains with the plans around it."""
+        from .control import bind_control
+        return bind_control(control)
+
 
 def _cpuinfo() -> dict[str, str]:
     info: dict[str, str] = {}
@@ -97,6 +103,7 @@ class CpuProgram(Program):
         self.partition = partition
         # Called first in every run: the run's thread may not be the one that compiled.
         self._threads_here = _threads_setter(options.num_threads)
+        self._runtime = options.runtime
         arena = partition.arena
         self.arena = np.empty(arena.size if arena else 0, np.uint8)
         slot_of: dict[int, int] = {}
@@ -210,14 +217,6 @@ class CpuProgram(Program):
         steps += [(copy_call(slots[s], outputs[i]), _not_ours) for i, s in copy]
         return self._threads_here, steps
 
-    def bind_loop(self, phases: list):
-        """A WHILE loop over steps bound by :meth:`bind_steps` (of this program or another
-        cpu program) as one compiled call, or None when a step is not a task function (see
-        :func:`.kernels.tasks.bind_loop`, which says what ``phases`` are and what the call
-        returns)."""
-        from .kernels.tasks import bind_loop
-        return bind_loop(phases)
-
     def bind(self, inputs: Sequence[np.ndarray], outputs: list):
         """A call of no arguments that runs this program on exactly these arrays (the caller
         passes the same ones every run), or None when run-time shapes prevent it. It skips
@@ -299,14 +298,30 @@ class CpuProgram(Program):
             args = [slots[i] for i in ins]
             results = [slots[o] for o in outs]
             settled = self._settled_kernel(n, args, results) if dynamic and not ctx.opdef.stateful else None
+            bound = self._bound_stateful(n, ctx, args, results) if dynamic and ctx.opdef.stateful else None
             if settled is not None:
                 call = _bind_step(settled, args, results)
+            elif bound is not None:
+                call = bound
             elif dynamic:
                 call = partial(_run_in_place, self, n, kernel, args, outs, results)
             else:
                 call = _bind_step(kernel, args, results)
             fixed.append((call, ctx))
         return _chain_plans(fixed)
+
+    def _bound_stateful(self, n: int, ctx: NodeContext, args: list, results: list):
+        """Stateful step ``n`` bound to these arrays by its op (``OpDef.bind``: an IF or
+        WHILE over plans is a plan, and chains), or None. A bound call that raises
+        :class:`Unbound` hands the step back to the step-by-step run."""
+        bind = ctx.opdef.bind
+        if bind is None or any(a is None for a in (*args, *results)):
+            return None
+        from .kernels.tasks import is_plan
+        call = bind(args, results, ctx.attrs, self._runtime)
+        if call is None or is_plan(call):
+            return call
+        return partial(_unless_unbound, n, call)
 
     def _settled_kernel(self, n: int, args: list, results: list):
         """:func:`_settled_kernel` for step ``n``, made once per set of operand shapes (a
@@ -329,7 +344,7 @@ class CpuProgram(Program):
                     call()
                 return
             except _Reshaped as changed:
-                resume = changed.step + 1
+                resume = changed.resume
             except (LiteGpuError, *_RUNTIME_ERRORS) as exc:
                 raise _fail(ctx, exc) from None
             self._fixed = None
@@ -401,11 +416,21 @@ _MAX_BINDS = 8
 
 
 class _Reshaped(Exception):
-    """A run-time-shaped step's result changed shape or dtype; ``step`` is its position."""
+    """A run-time-shaped step's result changed shape or dtype; the run goes on step by
+    step from step ``resume``."""
 
-    def __init__(self, step: int) -> None:
-        super().__init__(step)
-        self.step = step
+    def __init__(self, resume: int) -> None:
+        super().__init__(resume)
+        self.resume = resume
+
+
+def _unless_unbound(n: int, call) -> None:
+    """Bound stateful step ``n``: when it raises :class:`Unbound` (nothing written), the run
+    goes on step by step from it."""
+    try:
+        call()
+    except Unbound:
+        raise _Reshaped(n) from None
 
 
 def _run_in_place(program: CpuProgram, n: int, kernel, args: list, outs: list[int], dsts: list) -> None:
@@ -420,7 +445,7 @@ def _run_in_place(program: CpuProgram, n: int, kernel, args: list, outs: list[in
                 and dst.shape == r.shape and dst.dtype == r.dtype):
             # (Results copied before this one are copied again: harmless.)
             program._store(outs, results)
-            raise _Reshaped(n)
+            raise _Reshaped(n + 1)
         dst[...] = r
 
 
@@ -440,9 +465,19 @@ def _settled_kernel(ctx: NodeContext, args: list, results: list):
     if len(outputs) != len(results) or any(tuple(o.shape) != r.shape or np.dtype(o.dtype) != r.dtype
                                            for o, r in zip(outputs, results)):
         return None
+    from .fusion import generate_alone, make_fused_kernel, plan_group
     from .kernels import make_kernel
-    outputs = [TensorSpec(r.shape, r.dtype) for r in results]
-    return make_kernel(dataclasses.replace(ctx, inputs=inputs, outputs=outputs, dynamic=False))
+    from .kernels.registry import bindable
+    settled = dataclasses.replace(ctx, inputs=inputs, outputs=[TensorSpec(r.shape, r.dtype) for r in results],
+                                  dynamic=False)
+    group = plan_group([settled], set(ctx.node.outputs)) if generate_alone(settled) else None
+    if group is None:
+        return make_kernel(settled)
+    # The generated kernel a static node gets (a task function: it chains), which takes
+    # the group's inputs (constants are in its pool).
+    fused = make_fused_kernel(group)
+    where = [ctx.node.inputs.index(t) for t in group.inputs]
+    return bindable(lambda inputs, outputs: _bind_step(fused, [inputs[i] for i in where], outputs))
 
 
 def _bind_step(kernel, args: list, results: list):

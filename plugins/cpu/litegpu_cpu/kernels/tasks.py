@@ -13,8 +13,9 @@ result doubled, 9 -> 19 s). Here a kernel is instead:
   a ``prange`` body only when the body creates no array views);
 - run by :func:`run_plan`, one small launcher compiled once for every task function,
   which calls the callback's address for each task index over numba's threads. A plan
-  is a table of such calls, so a run of task-function steps is one call from Python,
-  and a WHILE loop whose condition and body are plans is one call (:func:`bind_loop`).
+  is a table of such calls, so a run of task-function steps is one call from Python;
+  with control rows (jumps, copies) a WHILE loop or an IF whose subgraphs are plans is
+  part of the same table (see :mod:`..control`).
 
 The pointers are typed float32; a task function over other dtypes reinterprets them
 (:func:`int32_pointer`, :func:`uint8_pointer` for bool and bytes, ...). A task
@@ -40,6 +41,7 @@ from functools import partial
 import numpy as np
 from llvmlite import ir
 from numba import cfunc, njit, prange, types
+from numba.core import cgutils
 from numba.extending import intrinsic
 
 from .registry import in_order
@@ -145,19 +147,92 @@ def _load_int64(typingctx, address):
     return types.int64(types.intp), codegen
 
 
+@intrinsic
+def _store_int64(typingctx, address, value):
+    """Store int64 ``value`` at integer ``address``."""
+    def codegen(context, builder, signature, args):
+        builder.store(args[1], builder.inttoptr(args[0], ir.IntType(64).as_pointer()))
+        return context.get_dummy_value()
+    return types.void(types.intp, types.int64), codegen
+
+
+@intrinsic
+def _load_byte(typingctx, address):
+    """The byte at integer ``address`` (a bool), as an int64."""
+    def codegen(context, builder, signature, args):
+        byte = builder.load(builder.inttoptr(args[0], ir.IntType(8).as_pointer()))
+        return builder.zext(byte, ir.IntType(64))
+    return types.int64(types.intp), codegen
+
+
+@intrinsic
+def _copy_bytes(typingctx, src, dst, count):
+    """Copy ``count`` bytes from address ``src`` to address ``dst`` (not overlapping)."""
+    def codegen(context, builder, signature, args):
+        byte = ir.IntType(8).as_pointer()
+        cgutils.raw_memcpy(builder, builder.inttoptr(args[1], byte), builder.inttoptr(args[0], byte),
+                           args[2], 1)
+        return context.get_dummy_value()
+    return types.void(types.intp, types.intp, types.int64), codegen
+
+
+# Control rows: a row whose task count is one of these negative codes is not a task call
+# but a step of the plan's own control flow, its operands in the array columns. Jumps
+# are relative (rows from this one), so tables stay valid when concatenated.
+JUMP_IF_FALSE = -1   # a0: address of a bool; a1: the jump, taken when the bool is false
+JUMP = -2            # a1: the jump
+COPY = -3            # a0 -> a1, a2 bytes
+STOP_IF_SET = -4     # a0: address of an int64 check word; the plan stops when it is nonzero
+SET = -5             # the int64 at a0 = the int64 at a1
+COUNT_DOWN = -6      # the int64 at a0 minus one; below zero: sets the int64 at a1 and stops
+
+
 @njit(cache=True, parallel=True)
 def run_plan(plan):
     """Each row of ``plan`` in order (the task function's address, its task count, then
     the addresses of a0 .. a7, the int64 and the float32 parameters): its tasks over numba's threads,
     or on the calling thread when there is one task (no parallel region to wake). One
-    compile serves every task function and every sequence of them."""
-    for s in range(plan.shape[0]):
+    compile serves every task function and every sequence of them. A row with a negative
+    count is a control row (``JUMP``, ``COPY``, ...): the table is then a small program
+    with branches and loops (IF and WHILE, see :mod:`..control`)."""
+    s = 0
+    while s < plan.shape[0]:
         q = plan[s]
-        if q[1] == 1:
+        op = q[1]
+        if op == 1:
             _call_task(q[0], np.int64(0), q[2], q[3], q[4], q[5], q[6], q[7], q[8], q[9], q[10], q[11])
-        else:
-            for t in prange(q[1]):
+        elif op > 1:
+            for t in prange(op):
                 _call_task(q[0], np.int64(t), q[2], q[3], q[4], q[5], q[6], q[7], q[8], q[9], q[10], q[11])
+        elif op == JUMP_IF_FALSE:
+            if _load_byte(q[2]) == 0:
+                s += q[3]
+                continue
+        elif op == JUMP:
+            s += q[3]
+            continue
+        elif op == COPY:
+            _copy_bytes(q[2], q[3], q[4])
+        elif op == STOP_IF_SET:
+            if _load_int64(q[2]) != 0:
+                return
+        elif op == SET:
+            _store_int64(q[2], _load_int64(q[3]))
+        elif op == COUNT_DOWN:
+            left = _load_int64(q[2]) - 1
+            _store_int64(q[2], left)
+            if left < 0:
+                _store_int64(q[3], np.int64(1))
+                return
+        s += 1
+
+
+def control_row(op: int, *operands: int) -> np.ndarray:
+    """One control row (see ``JUMP`` ...): ``operands`` in the columns of a0, a1, ..."""
+    row = np.zeros((1, 4 + ARRAYS), np.int64)
+    row[0, 1] = op
+    row[0, 2:2 + len(operands)] = operands
+    return row
 
 
 _UNUSED = np.zeros(1, np.float32)      # the array slots and floats a task does not use
@@ -180,7 +255,7 @@ def bound_tasks(task: TaskFunction, tasks: int, arrays: tuple, params: np.ndarra
         raise ValueError("task parameters are an int64 and a float32 array")
     held = (*arrays, *[_UNUSED] * (ARRAYS - len(arrays)), params, floats)
     rows = np.array([[task.address, tasks, *(a.ctypes.data for a in held)]], np.int64)
-    return _plan_call(rows, held, tuple((params, at, error) for at, error in checks))
+    return plan_call(rows, held, tuple((params, at, error) for at, error in checks))
 
 
 class Check(tuple):
@@ -195,7 +270,7 @@ class Check(tuple):
             raise exc
 
 
-def _plan_call(rows: np.ndarray, held: tuple, checks: tuple):
+def plan_call(rows: np.ndarray, held: tuple, checks: tuple):
     """The call running table ``rows`` (a ``partial`` of :func:`run_plan`, no Python around
     it, when nothing is checked), with ``rows``, ``held`` and ``checks`` attached."""
     checks = tuple(Check(c) for c in checks)
@@ -221,7 +296,7 @@ def chained(calls: list):
     Python between them."""
     if len(calls) == 1:
         return calls[0]
-    return _plan_call(np.concatenate([c.rows for c in calls]), tuple(a for c in calls for a in c.held),
+    return plan_call(np.concatenate([c.rows for c in calls]), tuple(a for c in calls for a in c.held),
                       tuple(check for c in calls for check in c.checks))
 
 
@@ -252,71 +327,3 @@ def bind_task(task: TaskFunction, tasks: int, inputs: tuple, outputs: tuple, par
     if not copies:
         return call
     return in_order([call, *copies])
-
-
-@njit(cache=True)
-def _any_set(words):
-    """True when one of the int64 words at addresses ``words`` is nonzero."""
-    for a in words:
-        if _load_int64(a) != 0:
-            return True
-    return False
-
-
-@njit(cache=True)
-def _run_loop(cond0, flag0, body0, cond1, flag1, body1, words, remaining):
-    """WHILE over two sets of arrays (see :func:`bind_loop`): iteration ``n`` runs phase
-    ``n % 2``'s condition, tests its flag and runs its body. Returns the iteration at which
-    the condition was false, -1 when ``remaining`` iterations did not end the loop, -2
-    when a check word was set."""
-    for n in range(remaining):
-        if n & 1 == 0:
-            run_plan(cond0)
-            go = flag0[0]
-        else:
-            run_plan(cond1)
-            go = flag1[0]
-        if _any_set(words):
-            return -2
-        if not go:
-            return n
-        if n & 1 == 0:
-            run_plan(body0)
-        else:
-            run_plan(body1)
-        if _any_set(words):
-            return -2
-    return -1
-
-
-def _table(calls: list) -> np.ndarray:
-    """The rows of plans ``calls`` as one table."""
-    return np.concatenate([c.rows for c in calls]) if calls else np.zeros((0, 4 + ARRAYS), np.int64)
-
-
-def bind_loop(phases: list):
-    """A WHILE loop as one compiled call, or None unless every call is a plan.
-
-    ``phases`` are two ``(cond_calls, flag, body_calls)``: the condition's calls, the
-    one-element bool array they leave the condition in, and the body's calls, bound to
-    the two alternating sets of values. The result ``run(remaining)`` runs the
-    iterations and returns the one at which the condition was false (its phase is that
-    number's parity), or -1 when ``remaining`` did not end the loop; a task's failed
-    check raises its error."""
-    tables, checks = [], []
-    for cond_calls, flag, body_calls in phases:
-        if not all(map(is_plan, (*cond_calls, *body_calls))) or flag.dtype != np.bool_ or flag.size != 1:
-            return None
-        tables += [_table(cond_calls), flag.reshape(1), _table(body_calls)]
-        checks += [check for call in (*cond_calls, *body_calls) for check in call.checks]
-    words = np.array([params.ctypes.data + 8 * at for params, at, _ in checks], np.int64)
-    held = (phases, checks)
-
-    def run(remaining: int) -> int:
-        done = _run_loop(*tables, words, remaining)
-        if done == -2:
-            for check in checks:
-                check.raise_if_set()
-        return done
-    run.held = held
-    return run
