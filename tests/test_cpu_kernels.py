@@ -729,6 +729,28 @@ def test_pad(op, value):
     vs_reference(op, inputs, {}, [got])
 
 
+@pytest.mark.parametrize("dtype,value", [(np.float32, -0.0), (np.float32, np.nan), (np.int8, -3), (np.int16, 0),
+                                         (np.float16, 1.5), (np.int32, 7), (np.int64, -(1 << 40)), (np.bool_, True)])
+@pytest.mark.parametrize("rank", [1, 2, 3, 4, 5])
+def test_pad_rows_match_numpy(dtype, value, rank):
+    """The row-copy PAD task over ranks, dtypes (1 to 8 bytes), values whose bits are not
+    zero (-0.0, NaN), axes padded or not, and outputs big enough to split into tasks."""
+    rng = np.random.default_rng(rank)
+    shape = tuple(int(d) for d in rng.integers(1, 5, rank))
+    if rank >= 3:
+        shape = (*shape[:-1], 300)   # past _PAD_PARALLEL_BYTES: several tasks
+    pads = rng.integers(0, 3, (rank, 2)) * rng.integers(0, 2, (rank, 1))   # some axes unpadded
+    pads[rank // 2] = [1, 2]
+    x = (rng.standard_normal(shape) * 50).astype(dtype)
+    want = np.pad(x, pads, constant_values=np.array(value).astype(dtype))
+    inputs = [x, pads.astype(np.int32), np.array([value]).astype(dtype)]
+    run, (got,) = build("PADV2", {}, inputs, [want.shape], consts=(1, 2), out_dtype=dtype)
+    assert hasattr(run, "bind")   # the task function, not the numpy fill-and-copy
+    got[...] = 1
+    run.bind(inputs, [got])()
+    np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))   # bit for bit
+
+
 @pytest.mark.parametrize("axis,activation", [(3, "NONE"), (-1, "RELU"), (1, "NONE"), (0, "RELU6")])
 def test_concatenation(axis, activation):
     parts = [rand(2, 3, 4, 5), rand(2, 3, 4, 5), rand(2, 3, 4, 5)]

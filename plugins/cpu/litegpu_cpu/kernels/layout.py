@@ -1,14 +1,18 @@
-"""Data-movement kernels: reshapes as flat copies, TRANSPOSE with a constant permutation."""
+"""Data-movement kernels: reshapes as flat copies, constant PAD as row copies, TRANSPOSE
+with a constant permutation."""
 from __future__ import annotations
 
 from functools import partial
 
 import numpy as np
+from numba import njit
 
 from litegpu.backend import NodeContext
 
+from .common import optional_input
 from .registry import bindable, kernel
-from .tasks import bound_tasks, task_function, uint8_pointer
+from .tasks import (bind_task, bound_tasks, int16_pointer, int32_pointer, int64_pointer, task_function,
+                    uint8_pointer)
 
 
 @kernel("RESHAPE", "SQUEEZE", "EXPAND_DIMS")
@@ -38,6 +42,106 @@ def _copy_task(t, xp, outp, _a2, _a3, _a4, _a5, _a6, _a7, ip, _fp):
     x, out = uint8_pointer(xp), uint8_pointer(outp)
     for i in range(ip[0]):
         out[i] = x[i]
+
+
+# -- PAD -----------------------------------------------------------------------------------------
+
+# Output rows (see _pad_rows) past which PAD keeps to numpy (its table would be large),
+# and output bytes from which its rows are split into tasks over the threads.
+_PAD_MAX_ROWS = 1 << 20
+_PAD_PARALLEL_BYTES = 1 << 16
+_PAD_TASKS = 8
+
+
+@njit(cache=True)
+def _fill(outp, lo, hi, size, bits):
+    """Bytes ``[lo, hi)`` of ``outp`` (multiples of ``size``) set to the ``size``-byte value
+    ``bits``; all-zero bits written as bytes (a loop LLVM turns into a memset)."""
+    if bits == 0 or size == 1:
+        out = uint8_pointer(outp)
+        for i in range(lo, hi):
+            out[i] = bits
+    elif size == 4:
+        out4 = int32_pointer(outp)
+        for i in range(lo // 4, hi // 4):
+            out4[i] = bits
+    elif size == 2:
+        out2 = int16_pointer(outp)
+        for i in range(lo // 2, hi // 2):
+            out2[i] = bits
+    else:
+        out8 = int64_pointer(outp)
+        for i in range(lo // 8, hi // 8):
+            out8[i] = bits
+
+
+@task_function()
+def _pad_task(t, xp, srcp, outp, _a3, _a4, _a5, _a6, _a7, ip, _fp):
+    """Output rows ``[t * ip[1], ..)`` of a constant PAD: row ``r`` is the pad value, or
+    (``src[r] >= 0``) ``ip[2]`` bytes of it, then the input's row at byte ``src[r]``
+    (``ip[3]`` bytes), then the pad value up to the row's ``ip[4]`` bytes. The value is
+    ``ip[6]`` (its bits) of ``ip[5]`` bytes."""
+    x, out, src = uint8_pointer(xp), uint8_pointer(outp), int64_pointer(srcp)
+    rows, per, before, width, row_bytes, size, bits = ip[0], ip[1], ip[2], ip[3], ip[4], ip[5], ip[6]
+    for r in range(t * per, min(rows, (t + 1) * per)):
+        base = r * row_bytes
+        at = src[r]
+        if at < 0:
+            _fill(outp, base, base + row_bytes, size, bits)
+            continue
+        _fill(outp, base, base + before, size, bits)
+        for i in range(width):
+            out[base + before + i] = x[at + i]
+        _fill(outp, base + before + width, base + row_bytes, size, bits)
+
+
+def _pad_rows(in_shape: tuple, pads: np.ndarray, itemsize: int):
+    """PAD as rows of bytes: the output split at the last padded axis ``k`` into rows of
+    ``out_shape[k] * inner`` bytes (``inner``: the unpadded axes after ``k``), with the
+    byte offset of each row's input row (-1 for a row of padding only), the bytes before
+    the input's part, its bytes and the row's bytes. None when nothing is padded."""
+    padded = [k for k, (b, a) in enumerate(pads) if b or a]
+    if not padded:
+        return None
+    k = padded[-1]
+    inner = int(np.prod(in_shape[k + 1:], dtype=np.int64)) * itemsize
+    out_shape = [d + int(b) + int(a) for d, (b, a) in zip(in_shape, pads)]
+    # The input row of each output row over the axes before k, in row-major order.
+    src = np.zeros(1, np.int64)
+    for d, (b, _), size in zip(in_shape[:k], pads[:k], out_shape[:k]):
+        at = np.arange(size) - int(b)
+        inside = (at >= 0) & (at < d)
+        src = np.where((src[:, None] >= 0) & inside[None, :], src[:, None] * d + at[None, :], -1).reshape(-1)
+    row_in = in_shape[k] * inner
+    src = np.where(src >= 0, src * row_in, -1).astype(np.int64)
+    return src, int(pads[k][0]) * inner, row_in, out_shape[k] * inner
+
+
+def pad_rows_kernel(ctx: NodeContext):
+    """A constant PAD of constant pads and value as a task function over output rows."""
+    pads_spec, value_spec = optional_input(ctx, 1), optional_input(ctx, 2)
+    x_spec, out_spec = ctx.inputs[0], ctx.outputs[0]
+    dtype = np.dtype(x_spec.dtype)
+    if pads_spec is None or pads_spec.value is None or dtype != np.dtype(out_spec.dtype) \
+            or (value_spec is not None and value_spec.value is None) or dtype.itemsize not in (1, 2, 4, 8):
+        return None
+    pads = np.asarray(pads_spec.value, np.int64).reshape(-1, 2)
+    if pads.shape[0] != len(x_spec.shape) or np.any(pads < 0):
+        return None
+    value = dtype.type(0) if value_spec is None else np.asarray(value_spec.value).reshape(-1)[0].astype(dtype)
+    planned = _pad_rows(tuple(x_spec.shape), pads, dtype.itemsize)
+    if planned is None or len(planned[0]) > _PAD_MAX_ROWS:
+        return None
+    src, before, width, row_bytes = planned
+    rows = len(src)
+    tasks = min(rows, _PAD_TASKS) if rows * row_bytes >= _PAD_PARALLEL_BYTES else 1
+    per = -(-rows // tasks) if rows else 0
+    bits = int(np.frombuffer(np.array(value, dtype).tobytes(), f"<u{dtype.itemsize}")[0].astype(np.int64)) \
+        if dtype.itemsize < 8 else int(np.array(value, dtype).view(np.int64))
+    params = np.array([rows, per, before, width, row_bytes, dtype.itemsize, bits], np.int64)
+    dtypes = (dtype, np.dtype(np.int64), dtype)
+    return bindable(lambda inputs, outputs: bind_task(_pad_task, tasks, (inputs[0], src), (outputs[0],),
+                                                      params, dtypes=dtypes))
 
 
 @kernel("TRANSPOSE")

@@ -17,6 +17,7 @@ from .common import F32, activation_in_place, all_float32, clamp_bounds, optiona
 from . import gemm
 from .mathfn import exp64
 from .packed import packed_matmul
+from .layout import pad_rows_kernel
 from .registry import bindable, kernel
 from .tasks import bind_task, float64_pointer, task_function
 from .threads import ensure_gemm_policy
@@ -478,8 +479,10 @@ def _pad_factory(ctx: NodeContext):
 
 @kernel("PAD", "PADV2")
 def pad(ctx: NodeContext):
-    """Constant padding: fill the output with the pad value, then copy the input into its interior."""
-    return _pad_factory(ctx)
+    """Constant padding: a task function over output rows (see :func:`.layout.pad_rows_kernel`)
+    when pads and value are constant, else fill the output with the pad value and copy
+    the input into its interior."""
+    return pad_rows_kernel(ctx) or _pad_factory(ctx)
 
 
 @kernel("CONCATENATION")
