@@ -198,33 +198,43 @@ def run_plan(plan):
     s = 0
     while s < plan.shape[0]:
         q = plan[s]
-        op = q[1]
-        if op == 1:
+        if q[1] == 1:
             _call_task(q[0], np.int64(0), q[2], q[3], q[4], q[5], q[6], q[7], q[8], q[9], q[10], q[11])
-        elif op > 1:
-            for t in prange(op):
+            s += 1
+        elif q[1] > 1:
+            for t in prange(q[1]):
                 _call_task(q[0], np.int64(t), q[2], q[3], q[4], q[5], q[6], q[7], q[8], q[9], q[10], q[11])
-        elif op == JUMP_IF_FALSE:
-            if _load_byte(q[2]) == 0:
-                s += q[3]
-                continue
-        elif op == JUMP:
-            s += q[3]
-            continue
-        elif op == COPY:
-            _copy_bytes(q[2], q[3], q[4])
-        elif op == STOP_IF_SET:
-            if _load_int64(q[2]) != 0:
-                return
-        elif op == SET:
-            _store_int64(q[2], _load_int64(q[3]))
-        elif op == COUNT_DOWN:
-            left = _load_int64(q[2]) - 1
-            _store_int64(q[2], left)
-            if left < 0:
-                _store_int64(q[3], np.int64(1))
-                return
-        s += 1
+            s += 1
+        else:
+            s = _control(plan, s)
+
+
+@njit(cache=True)
+def _control(plan, s):
+    """Control row ``s`` of ``plan`` done: the next row to run (past the end: stop). Kept
+    out of :func:`run_plan`, whose parallel lowering would otherwise compile it too (twice
+    the launcher's cold compile)."""
+    q = plan[s]
+    op = q[1]
+    if op == JUMP_IF_FALSE:
+        if _load_byte(q[2]) == 0:
+            return s + q[3]
+    elif op == JUMP:
+        return s + q[3]
+    elif op == COPY:
+        _copy_bytes(q[2], q[3], q[4])
+    elif op == STOP_IF_SET:
+        if _load_int64(q[2]) != 0:
+            return plan.shape[0]
+    elif op == SET:
+        _store_int64(q[2], _load_int64(q[3]))
+    elif op == COUNT_DOWN:
+        left = _load_int64(q[2]) - 1
+        _store_int64(q[2], left)
+        if left < 0:
+            _store_int64(q[3], np.int64(1))
+            return plan.shape[0]
+    return s + 1
 
 
 def control_row(op: int, *operands: int) -> np.ndarray:
