@@ -1,5 +1,5 @@
 """IF and WHILE as plans: the branches and iterations of control flow written into one
-table of :func:`.kernels.tasks.run_plan`, with its control rows (jumps, copies, a count).
+table of :func:`.kernels.tasks.run_program`, with its control rows (jumps, copies, a count).
 
 A subgraph whose steps are all task functions is a table of rows; an IF over two such
 branches is then ``JUMP_IF_FALSE flag -> else; then; JUMP -> end; else``, and a WHILE

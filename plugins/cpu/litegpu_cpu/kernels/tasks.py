@@ -14,8 +14,8 @@ result doubled, 9 -> 19 s). Here a kernel is instead:
 - run by :func:`run_plan`, one small launcher compiled once for every task function,
   which calls the callback's address for each task index over numba's threads. A plan
   is a table of such calls, so a run of task-function steps is one call from Python;
-  with control rows (jumps, copies) a WHILE loop or an IF whose subgraphs are plans is
-  part of the same table (see :mod:`..control`).
+  with control rows (jumps, copies; run by :func:`run_program`) a WHILE loop or an IF
+  whose subgraphs are plans is part of the same table (see :mod:`..control`).
 
 The pointers are typed float32; a task function over other dtypes reinterprets them
 (:func:`int32_pointer`, :func:`uint8_pointer` for bool and bytes, ...). A task
@@ -192,9 +192,22 @@ def run_plan(plan):
     """Each row of ``plan`` in order (the task function's address, its task count, then
     the addresses of a0 .. a7, the int64 and the float32 parameters): its tasks over numba's threads,
     or on the calling thread when there is one task (no parallel region to wake). One
-    compile serves every task function and every sequence of them. A row with a negative
-    count is a control row (``JUMP``, ``COPY``, ...): the table is then a small program
-    with branches and loops (IF and WHILE, see :mod:`..control`)."""
+    compile serves every task function and every sequence of them."""
+    for s in range(plan.shape[0]):
+        q = plan[s]
+        if q[1] == 1:
+            _call_task(q[0], np.int64(0), q[2], q[3], q[4], q[5], q[6], q[7], q[8], q[9], q[10], q[11])
+        else:
+            for t in prange(q[1]):
+                _call_task(q[0], np.int64(t), q[2], q[3], q[4], q[5], q[6], q[7], q[8], q[9], q[10], q[11])
+
+
+@njit(cache=True, parallel=True)
+def run_program(plan):
+    """:func:`run_plan` for a table with control rows (a negative count: ``JUMP``,
+    ``COPY``, ...): a small program with branches and loops (IF and WHILE, see
+    :mod:`..control`). A launcher of its own, so that models without control flow never
+    compile it (it doubles the launcher's cold compile)."""
     s = 0
     while s < plan.shape[0]:
         q = plan[s]
@@ -212,8 +225,7 @@ def run_plan(plan):
 @njit(cache=True)
 def _control(plan, s):
     """Control row ``s`` of ``plan`` done: the next row to run (past the end: stop). Kept
-    out of :func:`run_plan`, whose parallel lowering would otherwise compile it too (twice
-    the launcher's cold compile)."""
+    out of :func:`run_program`, whose parallel lowering would compile it again."""
     q = plan[s]
     op = q[1]
     if op == JUMP_IF_FALSE:
@@ -281,16 +293,18 @@ class Check(tuple):
 
 
 def plan_call(rows: np.ndarray, held: tuple, checks: tuple):
-    """The call running table ``rows`` (a ``partial`` of :func:`run_plan`, no Python around
-    it, when nothing is checked), with ``rows``, ``held`` and ``checks`` attached."""
+    """The call running table ``rows`` (a ``partial`` of :func:`run_plan`, or of
+    :func:`run_program` when it has control rows; no Python around it when nothing is
+    checked), with ``rows``, ``held`` and ``checks`` attached."""
     checks = tuple(Check(c) for c in checks)
+    launch = run_program if len(rows) and rows[:, 1].min() < 0 else run_plan
     if checks:
         def call() -> None:
-            run_plan(rows)
+            launch(rows)
             for check in call.checks:   # (the attribute: a caller may rename the errors)
                 check.raise_if_set()
     else:
-        call = partial(run_plan, rows)
+        call = partial(launch, rows)
     call.rows, call.held, call.checks = rows, held, checks
     return call
 
