@@ -202,51 +202,45 @@ def run_plan(plan):
                 _call_task(q[0], np.int64(t), q[2], q[3], q[4], q[5], q[6], q[7], q[8], q[9], q[10], q[11])
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True)
 def run_program(plan):
-    """:func:`run_plan` for a table with control rows (a negative count: ``JUMP``,
-    ``COPY``, ...): a small program with branches and loops (IF and WHILE, see
-    :mod:`..control`). A launcher of its own, so that models without control flow never
-    compile it (it doubles the launcher's cold compile)."""
+    """A table with control rows (a negative count: ``JUMP``, ``COPY``, ...): a small
+    program with branches and loops (IF and WHILE, see :mod:`..control`), each run of task
+    rows between them handed to :func:`run_plan`. Serial itself, so that the launcher's
+    parallel lowering never sees the control rows (with them inside, its cold compile
+    doubled) and models without control flow never compile this."""
     s = 0
     while s < plan.shape[0]:
+        end = s
+        while end < plan.shape[0] and plan[end, 1] >= 0:
+            end += 1
+        if end > s:
+            run_plan(plan[s:end])
+            s = end
+            continue
         q = plan[s]
-        if q[1] == 1:
-            _call_task(q[0], np.int64(0), q[2], q[3], q[4], q[5], q[6], q[7], q[8], q[9], q[10], q[11])
-            s += 1
-        elif q[1] > 1:
-            for t in prange(q[1]):
-                _call_task(q[0], np.int64(t), q[2], q[3], q[4], q[5], q[6], q[7], q[8], q[9], q[10], q[11])
-            s += 1
-        else:
-            s = _control(plan, s)
-
-
-@njit(cache=True)
-def _control(plan, s):
-    """Control row ``s`` of ``plan`` done: the next row to run (past the end: stop). Kept
-    out of :func:`run_program`, whose parallel lowering would compile it again."""
-    q = plan[s]
-    op = q[1]
-    if op == JUMP_IF_FALSE:
-        if _load_byte(q[2]) == 0:
-            return s + q[3]
-    elif op == JUMP:
-        return s + q[3]
-    elif op == COPY:
-        _copy_bytes(q[2], q[3], q[4])
-    elif op == STOP_IF_SET:
-        if _load_int64(q[2]) != 0:
-            return plan.shape[0]
-    elif op == SET:
-        _store_int64(q[2], _load_int64(q[3]))
-    elif op == COUNT_DOWN:
-        left = _load_int64(q[2]) - 1
-        _store_int64(q[2], left)
-        if left < 0:
-            _store_int64(q[3], np.int64(1))
-            return plan.shape[0]
-    return s + 1
+        op = q[1]
+        if op == JUMP_IF_FALSE:
+            if _load_byte(q[2]) == 0:
+                s += q[3]
+                continue
+        elif op == JUMP:
+            s += q[3]
+            continue
+        elif op == COPY:
+            _copy_bytes(q[2], q[3], q[4])
+        elif op == STOP_IF_SET:
+            if _load_int64(q[2]) != 0:
+                return
+        elif op == SET:
+            _store_int64(q[2], _load_int64(q[3]))
+        elif op == COUNT_DOWN:
+            left = _load_int64(q[2]) - 1
+            _store_int64(q[2], left)
+            if left < 0:
+                _store_int64(q[3], np.int64(1))
+                return
+        s += 1
 
 
 def control_row(op: int, *operands: int) -> np.ndarray:
