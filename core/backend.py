@@ -112,6 +112,20 @@ class Program:
         raise NotImplementedError("need run")
 
 
+def run_steps(steps: list) -> None:
+    """Run ``(call, fail)`` steps (see ``CompiledSubgraph.bind_steps``) in order; a step
+    that raises ``exc`` raises ``fail(exc)`` instead (the error naming its node) unless
+    ``fail`` is None or returns None."""
+    for call, fail in steps:
+        try:
+            call()
+        except Exception as exc:
+            error = None if fail is None else fail(exc)
+            if error is None:
+                raise
+            raise error from None
+
+
 class Copy:
     """A step copying one array into another of the same shape and dtype (``dst[...] =
     src``): a branch's output that is one of its inputs, a loop's values going in and out."""

@@ -18,7 +18,7 @@ from typing import Callable
 import numpy as np
 
 from . import __version__
-from .backend import Backend, Branch, CompileOptions, Copy, Loop
+from .backend import Backend, Branch, CompileOptions, Copy, Loop, run_steps
 from .errors import InvalidArgumentError, LiteGpuError, ModelFormatError, ResourceLimitError
 from .executor import CompiledSubgraph, Limits, infer_subgraph, make_runtime
 from .graph import Model
@@ -292,7 +292,7 @@ class Session:
         parts = None if c is None or b is None else _loop_phases(c.compiled, b.compiled, inputs)
         if parts is None:
             return None
-        _, even, _, phases = parts
+        _, even, phases = parts
         if len(outputs) != len(even) or any(a.shape != e.shape or a.dtype != e.dtype
                                             for e, v, o in zip(even, inputs, outputs) for a in (v, o)):
             return None
@@ -517,8 +517,9 @@ class _SubgraphCall:
 
 def _loop_phases(cond: CompiledSubgraph, body: CompiledSubgraph, values: list):
     """WHILE's condition and body bound to two sets of value arrays, or None when that
-    does not apply: ``(enters, even, odd, phases)``, phase ``(cond steps, flag, body steps,
-    values)`` reading ``values`` (one set) and writing the other.
+    does not apply: ``(enters, even, phases)``: the steps that ready the calling thread, the
+    set of arrays the loop's values start in, and the two phases ``(cond steps, flag, body
+    steps, values)``, each reading ``values`` (one set) and writing the other.
 
     The body runs from one set into the other and back, so nothing is copied between
     iterations; the condition reads the set the body last wrote. Both subgraphs are bound
@@ -560,7 +561,7 @@ def _loop_phases(cond: CompiledSubgraph, body: CompiledSubgraph, values: list):
         return None   # (an ill-shaped condition: the general path reports it)
     enters = list({id(e): e for e in (*c_even[0], *b_even[0])}.values())
     phases = [(c_even[1], flag_even, b_even[1], even), (c_odd[1], flag_odd, b_odd[1], odd)]
-    return enters, even, odd, phases
+    return enters, even, phases
 
 
 class _LoopLimit(Exception):
@@ -576,7 +577,7 @@ def _alternating_loop(session: Session, cond: CompiledSubgraph, body: CompiledSu
     parts = _loop_phases(cond, body, values)
     if parts is None:
         return None
-    enters, even, _, phases = parts
+    enters, even, phases = parts
     finals = [np.empty_like(e) for e in even]
     limit = np.zeros(1, np.int64)
     structure = Loop([], [(c, flag, b, [(Copy(v, f), None) for v, f in zip(current, finals)])
@@ -607,35 +608,23 @@ def python_control(control: Branch | Loop) -> Callable[[], None]:
         flag, then, orelse = control.flag.reshape(()), control.then, control.orelse
 
         def branch() -> None:
-            _run_steps(then if flag else orelse)
+            run_steps(then if flag else orelse)
         return branch
     phases = [(c, flag.reshape(()), b, exit) for c, flag, b, exit in control.phases]
 
     def loop() -> None:
-        _run_steps(control.enter)
+        run_steps(control.enter)
         limit = int(control.limit[0])
         n = 0
         while True:
             cond, flag, body, exit = phases[n & 1]
-            _run_steps(cond)
+            run_steps(cond)
             if not flag:
-                _run_steps(exit)
+                run_steps(exit)
                 return
             if n >= limit:
                 raise control.limit_error()
-            _run_steps(body)
+            run_steps(body)
             n += 1
     return loop
 
-
-def _run_steps(steps: list) -> None:
-    """Run ``(call, fail)`` steps in order; a failing step raises ``fail(exc)`` (its node
-    named) when that is not None."""
-    for call, fail in steps:
-        try:
-            call()
-        except Exception as exc:
-            error = None if fail is None else fail(exc)
-            if error is None:
-                raise
-            raise error from None

@@ -13,7 +13,7 @@ from typing import Sequence
 import numpy as np
 
 from litegpu.backend import (COMPLETE, Backend, Branch, CompileOptions, Event, Loop, NodeContext, Partition,
-                             Program, Support)
+                             Program, Support, run_steps)
 from litegpu.errors import ExecutionError, LiteGpuError, Unbound
 from litegpu.graph import Model
 from litegpu.ops import TensorSpec
@@ -228,14 +228,7 @@ class CpuProgram(Program):
 
         def run_bound() -> None:
             threads_here()
-            for call, fail in steps:
-                try:
-                    call()
-                except Exception as exc:
-                    error = fail(exc)
-                    if error is None:
-                        raise
-                    raise error from None
+            run_steps(steps)
         return run_bound
 
     def _run_steps(self, start: int = 0, stop: int | None = None) -> None:
