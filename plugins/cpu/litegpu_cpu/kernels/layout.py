@@ -117,27 +117,40 @@ def _pad_rows(in_shape: tuple, pads: np.ndarray, itemsize: int):
     return src, int(pads[k][0]) * inner, row_in, out_shape[k] * inner
 
 
-def pad_rows_kernel(ctx: NodeContext):
-    """A constant PAD of constant pads and value as a task function over output rows."""
+@kernel("PAD", "PADV2")
+def pad(ctx: NodeContext):
+    """Constant padding. With a constant value (and 1 to 8 bytes an element): a task
+    function over output rows (see :func:`_pad_task`); else fill the output with the
+    value read at run time, then copy the input into its interior."""
     pads_spec, value_spec = optional_input(ctx, 1), optional_input(ctx, 2)
     x_spec, out_spec = ctx.inputs[0], ctx.outputs[0]
     dtype = np.dtype(x_spec.dtype)
-    if pads_spec is None or pads_spec.value is None or dtype != np.dtype(out_spec.dtype) \
-            or (value_spec is not None and value_spec.value is None) or dtype.itemsize not in (1, 2, 4, 8):
+    if pads_spec is None or pads_spec.value is None or dtype != np.dtype(out_spec.dtype):
         return None
     pads = np.asarray(pads_spec.value, np.int64).reshape(-1, 2)
     if pads.shape[0] != len(x_spec.shape) or np.any(pads < 0):
         return None
-    value = dtype.type(0) if value_spec is None else np.asarray(value_spec.value).reshape(-1)[0].astype(dtype)
-    planned = _pad_rows(tuple(x_spec.shape), pads, dtype.itemsize)
-    if planned is None or len(planned[0]) > _PAD_MAX_ROWS:
-        return None
-    src, before, width, row_bytes = planned
+    if value_spec is None or value_spec.value is not None:
+        value = dtype.type(0) if value_spec is None else np.asarray(value_spec.value).reshape(-1)[0].astype(dtype)
+        planned = _pad_rows(tuple(x_spec.shape), pads, dtype.itemsize) if dtype.itemsize in (1, 2, 4, 8) else None
+        if planned is not None and len(planned[0]) <= _PAD_MAX_ROWS:
+            return _pad_rows_kernel(*planned, value)
+    interior = tuple(slice(int(b), int(b) + d) for (b, _), d in zip(pads, x_spec.shape))
+
+    def run(inputs, outputs):
+        out = outputs[0]
+        out.fill(inputs[2].reshape(-1)[0] if len(inputs) > 2 and inputs[2] is not None else 0)
+        out[interior] = inputs[0]
+    return run
+
+
+def _pad_rows_kernel(src: np.ndarray, before: int, width: int, row_bytes: int, value: np.generic):
+    """The PAD kernel over the rows :func:`_pad_rows` planned, ``value`` in the padding."""
     rows = len(src)
     tasks = min(rows, _PAD_TASKS) if rows * row_bytes >= _PAD_PARALLEL_BYTES else 1
     per = -(-rows // tasks) if rows else 0
-    bits = int(np.frombuffer(np.array(value, dtype).tobytes(), f"<u{dtype.itemsize}")[0].astype(np.int64)) \
-        if dtype.itemsize < 8 else int(np.array(value, dtype).view(np.int64))
+    dtype = value.dtype
+    bits = int(np.array(value).view(f"i{dtype.itemsize}"))   # (as signed: it fits the int64 parameters)
     params = np.array([rows, per, before, width, row_bytes, dtype.itemsize, bits], np.int64)
     dtypes = (dtype, np.dtype(np.int64), dtype)
     return bindable(lambda inputs, outputs: bind_task(_pad_task, tasks, (inputs[0], src), (outputs[0],),

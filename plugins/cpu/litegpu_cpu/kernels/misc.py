@@ -1,5 +1,5 @@
 """GEMM-shaped ops through BLAS (FULLY_CONNECTED, BATCH_MATMUL), reductions, SOFTMAX,
-RESIZE_BILINEAR (numba), PAD/PADV2 and CONCATENATION.
+RESIZE_BILINEAR (numba) and CONCATENATION.
 
 Everything shape-dependent (axes, slices, index tables, scratch) is worked out in the
 factory; ``run`` only calls numpy/numba on the arrays it is handed.
@@ -17,7 +17,6 @@ from .common import F32, activation_in_place, all_float32, clamp_bounds, optiona
 from . import gemm
 from .mathfn import exp64
 from .packed import packed_matmul
-from .layout import pad_rows_kernel
 from .registry import bindable, kernel
 from .tasks import bind_task, float64_pointer, task_function
 from .threads import ensure_gemm_policy
@@ -452,38 +451,7 @@ def resize_bilinear_kernel(ctx: NodeContext):
     return run
 
 
-# -- PAD / PADV2 / CONCATENATION ---------------------------------------------------------------
-
-def _pad_factory(ctx: NodeContext):
-    spec = optional_input(ctx, 1)
-    if spec is None or spec.value is None:
-        return None
-    x_spec, out_spec = ctx.inputs[0], ctx.outputs[0]
-    pads = np.asarray(spec.value).reshape(-1, 2)
-    if pads.shape[0] != len(x_spec.shape) or np.any(pads < 0) or np.dtype(x_spec.dtype) != np.dtype(out_spec.dtype):
-        return None
-    interior = tuple(slice(int(b), int(b) + d) for (b, _), d in zip(pads, x_spec.shape))
-    value_spec = optional_input(ctx, 2)
-    fixed = None
-    if value_spec is None:
-        fixed = x_spec.dtype.type(0)
-    elif value_spec.value is not None:
-        fixed = np.asarray(value_spec.value).reshape(-1)[0]
-
-    def run(inputs, outputs):
-        out = outputs[0]
-        out.fill(fixed if fixed is not None else inputs[2].reshape(-1)[0])
-        out[interior] = inputs[0]
-    return run
-
-
-@kernel("PAD", "PADV2")
-def pad(ctx: NodeContext):
-    """Constant padding: a task function over output rows (see :func:`.layout.pad_rows_kernel`)
-    when pads and value are constant, else fill the output with the pad value and copy
-    the input into its interior."""
-    return pad_rows_kernel(ctx) or _pad_factory(ctx)
-
+# -- CONCATENATION ---------------------------------------------------------------------
 
 @kernel("CONCATENATION")
 def concatenation(ctx: NodeContext):
