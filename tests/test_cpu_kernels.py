@@ -262,17 +262,26 @@ def test_depthwise(case):
 
 
 @pytest.mark.parametrize("stride", [1, 2])
-def test_depthwise3x3_propagates_nan_and_inf_like_the_reference(stride):
-    x, f, b = rand(1, 6, 6, 16), rand(1, 3, 3, 16), rand(16)
-    x[0, 2, 3, 5], x[0, 0, 0, 7], x[0, 4, 4, 9] = np.nan, np.inf, -np.inf
+@pytest.mark.parametrize("k, size, channels, specials", [
+    (3, 6, 16, [((2, 3, 5), np.nan), ((0, 0, 7), np.inf), ((4, 4, 9), -np.inf)]),
+    (5, 10, 24, [((2, 3, 5), np.nan), ((0, 0, 7), np.inf), ((9, 9, 20), -np.inf), ((5, 5, 17), np.inf)]),
+])
+def test_depthwise_propagates_nan_and_inf_like_the_reference(stride, k, size, channels, specials):
+    """The 3x3 and the 5x5 kernels (each with its own speed paths): NaN and inf where the
+    reference has them, the other values close."""
+    x, f, b = rand(1, size, size, channels), rand(1, k, k, channels), rand(channels)
+    for (h, w, c), value in specials:
+        x[0, h, w, c] = value
     attrs = {"padding": "SAME", "stride": (stride, stride), "dilation": (1, 1), "activation": "NONE",
              "depth_multiplier": 1}
-    size = 6 // stride
-    (got,) = run_kernel("DEPTHWISE_CONV_2D", attrs, [x, f, b], [(1, size, size, 16)], consts=(1, 2))
+    out = size // stride
+    (got,) = run_kernel("DEPTHWISE_CONV_2D", attrs, [x, f, b], [(1, out, out, channels)], consts=(1, 2))
     with np.errstate(invalid="ignore"):
         want = get_op("DEPTHWISE_CONV_2D").reference([x, f, b], attrs)[0]
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
     np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
+    finite = np.isfinite(want)
+    np.testing.assert_allclose(got[finite], want[finite], rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("stride, dilation", [(1, 1), (1, 2), (1, 3), (2, 1)])
