@@ -10,19 +10,23 @@ import litegpu
 from litegpu.testing.builder import ModelBuilder
 
 
+def less_than_cond(mb: ModelBuilder, steps: int, *values: tuple, signatures: dict | None = None):
+    """Add a loop condition over ``values`` (``(name, shape[, dtype])`` each, the first the
+    int32 counter): counter < ``steps``. ``signatures``: shape signatures by name."""
+    cond = mb.subgraph("cond")
+    inputs = [cond.input(*value, shape_signature=(signatures or {}).get(value[0])) for value in values]
+    flag = cond.tensor("flag", (), np.bool_)
+    cond.op("LESS", [inputs[0], cond.const("steps", np.array(steps, np.int32))], [flag])
+    cond.output(flag)
+    return cond
+
+
 def swap_model(steps: int, swap: bool = True) -> bytes:
     """(i, a, b, c) -> while i < steps: (i + 1, b, a + c, c) when ``swap`` (a and b change
     places: body output 1 is input 2's array, which the session must not take as output
     1's), else (i + 1, a + c, b, c); c (and b without swap) pass through unchanged."""
     mb = ModelBuilder()
-    cond = mb.subgraph("cond")
-    ci = cond.input("i", (), np.int32)
-    cond.input("a", (3,))
-    cond.input("b", (3,))
-    cond.input("c", (3,))
-    flag = cond.tensor("flag", (), np.bool_)
-    cond.op("LESS", [ci, cond.const("steps", np.array(steps, np.int32))], [flag])
-    cond.output(flag)
+    cond = less_than_cond(mb, steps, ("i", (), np.int32), ("a", (3,)), ("b", (3,)), ("c", (3,)))
     body = mb.subgraph("body")
     bi = body.input("i", (), np.int32)
     ba = body.input("a", (3,))
@@ -207,12 +211,7 @@ def grow_model(steps: int) -> bytes:
     """(i, x) -> while i < steps: (i + 1, concat(x, x)); then sum(x): x doubles in length
     on every iteration, so each iteration runs the body compiled for new shapes."""
     mb = ModelBuilder()
-    cond = mb.subgraph("cond")
-    ci = cond.input("i", (), np.int32)
-    cond.input("x", (1,), shape_signature=(-1,))
-    flag = cond.tensor("flag", (), np.bool_)
-    cond.op("LESS", [ci, cond.const("steps", np.array(steps, np.int32))], [flag])
-    cond.output(flag)
+    cond = less_than_cond(mb, steps, ("i", (), np.int32), ("x", (1,)), signatures={"x": (-1,)})
     body = mb.subgraph("body")
     bi = body.input("i", (), np.int32)
     bx = body.input("x", (1,), shape_signature=(-1,))
@@ -279,12 +278,7 @@ def test_condition_that_is_a_loop_value():
 def constant_output_model(steps: int) -> bytes:
     """(i, a) -> while i < steps: (i + 1, [1, 2, 3]): the body returns a constant."""
     mb = ModelBuilder()
-    cond = mb.subgraph("cond")
-    ci = cond.input("i", (), np.int32)
-    cond.input("a", (3,))
-    flag = cond.tensor("flag", (), np.bool_)
-    cond.op("LESS", [ci, cond.const("steps", np.array(steps, np.int32))], [flag])
-    cond.output(flag)
+    cond = less_than_cond(mb, steps, ("i", (), np.int32), ("a", (3,)))
     body = mb.subgraph("body")
     bi = body.input("i", (), np.int32)
     body.input("a", (3,))
@@ -310,13 +304,7 @@ def test_body_returning_a_constant_keeps_to_the_copying_loop():
 def gather_model(steps: int) -> bytes:
     """(i, k, acc) -> while i < steps: (i + 1, k, acc + table[k]) over a table of 3 rows."""
     mb = ModelBuilder()
-    cond = mb.subgraph("cond")
-    ci = cond.input("i", (), np.int32)
-    cond.input("k", (), np.int32)
-    cond.input("acc", (2,))
-    flag = cond.tensor("flag", (), np.bool_)
-    cond.op("LESS", [ci, cond.const("steps", np.array(steps, np.int32))], [flag])
-    cond.output(flag)
+    cond = less_than_cond(mb, steps, ("i", (), np.int32), ("k", (), np.int32), ("acc", (2,)))
     body = mb.subgraph("body")
     bi = body.input("i", (), np.int32)
     bk = body.input("k", (), np.int32)
