@@ -1,11 +1,11 @@
-"""The cpu backend's few-row product with a constant weight (litegpu_cpu.kernels.misc's GEMV)."""
+"""The cpu backend's few-row product with a constant weight (litegpu_cpu.kernels.gemv)."""
 from __future__ import annotations
 
 import numba
 import numpy as np
 import pytest
 
-from litegpu_cpu.kernels import misc
+from litegpu_cpu.kernels import gemv, misc
 from litegpu_cpu.kernels.tasks import is_plan
 
 from test_cpu_kernels import rand
@@ -16,7 +16,10 @@ from test_cpu_kernels import rand
     (1, 576, 1024, 1, True),        # panels, none padded
     (3, 512, 512, 2, True),         # an odd row count: pairs of rows, the last row alone
     (4, 128, 64, 1, True),          # one panel
-    (2, 256, 96, 1, False),         # half a panel of padding: dot products
+    (1, 64, 3, 1, True),            # small: one panel, mostly padding, stored through the tail
+    (2, 20, 100, 1, True),          # a whole panel and a partial one
+    (4, 7, 64, 1, True),
+    (2, 1024, 96, 1, False),        # deep, half a panel of padding: dot products
     (1, 1536, 32, 1, False),
 ])
 def test_gemv_matches_float64(m, k, o, threads, panelled):
@@ -29,7 +32,7 @@ def test_gemv_matches_float64(m, k, o, threads, panelled):
         call = product(x, out)
         assert is_plan(call)
         (address, _tasks, *_), = call.args[0]
-        assert address == misc._gemv_task.address and call.held[-2][4] == panelled
+        assert address == gemv._gemv_task.address and call.held[-2][4] == panelled
         call()
         call()
     finally:
@@ -40,7 +43,7 @@ def test_gemv_matches_float64(m, k, o, threads, panelled):
 
 def test_panels_layout():
     w = rand(70, 5)
-    p = misc._panels(w)
+    p = gemv.panels(w)
     assert p.shape == (2, 5, 64) and p.flags.c_contiguous
     np.testing.assert_array_equal(p[1, :, 3], w[67])
     assert not p[1, :, 6:].any()

@@ -523,12 +523,12 @@ def test_fully_connected(x_shape, keep, has_bias, const_w, activation, o):
 
 @pytest.mark.parametrize("rows,depth,width,kernel", [
     (1, 1536, 32, "gemv"), (4, 128, 9, "gemv"), (3, 512, 512, "gemv_parallel"),
-    (5, 1536, 32, None), (1, 127, 32, None),
+    (5, 1536, 32, None), (1, 127, 32, "gemv"), (2, 9, 20, "gemv"),
 ])
 def test_fully_connected_gemv_path_and_nan(rows, depth, width, kernel):
-    """Few rows of a deep constant weight take the dot-product kernels, and a NaN or inf
+    """Few rows of a constant weight take the GEMV, and a NaN or inf
     in a row reaches exactly that row's outputs, as in the reference."""
-    from litegpu_cpu.kernels import misc
+    from litegpu_cpu.kernels import gemv
     from litegpu_cpu.kernels.tasks import is_plan
     x, w, b = rand(rows, depth), rand(width, depth), rand(width)
     x[0, 3] = np.nan
@@ -540,7 +540,7 @@ def test_fully_connected_gemv_path_and_nan(rows, depth, width, kernel):
     chosen = None
     if is_plan(call):           # a task function's bound call: which one, on how many threads?
         (address, tasks, *_), = call.args[0]
-        if address == misc._gemv_task.address:
+        if address == gemv._gemv_task.address:
             chosen = "gemv_parallel" if tasks == 2 else "gemv"
     assert chosen == kernel if kernel else chosen not in ("gemv", "gemv_parallel")
     call()

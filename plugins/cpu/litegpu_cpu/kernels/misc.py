@@ -14,7 +14,7 @@ from numba import carray, njit, prange
 from litegpu.backend import NodeContext
 
 from .common import F32, activation_in_place, all_float32, clamp_bounds, optional_input
-from . import gemm
+from . import gemm, gemv
 from .mathfn import exp64
 from .packed import packed_matmul
 from .registry import bindable, kernel
@@ -24,154 +24,15 @@ from .threads import ensure_gemm_policy
 
 # -- FULLY_CONNECTED / BATCH_MATMUL -------------------------------------------------------------
 
-# Up to this many multiply-adds an FC runs in one numba loop with bias and clamp fused:
-# for the few-row FCs of MLP heads and recurrent cells the three numpy calls (GEMM, bias
-# add, clamp) cost more than the arithmetic.
-_SMALL_FC_MACS = 1 << 16
-
-
-@task_function()
-def _small_fc_task(t, xp, wtp, biasp, outp, _a4, _a5, _a6, _a7, ip, fp):
-    """``out[m, :] = clamp(bias + sum_k x[m, k] * wt[k, :])`` (``ip``: M, K, O; ``fp``: lo,
-    hi); the inner loop runs along the output row, so it vectorizes without reordering
-    any sum."""
-    rows, depth, width = ip[0], ip[1], ip[2]
-    lo, hi = fp[0], fp[1]
-    x, wt, out = carray(xp, (rows, depth)), carray(wtp, (depth, width)), carray(outp, (rows, width))
-    for r in range(rows):
-        for j in range(width):
-            out[r, j] = biasp[j]
-        for q in range(depth):
-            v = x[r, q]
-            for j in range(width):
-                out[r, j] += v * wt[q, j]
-        for j in range(width):
-            out[r, j] = min(max(out[r, j], lo), hi)
-
-
-# FCs of at most this many rows with a deep constant weight run as GEMVs
-# (:func:`_gemv_task`): a GEMV is bound by reading the weights, which BLAS's sgemv and
-# :func:`_small_fc_task` (a store per multiply-add) do no faster; 1x1536x32: 2.1 us against
-# 5.5 (small_fc) and 2.3 (np.dot); 4x512x512 on two threads: 18 us against 35 (split GEMM).
-_GEMV_MAX_ROWS, _GEMV_MIN_DEPTH = 4, 128
-
-
-# Reassociation lets each dot product run in vector lanes (LiteRT's kernels reorder these
-# sums too).
-@njit(cache=True, fastmath={"reassoc", "contract", "nsz"})
-def _dot_columns(x, w, bias, out, j, stop, lo, hi):
-    """Columns ``j .. stop`` of ``out = clamp(x @ w.T + bias)``, ``w`` [O, K], as dot products
-    along K. Four columns at a time: four independent sums in flight, where one sum's
-    chain of dependent vector adds left the core waiting (1x1536x128: 13 -> 9.4 us)."""
-    rows, depth = x.shape
-    while j < stop:
-        if j + 4 <= stop:
-            for r in range(rows):
-                s0 = s1 = s2 = s3 = np.float32(0)
-                for q in range(depth):
-                    v = x[r, q]
-                    s0 += v * w[j, q]
-                    s1 += v * w[j + 1, q]
-                    s2 += v * w[j + 2, q]
-                    s3 += v * w[j + 3, q]
-                out[r, j] = min(max(s0 + bias[j], lo), hi)
-                out[r, j + 1] = min(max(s1 + bias[j + 1], lo), hi)
-                out[r, j + 2] = min(max(s2 + bias[j + 2], lo), hi)
-                out[r, j + 3] = min(max(s3 + bias[j + 3], lo), hi)
-            j += 4
-            continue
-        for r in range(rows):
-            s0 = np.float32(0)
-            for q in range(depth):
-                s0 += x[r, q] * w[j, q]
-            out[r, j] = min(max(s0 + bias[j], lo), hi)
-        j += 1
-
-
-# Output columns per panel of a packed weight (:func:`_panels`): four 16-float vectors,
-# four independent sums in flight per row. Narrow outputs that would pad a panel by more
-# than an eighth keep the dot products (:func:`_dot_columns`, 1x1536x32: 2.3 us).
-_PANEL = 64
-
-
-# No reassociation, on purpose: with it LLVM vectorizes along K (gathers across a panel)
-# instead of along the panel's 64 columns; without it each column sums in K order and its
-# 64 sums stay in four vector registers.
-@task_function(fastmath={"contract"})
-def _gemv_task(t, xp, wp, biasp, outp, _a4, _a5, _a6, _a7, ip, fp):
-    """Part ``t`` of ``ip[3]`` of the output columns of ``out = clamp(x @ w.T + bias)``
-    for a few rows ``x`` [M, K]; ``ip``: M, K, O, parts, then 1 for ``w`` packed in [O / 64,
-    K, 64] panels (:func:`_panels`), 0 for ``w`` [O, K] (:func:`_dot_columns`); ``fp``: lo, hi.
-    With panels a K step is one 64-float run of a panel times a broadcast ``x[r, k]``: the
-    weights are read as one contiguous stream, which the hardware prefetchers follow from
-    memory at full speed (software prefetch on top measured no faster). One thread, old
-    dot products / panels: 1x1024x1000 weights in L2 65 / 60 us, evicted 330 / 175 us
-    (in mobilenet_v3_small 0.33 / 0.23 ms); 1x576x1024 evicted 225 / 115 us; 4x512x512
-    in L2 45 / 33 us."""
-    rows, depth, width, parts = ip[0], ip[1], ip[2], ip[3]
-    lo, hi = fp[0], fp[1]
-    x, out = carray(xp, (rows, depth)), carray(outp, (rows, width))
-    if not ip[4]:
-        part = (width + parts - 1) // parts
-        _dot_columns(x, carray(wp, (width, depth)), biasp, out, t * part, min(width, (t + 1) * part), lo, hi)
-        return
-    panels = (width + _PANEL - 1) // _PANEL
-    w = carray(wp, (panels, depth, _PANEL))
-    acc = np.empty((2, _PANEL), np.float32)
-    part = (panels + parts - 1) // parts
-    for p in range(t * part, min(panels, (t + 1) * part)):
-        j0 = p * _PANEL
-        # Two rows at a time (eight sums in registers), the panel read again from L2 for
-        # the next two: 4x512x512 in 30 us against 41.5 one row at a time; all rows at once
-        # kept their sums in memory (43.7 us, and 1x1024x1024: 91 against 48 us).
-        for r in range(0, rows, 2):
-            r1 = min(r + 1, rows - 1)      # an odd last row is done twice
-            for l in range(_PANEL):
-                acc[0, l] = 0
-                acc[1, l] = 0
-            for q in range(depth):
-                v0, v1 = x[r, q], x[r1, q]
-                for l in range(_PANEL):
-                    acc[0, l] += v0 * w[p, q, l]
-                    acc[1, l] += v1 * w[p, q, l]
-            for l in range(min(_PANEL, width - j0)):
-                out[r, j0 + l] = min(max(acc[0, l] + biasp[j0 + l], lo), hi)
-                out[r1, j0 + l] = min(max(acc[1, l] + biasp[j0 + l], lo), hi)
-
-
-def _panels(w_ok: np.ndarray) -> np.ndarray:
-    """``w_ok`` [O, K] as [ceil(O / 64), K, 64] panels of 64 output columns (zeros past O)."""
-    o, k = w_ok.shape
-    padded = np.zeros((-(-o // _PANEL) * _PANEL, k), F32)
-    padded[:o] = w_ok
-    return np.ascontiguousarray(padded.reshape(-1, _PANEL, k).transpose(0, 2, 1))
-
-
 def constant_product(m: int, k: int, w_ok: np.ndarray, bias: np.ndarray, activation: str):
     """For a product with a constant weight, ``bind(x [M, K], out [M, O]) -> call``
-    computing ``out = clamp(x @ w_ok.T + bias)`` in one task function: :func:`_gemv_task`
-    for a few rows and a deep K (the weight packed in panels where it fits),
-    :func:`_small_fc_task` for one small row, else the packed GEMM (:mod:`.packed`) where
-    it fits; None otherwise, for the caller's BLAS path (:func:`.gemm.bind_matmul`, bias
-    and clamp fused). Measured on one thread, small_fc
-    against BLAS + epilogue: 1x64x64 1.1 / 0.8 us, 1x20x64 0.46 / 0.57 us, but 4x32x32
-    1.4 / 1.1 us, 64x16x16 5.3 / 1.4 us, 256x16x16 13 / 2.2 us."""
-    o = w_ok.shape[0]
-    floats = np.array(clamp_bounds(activation), F32)
-    bias = np.ascontiguousarray(bias, dtype=F32)
-    if m <= _GEMV_MAX_ROWS and k >= _GEMV_MIN_DEPTH:
-        # Big enough: the output columns in two halves, one per thread.
-        parts = 2 if m * k * o >= gemm.SPLIT_MIN_MACS else 1
-        # Panels where the zero columns padding the last one are at most an eighth.
-        panelled = -o % _PANEL * 8 <= o
-        w_packed = _panels(w_ok) if panelled else np.ascontiguousarray(w_ok, dtype=F32)
-        params = np.array([m, k, o, parts, panelled], np.int64)
-        return lambda x2, out2: bind_task(_gemv_task, parts, (x2, w_packed, bias), (out2,), params, floats)
-    if m == 1 and k * o <= _SMALL_FC_MACS:
-        wt_rows = np.ascontiguousarray(np.asarray(w_ok, dtype=F32).T)   # [K, O]
-        params = np.array([m, k, o], np.int64)
-        return lambda x2, out2: bind_task(_small_fc_task, 1, (x2, wt_rows, bias), (out2,), params, floats)
-    packed = packed_matmul(w_ok.T, bias, *floats, m)
+    computing ``out = clamp(x @ w_ok.T + bias)`` in one task function: the GEMV
+    (:mod:`.gemv`) for a few rows, else the packed GEMM (:mod:`.packed`) where it fits;
+    None otherwise, for the caller's BLAS path (:func:`.gemm.bind_matmul`, bias and clamp
+    fused)."""
+    if m <= gemv.MAX_ROWS:
+        return gemv.gemv(m, k, w_ok, bias, activation)
+    packed = packed_matmul(w_ok.T, bias, *clamp_bounds(activation), m)
     return None if packed is None else packed.bind
 
 

@@ -33,6 +33,41 @@ SPLIT_MIN_MACS = 1 << 17
 _TASKS = 8
 
 
+# The vector type of the hand-written tiles: NR float32 lanes (a zmm register on AVX-512,
+# two ymm on AVX2, which LLVM splits for us).
+VECTOR = ir.VectorType(ir.FloatType(), NR)
+
+
+def fma_function(builder):
+    """LLVM's fused multiply-add on :data:`VECTOR`, declared in ``builder``'s module."""
+    return cgutils.get_or_insert_function(builder.module, ir.FunctionType(VECTOR, [VECTOR] * 3),
+                                          f"llvm.fma.v{NR}f32")
+
+
+def splat_vector(builder, value):
+    """The float ``value`` in every lane of a :data:`VECTOR`."""
+    lane = builder.insert_element(ir.Constant(VECTOR, ir.Undefined), value, ir.Constant(ir.IntType(64), 0))
+    return builder.shuffle_vector(lane, ir.Constant(VECTOR, ir.Undefined),
+                                  ir.Constant(ir.VectorType(ir.IntType(32), NR), [0] * NR))
+
+
+def load_vector(builder, pointer, offset):
+    """The :data:`VECTOR` at float ``pointer + offset`` (any alignment)."""
+    return builder.load(builder.bitcast(builder.gep(pointer, [offset]), VECTOR.as_pointer()), align=4)
+
+
+def store_vector(builder, value, pointer, offset):
+    """Store ``value`` at float ``pointer + offset`` (any alignment)."""
+    builder.store(value, builder.bitcast(builder.gep(pointer, [offset]), VECTOR.as_pointer()), align=4)
+
+
+def clamp_vector(builder, value, lo, hi):
+    """``min(max(value, lo), hi)`` lane by lane (``lo``, ``hi`` splatted), NaN kept: a NaN
+    lane fails both ordered comparisons."""
+    low = builder.select(builder.fcmp_ordered("<", value, lo), lo, value)
+    return builder.select(builder.fcmp_ordered(">", low, hi), hi, low)
+
+
 # Parameters before the tap offsets.
 _PARAMS = 12
 
@@ -51,21 +86,11 @@ def _tile(typingctx, xp, wp, bp, outp, ip, r, base, step, c, length, taps, n, jb
 
     def codegen(context, builder, signature, args):
         x_ptr, w_ptr, b_ptr, out_ptr, ip_ptr, r_, base_, step_, c_, len_, taps_, n_, jb_, lo_, hi_ = args
-        i64, f32 = ir.IntType(64), ir.FloatType()
-        vec = ir.VectorType(f32, NR)
-        vptr = vec.as_pointer()
-        fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vec, [vec, vec, vec]),
-                                             f"llvm.fma.v{NR}f32")
+        i64 = ir.IntType(64)
+        fma = fma_function(builder)
         zero = ir.Constant(i64, 0)
 
-        def splat(value):
-            return builder.shuffle_vector(builder.insert_element(ir.Constant(vec, ir.Undefined), value, zero),
-                                          ir.Constant(vec, ir.Undefined), ir.Constant(ir.VectorType(ir.IntType(32), NR), [0] * NR))
-
-        def vload(ptr, offset):
-            return builder.load(builder.bitcast(builder.gep(ptr, [offset]), vptr), align=4)
-
-        bias = vload(b_ptr, jb_)
+        bias = load_vector(builder, b_ptr, jb_)
         panel = builder.mul(jb_, builder.mul(taps_, len_))
         entry = builder.block
         # Loop over taps (t) and, inside, over the C values (q) of each.
@@ -79,7 +104,7 @@ def _tile(typingctx, xp, wp, bp, outp, ip, r, base, step, c, length, taps, n, jb
         builder.position_at_end(t_head)
         t = builder.phi(i64)
         t.add_incoming(zero, entry)
-        t_acc = [builder.phi(vec) for _ in range(MR)]
+        t_acc = [builder.phi(VECTOR) for _ in range(MR)]
         for a in t_acc:
             a.add_incoming(bias, entry)
         more_taps = builder.icmp_signed("<", t, taps_)
@@ -93,17 +118,17 @@ def _tile(typingctx, xp, wp, bp, outp, ip, r, base, step, c, length, taps, n, jb
         builder.position_at_end(q_head)
         q = builder.phi(i64)
         q.add_incoming(zero, t_block)
-        q_acc = [builder.phi(vec) for _ in range(MR)]
+        q_acc = [builder.phi(VECTOR) for _ in range(MR)]
         for a, outer in zip(q_acc, t_acc):
             a.add_incoming(outer, t_block)
         builder.cbranch(builder.icmp_signed("<", q, len_), q_body, t_next)
 
         builder.position_at_end(q_body)
-        wv = vload(w_ptr, builder.add(wb0, builder.mul(q, ir.Constant(i64, NR))))
+        wv = load_vector(builder, w_ptr, builder.add(wb0, builder.mul(q, ir.Constant(i64, NR))))
         new_acc = []
         for i, acc in enumerate(q_acc):
             xi = builder.load(builder.gep(x_ptr, [builder.add(builder.add(xb, builder.mul(ir.Constant(i64, i), row_step)), q)]))
-            new_acc.append(builder.call(fma, [splat(xi), wv, acc]))
+            new_acc.append(builder.call(fma, [splat_vector(builder, xi), wv, acc]))
         q_next = builder.add(q, ir.Constant(i64, 1))
         q.add_incoming(q_next, q_body)
         for a, v in zip(q_acc, new_acc):
@@ -117,12 +142,10 @@ def _tile(typingctx, xp, wp, bp, outp, ip, r, base, step, c, length, taps, n, jb
         builder.branch(t_head)
 
         builder.position_at_end(done)
-        lo_v, hi_v = splat(lo_), splat(hi_)
+        lo_v, hi_v = splat_vector(builder, lo_), splat_vector(builder, hi_)
         for i, acc in enumerate(t_acc):
-            low = builder.select(builder.fcmp_ordered("<", acc, lo_v), lo_v, acc)
-            high = builder.select(builder.fcmp_ordered(">", low, hi_v), hi_v, low)
             dst = builder.add(builder.mul(builder.add(r_, ir.Constant(i64, i)), n_), jb_)
-            builder.store(high, builder.bitcast(builder.gep(out_ptr, [dst]), vptr), align=4)
+            store_vector(builder, clamp_vector(builder, acc, lo_v, hi_v), out_ptr, dst)
         return context.get_dummy_value()
 
     return sig, codegen
