@@ -24,6 +24,9 @@ def want(x, w, b, lo, hi):
     (3136, 24, 144, 2),     # split by rows, the last task taking the rest
     (250, 96, 16, 2),       # one panel, rows split
     (100, 1, 48, 1),        # K = 1
+    (3136, 144, 24, 2),     # N not a multiple of 16: the last panel stores its first 8 lanes
+    (13, 7, 3, 1),          # one partial panel
+    (64, 40, 200, 2),       # split by panels, the last one partial
 ])
 def test_packed_matmul_matches_float64(m, k, n, threads):
     x, w, b = rand(m, k), rand(k, n, scale=0.2), rand(n)
@@ -31,7 +34,10 @@ def test_packed_matmul_matches_float64(m, k, n, threads):
     numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
     try:
         pm = packed.PackedMatmul(w, b, -1.5, 2.0, threads)
-        out = np.full((m, n), np.nan, np.float32)
+        # Sentinels after the output: a partial panel must not store past N.
+        memory = np.full(m * n + 32, 7.0, np.float32)
+        out = memory[:m * n].reshape(m, n)
+        out[...] = np.nan
         call = pm.bind(x, out)
         assert is_plan(call)
         call()
@@ -39,19 +45,21 @@ def test_packed_matmul_matches_float64(m, k, n, threads):
     finally:
         numba.set_num_threads(before)
     np.testing.assert_allclose(out, want(x, w, b, -1.5, 2.0), rtol=2e-5, atol=2e-5 * np.sqrt(k))
+    assert (memory[m * n:] == 7.0).all()
 
 
 def test_split_covers_every_row_and_panel_once():
-    for m, n, k in [(3136, 144, 24), (64, 512, 128), (6, 16, 4), (13, 16, 1 << 16), (600, 16, 512)]:
+    for m, n, k in [(3136, 144, 24), (64, 512, 128), (6, 16, 4), (13, 16, 1 << 16), (600, 16, 512),
+                    (64, 200, 512), (3136, 24, 144)]:
         row_chunk, row_tasks, panel_chunk, panel_tasks = packed.split(m, n, k, 2, m)
         rows = [min(m, r * row_chunk + row_chunk) if r < row_tasks - 1 else m for r in range(row_tasks)]
         assert rows[-1] == m and all(b - a >= packed.MR for a, b in zip([0, *rows], rows))
-        assert min(n // packed.NR, panel_chunk * panel_tasks) == n // packed.NR
-        assert (panel_tasks - 1) * panel_chunk < n // packed.NR
+        panels = -(-n // packed.NR)
+        assert min(panels, panel_chunk * panel_tasks) == panels
+        assert (panel_tasks - 1) * panel_chunk < panels
 
 
 def test_packed_matmul_refuses_what_it_cannot_run():
-    assert packed.packed_matmul(rand(8, 24), None, -np.inf, np.inf, 10) is None    # N not a multiple of 16
     assert packed.packed_matmul(rand(8, 32), None, -np.inf, np.inf, 5) is None     # fewer rows than a tile
     pm = packed.PackedMatmul(rand(8, 32), rand(32), -np.inf, np.inf, 1)
     with pytest.raises(ValueError, match="packed matmul"):

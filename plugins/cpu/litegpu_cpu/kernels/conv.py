@@ -20,7 +20,7 @@ from .common import (F32, clamp_bounds, constant_bias, transpose_pad_before,
                      window_geometry)
 from . import gemm
 from .misc import constant_product
-from .packed import MR, NR, PackedMatmul, packed_matmul
+from .packed import MR, PackedMatmul, packed_matmul
 from .registry import bindable, in_order, kernel
 from .tasks import bind_task, bound_tasks, in_sequence, task_function
 from .threads import ensure_gemm_policy
@@ -102,24 +102,13 @@ def _pad_task(t, xp, rowsp, _a2, _a3, _a4, _a5, _a6, _a7, ip, _fp):
         rowsp[dst + j] = xp[src + j]
 
 
-@task_function()
-def _crop_task(t, accp, outp, _a2, _a3, _a4, _a5, _a6, _a7, ip, _fp):
-    """Output row ``t`` (OW pixels) from ``acc`` [pixels, N]: the first O of each pixel's
-    N channels. ``ip``: OW, O, N."""
-    ow, o, n = ip[0], ip[1], ip[2]
-    for x in range(t * ow, (t + 1) * ow):
-        for j in range(o):
-            outp[x * o + j] = accp[x * n + j]
-
-
 def _implicit_conv(x_shape, w_value, bias, lo, hi, out_shape, geometry):
     """A conv as one implicit GEMM over the zero-padded input (no im2col): in the padded
     image, ``wp`` pixels a row, output pixel ``(y, x)`` reads pixel ``y * sh * wp + x * sw
     + offset`` under each filter tap, so :class:`.packed.PackedMatmul` with one offset
-    per tap and an output row per segment computes it from the padded pixels directly.
-    Where O is not a multiple of 16 the padded channels are computed into scratch and
-    dropped by the copy out (cheaper than im2col + BLAS: 172x264x8 -> 1, 5x5: 1.9 against
-    7.9 ms). None when output rows are shorter than a tile or the padding is negative."""
+    per tap and an output row per segment computes it from the padded pixels directly
+    (cheaper than im2col + BLAS: 172x264x8 -> 1, 5x5: 1.9 against 7.9 ms). None when
+    output rows are shorter than a tile or the padding is negative."""
     n, h, w, c = x_shape
     o, kh, kw, _ = w_value.shape
     _, oh, ow, _ = out_shape
@@ -134,16 +123,10 @@ def _implicit_conv(x_shape, w_value, bias, lo, hi, out_shape, geometry):
     # KW * C values in one run, rather than KW runs of C (1x512 over 1 channel: 512 runs of 1).
     offsets = [a * dh * wp for a in range(kh)] if dw == 1 else \
         [a * dh * wp + b * dw for a in range(kh) for b in range(kw)]
-    n16 = -(-o // NR) * NR
-    wmat = np.zeros((kh * kw * c, n16), F32)
-    wmat[:, :o] = np.asarray(w_value, F32).transpose(1, 2, 3, 0).reshape(kh * kw * c, o)   # [T*C, O]
-    bias16 = np.zeros(n16, F32)
-    bias16[:o] = bias
-    product = PackedMatmul(wmat, bias16, lo, hi, numba.get_num_threads(), offsets)
+    wmat = np.asarray(w_value, F32).transpose(1, 2, 3, 0).reshape(kh * kw * c, o)   # [T*C, O]
+    product = PackedMatmul(wmat, bias, lo, hi, numba.get_num_threads(), offsets)
     rows = np.zeros((hp * wp, c), F32)
-    acc = None if n16 == o else np.empty((oh * ow, n16), F32)
     pad = np.array([w, c, pt, pl, wp, cols_in], np.int64)
-    crop = np.array([ow, o, n16], np.int64)
     segments = (ow, sh * wp, sw)
 
     def bind_implicit(inputs, outputs):
@@ -151,11 +134,7 @@ def _implicit_conv(x_shape, w_value, bias, lo, hi, out_shape, geometry):
         out = outputs[0].reshape(n, oh * ow, o)
         calls = []
         for i in range(n):
-            calls.append(bind_task(_pad_task, rows_in, (x[i],), (rows,), pad))
-            if acc is None:
-                calls.append(product.bind(rows, out[i], segments))
-            else:
-                calls += [product.bind(rows, acc, segments), bind_task(_crop_task, oh, (acc,), (out[i],), crop)]
+            calls += [bind_task(_pad_task, rows_in, (x[i],), (rows,), pad), product.bind(rows, out[i], segments)]
         return in_sequence(calls)
     return bindable(bind_implicit)
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from llvmlite import ir
+from llvmlite import binding, ir
 from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
@@ -32,6 +32,8 @@ SPLIT_MIN_MACS = 1 << 17
 # Tasks a split product is cut into: a few per thread evens out the load.
 _TASKS = 8
 
+
+_LLVM_MAJOR = binding.llvm_version_info[0]
 
 # The vector type of the hand-written tiles: NR float32 lanes (a zmm register on AVX-512,
 # two ymm on AVX2, which LLVM splits for us).
@@ -59,6 +61,23 @@ def load_vector(builder, pointer, offset):
 def store_vector(builder, value, pointer, offset):
     """Store ``value`` at float ``pointer + offset`` (any alignment)."""
     builder.store(value, builder.bitcast(builder.gep(pointer, [offset]), VECTOR.as_pointer()), align=4)
+
+
+def store_first_lanes(builder, value, pointer, offset, count):
+    """Store the first ``count`` lanes of ``value`` (an i64, 1 .. NR) at float ``pointer +
+    offset``, touching no memory past them: the last, partial panel of a row."""
+    lanes = ir.Constant(ir.VectorType(ir.IntType(64), NR), list(range(NR)))
+    counts = builder.insert_element(ir.Constant(lanes.type, ir.Undefined), count, ir.Constant(ir.IntType(64), 0))
+    counts = builder.shuffle_vector(counts, ir.Constant(lanes.type, ir.Undefined),
+                                    ir.Constant(ir.VectorType(ir.IntType(32), NR), [0] * NR))
+    mask = builder.icmp_signed("<", lanes, counts)
+    # LLVM names the intrinsic after its pointer type: typed pointers before LLVM 17.
+    suffix = "p0" if _LLVM_MAJOR >= 17 else f"p0v{NR}f32"
+    store = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(ir.VoidType(), [VECTOR, VECTOR.as_pointer(), ir.IntType(32), mask.type]),
+        f"llvm.masked.store.v{NR}f32.{suffix}")
+    target = builder.bitcast(builder.gep(pointer, [offset]), VECTOR.as_pointer())
+    builder.call(store, [value, target, ir.Constant(ir.IntType(32), 4), mask])
 
 
 def clamp_vector(builder, value, lo, hi):
@@ -143,9 +162,17 @@ def _tile(typingctx, xp, wp, bp, outp, ip, r, base, step, c, length, taps, n, jb
 
         builder.position_at_end(done)
         lo_v, hi_v = splat_vector(builder, lo_), splat_vector(builder, hi_)
+        # The last panel of a row with N not a multiple of NR stores only its first lanes.
+        left = builder.sub(n_, jb_)
+        whole = builder.icmp_signed(">=", left, ir.Constant(i64, NR))
         for i, acc in enumerate(t_acc):
             dst = builder.add(builder.mul(builder.add(r_, ir.Constant(i64, i)), n_), jb_)
-            store_vector(builder, clamp_vector(builder, acc, lo_v, hi_v), out_ptr, dst)
+            value = clamp_vector(builder, acc, lo_v, hi_v)
+            with builder.if_else(whole) as (full, partial):
+                with full:
+                    store_vector(builder, value, out_ptr, dst)
+                with partial:
+                    store_first_lanes(builder, value, out_ptr, dst, left)
         return context.get_dummy_value()
 
     return sig, codegen
@@ -171,7 +198,7 @@ def _packed_gemm(t, xp, wp, bp, outp, _a4, _a5, _a6, _a7, ip, fp):
     r0 = row_task * row_chunk
     r1 = m if row_task == row_tasks - 1 else r0 + row_chunk
     p0 = (t % panel_tasks) * panel_chunk
-    for p in range(p0, min(n // NR, p0 + panel_chunk)):
+    for p in range(p0, min((n + NR - 1) // NR, p0 + panel_chunk)):
         r = r0
         while r < r1:
             seg = r // seg_len
@@ -184,15 +211,17 @@ def _packed_gemm(t, xp, wp, bp, outp, _a4, _a5, _a6, _a7, ip, fp):
 
 
 def fits(m: int, n: int) -> bool:
-    """True when the packed kernel takes an [M, K] x [K, N] product: whole panels of
-    output columns (N a multiple of 16) and at least one tile of rows."""
-    return m >= MR and n % NR == 0 and n > 0
+    """True when the packed kernel takes an [M, K] x [K, N] product: at least one tile of
+    rows."""
+    return m >= MR and n > 0
 
 
 def pack(w_kn: np.ndarray) -> np.ndarray:
-    """W [K, N] (N a multiple of 16) as panels [N/16, K, 16]."""
+    """W [K, N] as panels [ceil(N / 16), K, 16], zeros past N."""
     k, n = w_kn.shape
-    return np.ascontiguousarray(np.asarray(w_kn, F32).reshape(k, n // NR, NR).transpose(1, 0, 2))
+    padded = np.zeros((k, _ceil_div(n, NR) * NR), F32)
+    padded[:, :n] = w_kn
+    return np.ascontiguousarray(padded.reshape(k, -1, NR).transpose(1, 0, 2))
 
 
 def split(m: int, n: int, k: int, threads: int, seg_len: int) -> tuple[int, int, int, int]:
@@ -200,7 +229,7 @@ def split(m: int, n: int, k: int, threads: int, seg_len: int) -> tuple[int, int,
     whole segments of ``seg_len`` rows, or whole tiles when there is one segment; the
     last task taking the rest) or along the panels, whichever operand is the larger to
     share out."""
-    panels = n // NR
+    panels = _ceil_div(n, NR)
     if threads < 2 or m * n * k < SPLIT_MIN_MACS:
         return m, 1, panels, 1
     if m >= n:
@@ -217,8 +246,9 @@ def _ceil_div(a: int, b: int) -> int:
 
 class PackedMatmul:
     """``bind(x, out [M, N]) -> call`` computing ``out = clamp(A @ W + bias, lo, hi)`` for
-    the constant ``w_kn`` [K, N] (N a multiple of 16), packed here once; ``threads``: the
-    numba threads the tasks are cut for.
+    the constant ``w_kn`` [K, N], packed here once (zero columns up to a multiple of 16,
+    which the last panel computes but does not store); ``threads``: the numba threads the
+    tasks are cut for.
 
     With ``offsets`` (T of them) A is implicit, a convolution over a padded image ``x``
     [pixels, C]: row ``r`` of A is, for each tap, the K / T values from x's pixel
@@ -228,12 +258,13 @@ class PackedMatmul:
     def __init__(self, w_kn: np.ndarray, bias: np.ndarray, lo: float, hi: float, threads: int,
                  offsets: tuple[int, ...] = (0,)) -> None:
         k, n = w_kn.shape
-        if not fits(MR, n) or k % len(offsets):
-            raise ValueError(f"packed matmul takes N a multiple of {NR} and K a multiple of the taps, "
-                             f"not K={k} N={n} with {len(offsets)} taps")
+        if not fits(MR, n) or k % len(offsets) or np.shape(bias) != (n,):
+            raise ValueError(f"packed matmul takes N > 0, K a multiple of the taps and N biases, "
+                             f"not K={k} N={n} with {len(offsets)} taps and {np.shape(bias)} biases")
         self.task = _packed_gemm
         self.weights = pack(w_kn)
-        self.bias = np.ascontiguousarray(bias, dtype=F32)
+        self.bias = np.zeros(self.weights.shape[0] * NR, F32)   # whole panels: the tile loads 16
+        self.bias[:n] = bias
         self.floats = np.array([lo, hi], F32)
         self.k, self.n, self.threads = k, n, threads
         self.offsets = tuple(int(v) for v in offsets)
