@@ -1,0 +1,269 @@
+"""Quantized products with a constant int8 weight: ``out = requantize(x @ W + bias)``.
+
+The integer core of int8 FULLY_CONNECTED and CONV_2D: x [M, K] int8 activations with a
+zero point, W [K, N] int8 weights (symmetric, per output channel or per tensor), an int32
+bias, int8 results. As in :mod:`.packed`, W is packed once into panels of 16 output
+columns, here ``[N/16][K/4][16][4]`` bytes: one 64-byte vector holds four K steps of
+sixteen columns, the operand of one ``vpdpbusd`` (AVX-512 VNNI: sixty-four 8-bit
+multiplies summed in fours into sixteen int32 lanes). The tile (:func:`_tile`, LLVM IR)
+keeps ``MR`` rows of sixteen int32 sums in registers over all of K.
+
+``vpdpbusd`` multiplies an unsigned byte by a signed one, so the activations are read
+as ``x + 128`` (a flip of the sign bit, done as they are broadcast) and the bias absorbs
+the difference: ``sum (x - zx) w = sum (x + 128) w - (128 + zx) sum w``, the last term a
+constant per column computed here with the bias (:func:`initial_sums`). Without VNNI the
+same sums come from plain LLVM vector arithmetic (widened multiplies and adds), exact
+and slower.
+
+Requantization is LiteRT's XNNPACK path (its default for int8 models on the CPU): the
+int32 sum times a float32 scale per column (``input_scale * weight_scale /
+output_scale``), rounded to nearest even, plus the output zero point, clamped to the
+activation's range in the quantized domain.
+"""
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import binding, ir
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from .packed import NR
+from .tasks import bind_task, task_function
+
+# Rows per tile: MR accumulators of NR int32 lanes.
+MR = 6
+# Below this many multiply-adds a product runs as one task.
+SPLIT_MIN_MACS = 1 << 18
+_TASKS = 8
+
+VNNI = bool(binding.get_host_cpu_features().get("avx512vnni", False))
+
+_I32 = ir.IntType(32)
+_I64 = ir.IntType(64)
+_SUMS = ir.VectorType(_I32, NR)             # sixteen int32 sums
+_BYTES = ir.VectorType(ir.IntType(8), 4 * NR)   # the same 64 bytes as int8 lanes
+_FLOATS = ir.VectorType(ir.FloatType(), NR)
+
+
+def _splat(builder, value, vector):
+    lane = builder.insert_element(ir.Constant(vector, ir.Undefined), value, ir.Constant(_I64, 0))
+    return builder.shuffle_vector(lane, ir.Constant(vector, ir.Undefined),
+                                  ir.Constant(ir.VectorType(_I32, vector.count), [0] * vector.count))
+
+
+def _dot4(builder, acc, xs, w, vnni: bool):
+    """``acc + `` the sums of four products of each lane's four unsigned bytes of ``xs``
+    with the four signed bytes of ``w`` (both ``<16 x i32>``): ``vpdpbusd``, or the same
+    arithmetic spelled out for LLVM where the instruction is missing."""
+    if vnni:
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_SUMS, [_SUMS] * 3),
+                                            "llvm.x86.avx512.vpdpbusd.512")
+        return builder.call(fn, [acc, xs, w])
+    wide = ir.VectorType(_I32, 4 * NR)
+    products = builder.mul(builder.zext(builder.bitcast(xs, _BYTES), wide),
+                           builder.sext(builder.bitcast(w, _BYTES), wide))
+    total = acc
+    for j in range(4):
+        part = builder.shuffle_vector(products, ir.Constant(wide, ir.Undefined),
+                                      ir.Constant(ir.VectorType(_I32, NR), list(range(j, 4 * NR, 4))))
+        total = builder.add(total, part)
+    return total
+
+
+def _tile_codegen(vnni: bool):
+    def codegen(context, builder, signature, args):
+        x_ptr, w_ptr, init_ptr, scale_ptr, out_ptr, r_, last_, stride_, groups_, n_, p_, zp_, lo_, hi_ = args
+        byte_ptr = ir.IntType(8).as_pointer()
+        x_bytes, w_bytes, out_bytes = (builder.bitcast(p, byte_ptr) for p in (x_ptr, w_ptr, out_ptr))
+        jb = builder.mul(p_, ir.Constant(_I64, NR))
+        init = builder.load(builder.bitcast(builder.gep(builder.bitcast(init_ptr, _I32.as_pointer()), [jb]),
+                                            _SUMS.as_pointer()), align=4)
+        # Rows past the task's last are read and written as its last row (same values).
+        rows = [builder.select(builder.icmp_signed("<", builder.add(r_, ir.Constant(_I64, i)), last_),
+                               builder.add(r_, ir.Constant(_I64, i)), last_) for i in range(MR)]
+        x_rows = [builder.mul(row, stride_) for row in rows]
+        panel = builder.mul(p_, builder.mul(groups_, ir.Constant(_I64, 4 * NR)))
+        flip = ir.Constant(_I32, -0x7F7F7F80)      # 0x80808080: x + 128 in every byte
+
+        entry = builder.block
+        head = builder.append_basic_block("qtile.k")
+        body = builder.append_basic_block("qtile.kbody")
+        done = builder.append_basic_block("qtile.done")
+        builder.branch(head)
+        builder.position_at_end(head)
+        g = builder.phi(_I64)
+        g.add_incoming(ir.Constant(_I64, 0), entry)
+        acc = [builder.phi(_SUMS) for _ in range(MR)]
+        for a in acc:
+            a.add_incoming(init, entry)
+        builder.cbranch(builder.icmp_signed("<", g, groups_), body, done)
+
+        builder.position_at_end(body)
+        w_at = builder.add(panel, builder.mul(g, ir.Constant(_I64, 4 * NR)))
+        w = builder.load(builder.bitcast(builder.gep(w_bytes, [w_at]), _SUMS.as_pointer()), align=1)
+        k_at = builder.mul(g, ir.Constant(_I64, 4))
+        for a, x_row in zip(acc, x_rows):
+            four = builder.load(builder.bitcast(builder.gep(x_bytes, [builder.add(x_row, k_at)]), _I32.as_pointer()),
+                                align=1)
+            a.add_incoming(_dot4(builder, a, _splat(builder, builder.xor(four, flip), _SUMS), w, vnni), body)
+        g.add_incoming(builder.add(g, ir.Constant(_I64, 1)), body)
+        builder.branch(head)
+
+        builder.position_at_end(done)
+        scale = builder.load(builder.bitcast(builder.gep(scale_ptr, [jb]), _FLOATS.as_pointer()), align=4)
+        zp = _splat(builder, builder.trunc(zp_, _I32), _SUMS)
+        # Clamped in float first (to the activation's range less the zero point), so the
+        # conversion back to int32 never overflows.
+        lo = _splat(builder, builder.sitofp(builder.sub(lo_, zp_), ir.FloatType()), _FLOATS)
+        hi = _splat(builder, builder.sitofp(builder.sub(hi_, zp_), ir.FloatType()), _FLOATS)
+        rint = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_FLOATS, [_FLOATS]),
+                                              f"llvm.rint.v{NR}f32")
+        left = builder.sub(n_, jb)
+        whole = builder.icmp_signed(">=", left, ir.Constant(_I64, NR))
+        byte_vector = ir.VectorType(ir.IntType(8), NR)
+        for a, row in zip(acc, rows):
+            value = builder.fmul(builder.sitofp(a, _FLOATS), scale)
+            value = builder.select(builder.fcmp_ordered("<", value, lo), lo, value)
+            value = builder.select(builder.fcmp_ordered(">", value, hi), hi, value)
+            q = builder.trunc(builder.add(builder.fptosi(builder.call(rint, [value]), _SUMS), zp), byte_vector)
+            at = builder.add(builder.mul(row, n_), jb)
+            with builder.if_else(whole) as (full, partial):
+                with full:
+                    builder.store(q, builder.bitcast(builder.gep(out_bytes, [at]), byte_vector.as_pointer()),
+                                  align=1)
+                with partial:
+                    _store_first_bytes(builder, q, builder.gep(out_bytes, [at]), left)
+        return context.get_dummy_value()
+    return codegen
+
+
+def _store_first_bytes(builder, value, pointer, count):
+    """Store the first ``count`` of the NR bytes of ``value`` at ``pointer``, no further."""
+    head = builder.block
+    loop = builder.append_basic_block("qstore.lane")
+    after = builder.append_basic_block("qstore.done")
+    builder.branch(loop)
+    builder.position_at_end(loop)
+    lane = builder.phi(_I64)
+    lane.add_incoming(ir.Constant(_I64, 0), head)
+    builder.store(builder.extract_element(value, lane), builder.gep(pointer, [lane]))
+    following = builder.add(lane, ir.Constant(_I64, 1))
+    lane.add_incoming(following, loop)
+    builder.cbranch(builder.icmp_signed("<", following, count), loop, after)
+    builder.position_at_end(after)
+
+
+def _make_tile(vnni: bool):
+    @intrinsic
+    def tile(typingctx, xp, wp, initp, scalep, outp, r, last, stride, groups, n, p, zp, lo, hi):
+        """``MR`` rows from ``r`` (rows past ``last`` clamped to it) of the quantized product
+        for panel ``p``: x's rows ``stride`` bytes apart, ``groups`` K steps of four."""
+        return types.void(xp, wp, initp, scalep, outp, *[types.int64] * 9), _tile_codegen(vnni)
+    return tile
+
+
+_tile_vnni, _tile_plain = _make_tile(True), _make_tile(False)
+
+
+@njit(cache=True, inline="always")
+def _task_share(t, ip):
+    """Task ``t``'s rows ``r0 .. r1`` and panels ``p0 .. p1`` (``ip``: M, K/4, N, x's row
+    stride in bytes, row_chunk, row_tasks, panel_chunk, panel_tasks, ...)."""
+    m, n = ip[0], ip[2]
+    row_chunk, row_tasks, panel_chunk, panel_tasks = ip[4], ip[5], ip[6], ip[7]
+    row_task = t // panel_tasks
+    r0 = row_task * row_chunk
+    r1 = m if row_task == row_tasks - 1 else r0 + row_chunk
+    p0 = (t % panel_tasks) * panel_chunk
+    return r0, r1, p0, min((n + NR - 1) // NR, p0 + panel_chunk)
+
+
+# Two task functions, one per tile: the VNNI one must never be compiled on a CPU without
+# the instruction (LLVM cannot select it), and module-level functions stay in numba's cache.
+@task_function()
+def _qgemm_vnni(t, xp, wp, initp, scalep, outp, _a5, _a6, _a7, ip, fp):
+    """Task ``t`` of the quantized product with ``vpdpbusd`` (``ip``: M, K/4, N, x's row
+    stride in bytes, row_chunk, row_tasks, panel_chunk, panel_tasks, output zero point,
+    qmin, qmax)."""
+    r0, r1, p0, p1 = _task_share(t, ip)
+    for p in range(p0, p1):
+        for r in range(r0, r1, MR):
+            _tile_vnni(xp, wp, initp, scalep, outp, r, r1 - 1, ip[3], ip[1], ip[2], p, ip[8], ip[9], ip[10])
+
+
+@task_function()
+def _qgemm_plain(t, xp, wp, initp, scalep, outp, _a5, _a6, _a7, ip, fp):
+    """:func:`_qgemm_vnni` in plain LLVM vector arithmetic."""
+    r0, r1, p0, p1 = _task_share(t, ip)
+    for p in range(p0, p1):
+        for r in range(r0, r1, MR):
+            _tile_plain(xp, wp, initp, scalep, outp, r, r1 - 1, ip[3], ip[1], ip[2], p, ip[8], ip[9], ip[10])
+
+
+def pack(w_kn: np.ndarray) -> np.ndarray:
+    """int8 W [K, N] as ``[ceil(N/16), ceil(K/4), 16, 4]`` bytes, zeros past K and N."""
+    k, n = w_kn.shape
+    k4, n16 = -(-k // 4) * 4, -(-n // NR) * NR
+    padded = np.zeros((k4, n16), np.int8)
+    padded[:k, :n] = w_kn
+    return np.ascontiguousarray(padded.reshape(k4 // 4, 4, n16 // NR, NR).transpose(2, 0, 3, 1))
+
+
+def initial_sums(w_kn: np.ndarray, bias: np.ndarray | None, x_zero_point: int) -> np.ndarray:
+    """Each column's starting sum, ``bias - (128 + zx) * sum_k w``, padded to whole panels:
+    what turns the tile's ``sum (x + 128) w`` into ``bias + sum (x - zx) w``."""
+    k, n = w_kn.shape
+    sums = np.zeros(-(-n // NR) * NR, np.int64)
+    sums[:n] = (0 if bias is None else np.asarray(bias, np.int64)) \
+        - (128 + int(x_zero_point)) * w_kn.astype(np.int64).sum(axis=0)
+    if np.abs(sums).max(initial=0) >= 2 ** 31:
+        raise ValueError("quantized product: a column's bias and weight sum overflow int32")
+    return sums.astype(np.int32)
+
+
+def split(m: int, n: int, k: int, threads: int) -> tuple[int, int, int, int]:
+    """``(row_chunk, row_tasks, panel_chunk, panel_tasks)``: one task for small products,
+    else the rows (whole tiles) or the panels, whichever is the larger, cut in a few
+    tasks per thread."""
+    panels = -(-n // NR)
+    if threads < 2 or m * n * k < SPLIT_MIN_MACS:
+        return m, 1, panels, 1
+    if m >= n:
+        row_chunk = -(-(-(-m // _TASKS)) // MR) * MR
+        return row_chunk, -(-m // row_chunk), panels, 1
+    panel_chunk = -(-panels // _TASKS)
+    return m, 1, panel_chunk, -(-panels // panel_chunk)
+
+
+class QuantizedMatmul:
+    """``bind(x [M, K] int8, out [M, N] int8) -> call`` computing ``out = clamp(round((x -
+    zx) @ w_kn + bias) * scales) + zo, lo, hi)`` for the constant int8 ``w_kn`` [K, N],
+    int32 ``bias`` (or None), float32 ``scales`` per column (or one), packed here once;
+    ``threads``: the numba threads the tasks are cut for. ``vnni``: use ``vpdpbusd``
+    (default: when the host has it)."""
+
+    def __init__(self, w_kn: np.ndarray, bias: np.ndarray | None, x_zero_point: int, scales: np.ndarray,
+                 out_zero_point: int, lo: int, hi: int, threads: int, vnni: bool | None = None) -> None:
+        k, n = w_kn.shape
+        if w_kn.dtype != np.int8 or k == 0 or n == 0:
+            raise ValueError(f"quantized product takes a non-empty int8 weight, not {w_kn.dtype} {w_kn.shape}")
+        self.k, self.n, self.threads = k, n, threads
+        self.weights = pack(w_kn)
+        self.init = initial_sums(w_kn, bias, x_zero_point)
+        self.scales = np.zeros(self.init.size, np.float32)
+        self.scales[:n] = np.broadcast_to(np.asarray(scales, np.float32), (n,))
+        self.bounds = (int(out_zero_point), int(lo), int(hi))
+        self.task = _qgemm_vnni if (VNNI if vnni is None else vnni) else _qgemm_plain
+
+    def bind(self, x: np.ndarray, out: np.ndarray):
+        """The call on these arrays: ``x`` [M, K rounded up to a multiple of 4] (the bytes
+        past K are multiplied by zero weights), ``out`` [M, N]."""
+        m, k4 = out.shape[0], self.weights.shape[1] * 4
+        if x.dtype != np.int8 or out.dtype != np.int8 or x.shape != (m, k4) or out.shape != (m, self.n):
+            raise ValueError(f"quantized product [M, {k4}] -> [M, {self.n}] given {x.shape} {x.dtype} -> "
+                             f"{out.shape} {out.dtype}")
+        rows = split(m, self.n, self.k, self.threads)
+        params = np.array([m, k4 // 4, self.n, k4, *rows, *self.bounds], np.int64)
+        return bind_task(self.task, rows[1] * rows[3], (x, self.weights, self.init, self.scales), (out,), params,
+                         dtypes=(np.int8, np.int8, np.int32, np.float32, np.int8))
