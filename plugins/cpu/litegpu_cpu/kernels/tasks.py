@@ -130,6 +130,7 @@ def _pointer_cast(to):
     return cast
 
 
+int8_pointer = _pointer_cast(types.int8)
 int16_pointer = _pointer_cast(types.int16)
 int32_pointer = _pointer_cast(types.int32)
 int64_pointer = _pointer_cast(types.int64)
