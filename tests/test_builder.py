@@ -179,7 +179,7 @@ def test_builtin_names_match_the_tflite_package():
 
 def test_custom_op_quantization_variable_and_signature_round_trip():
     b = ModelBuilder()
-    x = b.input("x", (1, 4, 4, 8), np.int8, scale=[0.1, 0.2], zero_point=[0, 1], quantized_dimension=3,
+    x = b.input("x", (1, 4, 4, 8), np.int8, scale=[0.1, 0.2] * 4, zero_point=[0, 1] * 4, quantized_dimension=3,
                 shape_signature=(-1, 4, 4, 8))
     v = b.tensor("state", (1, 8), np.float32, is_variable=True)
     y = b.tensor("y", (1, 8, 8, 2), np.float32)
@@ -192,8 +192,8 @@ def test_custom_op_quantization_variable_and_signature_round_trip():
                                                            b"\x01\x02\x03")
     tx, tv = sg.tensors[x], sg.tensors[v]
     assert tx.dtype == np.int8 and tx.shape == (1, 4, 4, 8) and tx.shape_signature == (-1, 4, 4, 8)
-    np.testing.assert_array_equal(tx.quantization.scales, np.array([0.1, 0.2], np.float32))
-    np.testing.assert_array_equal(tx.quantization.zero_points, [0, 1])
+    np.testing.assert_array_equal(tx.quantization.scales, np.array([0.1, 0.2] * 4, np.float32))
+    np.testing.assert_array_equal(tx.quantization.zero_points, [0, 1] * 4)
     assert tx.quantization.quantized_dimension == 3
     assert tv.is_variable and not tx.is_variable
     m = _tflite_model(data)

@@ -130,21 +130,14 @@ class _Reader:
             signature = shape
         name = t.string(3, "name")
         q = t.table(4, "quantization")
-        quant = None
-        if q is not None:
-            scales = q.array(2, "[float]", "scale")
-            zps = q.array(3, "[long]", "zero_point")
-            scales = np.zeros(0, np.float32) if scales is None else np.array(scales, np.float32)
-            zps = np.zeros(0, np.int64) if zps is None else np.array(zps, np.int64)
-            qdim = q.scalar(6, "int", 0, "quantized_dimension")
-            if scales.size > 1 and not (0 <= qdim < max(len(shape), 1)):
-                raise ModelFormatError(f"{q.path}.quantized_dimension: {qdim} out of range for rank {len(shape)}")
-            if zps.size not in (0, 1, scales.size) and scales.size:
-                raise ModelFormatError(f"{q.path}: {scales.size} scales but {zps.size} zero points")
-            quant = Quantization(scales, zps, qdim)
         sparsity = t.table(6, "sparsity")
         buffer_index = t.scalar(2, "uint", 0, "buffer")
         raw = self._buffer_data(buffer_index, f"{t.path}.buffer")
+        if type_name == "INT4" and (q is not None or raw.size):
+            # Two values a byte: no numpy view reads it, and LiteRT's int4 kernels are not ours.
+            raise ModelFormatError(f"{t.path}.type: tensor {name!r} is INT4 with quantization or constant "
+                                   "data; 4-bit tensors are not supported")
+        quant = None if q is None else _quantization(q, name, type_name, dtype, shape, constant=raw.size > 0)
         data = None
         if buffer_index and raw.size == 0 and dtype is not None and 0 in shape:
             data = np.zeros(shape, dtype)  # a constant with no elements (e.g. empty reduction axes)
@@ -250,6 +243,72 @@ def _shape(arr, what: str, allow_unknown: bool) -> tuple[int, ...]:
     return dims
 
 
+# A zero point is a value of the tensor's storage type (LiteRT's XNNPACK path refuses any other
+# when it prepares a node). Wider integer types get LiteRT's own bound: it keeps zero points as
+# int32, so a larger one would silently become another value there.
+_ZERO_POINT_RANGES = {"INT8": (-128, 127), "UINT8": (0, 255), "INT16": (-32768, 32767), "UINT16": (0, 65535)}
+_INT32_RANGE = (-(1 << 31), (1 << 31) - 1)
+
+
+def _quantization(q: Table, name: str, type_name: str, dtype: np.dtype | None, shape: tuple[int, ...],
+                  constant: bool) -> Quantization:
+    """Read and check one tensor's QuantizationParameters; errors name the field and the tensor.
+
+    A table without scales (absent, empty, or ``min``/``max`` only) quantizes nothing, as in
+    LiteRT. With scales, the checks of LiteRT's loader apply to every tensor: one zero point or
+    one per scale, ``quantized_dimension`` an axis of the shape, one scale or one per channel of
+    that axis. The values are checked on integer tensors, the only ones whose quantization
+    LiteRT's kernels read (a float tensor's table is carried along unread, as LiteRT does): each
+    scale finite and positive, each zero point a value of the storage type. The one zero scale
+    allowed is a channel of per-channel constant weights: TFLite's post-training quantizer
+    writes 0 for an all-zero channel (and its bias), and LiteRT runs such models.
+    """
+    details = q.scalar(4, "ubyte", 0, "details_type")
+    if details:
+        kinds = schema.QUANTIZATION_DETAILS
+        kind = kinds[details - 1][0] if details <= len(kinds) else f"unknown QuantizationDetails type {details}"
+        raise ModelFormatError(f"{q.path}.details_type: tensor {name!r} uses {kind}; only affine quantization "
+                               "(scales and zero points) is supported")
+    scales = q.array(2, "[float]", "scale")
+    zps = q.array(3, "[long]", "zero_point")
+    scales = np.zeros(0, np.float32) if scales is None else np.array(scales, np.float32)
+    zps = np.zeros(0, np.int64) if zps is None else np.array(zps, np.int64)
+    qdim = q.scalar(6, "int", 0, "quantized_dimension")
+    quant = Quantization(scales, zps, qdim)
+    n, rank = scales.size, len(shape)
+    if n == 0:
+        return quant
+    if zps.size not in (1, n):
+        raise ModelFormatError(f"{q.path}.zero_point: tensor {name!r} has {n} scales but {zps.size} zero points "
+                               f"(expected 1 or {n})")
+    # As LiteRT: an axis of the shape; a rank-0 tensor has none to check, except that scales per
+    # channel need axis 0 (its only dimension when the shape is filled in).
+    limit = rank if rank else (1 if n > 1 else None)
+    if qdim < 0 or (limit is not None and qdim >= limit):
+        raise ModelFormatError(f"{q.path}.quantized_dimension: {qdim} out of range for rank {rank} "
+                               f"of tensor {name!r}")
+    if n > 1 and rank and shape[qdim] != n:
+        raise ModelFormatError(f"{q.path}.scale: tensor {name!r} has {n} scales, but dimension {qdim} of its "
+                               f"shape {list(shape)} has {shape[qdim]} channels (expected 1 or {shape[qdim]})")
+    if dtype is None or dtype.kind not in "iu":
+        return quant
+    bad = ~(np.isfinite(scales) & (scales > 0))
+    if constant and n > 1:
+        bad &= scales != 0
+    if bad.any():
+        k = int(np.flatnonzero(bad)[0])
+        why = "a scale of 0 is allowed only in a channel of per-channel constant weights" \
+            if scales[k] == 0 else "a scale must be finite and positive"
+        raise ModelFormatError(f"{q.path}.scale[{k}]: tensor {name!r} has scale {float(scales[k])!r}; {why}")
+    lo, hi = _ZERO_POINT_RANGES.get(type_name, _INT32_RANGE)
+    outside = (zps < lo) | (zps > hi)
+    if outside.any():
+        k = int(np.flatnonzero(outside)[0])
+        raise ModelFormatError(f"{q.path}.zero_point[{k}]: tensor {name!r} ({type_name}) has zero point "
+                               f"{int(zps[k])}, outside [{lo}, {hi}]")
+    return quant
+
+
 def _view(raw: np.ndarray, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
     """A read-only typed view of ``raw`` (copied when misaligned or big-endian-hostile)."""
     arr = raw.view(dtype.newbyteorder("<")) if raw.ctypes.data % dtype.alignment == 0 else \
@@ -268,8 +327,8 @@ def _dequantize(t: Tensor) -> np.ndarray:
         raise ModelFormatError(f"tensor {t.name!r}: DEQUANTIZE of {t.type_name} without quantization")
     shape = [1] * data.ndim
     scales = q.scales.astype(np.float32)
-    # One zero point may serve every channel; the reader allows 0, 1 or one per scale.
-    zps = np.broadcast_to(q.zero_points if q.zero_points.size else np.zeros(1, np.int64), scales.shape)
+    # One zero point may serve every channel (_quantization allows 1 or one per scale).
+    zps = np.broadcast_to(q.zero_points, scales.shape)
     if scales.size > 1:
         if data.ndim == 0 or data.shape[q.quantized_dimension] != scales.size:
             raise ModelFormatError(f"tensor {t.name!r}: {scales.size} scales do not match its shape")

@@ -37,6 +37,14 @@ TENSOR_TYPES: dict[int, tuple[str, np.dtype | None]] = {
 }
 DTYPE_TO_TENSOR_TYPE = {dt: code for code, (_, dt) in TENSOR_TYPES.items() if dt is not None}
 
+# QuantizationParameters: min, max, scale, zero_point, details_type, details, quantized_dimension.
+# ``details`` is the QuantizationDetails union (type = position + 1); each member as (table name,
+# fields in slot order). litegpu reads none of them: affine scales and zero points only.
+QUANTIZATION_DETAILS: list[tuple[str, list[tuple[str, str, object]]]] = [
+    ("CustomQuantization", [("custom", "[ubyte]", None)]),
+    ("BlockwiseQuantization", [("scales", "int", 0), ("zero_points", "int", 0), ("block_size", "int", 0)]),
+]
+
 BUILTIN_OPERATORS = """
 ADD AVERAGE_POOL_2D CONCATENATION CONV_2D DEPTHWISE_CONV_2D DEPTH_TO_SPACE DEQUANTIZE
 EMBEDDING_LOOKUP FLOOR FULLY_CONNECTED HASHTABLE_LOOKUP L2_NORMALIZATION L2_POOL_2D

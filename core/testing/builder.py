@@ -54,6 +54,8 @@ _SLOT_WRITERS = {
 _VECTOR_DTYPES = {"[int]": np.dtype("<i4"), "[float]": np.dtype("<f4"), "[long]": np.dtype("<i8"),
                   "[ubyte]": np.dtype("u1"), "[uint]": np.dtype("<u4")}
 _UPPER_TABLES = {name.upper(): name for name, _ in schema.BUILTIN_OPTIONS}
+# QuantizationDetails union members: name -> (union type, fields).
+_DETAILS_BY_NAME = {name: (i + 1, fields) for i, (name, fields) in enumerate(schema.QUANTIZATION_DETAILS)}
 
 
 def options_table_for(op: str) -> str | None:
@@ -141,16 +143,21 @@ class SubgraphBuilder:
     def tensor(self, name: str, shape: Sequence[int], dtype: Any = np.float32, *,
                shape_signature: Sequence[int] | None = None, is_variable: bool = False,
                scale: Any = None, zero_point: Any = None, quantized_dimension: int = 0,
-               min: Any = None, max: Any = None) -> int:
+               min: Any = None, max: Any = None, details: tuple[str, Mapping[str, Any]] | None = None) -> int:
         """Add an activation (or variable) tensor; returns its index in this subgraph.
 
         ``dtype`` is a numpy dtype or a TensorType name (``"RESOURCE"``, ``"STRING"``).
-        ``scale``/``zero_point`` (scalars or per-channel sequences) add quantization.
+        ``scale``/``zero_point`` (scalars or per-channel sequences) add quantization;
+        ``details`` sets its QuantizationDetails union, as (member table, field values), e.g.
+        ``("BlockwiseQuantization", {"scales": 3, "zero_points": 4, "block_size": 32})``.
         """
         quant = None
-        if scale is not None or zero_point is not None or min is not None or max is not None:
+        if details is not None and details[0] not in _DETAILS_BY_NAME:
+            raise InvalidArgumentError(f"unknown QuantizationDetails member {details[0]!r}; "
+                                       f"expected one of {sorted(_DETAILS_BY_NAME)}")
+        if any(v is not None for v in (scale, zero_point, min, max, details)):
             quant = {"scale": scale, "zero_point": zero_point, "quantized_dimension": quantized_dimension,
-                     "min": min, "max": max}
+                     "min": min, "max": max, "details": details}
         t = _Tensor(name=name, shape=tuple(int(d) for d in shape), type_code=tensor_type_code(dtype),
                     shape_signature=None if shape_signature is None else tuple(int(d) for d in shape_signature),
                     is_variable=is_variable, quant=quant)
@@ -167,8 +174,15 @@ class SubgraphBuilder:
     def const(self, name: str, array: Any, dtype: Any = None, **quant: Any) -> int:
         """Add a constant tensor with its own buffer; returns its index.
 
-        ``dtype`` converts the array first (e.g. ``np.float16`` for fp16 weights).
+        ``dtype`` converts the array first (e.g. ``np.float16`` for fp16 weights). ``"INT4"``
+        packs values in [-8, 7] two a byte, the first in the low nibble (LiteRT's layout).
         """
+        if isinstance(dtype, str) and dtype.upper() == "INT4":
+            nibbles = np.asarray(array, np.int8)
+            flat = np.append(nibbles.ravel(), np.zeros(nibbles.size % 2, np.int8)).astype(np.uint8) & 0xF
+            idx = self.tensor(name, nibbles.shape, "INT4", **quant)
+            self._sg.tensors[idx].buffer = self.model._add_buffer((flat[0::2] | (flat[1::2] << 4)).tobytes())
+            return idx
         arr = np.asarray(array)
         if dtype is not None:
             arr = arr.astype(dtype)
@@ -344,8 +358,14 @@ class _Writer:
         def vec(key, dtype):
             v = q.get(key)
             return None if v is None else ("vec", self._numbers(np.atleast_1d(v), np.dtype(dtype)))
+        details_type = details = None
+        if q.get("details") is not None:
+            member, values = q["details"]
+            union_type, fields = _DETAILS_BY_NAME[member]
+            details_type, details = ("ubyte", union_type), ("table", self._fields_table(fields, values))
         return self._table([vec("min", "<f4"), vec("max", "<f4"), vec("scale", "<f4"),
-                            vec("zero_point", "<i8"), None, None, ("int", int(q.get("quantized_dimension", 0)))])
+                            vec("zero_point", "<i8"), details_type, details,
+                            ("int", int(q.get("quantized_dimension", 0)))])
 
     def _tensor(self, t: _Tensor) -> int:
         b = self.b
@@ -359,6 +379,10 @@ class _Writer:
 
     def _options(self, table: str, values: dict) -> tuple[int, int]:
         union_type, fields = schema.OPTIONS_BY_NAME[table]
+        return union_type, self._fields_table(fields, values)
+
+    def _fields_table(self, fields: list[tuple[str, str, object]], values: Mapping[str, Any]) -> int:
+        """A table described as ``(name, type, default)`` per slot; fields absent from ``values`` are not written."""
         out: list = []
         for name, kind, _default in fields:
             if name not in values or values[name] is None:
@@ -366,10 +390,13 @@ class _Writer:
             elif kind == "string":
                 out.append(("string", self.b.CreateString(str(values[name]))))
             elif kind in _VECTOR_DTYPES:
-                out.append(("vec", self._numbers(np.atleast_1d(values[name]), _VECTOR_DTYPES[kind])))
+                value = values[name]
+                if isinstance(value, (bytes, bytearray)):
+                    value = np.frombuffer(value, np.uint8)
+                out.append(("vec", self._numbers(np.atleast_1d(value), _VECTOR_DTYPES[kind])))
             else:
                 out.append((kind, _SLOT_WRITERS[kind][1](values[name])))
-        return union_type, self._table(out)
+        return self._table(out)
 
     def _op(self, op: _Op) -> int:
         inputs = self._numbers(op.inputs, np.dtype("<i4"))
