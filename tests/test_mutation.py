@@ -9,11 +9,14 @@ from __future__ import annotations
 import random
 import subprocess
 import sys
+from pathlib import Path
 
+import numpy as np
 import pytest
 
 import litegpu
 from litegpu.testing import mutation
+from litegpu.testing.builder import ModelBuilder
 
 SMALL_MODELS = ("dynamic_batch_mlp", "elementwise_200", "stateful_counter", "lstm_classifier", "unet_small")
 
@@ -123,6 +126,66 @@ def test_weighted_run_counts_cases_per_model(models) -> None:
     report = mutation.run_mutations(models[:2], cases=9, seed=3, timeout=30, weights=[2, 1])
     assert dict(report.by_model) == {models[0].stem: 6, models[1].stem: 3}
     _assert_clean(report)
+
+
+def _quantized_model(tmp_path: Path) -> Path:
+    """A small int8 conv model written with every quantization field (per-channel weights, axis)."""
+    b = ModelBuilder()
+    x = b.input("x", (1, 3, 3, 2), np.int8, scale=0.5, zero_point=-3)
+    w = b.const("w", np.ones((4, 1, 1, 2), np.int8), scale=[0.1, 0.2, 0.3, 0.4], zero_point=[0] * 4,
+                quantized_dimension=0)
+    bias = b.const("bias", np.zeros(4, np.int32), scale=[0.05, 0.1, 0.15, 0.2], zero_point=[0] * 4)
+    y = b.tensor("y", (1, 3, 3, 4), np.int8, scale=0.25, zero_point=5)
+    b.op("CONV_2D", [x, w, bias], [y], padding="SAME", stride_w=1, stride_h=1)
+    b.output(y)
+    path = tmp_path / "conv_int8.tflite"
+    path.write_bytes(b.build())
+    return path
+
+
+def test_field_map_finds_the_quantization_fields(tmp_path) -> None:
+    built = _quantized_model(tmp_path)
+    for path in [built, *mutation.resolve_models(["unet_small_int16x8"])]:
+        data = path.read_bytes()
+        fm = mutation.field_map(data)
+        quants = [t.quantization for sg in litegpu.load_model(data).subgraphs for t in sg.tensors if t.quantization]
+        scales = np.concatenate([q.scales for q in quants])
+        zero_points = np.concatenate([q.zero_points for q in quants])
+        assert sorted(np.frombuffer(data, "<f4", 1, p)[0] for p in fm.scales) == sorted(scales)
+        assert sorted(np.frombuffer(data, "<i8", 1, p)[0] for p in fm.zero_points) == sorted(zero_points)
+    # The built model writes quantized_dimension on each of its four tensors (converters elide a 0).
+    assert len(mutation.field_map(built.read_bytes()).quant_dims) == 4
+
+
+def test_quantization_mutations_edit_their_fields(tmp_path) -> None:
+    data = _quantized_model(tmp_path).read_bytes()
+    fm = mutation.field_map(data)
+    rng = random.Random(5)
+    fields = {"scale": fm.scales, "zero_point": fm.zero_points, "quant_dim": fm.quant_dims}
+    described = {"scale": "scale at", "zero_point": "zero point at", "quant_dim": "quantized_dimension at"}
+    for kind in mutation.QUANT_MUTATIONS:
+        changed = 0
+        for _ in range(20):
+            mutated, what = mutation.mutate(data, fm, rng, kind)
+            diff = [i for i in range(len(data)) if mutated[i] != data[i]]
+            assert what.startswith(described[kind]), what
+            assert all(any(p <= i < p + 8 for p in fields[kind]) for i in diff), (kind, what)
+            changed += bool(diff)
+        assert changed >= 15, kind
+
+
+def test_quantization_mutation_run(tmp_path) -> None:
+    try:
+        models = [_quantized_model(tmp_path), *mutation.resolve_models(["unet_small_int16x8"])]
+    except FileNotFoundError as exc:
+        pytest.skip(str(exc))
+    report = mutation.run_mutations(models, cases=120, seed=11, timeout=30, kinds=mutation.QUANT_MUTATIONS)
+    _assert_clean(report)
+    assert set(report.by_mutation) == set(mutation.QUANT_MUTATIONS)
+    # The reader refused some edits by naming a quantization field.
+    assert "quantization." in report.error_examples.get("ModelFormatError", ""), report.summary()
+    with pytest.raises(ValueError, match="unknown mutation kinds"):
+        mutation.run_mutations(models, cases=1, kinds=["scale", "nonsense"])
 
 
 @pytest.mark.slow

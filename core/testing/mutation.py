@@ -13,13 +13,15 @@ timeout, so one run of thousands of cases fits in minutes and still tells apart:
 
 Mutations are byte flips, truncations, and field-aware edits of the positions the
 reader actually reads: uoffsets, vtable entries, vector lengths, tensor / buffer /
-opcode / subgraph indices, and shape dimensions. The positions are found by
-reading the unmutated model through a recording buffer.
+opcode / subgraph indices, shape dimensions, and the quantization of tensors (scale
+values, zero points, per-channel axes). The positions are found by reading the
+unmutated model through a recording buffer.
 
 Command line::
 
     python -m litegpu.testing.mutation --cases 2000 --seed 1 --models dynamic_batch_mlp,elementwise_200
     python -m litegpu.testing.mutation --cases 10000 --seed 11 --models all   # every shared model
+    python -m litegpu.testing.mutation --cases 500 --models unet_small_int16x8 --kinds scale,zero_point,quant_dim
 
 With ``--models all`` the models are weighted by :func:`size_weights`: a large model
 (tens of MB, a second to compile and run) gets one case for every five of a small one,
@@ -48,11 +50,17 @@ DEFAULT_MODELS = ("dynamic_batch_mlp", "elementwise_200", "stateful_counter", "l
 # A model bigger than this costs far more per case (pipe, read, compile, invoke at 224x224):
 # size_weights gives it fewer cases per round.
 BIG_MODEL_BYTES = 5_000_000
-MUTATIONS = ("flip", "truncate", "offset", "length", "index", "shape", "word")
+MUTATIONS = ("flip", "truncate", "offset", "length", "index", "shape", "word", "scale", "zero_point", "quant_dim")
+# The kinds that edit quantization tables: a model without any falls back to a bit flip.
+QUANT_MUTATIONS = ("scale", "zero_point", "quant_dim")
 OUTCOMES = ("ok", "error", "raw", "crash", "hang")
 
 _INTERESTING_U32 = (0, 1, 2, 3, 4, 7, 8, 0x7F, 0x80, 0xFF, 0xFFFF, 0x7FFFFFFF, 0x80000000, 0xFFFFFFFE, 0xFFFFFFFF)
 _INTERESTING_DIMS = (0, 1, 2, -1, -2, 3, 1000, 65536, 1 << 20, 0x7FFFFFFF, -0x80000000)
+# Scales the reader refuses (0, negative, NaN, inf) and legal extremes kernels must survive.
+_INTERESTING_SCALES = (0.0, -0.0, -1.0, float("nan"), float("inf"), float("-inf"), 1e-45, 1e-30, 1e30, 3.4e38)
+# Zero points at and past the bounds of int8, uint8, int16 and int32.
+_INTERESTING_ZERO_POINTS = (0, -1, 127, 128, -128, -129, 255, 256, 32767, 32768, -32769, 1 << 31, -(1 << 63))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -67,10 +75,13 @@ class FieldMap:
     lengths: list[int] = field(default_factory=list)   # vector / string length prefixes
     indices: list[int] = field(default_factory=list)   # int32 tensor/buffer/opcode/subgraph indices
     shapes: list[int] = field(default_factory=list)    # int32 shape and shape_signature entries
+    scales: list[int] = field(default_factory=list)    # float32 quantization scales
+    zero_points: list[int] = field(default_factory=list)  # int64 quantization zero points (8-byte words)
+    quant_dims: list[int] = field(default_factory=list)   # int32 quantized_dimension fields
 
 
 _INDEX_NAMES = (".inputs", ".outputs", ".intermediates", ".buffer", ".opcode_index", "subgraph_index",
-                ".tensor_index", ".traversal_order", ".block_map", ".values", ".quantized_dimension")
+                ".tensor_index", ".traversal_order", ".block_map", ".values")
 _SIZE_NAMES = (".shape", ".shape_signature", ".dense_size")
 
 
@@ -91,12 +102,18 @@ def field_map(data: bytes) -> FieldMap:
                     fm.shapes.extend(pos + 4 + 4 * i for i in range(value))
                 elif name.endswith(_INDEX_NAMES):
                     fm.indices.extend(pos + 4 + 4 * i for i in range(value))
+                elif name.endswith(".quantization.scale"):
+                    fm.scales.extend(pos + 4 + 4 * i for i in range(value))
+                elif name.endswith(".quantization.zero_point"):
+                    fm.zero_points.extend(pos + 4 + 8 * i for i in range(value))
             elif what.endswith("vtable offset"):
                 fm.offsets.append(pos)
             elif "vtable" in what or what.endswith("table size"):
                 fm.vtable.append(pos)
             elif kind in ("uint", "int") and what.endswith(_INDEX_NAMES):
                 fm.indices.append(pos)
+            elif what.endswith(".quantization.quantized_dimension"):
+                fm.quant_dims.append(pos)
             elif kind == "int" and what.endswith(_SIZE_NAMES):
                 fm.shapes.append(pos)
             return value
@@ -108,7 +125,7 @@ def field_map(data: bytes) -> FieldMap:
     r = reader_mod._Reader(data)
     r.buf = Recording(data)
     r.read()
-    for name in ("offsets", "vtable", "lengths", "indices", "shapes"):
+    for name in ("offsets", "vtable", "lengths", "indices", "shapes", "scales", "zero_points", "quant_dims"):
         # Narrow index vectors (uint8/uint16) were stepped as words: keep what lies in the file.
         setattr(fm, name, sorted(p for p in set(getattr(fm, name)) if p <= len(data) - 2))
     return fm
@@ -170,6 +187,24 @@ def mutate(data: bytes, fm: FieldMap, rng: random.Random, kind: str | None = Non
         value = rng.choice(_INTERESTING_DIMS + (old + 1, old - 1, old * 2, old * 1000))
         _put_u32(buf, pos, value)
         return bytes(buf), f"shape dim at {pos}: {old} -> {value}"
+    if kind == "scale" and fm.scales:
+        pos = rng.choice(fm.scales)
+        old = struct.unpack_from("<f", buf, pos)[0]
+        value = rng.choice(_INTERESTING_SCALES + (old * 2, old / 1000, -old))
+        struct.pack_into("<f", buf, pos, value)
+        return bytes(buf), f"scale at {pos}: {old:g} -> {value:g}"
+    if kind == "zero_point" and fm.zero_points:
+        pos = rng.choice(fm.zero_points)
+        old = struct.unpack_from("<q", buf, pos)[0]
+        value = rng.choice(_INTERESTING_ZERO_POINTS + (old + 1, old - 1, -old))
+        struct.pack_into("<q", buf, pos, max(min(value, (1 << 63) - 1), -(1 << 63)))
+        return bytes(buf), f"zero point at {pos}: {old} -> {value}"
+    if kind == "quant_dim" and fm.quant_dims:
+        pos = rng.choice(fm.quant_dims)
+        old = struct.unpack_from("<i", buf, pos)[0]
+        value = rng.choice((-1, 0, 1, 2, 3, 4, 5, 16, old + 1, 0x7FFFFFFF, -0x80000000))
+        _put_u32(buf, pos, value)
+        return bytes(buf), f"quantized_dimension at {pos}: {old} -> {value}"
     return mutate(data, fm, rng, "flip")  # a field kind the model lacks
 
 
@@ -402,7 +437,8 @@ def _schedule(n: int, weights: Sequence[int] | None) -> list[int]:
 
 def run_mutations(models: Sequence[Path], cases: int, seed: int = 0, timeout: float = 20.0,
                   memory_limit: int = 4 << 30, max_while: int = 100_000, save_dir: Path | None = None,
-                  time_budget: float | None = None, weights: Sequence[int] | None = None) -> Report:
+                  time_budget: float | None = None, weights: Sequence[int] | None = None,
+                  kinds: Sequence[str] = MUTATIONS) -> Report:
     """Run ``cases`` mutated copies of ``models`` (round robin) through one worker; count outcomes.
 
     :param timeout: seconds one case may take before it counts as a hang.
@@ -413,7 +449,11 @@ def run_mutations(models: Sequence[Path], cases: int, seed: int = 0, timeout: fl
     :param save_dir: where to write the bytes of every raw / crash / hang case.
     :param time_budget: stop early (with fewer cases) after this many seconds.
     :param weights: cases per round for each model (see :func:`size_weights`); default one each.
+    :param kinds: the mutation kinds to draw from (default: all of :data:`MUTATIONS`).
     """
+    unknown = sorted(set(kinds) - set(MUTATIONS))
+    if unknown or not kinds:
+        raise ValueError(f"unknown mutation kinds {unknown}; expected some of {list(MUTATIONS)}")
     rng = random.Random(seed)
     sources = []
     for path in models:
@@ -428,7 +468,7 @@ def run_mutations(models: Sequence[Path], cases: int, seed: int = 0, timeout: fl
             if time_budget is not None and time.monotonic() - start > time_budget:
                 break
             name, data, fm = sources[schedule[i % len(schedule)]]
-            kind = rng.choice(MUTATIONS)
+            kind = rng.choice(tuple(kinds))
             mutated, what = mutate(data, fm, rng, kind)
             if not worker.alive:
                 worker.kill()
@@ -472,6 +512,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--memory-limit", type=int, default=4 << 30, help="worker RLIMIT_AS in bytes (0: none)")
     ap.add_argument("--max-while", type=int, default=100_000, help="WHILE iteration limit for the runtime")
     ap.add_argument("--save", type=Path, default=None, help="directory for the bytes of failing cases")
+    ap.add_argument("--kinds", default=",".join(MUTATIONS),
+                    help=f"comma-separated mutation kinds (default: all of {','.join(MUTATIONS)})")
     ap.add_argument("--json", action="store_true", help="print the report as JSON")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -481,7 +523,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     models = resolve_models([m for m in args.models.split(",") if m], args.models_dir)
     weights = size_weights(models) if args.models == "all" else None
     report = run_mutations(models, args.cases, args.seed, args.timeout, args.memory_limit, args.max_while,
-                           args.save, weights=weights)
+                           args.save, weights=weights, kinds=[k for k in args.kinds.split(",") if k])
     print(json.dumps(report.to_json(), indent=1) if args.json else report.summary())
     return 1 if report.bad else 0
 
