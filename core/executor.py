@@ -65,7 +65,6 @@ def infer_subgraph(model: Model, sg: Subgraph, input_specs: dict[int, TensorSpec
     contexts: list[NodeContext] = []
     folded: list[int] = []
     for node in sg.nodes:
-        _check_not_quantized(node, sg)
         opdef = get_op(node.op)
         if opdef is None:
             raise UnsupportedError(f"node {node.index} ({node.op}): op is not supported by litegpu "
@@ -145,24 +144,10 @@ def _operand_error(node, sg: Subgraph, exc: LiteGpuError, message: str,
     return InvalidArgumentError(f"{text} (inputs resized: {what})")
 
 
-_QUANTIZED_KINDS = ("INT8", "UINT8", "INT16")
-
-
-def _check_not_quantized(node, sg: Subgraph) -> None:
-    """Full-integer models fail at compile time until int8 kernels exist."""
-    for t in (*node.inputs, *node.outputs):
-        tensor = sg.tensors[t] if t >= 0 else None
-        if tensor is not None and tensor.data is None and tensor.type_name in _QUANTIZED_KINDS \
-                and tensor.quantization is not None and tensor.quantization.is_set:
-            raise UnsupportedError(
-                f"node {node.index} ({node.op}): tensor {tensor.name!r} is quantized {tensor.type_name}; "
-                "quantized models (full-integer int8, 16x8, dynamic-range) are not supported yet: "
-                "int8 kernels are not available yet")
-
-
 def _run_reference(opdef, node, values, attrs) -> list[np.ndarray]:
+    """The node's reference (the integer one for a quantized node) on known values."""
     try:
-        return opdef.reference(values, attrs)
+        return opdef.reference_for(attrs)(values, attrs)
     except LiteGpuError as exc:
         raise type(exc)(f"node {node.index} ({node.op}): {exc}") from None
     except (ValueError, IndexError, TypeError, KeyError, ZeroDivisionError, OverflowError, MemoryError,

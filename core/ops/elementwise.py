@@ -27,6 +27,7 @@ import numpy as np
 
 from ..errors import ExecutionError, ModelFormatError, UnsupportedError
 from ..graph import Node
+from ..quant import is_quantized
 from .registry import (OpDef, TensorSpec, activation_attr, apply_activation, broadcast_shapes,
                        check_inputs, finite_option, register)
 
@@ -54,7 +55,8 @@ def check_dtypes(node: Node, tensors, allowed: Iterable[np.dtype] | None, inputs
         if i >= len(node.inputs) or node.inputs[i] < 0:
             continue
         dt = np.dtype(tensors[node.inputs[i]].dtype)
-        if dt not in allowed:
+        # Quantized integers are checked by the op's integer reference (litegpu.ops.quantized).
+        if dt not in allowed and not is_quantized(tensors[node.inputs[i]]):
             names = ", ".join(d.name for d in allowed)
             raise UnsupportedError(f"input {i} has dtype {dt.name}; {node.op} supports {names}")
 

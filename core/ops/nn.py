@@ -35,6 +35,7 @@ import numpy as np
 from ..errors import ExecutionError, ModelFormatError, UnsupportedError
 from ..graph import Node, Tensor
 from ..model.schema import PADDING
+from ..quant import is_quantized
 from .registry import (OpDef, TensorSpec, activation_attr, apply_activation, broadcast_shapes,
                        check_inputs, need_rank, register, value_of)
 
@@ -104,7 +105,8 @@ def _need_spatial(x: Sequence[int], what: str = "input 0") -> None:
 
 
 def _check_float(t: Tensor, what: str) -> None:
-    if t.dtype != np.float32:
+    # Quantized integers are checked by the op's integer reference (litegpu.ops.quantized).
+    if t.dtype != np.float32 and not is_quantized(t):
         raise UnsupportedError(f"{what} has type {t.type_name}; only FLOAT32 is supported")
 
 

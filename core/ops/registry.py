@@ -11,6 +11,14 @@ An OpDef holds, for one op:
   known, ``infer`` raises :class:`DynamicShape`; the planner then re-infers at run
   time with concrete values.
 - ``reference(inputs, attrs)``: a readable numpy implementation returning the outputs.
+- ``quantized(inputs, attrs)``: optional, the integer reference for a node whose operands
+  are quantized integers (see :mod:`litegpu.quant`): such a node's attrs carry
+  ``attrs["quant"]``, a :class:`~litegpu.quant.NodeQuant` computed once here, and
+  :meth:`OpDef.reference_for` picks this reference for it. ``quantized_attrs(node,
+  tensors, attrs)`` checks the node's quantization and precomputes (multipliers, clamp
+  ranges) into more attrs. A quantized node of an op with no integer reference is refused
+  when its attrs are computed, at compile time: a float reference never runs on integers.
+  Pure data movement (RESHAPE, TRANSPOSE ...) sets ``quantized`` to its plain reference.
 
 Backends add kernels for these ops; they never carry their own shape logic.
 """
@@ -23,6 +31,7 @@ import numpy as np
 
 from ..errors import ModelFormatError, UnsupportedError
 from ..graph import Node, Tensor
+from ..quant import is_quantized, node_quantization
 
 
 class DynamicShape(Exception):
@@ -72,15 +81,39 @@ class OpDef:
     # declares (XNNPACK fixes some parameters, e.g. a convolution's groups, from those).
     # ``plan_check(planned_shapes, inputs, attrs)`` raises ModelFormatError to refuse.
     plan_check: Callable[[list, list, dict], None] | None = None
+    # The integer reference for nodes on quantized integers (see the module docstring),
+    # and the check/precomputation of their quantization into attrs.
+    quantized: ReferenceFn | None = None
+    quantized_attrs: Callable[[Node, Sequence[Tensor], dict], dict] | None = None
 
     def node_attrs(self, node: Node, tensors: Sequence[Tensor]) -> dict:
-        """Normalized attributes of ``node``; errors name the node."""
+        """Normalized attributes of ``node`` (with ``"quant"`` when its operands are
+        quantized integers); errors name the node."""
         try:
-            return self.attrs(node, tensors)
+            attrs = self.attrs(node, tensors)
+            quant = node_quantization(node.inputs, node.outputs, tensors)
+            if quant is not None:
+                attrs = {**attrs, "quant": quant}
+                if self.quantized is None:
+                    kinds = sorted({tensors[t].type_name for t in (*node.inputs, *node.outputs)
+                                    if 0 <= t < len(tensors) and is_quantized(tensors[t])})
+                    raise UnsupportedError(f"quantized {'/'.join(kinds)} operands: the op has no integer "
+                                           "reference yet (litegpu.ops.quantized.quantized_ops() lists the "
+                                           "ops that have one)")
+                if self.quantized_attrs is not None:
+                    attrs.update(self.quantized_attrs(node, tensors, attrs))
+            return attrs
         except (ModelFormatError, UnsupportedError) as exc:
             raise type(exc)(f"node {node.index} ({node.op}): {exc}") from None
         except (KeyError, IndexError, TypeError, ValueError) as exc:
             raise ModelFormatError(f"node {node.index} ({node.op}): invalid options: {exc}") from None
+
+    def reference_for(self, attrs: dict) -> ReferenceFn:
+        """The reference that computes a node with these attrs: the integer one for a
+        quantized node (``"quant"`` in attrs), else the float one."""
+        if "quant" in attrs and self.quantized is not None:
+            return self.quantized
+        return self.reference
 
 
 _REGISTRY: dict[str, OpDef] = {}

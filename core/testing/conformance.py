@@ -104,7 +104,7 @@ class _Evaluator:
             if opdef.stateful:
                 outs = opdef.execute(args, attrs, self.runtime)
             else:
-                outs = opdef.reference(args, attrs)
+                outs = opdef.reference_for(attrs)(args, attrs)
             if len(outs) != len(node.outputs):
                 raise AssertionError(f"node {node.index} ({node.op}): reference returned {len(outs)} outputs, "
                                      f"the node has {len(node.outputs)}")

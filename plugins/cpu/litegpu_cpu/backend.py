@@ -24,7 +24,6 @@ from litegpu.ops import TensorSpec
 # happens before any numba kernel of ours runs.
 
 log = logging.getLogger("litegpu.cpu")
-_QUANTIZED = (np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int16))
 _RUNTIME_ERRORS = (ValueError, IndexError, TypeError, KeyError, ZeroDivisionError, OverflowError,
                    FloatingPointError, MemoryError, AttributeError)
 
@@ -46,10 +45,8 @@ class CpuBackend(Backend):
             if t < 0 or not node.tensors:
                 continue
             tensor = node.tensors[t]
-            if tensor.data is None and tensor.dtype in _QUANTIZED and tensor.quantization is not None \
-                    and tensor.quantization.is_set:
-                return Support(False, f"tensor {tensor.name!r} is quantized {tensor.type_name}: full-integer "
-                                      "int8 kernels are not available yet (float models only)")
+            # Quantized tensors are fine: their nodes run the ops' integer references
+            # (kernels.registry.make_kernel), and nodes without one fail when compiled.
             if tensor.type_name in ("STRING", "INT4", "BFLOAT16", "VARIANT"):
                 return Support(False, f"tensor {tensor.name!r} has type {tensor.type_name}, which has no kernels")
         return Support(True)
@@ -572,5 +569,5 @@ def _returning_kernel(ctx: NodeContext, options: CompileOptions):
     if ctx.opdef.stateful:
         execute, runtime = ctx.opdef.execute, options.runtime
         return lambda inputs: execute(inputs, attrs, runtime)
-    reference = ctx.opdef.reference
+    reference = ctx.opdef.reference_for(attrs)
     return lambda inputs: reference(inputs, attrs)

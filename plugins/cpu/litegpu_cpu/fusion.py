@@ -32,7 +32,7 @@ from litegpu.backend import NodeContext
 
 from .generated import load_generated
 from .kernels import mathfn
-from .kernels.registry import bindable
+from .kernels.registry import bindable, is_quantized_node
 from .kernels.tasks import ARRAYS, bind_task
 
 F32 = np.dtype(np.float32)
@@ -129,8 +129,9 @@ def _expression(ctx: NodeContext) -> str | None:
 
 
 def fusable(ctx: NodeContext) -> bool:
-    """True for a static elementwise node this module can generate code for."""
-    return not ctx.dynamic and _expression(ctx) is not None
+    """True for a static elementwise node this module can generate code for (never a
+    quantized one: the generated code is float arithmetic)."""
+    return not ctx.dynamic and not is_quantized_node(ctx) and _expression(ctx) is not None
 
 
 def generate_alone(ctx: NodeContext) -> bool:
@@ -183,6 +184,8 @@ def folded_activation(producer: NodeContext, clamp: NodeContext) -> NodeContext 
     are followed by a RELU node 27 times): one pass over the output instead of two. The
     caller checks that nothing else reads the producer's output."""
     node = producer.node
+    if is_quantized_node(producer) or is_quantized_node(clamp):
+        return None
     if node.op not in _CLAMPING or producer.dynamic or clamp.dynamic or clamp.node.op not in _CLAMPS \
             or producer.attrs.get("activation") != "NONE" or len(node.outputs) != 1 \
             or tuple(clamp.node.inputs) != tuple(node.outputs):

@@ -11,6 +11,11 @@ A kernel may also carry ``bind(inputs, outputs) -> call``: the backend, which ha
 static partition the same arrays on every run, binds each step once and then calls
 ``call()`` with no arguments, so reshaped views, slices and argument lists are made
 once rather than per run. :func:`bindable` builds such a kernel from ``bind`` alone.
+
+Quantized nodes (``"quant"`` in their attrs: operands that are quantized integers) never
+get a float kernel, whatever dtypes a factory would accept: they get a factory registered
+for them with ``kernel(..., quantized=True)`` (the integer kernels), else the op's
+integer reference. The guard is here, in :func:`make_kernel`, and in :mod:`..fusion`.
 """
 from __future__ import annotations
 
@@ -22,15 +27,25 @@ Kernel = Callable[[list, list], None]
 Factory = Callable[[NodeContext], "Kernel | None"]
 
 KERNELS: dict[str, Factory] = {}
+# Factories for quantized nodes (integer kernels), by op name.
+QUANTIZED_KERNELS: dict[str, Factory] = {}
 
 
-def kernel(*ops: str):
-    """Register the decorated factory for ``ops``."""
+def kernel(*ops: str, quantized: bool = False):
+    """Register the decorated factory for ``ops`` (for their quantized nodes with
+    ``quantized``: an integer kernel; a float factory never sees such a node)."""
+    table = QUANTIZED_KERNELS if quantized else KERNELS
+
     def wrap(factory: Factory) -> Factory:
         for op in ops:
-            KERNELS[op] = factory
+            table[op] = factory
         return factory
     return wrap
+
+
+def is_quantized_node(ctx: NodeContext) -> bool:
+    """True for a node whose operands are quantized integers (it carries ``attrs["quant"]``)."""
+    return "quant" in ctx.attrs
 
 
 def bindable(bind: Callable[[list, list], Callable[[], None]]) -> Kernel:
@@ -55,8 +70,10 @@ def in_order(calls: list[Callable[[], None]]) -> Callable[[], None]:
 
 
 def reference_kernel(ctx: NodeContext) -> Kernel:
-    """Run the op's numpy reference and copy its results into the outputs."""
-    reference, attrs = ctx.opdef.reference, ctx.attrs
+    """Run the op's numpy reference (the integer one for a quantized node) and copy its
+    results into the outputs."""
+    attrs = ctx.attrs
+    reference = ctx.opdef.reference_for(attrs)
 
     def run(inputs: list, outputs: list) -> None:
         results = reference(inputs, attrs)
@@ -67,8 +84,10 @@ def reference_kernel(ctx: NodeContext) -> Kernel:
 
 
 def make_kernel(ctx: NodeContext) -> Kernel:
-    """The best kernel for a node: a specialized one when registered, else the reference."""
-    factory = KERNELS.get(ctx.node.op)
+    """The best kernel for a node: a specialized one when registered, else the reference.
+    A quantized node only ever gets an integer kernel or its integer reference."""
+    table = QUANTIZED_KERNELS if is_quantized_node(ctx) else KERNELS
+    factory = table.get(ctx.node.op)
     if factory is not None and not ctx.dynamic:
         k = factory(ctx)
         if k is not None:
