@@ -1,0 +1,148 @@
+"""Integer kernels for quantized int8 CONV_2D, DEPTHWISE_CONV_2D and FULLY_CONNECTED.
+
+They run LiteRT's XNNPACK arithmetic, the same the ops' integer references compute
+(:mod:`litegpu.ops.quantized`): the node's ``attrs["requant"]`` holds the input's zero
+point, the float32 scale per output channel and the output's zero point and clamp range.
+The products go through :mod:`.qgemm` (a convolution other than 1x1 after an int8 im2col
+whose padding holds the input's zero point, so it adds nothing), the depthwise convs
+through :mod:`.qdepthwise`. A node they cannot take (weights or bias computed at run
+time, grouped convs, depth multipliers, other dtypes) gets ``None``, and with it the
+integer reference.
+"""
+from __future__ import annotations
+
+from functools import partial
+
+import numpy as np
+
+from litegpu.backend import NodeContext
+
+from .common import optional_input, window_geometry
+from .qdepthwise import QuantizedDepthwise
+from .qgemm import QuantizedMatmul
+from .registry import bindable, in_order, kernel
+from .tasks import bind_task, in_sequence, int8_pointer, task_function
+
+I8 = np.dtype(np.int8)
+
+
+def _constants(ctx: NodeContext) -> tuple[np.ndarray, np.ndarray | None, dict] | None:
+    """The node's int8 weights, int32 bias (None when omitted) and requantization, or None
+    when they are not all known constants of those types on an int8 input and output."""
+    requant = ctx.attrs.get("requant")
+    w_spec, bias_spec = ctx.inputs[1], optional_input(ctx, 2)
+    if requant is None or w_spec.value is None or np.dtype(w_spec.dtype) != I8 \
+            or np.dtype(ctx.inputs[0].dtype) != I8 or np.dtype(ctx.outputs[0].dtype) != I8:
+        return None
+    if bias_spec is not None and (bias_spec.value is None or np.dtype(bias_spec.dtype) != np.int32):
+        return None
+    bias = None if bias_spec is None else np.asarray(bias_spec.value, np.int32).reshape(-1)
+    return np.asarray(w_spec.value, np.int8), bias, requant
+
+
+def _product(w_kn: np.ndarray, bias, requant: dict) -> QuantizedMatmul:
+    import numba
+    return QuantizedMatmul(w_kn, bias, requant["x_zp"], requant["scale"], requant["zp"], requant["lo"],
+                           requant["hi"], numba.get_num_threads())
+
+
+def _rows4(k: int) -> int:
+    """K rounded up to the four bytes a ``vpdpbusd`` step reads."""
+    return -(-k // 4) * 4
+
+
+@kernel("FULLY_CONNECTED", quantized=True)
+def quantized_fully_connected(ctx: NodeContext):
+    """``out = requantize((x - zx) @ W^T + bias)`` by :mod:`.qgemm`; x's rows copied into
+    rows of a multiple of four bytes first when K is not one."""
+    found = _constants(ctx)
+    if found is None or found[0].ndim != 2:
+        return None
+    w, bias, requant = found
+    o, k = w.shape
+    m = int(np.prod(ctx.inputs[0].shape)) // k
+    product = _product(np.ascontiguousarray(w.T), bias, requant)
+    k4 = _rows4(k)
+    padded = None if k4 == k else np.zeros((m, k4), np.int8)
+
+    def bind(inputs, outputs):
+        x2, out2 = inputs[0].reshape(m, k), outputs[0].reshape(m, o)
+        if padded is None:
+            return product.bind(x2, out2)
+        return in_order([partial(np.copyto, padded[:, :k], x2), product.bind(padded, out2)])
+    return bindable(bind)
+
+
+@task_function()
+def _im2col_task(t, xp, colsp, _a2, _a3, _a4, _a5, _a6, _a7, ip, fp):
+    """The im2col rows of output row ``t`` (image ``t // OH``): for each output pixel, the
+    KH x KW x C input values under the filter, the input's zero point where the window
+    leaves the image, then zeros up to the row length K4. ``ip``: H, W, C, OH, OW, KH,
+    KW, SH, SW, DH, DW, PT, PL, zero point, K4."""
+    h, w, c, oh, ow, kh, kw = ip[0], ip[1], ip[2], ip[3], ip[4], ip[5], ip[6]
+    sh, sw, dh, dw, pt, pl, zx, k4 = ip[7], ip[8], ip[9], ip[10], ip[11], ip[12], np.int8(ip[13]), ip[14]
+    x, cols = int8_pointer(xp), int8_pointer(colsp)
+    image, y = t // oh, t % oh
+    for ox in range(ow):
+        at = (t * ow + ox) * k4
+        for ky in range(kh):
+            iy = y * sh - pt + ky * dh
+            for kx in range(kw):
+                ix = ox * sw - pl + kx * dw
+                if 0 <= iy < h and 0 <= ix < w:
+                    src = ((image * h + iy) * w + ix) * c
+                    for ch in range(c):
+                        cols[at + ch] = x[src + ch]
+                else:
+                    for ch in range(c):
+                        cols[at + ch] = zx
+                at += c
+        for j in range(kh * kw * c, k4):
+            cols[(t * ow + ox) * k4 + j] = 0
+
+
+@kernel("CONV_2D", quantized=True)
+def quantized_conv(ctx: NodeContext):
+    """A 1x1 stride-1 conv as one :mod:`.qgemm` product over the pixels; any other
+    ungrouped conv as an int8 im2col, then the product."""
+    found = _constants(ctx)
+    if found is None or found[0].ndim != 4:
+        return None
+    w, bias, requant = found
+    n, h, wd, c = ctx.inputs[0].shape
+    o, kh, kw, ci = w.shape
+    _, oh, ow, _ = ctx.outputs[0].shape
+    if ci != c:
+        return None                     # grouped: the reference
+    sh, sw, dh, dw, pt, pl = window_geometry(ctx.attrs, h, wd, kh, kw)
+    k = kh * kw * c
+    product = _product(np.ascontiguousarray(w.reshape(o, k).T), bias, requant)
+    m = n * oh * ow
+    pointwise = (kh, kw, sh, sw, pt, pl) == (1, 1, 1, 1, 0, 0) and (oh, ow) == (h, wd) and c % 4 == 0
+    if pointwise:
+        return bindable(lambda inputs, outputs: product.bind(inputs[0].reshape(m, c), outputs[0].reshape(m, o)))
+    k4 = _rows4(k)
+    cols = np.empty((m, k4), np.int8)
+    params = np.array([h, wd, c, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl, requant["x_zp"], k4], np.int64)
+
+    def bind(inputs, outputs):
+        im2col = bind_task(_im2col_task, n * oh, (inputs[0],), (cols,), params, dtypes=(I8, I8))
+        return in_sequence([im2col, product.bind(cols, outputs[0].reshape(m, o))])
+    return bindable(bind)
+
+
+@kernel("DEPTHWISE_CONV_2D", quantized=True)
+def quantized_depthwise(ctx: NodeContext):
+    """A depth-multiplier-1 int8 depthwise conv by :mod:`.qdepthwise`."""
+    found = _constants(ctx)
+    if found is None or found[0].ndim != 4:
+        return None
+    w, bias, requant = found
+    _, h, wd, c = ctx.inputs[0].shape
+    _, kh, kw, o = w.shape
+    if o != c:
+        return None                     # a depth multiplier: the reference
+    geometry = window_geometry(ctx.attrs, h, wd, kh, kw)
+    conv = QuantizedDepthwise(w.reshape(kh, kw, c), bias, requant["x_zp"], requant["scale"], requant["zp"],
+                              requant["lo"], requant["hi"], geometry)
+    return bindable(lambda inputs, outputs: conv.bind(inputs[0], outputs[0]))
