@@ -264,16 +264,18 @@ def _conv_infer(inputs: list[TensorSpec], attrs: dict) -> list[TensorSpec]:
     return [TensorSpec((x.shape[0], oh, ow, w.shape[0]), x.dtype)]
 
 
-def _conv_reference(inputs: list, attrs: dict) -> list[np.ndarray]:
-    """2-D convolution (grouped when input channels = groups x filter channels)."""
-    x, w, bias = inputs[0], inputs[1], _opt(inputs, 2)
+def conv_sums(x: np.ndarray, w: np.ndarray, attrs: dict) -> np.ndarray:
+    """The sums of a 2-D convolution (grouped when input channels = groups x filter
+    channels) of ``x`` [N, H, W, I], zero-padded, by ``w`` [O, KH, KW, I / groups], in
+    ``x``'s dtype; no bias, no activation. The float reference and the integer one (on
+    ``x`` less its zero point, exact in float64) share it."""
     n, _, _, cin = x.shape
     cout, kh, kw, cper = w.shape
     groups = cin // cper
     out_hw, before = _spatial_plan(x.shape, (kh, kw), attrs)
     stride, dilation = attrs["stride"], attrs["dilation"]
-    xp = _pad_hw(x.astype(np.float32), out_hw, (kh, kw), stride, dilation, before)
-    acc = np.zeros((n, *out_hw, cout), np.float32)
+    xp = _pad_hw(x, out_hw, (kh, kw), stride, dilation, before)
+    acc = np.zeros((n, *out_hw, cout), x.dtype)
     w_groups = w.reshape(groups, cout // groups, kh, kw, cper)
     for i in range(kh):
         for j in range(kw):
@@ -283,7 +285,13 @@ def _conv_reference(inputs: list, attrs: dict) -> list[np.ndarray]:
             else:
                 grouped = patch.reshape(n, *out_hw, groups, cper)
                 acc += np.einsum("nhwgc,goc->nhwgo", grouped, w_groups[:, :, i, j, :]).reshape(acc.shape)
-    return [_finish(acc, bias, attrs["activation"])]
+    return acc
+
+
+def _conv_reference(inputs: list, attrs: dict) -> list[np.ndarray]:
+    """2-D convolution (grouped when input channels = groups x filter channels)."""
+    x, w, bias = inputs[0], inputs[1], _opt(inputs, 2)
+    return [_finish(conv_sums(x.astype(np.float32), w, attrs), bias, attrs["activation"])]
 
 
 register(OpDef(name="CONV_2D", attrs=_conv_attrs, infer=_conv_infer, reference=_conv_reference,
@@ -322,21 +330,28 @@ def _depthwise_operands(x: Sequence[int], w: Sequence[int]) -> None:
                                f"{cin} channels of input 0, shape {list(x)}")
 
 
-def _depthwise_reference(inputs: list, attrs: dict) -> list[np.ndarray]:
-    """Depthwise convolution: output channel ``c*M + m`` filters input channel ``c``."""
-    x, w, bias = inputs[0], inputs[1], _opt(inputs, 2)
+def depthwise_sums(x: np.ndarray, w: np.ndarray, attrs: dict) -> np.ndarray:
+    """The sums of a depthwise convolution of ``x`` [N, H, W, C], zero-padded, by ``w``
+    [1, KH, KW, C * M] (output channel ``c*M + m`` filters input channel ``c``), in
+    ``x``'s dtype; no bias, no activation (shared like :func:`conv_sums`)."""
     n, _, _, cin = x.shape
     _, kh, kw, cout = w.shape
     m = cout // cin
     out_hw, before = _spatial_plan(x.shape, (kh, kw), attrs)
     stride, dilation = attrs["stride"], attrs["dilation"]
-    xp = _pad_hw(x.astype(np.float32), out_hw, (kh, kw), stride, dilation, before)
+    xp = _pad_hw(x, out_hw, (kh, kw), stride, dilation, before)
     w_split = w.reshape(kh, kw, cin, m)
-    acc = np.zeros((n, *out_hw, cin, m), np.float32)
+    acc = np.zeros((n, *out_hw, cin, m), x.dtype)
     for i in range(kh):
         for j in range(kw):
             acc += _tap(xp, i, j, out_hw, stride, dilation)[..., None] * w_split[i, j]
-    return [_finish(acc.reshape(n, *out_hw, cout), bias, attrs["activation"])]
+    return acc.reshape(n, *out_hw, cout)
+
+
+def _depthwise_reference(inputs: list, attrs: dict) -> list[np.ndarray]:
+    """Depthwise convolution: output channel ``c*M + m`` filters input channel ``c``."""
+    x, w, bias = inputs[0], inputs[1], _opt(inputs, 2)
+    return [_finish(depthwise_sums(x.astype(np.float32), w, attrs), bias, attrs["activation"])]
 
 
 def _depthwise_infer(inputs: list[TensorSpec], attrs: dict) -> list[TensorSpec]:

@@ -28,7 +28,7 @@ from ..errors import ModelFormatError, UnsupportedError
 from ..graph import Node, Tensor
 from ..quant import (QuantParams, activation_range, dequantize, fp32_scale, multiply_by_quantized_multiplier,
                      quantize, quantize_multiplier, requantize_fp32, xnn_add, xnn_add_params)
-from .nn import _pad_hw, _spatial_plan, _tap, pool_input_4d
+from .nn import _pad_hw, _spatial_plan, _tap, conv_sums, depthwise_sums, pool_input_4d
 from .registry import OpDef, TensorSpec, get_op, register
 from .reduce import reduction_axes
 
@@ -113,24 +113,7 @@ def _conv_q(inputs: list, attrs: dict) -> list[np.ndarray]:
     x, w = inputs[0], inputs[1]
     bias = inputs[2] if len(inputs) > 2 else None
     r = attrs["requant"]
-    n, _, _, cin = x.shape
-    cout, kh, kw, cper = w.shape
-    groups = cin // cper
-    out_hw, before = _spatial_plan(x.shape, (kh, kw), attrs)
-    stride, dilation = attrs["stride"], attrs["dilation"]
-    xp = _pad_hw(x.astype(np.float64) - r["x_zp"], out_hw, (kh, kw), stride, dilation, before)
-    wf = w.astype(np.float64)
-    acc = np.zeros((n, *out_hw, cout), np.float64)
-    w_groups = wf.reshape(groups, cout // groups, kh, kw, cper)
-    for i in range(kh):
-        for j in range(kw):
-            patch = _tap(xp, i, j, out_hw, stride, dilation)
-            if groups == 1:
-                acc += patch @ wf[:, i, j, :].T
-            else:
-                grouped = patch.reshape(n, *out_hw, groups, cper)
-                acc += np.einsum("nhwgc,goc->nhwgo", grouped, w_groups[:, :, i, j, :]).reshape(acc.shape)
-    return [_finish(acc, bias, r)]
+    return [_finish(conv_sums(x.astype(np.float64) - r["x_zp"], w.astype(np.float64), attrs), bias, r)]
 
 
 def _depthwise_q(inputs: list, attrs: dict) -> list[np.ndarray]:
@@ -138,18 +121,7 @@ def _depthwise_q(inputs: list, attrs: dict) -> list[np.ndarray]:
     x, w = inputs[0], inputs[1]
     bias = inputs[2] if len(inputs) > 2 else None
     r = attrs["requant"]
-    n, _, _, cin = x.shape
-    _, kh, kw, cout = w.shape
-    m = cout // cin
-    out_hw, before = _spatial_plan(x.shape, (kh, kw), attrs)
-    stride, dilation = attrs["stride"], attrs["dilation"]
-    xp = _pad_hw(x.astype(np.float64) - r["x_zp"], out_hw, (kh, kw), stride, dilation, before)
-    w_split = w.astype(np.float64).reshape(kh, kw, cin, m)
-    acc = np.zeros((n, *out_hw, cin, m), np.float64)
-    for i in range(kh):
-        for j in range(kw):
-            acc += _tap(xp, i, j, out_hw, stride, dilation)[..., None] * w_split[i, j]
-    return [_finish(acc.reshape(n, *out_hw, cout), bias, r)]
+    return [_finish(depthwise_sums(x.astype(np.float64) - r["x_zp"], w.astype(np.float64), attrs), bias, r)]
 
 
 def _fc_q(inputs: list, attrs: dict) -> list[np.ndarray]:
