@@ -23,7 +23,7 @@ from numba.extending import intrinsic
 
 from .common import F32, clamp_bounds
 from .gemm import SPLIT_MIN_MACS
-from .packed import NR, VECTOR, clamp_vector, fma_function, load_vector, splat_vector, store_vector
+from .packed import NR, carried_loop, clamp_vector, fma_function, load_vector, splat_vector, store_vector
 from .tasks import bind_task, task_function
 
 # Products of at most this many rows run here.
@@ -44,32 +44,19 @@ def _panel_codegen(context, builder, signature, args):
     fma = fma_function(builder)
     vectors = PANEL // NR
     bias = [load_vector(builder, b_ptr, builder.add(j0_, ir.Constant(i64, v * NR))) for v in range(vectors)]
-    entry = builder.block
-    head = builder.append_basic_block("panel.k")
-    body = builder.append_basic_block("panel.kbody")
-    done = builder.append_basic_block("panel.done")
-    builder.branch(head)
 
-    builder.position_at_end(head)
-    q = builder.phi(i64)
-    q.add_incoming(ir.Constant(i64, 0), entry)
-    acc = [[builder.phi(VECTOR) for _ in range(vectors)] for _ in range(rows)]
-    for row in acc:
-        for a, b in zip(row, bias):
-            a.add_incoming(b, entry)
-    builder.cbranch(builder.icmp_signed("<", q, depth_), body, done)
+    def step(q, sums):
+        """One K step: the panel's four vectors of W, each row's x broadcast, FMAs."""
+        w_at = builder.add(w0_, builder.mul(q, ir.Constant(i64, PANEL)))
+        w = [load_vector(builder, w_ptr, builder.add(w_at, ir.Constant(i64, v * NR))) for v in range(vectors)]
+        out = []
+        for r, x_i in enumerate(x_at):
+            xv = splat_vector(builder, builder.load(builder.gep(x_ptr, [builder.add(x_i, q)])))
+            out += [builder.call(fma, [xv, wv, a]) for a, wv in zip(sums[r * vectors:(r + 1) * vectors], w)]
+        return out
 
-    builder.position_at_end(body)
-    w_at = builder.add(w0_, builder.mul(q, ir.Constant(i64, PANEL)))
-    w = [load_vector(builder, w_ptr, builder.add(w_at, ir.Constant(i64, v * NR))) for v in range(vectors)]
-    for row, x_i in zip(acc, x_at):
-        xv = splat_vector(builder, builder.load(builder.gep(x_ptr, [builder.add(x_i, q)])))
-        for a, wv in zip(row, w):
-            a.add_incoming(builder.call(fma, [xv, wv, a]), body)
-    q.add_incoming(builder.add(q, ir.Constant(i64, 1)), body)
-    builder.branch(head)
-
-    builder.position_at_end(done)
+    flat = carried_loop(builder, depth_, bias * rows, step, "panel.k")
+    acc = [flat[r * vectors:(r + 1) * vectors] for r in range(rows)]
     lo_v, hi_v = splat_vector(builder, lo_), splat_vector(builder, hi_)
     for row, d_i in zip(acc, d_at):
         for v, a in enumerate(row):

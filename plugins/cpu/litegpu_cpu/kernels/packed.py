@@ -46,11 +46,11 @@ def fma_function(builder):
                                           f"llvm.fma.v{NR}f32")
 
 
-def splat_vector(builder, value):
-    """The float ``value`` in every lane of a :data:`VECTOR`."""
-    lane = builder.insert_element(ir.Constant(VECTOR, ir.Undefined), value, ir.Constant(ir.IntType(64), 0))
-    return builder.shuffle_vector(lane, ir.Constant(VECTOR, ir.Undefined),
-                                  ir.Constant(ir.VectorType(ir.IntType(32), NR), [0] * NR))
+def splat_vector(builder, value, vector=VECTOR):
+    """``value`` in every lane of a ``vector`` (default :data:`VECTOR`, of floats)."""
+    lane = builder.insert_element(ir.Constant(vector, ir.Undefined), value, ir.Constant(ir.IntType(64), 0))
+    return builder.shuffle_vector(lane, ir.Constant(vector, ir.Undefined),
+                                  ir.Constant(ir.VectorType(ir.IntType(32), vector.count), [0] * vector.count))
 
 
 def load_vector(builder, pointer, offset):
@@ -80,6 +80,34 @@ def store_first_lanes(builder, value, pointer, offset, count):
     builder.call(store, [value, target, ir.Constant(ir.IntType(32), 4), mask])
 
 
+def carried_loop(builder, count, initial: list, step, name: str) -> list:
+    """Emit ``for k in range(count): values = step(k, values)`` with ``values`` (LLVM values,
+    a tile's sums) carried in registers from iteration to iteration; returns them after the
+    loop, the builder positioned there. ``step`` may emit loops of its own."""
+    i64 = ir.IntType(64)
+    entry = builder.block
+    head = builder.append_basic_block(f"{name}.head")
+    body = builder.append_basic_block(f"{name}.body")
+    done = builder.append_basic_block(f"{name}.done")
+    builder.branch(head)
+    builder.position_at_end(head)
+    k = builder.phi(i64)
+    k.add_incoming(ir.Constant(i64, 0), entry)
+    values = [builder.phi(v.type) for v in initial]
+    for phi, v in zip(values, initial):
+        phi.add_incoming(v, entry)
+    builder.cbranch(builder.icmp_signed("<", k, count), body, done)
+    builder.position_at_end(body)
+    after = step(k, values)
+    end = builder.block
+    k.add_incoming(builder.add(k, ir.Constant(i64, 1)), end)
+    for phi, v in zip(values, after):
+        phi.add_incoming(v, end)
+    builder.branch(head)
+    builder.position_at_end(done)
+    return values
+
+
 def clamp_vector(builder, value, lo, hi):
     """``min(max(value, lo), hi)`` lane by lane (``lo``, ``hi`` splatted), NaN kept: a NaN
     lane fails both ordered comparisons."""
@@ -107,60 +135,28 @@ def _tile(typingctx, xp, wp, bp, outp, ip, r, base, step, c, length, taps, n, jb
         x_ptr, w_ptr, b_ptr, out_ptr, ip_ptr, r_, base_, step_, c_, len_, taps_, n_, jb_, lo_, hi_ = args
         i64 = ir.IntType(64)
         fma = fma_function(builder)
-        zero = ir.Constant(i64, 0)
-
         bias = load_vector(builder, b_ptr, jb_)
         panel = builder.mul(jb_, builder.mul(taps_, len_))
-        entry = builder.block
-        # Loop over taps (t) and, inside, over the C values (q) of each.
-        t_head = builder.append_basic_block("tile.tap")
-        q_head = builder.append_basic_block("tile.q")
-        q_body = builder.append_basic_block("tile.qbody")
-        t_next = builder.append_basic_block("tile.tapnext")
-        done = builder.append_basic_block("tile.done")
-        builder.branch(t_head)
-
-        builder.position_at_end(t_head)
-        t = builder.phi(i64)
-        t.add_incoming(zero, entry)
-        t_acc = [builder.phi(VECTOR) for _ in range(MR)]
-        for a in t_acc:
-            a.add_incoming(bias, entry)
-        more_taps = builder.icmp_signed("<", t, taps_)
-        offset = builder.load(builder.gep(ip_ptr, [builder.add(ir.Constant(i64, _PARAMS), t)]))
-        xb = builder.mul(builder.add(base_, offset), c_)
         row_step = builder.mul(step_, c_)
-        wb0 = builder.add(panel, builder.mul(builder.mul(t, len_), ir.Constant(i64, NR)))
-        t_block = builder.block
-        builder.cbranch(more_taps, q_head, done)
 
-        builder.position_at_end(q_head)
-        q = builder.phi(i64)
-        q.add_incoming(zero, t_block)
-        q_acc = [builder.phi(VECTOR) for _ in range(MR)]
-        for a, outer in zip(q_acc, t_acc):
-            a.add_incoming(outer, t_block)
-        builder.cbranch(builder.icmp_signed("<", q, len_), q_body, t_next)
+        def tap(t, sums):
+            """One filter tap: its ``length`` values, x's rows from ``base + offset[t]``."""
+            offset = builder.load(builder.gep(ip_ptr, [builder.add(ir.Constant(i64, _PARAMS), t)]))
+            xb = builder.mul(builder.add(base_, offset), c_)
+            wb0 = builder.add(panel, builder.mul(builder.mul(t, len_), ir.Constant(i64, NR)))
 
-        builder.position_at_end(q_body)
-        wv = load_vector(builder, w_ptr, builder.add(wb0, builder.mul(q, ir.Constant(i64, NR))))
-        new_acc = []
-        for i, acc in enumerate(q_acc):
-            xi = builder.load(builder.gep(x_ptr, [builder.add(builder.add(xb, builder.mul(ir.Constant(i64, i), row_step)), q)]))
-            new_acc.append(builder.call(fma, [splat_vector(builder, xi), wv, acc]))
-        q_next = builder.add(q, ir.Constant(i64, 1))
-        q.add_incoming(q_next, q_body)
-        for a, v in zip(q_acc, new_acc):
-            a.add_incoming(v, q_body)
-        builder.branch(q_head)
+            def value(q, acc):
+                """One of the tap's values: a vector of W, each row's x broadcast, MR FMAs."""
+                wv = load_vector(builder, w_ptr, builder.add(wb0, builder.mul(q, ir.Constant(i64, NR))))
+                out = []
+                for i, a in enumerate(acc):
+                    x_at = builder.add(builder.add(xb, builder.mul(ir.Constant(i64, i), row_step)), q)
+                    xi = builder.load(builder.gep(x_ptr, [x_at]))
+                    out.append(builder.call(fma, [splat_vector(builder, xi), wv, a]))
+                return out
+            return carried_loop(builder, len_, sums, value, "tile.q")
 
-        builder.position_at_end(t_next)
-        t.add_incoming(builder.add(t, ir.Constant(i64, 1)), t_next)
-        for a, v in zip(t_acc, q_acc):
-            a.add_incoming(v, t_next)
-        builder.branch(t_head)
-
-        builder.position_at_end(done)
+        t_acc = carried_loop(builder, taps_, [bias] * MR, tap, "tile.tap")
         lo_v, hi_v = splat_vector(builder, lo_), splat_vector(builder, hi_)
         # The last panel of a row with N not a multiple of NR stores only its first lanes.
         left = builder.sub(n_, jb_)

@@ -29,7 +29,7 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from .packed import NR
+from .packed import NR, carried_loop, splat_vector
 from .tasks import bind_task, task_function
 
 # Rows per tile: MR accumulators of NR int32 lanes.
@@ -45,12 +45,6 @@ _I64 = ir.IntType(64)
 _SUMS = ir.VectorType(_I32, NR)             # sixteen int32 sums
 _BYTES = ir.VectorType(ir.IntType(8), 4 * NR)   # the same 64 bytes as int8 lanes
 _FLOATS = ir.VectorType(ir.FloatType(), NR)
-
-
-def _splat(builder, value, vector):
-    lane = builder.insert_element(ir.Constant(vector, ir.Undefined), value, ir.Constant(_I64, 0))
-    return builder.shuffle_vector(lane, ir.Constant(vector, ir.Undefined),
-                                  ir.Constant(ir.VectorType(_I32, vector.count), [0] * vector.count))
 
 
 def _dot4(builder, acc, xs, w, vnni: bool):
@@ -94,40 +88,28 @@ def _tile_codegen(vnni: bool, rows: int, panels: int):
                                               _SUMS.as_pointer()), align=4) for jb in jbs]
         flip = ir.Constant(_I32, -0x7F7F7F80)      # 0x80808080: x + 128 in every byte
 
-        entry = builder.block
-        head = builder.append_basic_block("qtile.k")
-        body = builder.append_basic_block("qtile.kbody")
-        done = builder.append_basic_block("qtile.done")
-        builder.branch(head)
-        builder.position_at_end(head)
-        g = builder.phi(_I64)
-        g.add_incoming(ir.Constant(_I64, 0), entry)
-        acc = [[builder.phi(_SUMS) for _ in range(panels)] for _ in range(rows)]
-        for row in acc:
-            for a, init in zip(row, inits):
-                a.add_incoming(init, entry)
-        builder.cbranch(builder.icmp_signed("<", g, groups_), body, done)
+        def step(g, sums):
+            """Four K steps: each panel's 64 bytes of W, each row's four bytes of x."""
+            at = builder.mul(g, ir.Constant(_I64, 4 * NR))
+            ws = [builder.load(builder.bitcast(builder.gep(w_bytes, [builder.add(wp, at)]), _SUMS.as_pointer()),
+                               align=1) for wp in w_panels]
+            k_at = builder.mul(g, ir.Constant(_I64, 4))
+            out = []
+            for r, x_row in enumerate(x_rows):
+                four = builder.load(builder.bitcast(builder.gep(x_bytes, [builder.add(x_row, k_at)]),
+                                                    _I32.as_pointer()), align=1)
+                xs = splat_vector(builder, builder.xor(four, flip), _SUMS)
+                out += [_dot4(builder, a, xs, w, vnni) for a, w in zip(sums[r * panels:(r + 1) * panels], ws)]
+            return out
 
-        builder.position_at_end(body)
-        step = builder.mul(g, ir.Constant(_I64, 4 * NR))
-        ws = [builder.load(builder.bitcast(builder.gep(w_bytes, [builder.add(wp, step)]), _SUMS.as_pointer()),
-                           align=1) for wp in w_panels]
-        k_at = builder.mul(g, ir.Constant(_I64, 4))
-        for row, x_row in zip(acc, x_rows):
-            four = builder.load(builder.bitcast(builder.gep(x_bytes, [builder.add(x_row, k_at)]), _I32.as_pointer()),
-                                align=1)
-            xs = _splat(builder, builder.xor(four, flip), _SUMS)
-            for a, w in zip(row, ws):
-                a.add_incoming(_dot4(builder, a, xs, w, vnni), body)
-        g.add_incoming(builder.add(g, ir.Constant(_I64, 1)), body)
-        builder.branch(head)
+        flat = carried_loop(builder, groups_, inits * rows, step, "qtile.k")
+        acc = [flat[r * panels:(r + 1) * panels] for r in range(rows)]
 
-        builder.position_at_end(done)
-        zp = _splat(builder, builder.trunc(zp_, _I32), _SUMS)
+        zp = splat_vector(builder, builder.trunc(zp_, _I32), _SUMS)
         # Clamped in float first (to the activation's range less the zero point), so the
         # conversion back to int32 never overflows.
-        lo = _splat(builder, builder.sitofp(builder.sub(lo_, zp_), ir.FloatType()), _FLOATS)
-        hi = _splat(builder, builder.sitofp(builder.sub(hi_, zp_), ir.FloatType()), _FLOATS)
+        lo = splat_vector(builder, builder.sitofp(builder.sub(lo_, zp_), ir.FloatType()), _FLOATS)
+        hi = splat_vector(builder, builder.sitofp(builder.sub(hi_, zp_), ir.FloatType()), _FLOATS)
         rint = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_FLOATS, [_FLOATS]),
                                               f"llvm.rint.v{NR}f32")
         byte_vector = ir.VectorType(ir.IntType(8), NR)
