@@ -18,6 +18,7 @@ import numpy as np
 from litegpu.backend import NodeContext
 
 from .common import optional_input, window_geometry
+from .qd8gemm import hybrid_fully_connected
 from .qdepthwise import QuantizedDepthwise
 from .qgemm import QuantizedMatmul
 from .registry import bindable, in_order, kernel
@@ -54,7 +55,10 @@ def _rows4(k: int) -> int:
 @kernel("FULLY_CONNECTED", quantized=True)
 def quantized_fully_connected(ctx: NodeContext):
     """``out = requantize((x - zx) @ W^T + bias)`` by :mod:`.qgemm`; x's rows copied into
-    rows of a multiple of four bytes first when K is not one."""
+    rows of a multiple of four bytes first when K is not one. A hybrid node (float
+    activations, int8 weights) goes to :func:`.qd8gemm.hybrid_fully_connected`."""
+    if ctx.attrs.get("hybrid"):
+        return hybrid_fully_connected(ctx)
     found = _constants(ctx)
     if found is None or found[0].ndim != 2:
         return None

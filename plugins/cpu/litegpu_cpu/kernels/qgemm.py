@@ -66,44 +66,60 @@ def _dot4(builder, acc, xs, w, vnni: bool):
     return total
 
 
-def _tile_codegen(vnni: bool, rows: int, panels: int):
-    """The IR of a tile of ``rows`` rows x ``panels`` panels of 16 columns (their int32 sums
-    in ``rows * panels`` registers); rows past ``last`` and panels past ``plast`` are
-    computed and stored as the last ones (the same values, so no partial tiles)."""
-    def codegen(context, builder, signature, args):
-        x_ptr, w_ptr, init_ptr, scale_ptr, out_ptr, r_, last_, stride_, groups_, n_, p_, plast_, zp_, lo_, hi_ = args
-        byte_ptr = ir.IntType(8).as_pointer()
-        x_bytes, w_bytes, out_bytes = (builder.bitcast(p, byte_ptr) for p in (x_ptr, w_ptr, out_ptr))
+def tile_sums(builder, vnni: bool, rows: int, panels: int, x_ptr, w_ptr, init_ptr, r_, last_, stride_, groups_,
+              p_, plast_):
+    """Emit the K loop of a tile of ``rows`` rows x ``panels`` panels of 16 columns: their
+    int32 sums ``init + sum (x + 128) w`` in ``rows * panels`` registers (``init_ptr``:
+    each column's starting sum; None: zeros). Rows past ``last`` and panels past
+    ``plast`` are computed as the last ones (the same values, so no partial tiles).
 
-        def clamped(first, i, last):
-            at = builder.add(first, ir.Constant(_I64, i))
-            return builder.select(builder.icmp_signed("<", at, last), at, last)
+    Returns ``(sums, row_of, jbs)``: the sums by row then panel, each row's index and each
+    panel's first column (i64 values)."""
+    byte_ptr = ir.IntType(8).as_pointer()
+    x_bytes, w_bytes = builder.bitcast(x_ptr, byte_ptr), builder.bitcast(w_ptr, byte_ptr)
 
-        row_of = [clamped(r_, i, last_) for i in range(rows)]
-        x_rows = [builder.mul(row, stride_) for row in row_of]
-        panel_of = [clamped(p_, j, plast_) for j in range(panels)]
-        jbs = [builder.mul(p, ir.Constant(_I64, NR)) for p in panel_of]
-        w_panels = [builder.mul(p, builder.mul(groups_, ir.Constant(_I64, 4 * NR))) for p in panel_of]
+    def clamped(first, i, last):
+        at = builder.add(first, ir.Constant(_I64, i))
+        return builder.select(builder.icmp_signed("<", at, last), at, last)
+
+    row_of = [clamped(r_, i, last_) for i in range(rows)]
+    x_rows = [builder.mul(row, stride_) for row in row_of]
+    panel_of = [clamped(p_, j, plast_) for j in range(panels)]
+    jbs = [builder.mul(p, ir.Constant(_I64, NR)) for p in panel_of]
+    w_panels = [builder.mul(p, builder.mul(groups_, ir.Constant(_I64, 4 * NR))) for p in panel_of]
+    if init_ptr is None:
+        inits = [ir.Constant(_SUMS, [0] * NR)] * panels
+    else:
         inits = [builder.load(builder.bitcast(builder.gep(builder.bitcast(init_ptr, _I32.as_pointer()), [jb]),
                                               _SUMS.as_pointer()), align=4) for jb in jbs]
-        flip = ir.Constant(_I32, -0x7F7F7F80)      # 0x80808080: x + 128 in every byte
+    flip = ir.Constant(_I32, -0x7F7F7F80)      # 0x80808080: x + 128 in every byte
 
-        def step(g, sums):
-            """Four K steps: each panel's 64 bytes of W, each row's four bytes of x."""
-            at = builder.mul(g, ir.Constant(_I64, 4 * NR))
-            ws = [builder.load(builder.bitcast(builder.gep(w_bytes, [builder.add(wp, at)]), _SUMS.as_pointer()),
-                               align=1) for wp in w_panels]
-            k_at = builder.mul(g, ir.Constant(_I64, 4))
-            out = []
-            for r, x_row in enumerate(x_rows):
-                four = builder.load(builder.bitcast(builder.gep(x_bytes, [builder.add(x_row, k_at)]),
-                                                    _I32.as_pointer()), align=1)
-                xs = splat_vector(builder, builder.xor(four, flip), _SUMS)
-                out += [_dot4(builder, a, xs, w, vnni) for a, w in zip(sums[r * panels:(r + 1) * panels], ws)]
-            return out
+    def step(g, sums):
+        """Four K steps: each panel's 64 bytes of W, each row's four bytes of x."""
+        at = builder.mul(g, ir.Constant(_I64, 4 * NR))
+        ws = [builder.load(builder.bitcast(builder.gep(w_bytes, [builder.add(wp, at)]), _SUMS.as_pointer()),
+                           align=1) for wp in w_panels]
+        k_at = builder.mul(g, ir.Constant(_I64, 4))
+        out = []
+        for r, x_row in enumerate(x_rows):
+            four = builder.load(builder.bitcast(builder.gep(x_bytes, [builder.add(x_row, k_at)]),
+                                                _I32.as_pointer()), align=1)
+            xs = splat_vector(builder, builder.xor(four, flip), _SUMS)
+            out += [_dot4(builder, a, xs, w, vnni) for a, w in zip(sums[r * panels:(r + 1) * panels], ws)]
+        return out
 
-        flat = carried_loop(builder, groups_, inits * rows, step, "qtile.k")
-        acc = [flat[r * panels:(r + 1) * panels] for r in range(rows)]
+    flat = carried_loop(builder, groups_, inits * rows, step, "qtile.k")
+    return [flat[r * panels:(r + 1) * panels] for r in range(rows)], row_of, jbs
+
+
+def _tile_codegen(vnni: bool, rows: int, panels: int):
+    """The IR of a requantizing tile (:func:`tile_sums`, then each sum scaled, rounded,
+    shifted by the output zero point, clamped and stored as int8)."""
+    def codegen(context, builder, signature, args):
+        x_ptr, w_ptr, init_ptr, scale_ptr, out_ptr, r_, last_, stride_, groups_, n_, p_, plast_, zp_, lo_, hi_ = args
+        acc, row_of, jbs = tile_sums(builder, vnni, rows, panels, x_ptr, w_ptr, init_ptr, r_, last_, stride_,
+                                     groups_, p_, plast_)
+        out_bytes = builder.bitcast(out_ptr, ir.IntType(8).as_pointer())
 
         zp = splat_vector(builder, builder.trunc(zp_, _I32), _SUMS)
         # Clamped in float first (to the activation's range less the zero point), so the
