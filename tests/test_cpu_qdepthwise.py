@@ -36,6 +36,10 @@ def expected(x, w, bias, zx, scales, zo, lo, hi, geometry):
     (2, 9, 7, 20, 5, 2, 2, 1),       # 5x5, two images, odd sizes
     (1, 10, 10, 8, 3, 1, 2, 2),      # dilation 2
     (1, 7, 7, 960, 3, 1, 1, 1),
+    (1, 6, 30, 37, 3, 1, 1, 1),      # channels past the last 16 (the plain loop), a partial group of pixels
+    (1, 5, 3, 16, 3, 1, 0, 1),       # one interior pixel per row
+    (1, 4, 4, 32, 5, 1, 1, 1),       # no pixel's window inside the image: the plain loop only
+    (1, 9, 40, 48, 3, 3, 1, 2),      # stride 3 with dilation 2
 ])
 def test_quantized_depthwise_is_exact(n, h, w, c, k, stride, pad, dilation):
     x = RNG.integers(-128, 128, (n, h, w, c)).astype(np.int8)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from litegpu.testing.builder import ModelBuilder
-from litegpu_cpu.kernels import qelementwise
+from litegpu_cpu.kernels import qelementwise, qreduce
 
 from test_ops_quantized import run_both
 
@@ -63,3 +63,25 @@ def test_unary_table_chosen_and_exact(monkeypatch, op, dtype, in_q, out_dtype, o
     (ours,), (theirs,) = run_both(_unary(op, dtype, in_q, out_dtype, out_q, **options), [x])
     np.testing.assert_array_equal(ours, theirs)
     assert calls
+
+
+@pytest.mark.parametrize("dtype,zps", [(np.int8, (-3, 5)), (np.uint8, (131, 120))])
+@pytest.mark.parametrize("shape,axes,keep", [((1, 7, 7, 64), (1, 2), True), ((2, 5, 3, 20), (1, 2), False),
+                                             ((3, 10, 8), (2,), False), ((2, 6, 4, 8), (0, 2), True)])
+def test_integer_mean_chosen_and_exact(monkeypatch, dtype, zps, shape, axes, keep) -> None:
+    """MEAN over adjacent axes runs the kernel, others the reference; both equal LiteRT."""
+    calls = []
+    loop = qreduce._mean_loop
+    monkeypatch.setattr(qreduce, "_mean_loop", lambda *args: (calls.append(1), loop(*args)))
+    rng = np.random.default_rng(4)
+    info = np.iinfo(dtype)
+    b = ModelBuilder()
+    x = b.input("x", shape, dtype, scale=[0.05], zero_point=[zps[0]])
+    axes_t = b.const("axes", np.array(axes, np.int32))
+    out_shape = tuple(1 if i in axes else d for i, d in enumerate(shape) if keep or i not in axes)
+    y = b.tensor("y", out_shape, dtype, scale=[0.03], zero_point=[zps[1]])
+    b.op("MEAN", [x, axes_t], [y], keep_dims=keep)
+    b.output(y)
+    (ours,), (theirs,) = run_both(b.build(), [rng.integers(info.min, info.max + 1, shape).astype(dtype)])
+    np.testing.assert_array_equal(ours, theirs)
+    assert bool(calls) == (axes != (0, 2))

@@ -1,4 +1,6 @@
 """cpu kernels; importing this package registers them."""
 from .registry import KERNELS, bindable, kernel, make_kernel, reference_kernel  # noqa: F401
 from . import threads  # noqa: F401,E402  (first: sets the OpenMP wait policy before numba's pool starts)
-from . import conv, depthwise, elementwise, indexing, layout, misc, pool, qconv, qelementwise  # noqa: F401,E402  (each registers its kernels)
+# Each registers its kernels.
+from . import conv, depthwise, elementwise, indexing, layout, misc, pool  # noqa: F401,E402
+from . import qconv, qelementwise, qreduce  # noqa: F401,E402

@@ -121,31 +121,42 @@ def _tile_codegen(vnni: bool, rows: int, panels: int):
                                      groups_, p_, plast_)
         out_bytes = builder.bitcast(out_ptr, ir.IntType(8).as_pointer())
 
-        zp = splat_vector(builder, builder.trunc(zp_, _I32), _SUMS)
-        # Clamped in float first (to the activation's range less the zero point), so the
-        # conversion back to int32 never overflows.
-        lo = splat_vector(builder, builder.sitofp(builder.sub(lo_, zp_), ir.FloatType()), _FLOATS)
-        hi = splat_vector(builder, builder.sitofp(builder.sub(hi_, zp_), ir.FloatType()), _FLOATS)
-        rint = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_FLOATS, [_FLOATS]),
-                                              f"llvm.rint.v{NR}f32")
-        byte_vector = ir.VectorType(ir.IntType(8), NR)
+        requantize = requantizer(builder, zp_, lo_, hi_)
         for j, jb in enumerate(jbs):
             scale = builder.load(builder.bitcast(builder.gep(scale_ptr, [jb]), _FLOATS.as_pointer()), align=4)
             left = builder.sub(n_, jb)
             whole = builder.icmp_signed(">=", left, ir.Constant(_I64, NR))
             for row, r in zip(acc, row_of):
-                value = builder.fmul(builder.sitofp(row[j], _FLOATS), scale)
-                value = builder.select(builder.fcmp_ordered("<", value, lo), lo, value)
-                value = builder.select(builder.fcmp_ordered(">", value, hi), hi, value)
-                q = builder.trunc(builder.add(builder.fptosi(builder.call(rint, [value]), _SUMS), zp), byte_vector)
+                q = requantize(row[j], scale)
                 at = builder.gep(out_bytes, [builder.add(builder.mul(r, n_), jb)])
                 with builder.if_else(whole) as (full, partial):
                     with full:
-                        builder.store(q, builder.bitcast(at, byte_vector.as_pointer()), align=1)
+                        builder.store(q, builder.bitcast(at, q.type.as_pointer()), align=1)
                     with partial:
                         _store_first_bytes(builder, q, at, left)
         return context.get_dummy_value()
     return codegen
+
+
+def requantizer(builder, zp_, lo_, hi_):
+    """``requantize(sums, scale) -> <16 x i8>``: XNNPACK's requantization of sixteen int32
+    sums by float32 scales (``<16 x float>``), for output zero point ``zp_`` and the
+    activation's range ``lo_ .. hi_`` (i64 values, quantized)."""
+    zp = splat_vector(builder, builder.trunc(zp_, _I32), _SUMS)
+    # Clamped in float first (to the activation's range less the zero point), so the
+    # conversion back to int32 never overflows.
+    lo = splat_vector(builder, builder.sitofp(builder.sub(lo_, zp_), ir.FloatType()), _FLOATS)
+    hi = splat_vector(builder, builder.sitofp(builder.sub(hi_, zp_), ir.FloatType()), _FLOATS)
+    rint = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_FLOATS, [_FLOATS]),
+                                          f"llvm.rint.v{NR}f32")
+    byte_vector = ir.VectorType(ir.IntType(8), NR)
+
+    def requantize(sums, scale):
+        value = builder.fmul(builder.sitofp(sums, _FLOATS), scale)
+        value = builder.select(builder.fcmp_ordered("<", value, lo), lo, value)
+        value = builder.select(builder.fcmp_ordered(">", value, hi), hi, value)
+        return builder.trunc(builder.add(builder.fptosi(builder.call(rint, [value]), _SUMS), zp), byte_vector)
+    return requantize
 
 
 def _store_first_bytes(builder, value, pointer, count):
