@@ -39,6 +39,10 @@ CASES = [
     ("CONV_2D", (1, 9, 9, 3), (16, 3, 3, 3), (1, 5, 5, 16), dict(padding="SAME", stride_w=2, stride_h=2,
                                                                fused_activation_function="RELU6"), "qgemm"),
     ("CONV_2D", (2, 6, 7, 5), (7, 3, 3, 5), (2, 6, 7, 7), dict(padding="SAME", stride_w=1, stride_h=1), "qgemm"),
+    ("CONV_2D", (1, 12, 20, 3), (8, 3, 3, 3), (1, 12, 20, 8),                   # im2col's runs and border
+     dict(padding="SAME", stride_w=1, stride_h=1), "qgemm"),
+    ("CONV_2D", (1, 11, 13, 4), (6, 3, 2, 4), (1, 7, 11, 6),                    # dilated: the general im2col
+     dict(padding="VALID", stride_w=1, stride_h=1, dilation_h_factor=2, dilation_w_factor=2), "qgemm"),
     ("DEPTHWISE_CONV_2D", (1, 9, 9, 16), (1, 3, 3, 16), (1, 9, 9, 16),
      dict(padding="SAME", stride_w=1, stride_h=1, depth_multiplier=1, fused_activation_function="RELU"), "depthwise"),
     ("DEPTHWISE_CONV_2D", (1, 8, 8, 4), (1, 3, 3, 8), (1, 4, 4, 8),

@@ -14,6 +14,7 @@ from __future__ import annotations
 from functools import partial
 
 import numpy as np
+from numba import njit
 
 from litegpu.backend import NodeContext
 
@@ -77,6 +78,24 @@ def quantized_fully_connected(ctx: NodeContext):
     return bindable(bind)
 
 
+@njit(cache=True, inline="always")
+def _window_bytes(x, cols, at, image, iy0, ix0, h, w, c, kh, kw, dh, dw, zx):
+    """The KH x KW x C input values of the window with corner (iy0, ix0) from ``cols[at]``
+    on, the input's zero point where the window leaves the image."""
+    for ky in range(kh):
+        iy = iy0 + ky * dh
+        for kx in range(kw):
+            ix = ix0 + kx * dw
+            if 0 <= iy < h and 0 <= ix < w:
+                src = ((image * h + iy) * w + ix) * c
+                for ch in range(c):
+                    cols[at + ch] = x[src + ch]
+            else:
+                for ch in range(c):
+                    cols[at + ch] = zx
+            at += c
+
+
 @task_function()
 def _im2col_task(t, xp, colsp, _a2, _a3, _a4, _a5, _a6, _a7, ip, fp):
     """The im2col rows of output row ``t`` (image ``t // OH``): for each output pixel, the
@@ -87,22 +106,28 @@ def _im2col_task(t, xp, colsp, _a2, _a3, _a4, _a5, _a6, _a7, ip, fp):
     sh, sw, dh, dw, pt, pl, zx, k4 = ip[7], ip[8], ip[9], ip[10], ip[11], ip[12], np.int8(ip[13]), ip[14]
     x, cols = int8_pointer(xp), int8_pointer(colsp)
     image, y = t // oh, t % oh
+    iy0 = y * sh - pt
     for ox in range(ow):
-        at = (t * ow + ox) * k4
-        for ky in range(kh):
-            iy = y * sh - pt + ky * dh
-            for kx in range(kw):
-                ix = ox * sw - pl + kx * dw
-                if 0 <= iy < h and 0 <= ix < w:
-                    src = ((image * h + iy) * w + ix) * c
-                    for ch in range(c):
-                        cols[at + ch] = x[src + ch]
-                else:
-                    for ch in range(c):
-                        cols[at + ch] = zx
-                at += c
         for j in range(kh * kw * c, k4):
             cols[(t * ow + ox) * k4 + j] = 0
+    # Pixels ox0 .. ox1 of a row whose windows lie inside the image, with undilated
+    # columns: each window row is one contiguous run of KW x C bytes (the tight loop).
+    ox0, ox1 = ow, ow
+    if dw == 1 and iy0 >= 0 and iy0 + (kh - 1) * dh < h:
+        ox0 = min(ow, (pl + sw - 1) // sw)
+        ox1 = max(ox0, min(ow, (w - kw + pl) // sw + 1))
+    run = kw * c
+    for ox in range(ox0, ox1):
+        at = (t * ow + ox) * k4
+        for ky in range(kh):
+            src = ((image * h + iy0 + ky * dh) * w + ox * sw - pl) * c
+            for j in range(run):
+                cols[at + j] = x[src + j]
+            at += run
+    for ox in range(ow):
+        if ox0 <= ox < ox1:
+            continue
+        _window_bytes(x, cols, (t * ow + ox) * k4, image, iy0, ox * sw - pl, h, w, c, kh, kw, dh, dw, zx)
 
 
 @kernel("CONV_2D", quantized=True)
