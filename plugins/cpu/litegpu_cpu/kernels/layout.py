@@ -130,8 +130,10 @@ def pad(ctx: NodeContext):
     pads = np.asarray(pads_spec.value, np.int64).reshape(-1, 2)
     if pads.shape[0] != len(x_spec.shape) or np.any(pads < 0):
         return None
+    # Without a value: zeros, or the zero point of a quantized tensor (the op's pad_value).
+    default = dtype.type(ctx.attrs.get("pad_value", 0))
     if value_spec is None or value_spec.value is not None:
-        value = dtype.type(0) if value_spec is None else np.asarray(value_spec.value).reshape(-1)[0].astype(dtype)
+        value = default if value_spec is None else np.asarray(value_spec.value).reshape(-1)[0].astype(dtype)
         planned = _pad_rows(tuple(x_spec.shape), pads, dtype.itemsize) if dtype.itemsize in (1, 2, 4, 8) else None
         if planned is not None and len(planned[0]) <= _PAD_MAX_ROWS:
             return _pad_rows_kernel(*planned, value)
@@ -139,7 +141,7 @@ def pad(ctx: NodeContext):
 
     def run(inputs, outputs):
         out = outputs[0]
-        out.fill(inputs[2].reshape(-1)[0] if len(inputs) > 2 and inputs[2] is not None else 0)
+        out.fill(inputs[2].reshape(-1)[0] if len(inputs) > 2 and inputs[2] is not None else default)
         out[interior] = inputs[0]
     return run
 

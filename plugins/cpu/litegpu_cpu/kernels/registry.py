@@ -16,12 +16,15 @@ Quantized nodes (``"quant"`` in their attrs: operands that are quantized integer
 get a float kernel, whatever dtypes a factory would accept: they get a factory registered
 for them with ``kernel(..., quantized=True)`` (the integer kernels), else the op's
 integer reference. The guard is here, in :func:`make_kernel`, and in :mod:`..fusion`.
+The one exception is pure data movement (:data:`litegpu.ops.quantized.DATA_MOVEMENT`:
+values are copied, never computed), whose kernels take any dtype.
 """
 from __future__ import annotations
 
 from typing import Callable
 
 from litegpu.backend import NodeContext
+from litegpu.ops.quantized import DATA_MOVEMENT
 
 Kernel = Callable[[list, list], None]
 Factory = Callable[[NodeContext], "Kernel | None"]
@@ -86,8 +89,9 @@ def reference_kernel(ctx: NodeContext) -> Kernel:
 def make_kernel(ctx: NodeContext) -> Kernel:
     """The best kernel for a node: a specialized one when registered, else the reference.
     A quantized node only ever gets an integer kernel or its integer reference."""
-    table = QUANTIZED_KERNELS if is_quantized_node(ctx) else KERNELS
-    factory = table.get(ctx.node.op)
+    op = ctx.node.op
+    table = QUANTIZED_KERNELS if is_quantized_node(ctx) and op not in DATA_MOVEMENT else KERNELS
+    factory = table.get(op)
     if factory is not None and not ctx.dynamic:
         k = factory(ctx)
         if k is not None:
