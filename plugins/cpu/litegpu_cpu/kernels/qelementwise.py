@@ -72,5 +72,9 @@ def quantized_unary_table(ctx: NodeContext):
     return bindable(bind)
 
 
-def _gather(table: np.ndarray, index: np.ndarray, out: np.ndarray) -> None:
-    np.take(table, index, out=out)
+@numba.njit(cache=True, nogil=True)
+def _gather(table, index, out):   # pragma: no cover - compiled
+    """``out[i] = table[index[i]]``; the uint8 index never leaves the 256-entry table (a
+    loop: ``np.take`` would first widen the index array to intp)."""
+    for i in range(index.size):
+        out[i] = table[index[i]]
