@@ -22,7 +22,7 @@ Each reference was checked bit for bit against LiteRT (tests/test_ops_hybrid.py)
 
 Combinations LiteRT refuses, or would run on builtin kernels litegpu does not reproduce
 yet (weights computed at run time), are refused at compile time with the reason. LSTM
-and UNIDIRECTIONAL_SEQUENCE_LSTM have no hybrid reference yet.
+and UNIDIRECTIONAL_SEQUENCE_LSTM have theirs in :mod:`litegpu.ops.hybrid_lstm`.
 
 Sums of int8 products are computed in float64 (BLAS), exact: every partial sum stays far
 below 2^53.

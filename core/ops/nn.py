@@ -1030,32 +1030,71 @@ def _sigmoid(z: np.ndarray) -> np.ndarray:
     return 1 / (1 + np.exp(-z))
 
 
-def _lstm_step(x: np.ndarray, h: np.ndarray, c: np.ndarray, w: dict, attrs: dict) -> tuple[np.ndarray, np.ndarray]:
-    """One LSTM time step on a [batch, n_input] input; returns (new output state, new cell state)."""
-    def gate(name: str, peephole_c: np.ndarray | None) -> np.ndarray:
-        z = x @ w[f"input_to_{name}"].T + h @ w[f"recurrent_to_{name}"].T
+class LstmMath:
+    """The arithmetic of one LSTM step that a kernel may do its own way: each gate's
+    pre-activation, the activations and the projection. This class is the float
+    kernel's; the hybrid LSTM (ops/hybrid_lstm.py) subclasses it, so both share the
+    step itself (:func:`_lstm_step`: gate order, CIFG, the cell update, the clips).
+    """
+
+    def __init__(self, x: np.ndarray, h: np.ndarray, w: dict, attrs: dict) -> None:
+        self.x, self.h, self.w, self.attrs = x, h, w, attrs
+
+    def gate(self, name: str, peephole_c: np.ndarray | None) -> np.ndarray:
+        """The pre-activation of gate ``name`` (bias, peephole and layer norm included)."""
+        w = self.w
+        z = self.x @ w[f"input_to_{name}"].T + self.h @ w[f"recurrent_to_{name}"].T
         if peephole_c is not None and w.get(f"cell_to_{name}") is not None:
             z = z + w[f"cell_to_{name}"] * peephole_c
         if w[f"{name}_layer_norm"] is not None:
             z = _layer_norm(z) * w[f"{name}_layer_norm"]
         return z + w[f"{name}_gate_bias"]
 
-    act = LSTM_ACTIVATIONS[attrs["activation"]]
-    forget = _sigmoid(gate("forget", c))
+    def sigmoid(self, z: np.ndarray, name: str) -> np.ndarray:
+        """The logistic of gate ``name``'s pre-activation."""
+        return _sigmoid(z)
+
+    def act(self, z: np.ndarray) -> np.ndarray:
+        """The op's activation (on the cell gate and on the cell state)."""
+        return LSTM_ACTIVATIONS[self.attrs["activation"]](z)
+
+    def project(self, out: np.ndarray) -> np.ndarray:
+        """The projection of ``output_gate * act(cell)``, before proj_clip."""
+        out = out @ self.w["projection_weights"].T
+        if self.w["projection_bias"] is not None:
+            out = out + self.w["projection_bias"]
+        return out
+
+
+def _lstm_step(x: np.ndarray, h: np.ndarray, c: np.ndarray, w: dict, attrs: dict,
+               math: type[LstmMath] = LstmMath) -> tuple[np.ndarray, np.ndarray]:
+    """One LSTM time step on a [batch, n_input] input; returns (new output state, new cell state)."""
+    m = math(x, h, w, attrs)
+    forget = m.sigmoid(m.gate("forget", c), "forget")
     # CIFG couples the input gate to the forget gate.
-    input_gate = 1 - forget if w["input_to_input"] is None else _sigmoid(gate("input", c))
-    cell = forget * c + input_gate * act(gate("cell", None))
+    input_gate = 1 - forget if w["input_to_input"] is None else m.sigmoid(m.gate("input", c), "input")
+    cell = forget * c + input_gate * m.act(m.gate("cell", None))
     if attrs["cell_clip"] > 0:
         cell = np.clip(cell, -attrs["cell_clip"], attrs["cell_clip"])
-    output_gate = _sigmoid(gate("output", cell))
-    out = output_gate * act(cell)
+    output_gate = m.sigmoid(m.gate("output", cell), "output")
+    out = output_gate * m.act(cell)
     if w["projection_weights"] is not None:
-        out = out @ w["projection_weights"].T
-        if w["projection_bias"] is not None:
-            out = out + w["projection_bias"]
+        out = m.project(out)
         if attrs["proj_clip"] > 0:
             out = np.clip(out, -attrs["proj_clip"], attrs["proj_clip"])
     return out.astype(np.float32), cell.astype(np.float32)
+
+
+def _lstm_sequence(x: np.ndarray, h: np.ndarray, c: np.ndarray, w: dict, attrs: dict,
+                   math: type[LstmMath] = LstmMath) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`_lstm_step` over ``x`` [T, batch, n_input] from states ``h``, ``c``;
+    returns (outputs [T, batch, n_output], final output state, final cell state)."""
+    steps = []
+    for t in range(x.shape[0]):
+        h, c = _lstm_step(x[t], h, c, w, attrs, math)
+        steps.append(h)
+    y = np.stack(steps) if steps else np.zeros((0, x.shape[1], h.shape[1]), np.float32)
+    return y, h, c
 
 
 def _lstm_weights(inputs: list) -> dict:
@@ -1139,11 +1178,7 @@ def _seq_lstm_reference(inputs: list, attrs: dict) -> list[np.ndarray]:
     batch = x.shape[1]
     h = w["output_state"].reshape(batch, -1)
     c = w["cell_state"].reshape(batch, -1)
-    steps = []
-    for t in range(x.shape[0]):
-        h, c = _lstm_step(x[t], h, c, w, attrs)
-        steps.append(h)
-    y = np.stack(steps) if steps else np.zeros((0, batch, h.shape[1]), np.float32)
+    y, h, c = _lstm_sequence(x, h, c, w, attrs)
     if not attrs["time_major"]:
         y = np.swapaxes(y, 0, 1)
     return [np.ascontiguousarray(y), h.reshape(np.shape(inputs[18])), c.reshape(np.shape(inputs[19]))]
