@@ -28,7 +28,7 @@ from ..errors import ModelFormatError, UnsupportedError
 from ..graph import Node, Tensor
 from ..quant import (QuantParams, activation_range, dequantize, fp32_scale, multiply_by_quantized_multiplier,
                      multiply_by_quantized_multiplier_64, quantize, quantize_multiplier, requantize_fp32,
-                     round_half_away, xnn_add, xnn_add_params)
+                     round_half_away, rounding_divide_by_pot, xnn_add, xnn_add_params)
 from .nn import (_pad_hw, _spatial_plan, _tap, conv_sums, depthwise_sums, pool_input_4d, transpose_conv_out_hw,
                  transpose_conv_sums)
 from .registry import OpDef, TensorSpec, get_op, register
@@ -248,9 +248,9 @@ def _add_attrs(subtract: bool):
         common = {"zp": out.zero_point, "lo": lo, "hi": hi, "dtype": out.dtype}
         if a.dtype != I16:
             return {**common, "add": xnn_add_params(a, b, out, subtract)}
-        if node.options.get("pot_scale_int16", True) and all(
-                np.frexp(np.float64(p.scale))[0] == 0.5 for p in (a, b, out)):
-            raise UnsupportedError("int16 ADD/SUB with power-of-two scales (TFLite's pot_scale_int16 kernel)")
+        pot = _pot_shifts(node, tensors, a, b, out) if node.options.get("pot_scale_int16", True) else None
+        if pot is not None:
+            return {**common, "add16_pot": pot, "sign": -1 if subtract else 1}
         # TFLite's general int16 ADD/SUB: both inputs on twice the larger input scale,
         # shifted left by 15, each scaled by a multiplier below one, summed, rescaled.
         twice_max = 2.0 * max(np.float64(a.scale), np.float64(b.scale))
@@ -261,13 +261,45 @@ def _add_attrs(subtract: bool):
     return attrs
 
 
+def _pot_shifts(node: Node, tensors: Sequence[Tensor], a: QuantParams, b: QuantParams,
+                out: QuantParams) -> tuple[int, int] | None:
+    """The input right shifts of TFLite's int16 power-of-two ADD/SUB (``pot_scale_int16``,
+    the LSTM kernel), or None when a scale is not a power of two (TFLite's ``CheckedLog2``,
+    within 1e-3 in log2) and the general kernel runs. Refused where LiteRT refuses: zero
+    points other than 0, both inputs off the output's scale, an input coarser than the
+    output, and (ADD only) broadcasting, which LiteRT's kernel does not do (it reads past
+    the smaller input and crashes)."""
+    # Imported here: quantized_act imports this module (CheckedLog2 lives with its other users).
+    from .quantized_act import checked_log2
+    logs = [checked_log2(p.scale) for p in (a, b, out)]
+    if not all(is_pot for is_pot, _ in logs):
+        return None
+    if a.zero_point or b.zero_point or out.zero_point:
+        raise UnsupportedError("int16 ADD/SUB with power-of-two scales needs zero points 0")
+    shifts = (logs[0][1] - logs[2][1], logs[1][1] - logs[2][1])
+    if max(shifts) > 0 or 0 not in shifts:
+        raise UnsupportedError(f"int16 {node.op} with power-of-two scales: input/output scale exponents "
+                               f"{list(shifts)} (LiteRT takes one input finer than the output at most, "
+                               "never coarser)")
+    shapes = [tuple(tensors[t].shape) for t in (*node.inputs[:2], node.outputs[0])]
+    if node.op == "ADD" and len(set(shapes)) != 1:
+        raise UnsupportedError("int16 ADD with power-of-two scales and broadcasting (LiteRT's kernel "
+                               "does not broadcast)")
+    return -shifts[0], -shifts[1]
+
+
 def _add_q(inputs: list, attrs: dict) -> list[np.ndarray]:
     """Quantized ADD / SUB. int8/uint8 as XNNPACK: ``(bias + a * ma + b * mb) >> shift +
     zp``, clamped; int16 as TFLite's general kernel (fixed-point multipliers, double
-    rounding)."""
+    rounding), or with power-of-two scales its LSTM kernel: the finer input rounded
+    (half away from zero) onto the output's scale, added or subtracted, clamped."""
     if "add" in attrs:
         y = xnn_add(inputs[0], inputs[1], attrs["add"], attrs["zp"], attrs["lo"], attrs["hi"])
         return [y.astype(attrs["dtype"])]
+    if "add16_pot" in attrs:
+        (sa, sb), sign = attrs["add16_pot"], attrs["sign"]
+        total = rounding_divide_by_pot(inputs[0], sa) + sign * rounding_divide_by_pot(inputs[1], sb)
+        return [np.clip(total, attrs["lo"], attrs["hi"]).astype(attrs["dtype"])]
     p = attrs["add16"]
 
     def scaled(x, zp, m, shift):
@@ -311,24 +343,54 @@ _attach("MUL", _mul_q, _mul_attrs)
 
 def _mean_attrs(node: Node, tensors: Sequence[Tensor], base: dict) -> dict:
     q = base["quant"]
-    x = _params(q, 0, "input 0", (I8, U8))
+    x = _params(q, 0, "input 0", (I8, U8, I16))
     out = _params(q, 0, "the output", (x.dtype,), output=True)
-    return {"mean": {"ratio": np.float32(np.float32(x.scale) / np.float32(out.scale)), "x_zp": x.zero_point,
-                     "zp": out.zero_point, "qmin": out.qmin, "qmax": out.qmax, "dtype": out.dtype}}
+    m = {"ratio": np.float32(np.float32(x.scale) / np.float32(out.scale)), "x_zp": x.zero_point,
+         "zp": out.zero_point, "qmin": out.qmin, "qmax": out.qmax, "dtype": out.dtype}
+    if x.dtype == I16:
+        # XNNPACK takes 8-bit only: int16 runs TFLite's kernel, which is symmetric-only.
+        if x.zero_point != 0 or out.zero_point != 0:
+            raise UnsupportedError("int16 MEAN needs zero points 0 (LiteRT refuses others)")
+        multiplier, shift = quantize_multiplier(np.float64(x.scale) / np.float64(out.scale))
+        m["tflite"] = (int(multiplier), int(shift))
+    return {"mean": m}
+
+
+def xnn_sum_requant(total: np.ndarray, count: int, m: dict, mean: bool) -> np.ndarray:
+    """XNNPACK's requantization of the int32 sums of ``count`` raw 8-bit values (its
+    reduce operator, MEAN and SUM alike): ``sum * s + z`` in float32 rounded to nearest
+    even, with ``s = (in_scale / out_scale) * f`` (``f``: ``1 / count`` for a mean, 1 for
+    a sum) and ``z = out_zp - (count * in_zp) * s`` (the input zero point folded into the
+    output's), saturated. ``m``: ratio, x_zp, zp, qmin, qmax, dtype."""
+    factor = np.float32(1.0) / np.float32(max(count, 1)) if mean else np.float32(1.0)
+    s = np.float32(m["ratio"] * factor)
+    z = np.float32(np.float32(m["zp"]) - np.float32(np.float32(count * m["x_zp"]) * s))
+    f = total.astype(np.float32) * s + z
+    return np.clip(np.rint(f), m["qmin"], m["qmax"]).astype(m["dtype"])
+
+
+def _tflite_mean16(total: np.ndarray, count: int, multiplier: int, shift: int) -> np.ndarray:
+    """TFLite's integer mean of int32 sums (``QuantizedMeanOrSum``, symmetric int16): the
+    ratio's multiplier times ``2^k / count`` (``k = floor(log2 count)``, at most 32 and
+    ``31 + shift``; truncated), ``shift - k``, then the double-rounding multiply."""
+    k = min(max(count, 1).bit_length() - 1, 32, 31 + shift)
+    scaled = (multiplier << k) // max(count, 1)
+    return multiply_by_quantized_multiplier(total, scaled, shift - k)
 
 
 def _mean_q(inputs: list, attrs: dict) -> list[np.ndarray]:
-    """int8 MEAN as XNNPACK: the int32 sum of the raw values, then ``sum * s + z`` in
-    float32 rounded to nearest even, with ``s = (in_scale / out_scale) * (1 / n)`` and
-    ``z = out_zp - (n * in_zp) * s`` (the input zero point folded into the output's)."""
+    """Quantized MEAN. int8/uint8 as XNNPACK (:func:`xnn_sum_requant` of the int32 sum
+    of the raw values); int16 as TFLite's kernel (:func:`_tflite_mean16`), saturated."""
     x, m = inputs[0], attrs["mean"]
     axes = reduction_axes(inputs[1], x.ndim)
     count = int(np.prod([x.shape[a] for a in axes], dtype=np.int64)) if axes else 1
     total = np.sum(x, axis=axes, keepdims=attrs["keep_dims"], dtype=np.int64)
-    s = np.float32(m["ratio"] * (np.float32(1.0) / np.float32(max(count, 1))))
-    z = np.float32(np.float32(m["zp"]) - np.float32(np.float32(count * m["x_zp"]) * s))
-    f = total.astype(np.float32) * s + z
-    return [np.clip(np.rint(f), m["qmin"], m["qmax"]).astype(m["dtype"])]
+    if "tflite" not in m:
+        return [xnn_sum_requant(total, count, m, mean=True)]
+    if x.size == 0:     # LiteRT writes a NaN cast to the type: 0
+        return [np.zeros(total.shape, m["dtype"])]
+    y = _tflite_mean16(total, count, *m["tflite"]) + m["zp"]
+    return [np.clip(y, m["qmin"], m["qmax"]).astype(m["dtype"])]
 
 
 _attach("MEAN", _mean_q, _mean_attrs)

@@ -30,7 +30,7 @@ from ..graph import Node, Tensor
 from ..quant import (QuantParams, multiply_by_quantized_multiplier, quantize_multiplier,
                      round_half_away, rounding_divide_by_pot, saturating_rounding_doubling_high_mul)
 from .quantized import I8, I16, U8, _attach, _high_mul16, _params
-from .registry import get_op
+from .registry import const_input, get_op
 
 F32 = np.float32
 
@@ -802,9 +802,16 @@ def _extreme_attrs(node: Node, tensors: Sequence[Tensor], base: dict) -> dict:
     q = base["quant"]
     x = _params(q, 0, "input 0", (I8, U8, I16))
     out = _params(q, 0, "the output", (x.dtype,), output=True)
-    if not x.same_as(out):
-        raise UnsupportedError("input and output quantization differ (a requantizing "
-                               f"{node.op} is not supported)")
+    if x.same_as(out):
+        return {}
+    # Output quantization other than the input's: TFLite's kernel refuses it (int16 always
+    # runs there). XNNPACK, which LiteRT hands int8/uint8 reductions over constant axes,
+    # asserts equal quantization only in debug builds: the released one returns the extreme
+    # stored integer unchanged, reinterpreted on the output's scale. That is what we do.
+    axes = const_input(node, tensors, 1)
+    if x.dtype == I16 or axes is None or np.asarray(axes).size == 0:
+        raise UnsupportedError("input and output quantization differ (LiteRT's kernel refuses a requantizing "
+                               f"{x.dtype.name} {node.op}; XNNPACK takes 8-bit ones over constant axes only)")
     return {}
 
 
@@ -813,6 +820,6 @@ for _op in ("ARG_MAX", "ARG_MIN"):
     # (an affine map with a positive scale keeps the order).
     _attach(_op, get_op(_op).reference, _arg_attrs)
 for _op in ("REDUCE_MAX", "REDUCE_MIN"):
-    # With one quantization in and out, the extreme of the stored integers (XNNPACK for
-    # int8/uint8, the builtin kernel for int16: both pick, neither rescales).
+    # The extreme of the stored integers (XNNPACK for int8/uint8, the builtin kernel for
+    # int16: both pick, neither rescales, even when the output's quantization differs).
     _attach(_op, get_op(_op).reference, _extreme_attrs)
