@@ -68,8 +68,9 @@ def test_unary_table_chosen_and_exact(monkeypatch, op, dtype, in_q, out_dtype, o
 @pytest.mark.parametrize("dtype,zps", [(np.int8, (-3, 5)), (np.uint8, (131, 120))])
 @pytest.mark.parametrize("shape,axes,keep", [((1, 7, 7, 64), (1, 2), True), ((2, 5, 3, 20), (1, 2), False),
                                              ((3, 10, 8), (2,), False), ((2, 6, 4, 8), (0, 2), True)])
-def test_integer_mean_chosen_and_exact(monkeypatch, dtype, zps, shape, axes, keep) -> None:
-    """MEAN over adjacent axes runs the kernel, others the reference; both equal LiteRT."""
+@pytest.mark.parametrize("op", ["MEAN", "SUM"])
+def test_integer_mean_chosen_and_exact(monkeypatch, op, dtype, zps, shape, axes, keep) -> None:
+    """MEAN / SUM over adjacent axes run the kernel, others the reference; all equal LiteRT."""
     calls = []
     loop = qreduce._mean_loop
     monkeypatch.setattr(qreduce, "_mean_loop", lambda *args: (calls.append(1), loop(*args)))
@@ -79,8 +80,8 @@ def test_integer_mean_chosen_and_exact(monkeypatch, dtype, zps, shape, axes, kee
     x = b.input("x", shape, dtype, scale=[0.05], zero_point=[zps[0]])
     axes_t = b.const("axes", np.array(axes, np.int32))
     out_shape = tuple(1 if i in axes else d for i, d in enumerate(shape) if keep or i not in axes)
-    y = b.tensor("y", out_shape, dtype, scale=[0.03], zero_point=[zps[1]])
-    b.op("MEAN", [x, axes_t], [y], keep_dims=keep)
+    y = b.tensor("y", out_shape, dtype, scale=[0.03 if op == "MEAN" else 0.6], zero_point=[zps[1]])
+    b.op(op, [x, axes_t], [y], keep_dims=keep)
     b.output(y)
     (ours,), (theirs,) = run_both(b.build(), [rng.integers(info.min, info.max + 1, shape).astype(dtype)])
     np.testing.assert_array_equal(ours, theirs)

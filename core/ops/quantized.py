@@ -356,15 +356,21 @@ def _mean_attrs(node: Node, tensors: Sequence[Tensor], base: dict) -> dict:
     return {"mean": m}
 
 
-def xnn_sum_requant(total: np.ndarray, count: int, m: dict, mean: bool) -> np.ndarray:
-    """XNNPACK's requantization of the int32 sums of ``count`` raw 8-bit values (its
-    reduce operator, MEAN and SUM alike): ``sum * s + z`` in float32 rounded to nearest
-    even, with ``s = (in_scale / out_scale) * f`` (``f``: ``1 / count`` for a mean, 1 for
-    a sum) and ``z = out_zp - (count * in_zp) * s`` (the input zero point folded into the
-    output's), saturated. ``m``: ratio, x_zp, zp, qmin, qmax, dtype."""
+def xnn_sum_constants(count: int, m: dict, mean: bool) -> tuple[np.float32, np.float32]:
+    """``(s, z)`` of XNNPACK's requantization of the sums of ``count`` raw 8-bit values
+    (its reduce operator, MEAN and SUM alike): ``s = (in_scale / out_scale) * f`` (``f``:
+    ``1 / count`` for a mean, 1 for a sum) and ``z = out_zp - (count * in_zp) * s`` (the
+    input zero point folded into the output's), float32 step by step. ``m``: ratio, x_zp,
+    zp, qmin, qmax, dtype."""
     factor = np.float32(1.0) / np.float32(max(count, 1)) if mean else np.float32(1.0)
     s = np.float32(m["ratio"] * factor)
-    z = np.float32(np.float32(m["zp"]) - np.float32(np.float32(count * m["x_zp"]) * s))
+    return s, np.float32(np.float32(m["zp"]) - np.float32(np.float32(count * m["x_zp"]) * s))
+
+
+def xnn_sum_requant(total: np.ndarray, count: int, m: dict, mean: bool) -> np.ndarray:
+    """XNNPACK's requantization of int32 sums: ``sum * s + z`` (:func:`xnn_sum_constants`)
+    in float32, two roundings, rounded to nearest even, saturated."""
+    s, z = xnn_sum_constants(count, m, mean)
     f = total.astype(np.float32) * s + z
     return np.clip(np.rint(f), m["qmin"], m["qmax"]).astype(m["dtype"])
 

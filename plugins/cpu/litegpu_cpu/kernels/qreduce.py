@@ -1,8 +1,9 @@
-"""Integer kernel for quantized int8 / uint8 MEAN over a run of adjacent axes (a global
-average pool: axes 1 and 2 of NHWC), in XNNPACK's arithmetic as the op's integer
-reference (:mod:`litegpu.ops.quantized`) computes it: the exact sum of the raw values,
-then ``sum * s + z`` in float32 (two roundings, as XNNPACK), rounded to nearest even and
-clamped. Other axis sets keep the reference.
+"""Integer kernel for quantized int8 / uint8 MEAN and SUM over a run of adjacent axes (a
+global average pool: axes 1 and 2 of NHWC), in XNNPACK's arithmetic as the ops' integer
+references compute it (:func:`litegpu.ops.quantized.xnn_sum_requant`): the exact sum of
+the raw values, then ``sum * s + z`` in float32 (two roundings, as XNNPACK), rounded to
+nearest even and clamped. Other axis sets, and the sums TFLite's kernels run, keep the
+reference.
 """
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import numba
 import numpy as np
 
 from litegpu.backend import NodeContext
+from litegpu.ops.quantized import xnn_sum_constants
 from litegpu.ops.reduce import reduction_axes
 
 from .registry import bindable, kernel
@@ -28,12 +30,15 @@ def _mean_loop(x, out, acc, s, z, lo, hi):   # pragma: no cover - compiled
             out[o, i] = min(max(value, lo), hi)
 
 
-@kernel("MEAN", quantized=True)
+@kernel("MEAN", "SUM", quantized=True)
 def quantized_mean(ctx: NodeContext):
-    """MEAN of an 8-bit tensor over constant, adjacent axes; None (the reference) otherwise."""
-    m, axes_spec = ctx.attrs.get("mean"), ctx.inputs[1]
+    """MEAN or SUM of an 8-bit tensor over constant, adjacent axes, requantized as XNNPACK
+    does; None (the reference) otherwise."""
+    mean = ctx.node.op == "MEAN"
+    m, axes_spec = ctx.attrs.get("mean" if mean else "sum"), ctx.inputs[1]
     x = ctx.inputs[0]
-    if m is None or axes_spec.value is None or np.dtype(x.dtype) not in (np.dtype(np.int8), np.dtype(np.uint8)):
+    if m is None or axes_spec.value is None or np.dtype(x.dtype) not in (np.dtype(np.int8), np.dtype(np.uint8)) \
+            or "tflite" in m or not m.get("xnn", mean):
         return None
     axes = sorted(set(reduction_axes(np.asarray(axes_spec.value), len(x.shape))))
     if not axes or axes != list(range(axes[0], axes[-1] + 1)):
@@ -44,9 +49,7 @@ def quantized_mean(ctx: NodeContext):
     inner = int(np.prod(shape[axes[-1] + 1:], dtype=np.int64))
     if count == 0 or count * 255 >= 2 ** 31:
         return None
-    # The float32 constants of the reference, step by step.
-    s = np.float32(m["ratio"] * (np.float32(1.0) / np.float32(count)))
-    z = np.float32(np.float32(m["zp"]) - np.float32(np.float32(count * m["x_zp"]) * s))
+    s, z = xnn_sum_constants(count, m, mean)
     bounds = (np.float32(m["qmin"]), np.float32(m["qmax"]))
     acc = np.empty(inner, np.int32)
 
