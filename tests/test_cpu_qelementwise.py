@@ -86,3 +86,48 @@ def test_integer_mean_chosen_and_exact(monkeypatch, op, dtype, zps, shape, axes,
     (ours,), (theirs,) = run_both(b.build(), [rng.integers(info.min, info.max + 1, shape).astype(dtype)])
     np.testing.assert_array_equal(ours, theirs)
     assert bool(calls) == (axes != (0, 2))
+
+
+@pytest.mark.parametrize("dtype,zps", [(np.int8, (-5, 9, 3)), (np.uint8, (120, 131, 127))])
+@pytest.mark.parametrize("a_shape,b_shape,chosen", [
+    ((2, 5, 5, 8), (2, 5, 5, 8), True),
+    ((1, 6, 6, 16), (1, 1, 1, 16), True),       # squeeze-and-excite
+    ((1, 1, 1, 16), (1, 6, 6, 16), True),       # the same, operands swapped
+    ((1, 6, 6, 16), (1, 6, 1, 16), False),      # a broadcast in the middle: the reference
+])
+def test_integer_mul_chosen_and_exact(monkeypatch, dtype, zps, a_shape, b_shape, chosen) -> None:
+    calls = []
+    loop = qelementwise._mul_loop
+    monkeypatch.setattr(qelementwise, "_mul_loop", lambda *args: (calls.append(1), loop(*args)))
+    rng = np.random.default_rng(8)
+    info = np.iinfo(dtype)
+    out_shape = np.broadcast_shapes(a_shape, b_shape)
+    b = ModelBuilder()
+    x = b.input("x", a_shape, dtype, scale=[0.07], zero_point=[zps[0]])
+    z = b.input("z", b_shape, dtype, scale=[0.03], zero_point=[zps[1]])
+    y = b.tensor("y", out_shape, dtype, scale=[0.01], zero_point=[zps[2]])
+    b.op("MUL", [x, z], [y], fused_activation_function="RELU6")
+    b.output(y)
+    inputs = [rng.integers(info.min, info.max + 1, s).astype(dtype) for s in (a_shape, b_shape)]
+    (ours,), (theirs,) = run_both(b.build(), inputs)
+    np.testing.assert_array_equal(ours, theirs)
+    assert bool(calls) == chosen
+
+
+@pytest.mark.parametrize("dtype,zp", [(np.int8, -3), (np.uint8, 128)])
+def test_quantize_float_chosen_and_exact(monkeypatch, dtype, zp) -> None:
+    calls = []
+    loop = qelementwise._quantize_loop
+    monkeypatch.setattr(qelementwise, "_quantize_loop", lambda *args: (calls.append(1), loop(*args)))
+    b = ModelBuilder()
+    x = b.input("x", (3, 1000), np.float32)
+    y = b.tensor("y", (3, 1000), dtype, scale=[0.02], zero_point=[zp])
+    b.op("QUANTIZE", [x], [y])
+    b.output(y)
+    rng = np.random.default_rng(9)
+    values = rng.normal(size=(3, 1000)).astype(np.float32) * 2
+    values[0, :4] = [1e30, -1e30, np.inf, -np.inf]
+    values[1, :200] = (np.arange(200, dtype=np.float32) - 100) * np.float32(0.01)   # ties at half quanta
+    (ours,), (theirs,) = run_both(b.build(), [values])
+    np.testing.assert_array_equal(ours, theirs)
+    assert calls

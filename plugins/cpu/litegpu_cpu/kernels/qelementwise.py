@@ -4,9 +4,14 @@
   networks), in XNNPACK's arithmetic as the integer reference in
   :mod:`litegpu.ops.quantized` computes it, from the node's ``attrs["add"]``; a
   broadcast operand gets ``None`` here and keeps the reference.
+- MUL of 8-bit operands of the same shape, or with one operand repeating along the
+  leading axes (a squeeze-and-excite scale, ``[N, H, W, C] x [1, 1, 1, C]``): XNNPACK's
+  float32 requantization of the product of the two zero-point-free values.
 - One-input ops (HARD_SWISH, LOGISTIC, TANH, QUANTIZE, DEQUANTIZE ...): an 8-bit input
   has 256 values, so the op is a table of its own integer reference evaluated on each
   of them at compile time (what XNNPACK does for its lookup-table ops), then one gather.
+- QUANTIZE of float32 to int8/uint8 per tensor: ``x * (1 / scale)`` rounded to nearest
+  even, as XNNPACK.
 """
 from __future__ import annotations
 
@@ -44,6 +49,76 @@ def quantized_add(ctx: NodeContext):
     return bindable(bind)
 
 
+@numba.njit(cache=True, nogil=True)
+def _mul_loop(a, b, out, za, zb, scale, zp, lo, hi):   # pragma: no cover - compiled
+    """``out = requantize((a - za) * (b - zb))``; ``b`` repeats every ``b.size`` elements."""
+    m = b.size
+    for r in range(a.size // m):
+        at = r * m
+        for j in range(m):
+            acc = (np.int32(a[at + j]) - za) * (np.int32(b[j]) - zb)
+            value = min(max(np.float32(acc) * scale, lo), hi)
+            out[at + j] = np.int32(np.rint(value)) + zp
+
+
+def _repeats_along_leading_axes(small: tuple, full: tuple) -> bool:
+    """True when ``small`` broadcast to ``full`` is itself repeated whole: its shape is
+    1s and then ``full``'s trailing dims."""
+    small = (1,) * (len(full) - len(small)) + tuple(small)
+    lead = 0
+    while lead < len(full) and small[lead] == 1 and small[lead:] != full[lead:]:
+        lead += 1
+    return small[lead:] == full[lead:]
+
+
+@kernel("MUL", quantized=True)
+def quantized_mul(ctx: NodeContext):
+    """8-bit MUL (XNNPACK's arithmetic) for same shapes or an operand repeated along the
+    leading axes; None (the reference) for other broadcasts and for int16."""
+    r = ctx.attrs.get("requant")
+    dtype = np.dtype(ctx.outputs[0].dtype)
+    if r is None or "scale" not in r or dtype not in (np.dtype(np.int8), np.dtype(np.uint8)) \
+            or any(np.dtype(s.dtype) != dtype for s in ctx.inputs[:2]):
+        return None
+    out_shape = tuple(ctx.outputs[0].shape)
+    shapes = [tuple(s.shape) for s in ctx.inputs[:2]]
+    full = [i for i, shape in enumerate(shapes) if shape == out_shape]
+    if not full or not _repeats_along_leading_axes(shapes[1 - full[0]], out_shape):
+        return None
+    big, zps = full[0], (r["a_zp"], r["b_zp"])
+    args = (np.int32(zps[big]), np.int32(zps[1 - big]), np.float32(r["scale"]), np.int32(r["zp"]),
+            np.float32(r["lo"] - r["zp"]), np.float32(r["hi"] - r["zp"]))
+
+    def bind(inputs, outputs):
+        a, b, out = inputs[big].reshape(-1), inputs[1 - big].reshape(-1), outputs[0].reshape(-1)
+        return lambda: _mul_loop(a, b, out, *args)
+    return bindable(bind)
+
+
+@numba.njit(cache=True, nogil=True)
+def _quantize_loop(x, out, inv, zp, lo, hi):   # pragma: no cover - compiled
+    for i in range(x.size):
+        v = np.rint(x[i] * inv)
+        if v != v:          # NaN: the zero point, as the reference
+            v = np.float32(0)
+        out[i] = np.int32(min(max(v, lo), hi)) + zp
+
+
+def _quantize_float(ctx: NodeContext):
+    """QUANTIZE float32 -> 8-bit per tensor (see the module docstring)."""
+    out = ctx.attrs.get("out")
+    if out is None or not out.per_tensor or np.dtype(out.dtype) not in (np.dtype(np.int8), np.dtype(np.uint8)):
+        return None
+    zp = int(out.zero_point)
+    args = (np.float32(1.0) / np.float32(out.scale), np.int32(zp), np.float32(out.qmin - zp),
+            np.float32(out.qmax - zp))
+
+    def bind(inputs, outputs):
+        x, y = inputs[0].reshape(-1), outputs[0].reshape(-1)
+        return lambda: _quantize_loop(x, y, *args)
+    return bindable(bind)
+
+
 # Quantized ops whose 8-bit output depends on nothing but the input byte.
 UNARY_8BIT = ("HARD_SWISH", "LOGISTIC", "TANH", "ELU", "GELU", "LEAKY_RELU", "RELU", "RELU6", "RELU_N1_TO_1",
               "RELU_0_TO_1", "QUANTIZE", "DEQUANTIZE")
@@ -56,6 +131,8 @@ def quantized_unary_table(ctx: NodeContext):
     gather per run."""
     x = ctx.inputs[0]
     dtype = np.dtype(x.dtype)
+    if ctx.node.op == "QUANTIZE" and dtype == np.dtype(np.float32):
+        return _quantize_float(ctx)
     if len(ctx.inputs) != 1 or dtype not in (np.dtype(np.int8), np.dtype(np.uint8)):
         return None
     params = ctx.attrs.get("in")
