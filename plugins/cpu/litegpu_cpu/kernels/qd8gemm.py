@@ -24,7 +24,7 @@ from litegpu.backend import NodeContext
 from .common import clamp_bounds, optional_input
 
 from .packed import NR, clamp_vector, fma_function, load_vector, splat_vector, store_first_lanes, store_vector
-from .qgemm import _ROW_PANELS, _SUMS, MR, VNNI, _task_share, pack, split, tile_sums
+from .qgemm import _ROW_PANELS, _SUMS, _TILE_PANELS, MR, VNNI, _task_share, pack, split, tile_sums
 from .registry import bindable
 from .tasks import bind_task, in_sequence, int8_pointer, int32_pointer, task_function
 
@@ -78,8 +78,8 @@ def _make_tile(vnni: bool, rows: int, panels: int):
     return tile
 
 
-_tile_vnni, _row_vnni = _make_tile(True, MR, 1), _make_tile(True, 1, _ROW_PANELS)
-_tile_plain, _row_plain = _make_tile(False, MR, 1), _make_tile(False, 1, _ROW_PANELS)
+_tile_vnni, _row_vnni = _make_tile(True, MR, _TILE_PANELS), _make_tile(True, 1, _ROW_PANELS)
+_tile_plain, _row_plain = _make_tile(False, MR, _TILE_PANELS), _make_tile(False, 1, _ROW_PANELS)
 
 
 # One task function per instruction set, as in .qgemm: the VNNI one is never compiled on
@@ -90,10 +90,10 @@ def _qd8_vnni(t, qp, wp, colsump, wscalep, biasp, rowscalep, rowcp, outp, ip, fp
     the clamp's lo, hi)."""
     r0, r1, p0, p1 = _task_share(t, ip)
     whole = r0 + (r1 - r0) // MR * MR
-    for p in range(p0, p1):
+    for p in range(p0, p1, _TILE_PANELS):
         for r in range(r0, whole, MR):
             _tile_vnni(qp, wp, colsump, wscalep, biasp, rowscalep, rowcp, outp, r, r1 - 1, ip[3], ip[1], ip[2],
-                       p, p, fp[0], fp[1])
+                       p, p1 - 1, fp[0], fp[1])
     for r in range(whole, r1):
         for p in range(p0, p1, _ROW_PANELS):
             _row_vnni(qp, wp, colsump, wscalep, biasp, rowscalep, rowcp, outp, r, r, ip[3], ip[1], ip[2],
@@ -105,10 +105,10 @@ def _qd8_plain(t, qp, wp, colsump, wscalep, biasp, rowscalep, rowcp, outp, ip, f
     """:func:`_qd8_vnni` in plain LLVM vector arithmetic."""
     r0, r1, p0, p1 = _task_share(t, ip)
     whole = r0 + (r1 - r0) // MR * MR
-    for p in range(p0, p1):
+    for p in range(p0, p1, _TILE_PANELS):
         for r in range(r0, whole, MR):
             _tile_plain(qp, wp, colsump, wscalep, biasp, rowscalep, rowcp, outp, r, r1 - 1, ip[3], ip[1], ip[2],
-                        p, p, fp[0], fp[1])
+                        p, p1 - 1, fp[0], fp[1])
     for r in range(whole, r1):
         for p in range(p0, p1, _ROW_PANELS):
             _row_plain(qp, wp, colsump, wscalep, biasp, rowscalep, rowcp, outp, r, r, ip[3], ip[1], ip[2],
