@@ -22,28 +22,11 @@ from litegpu.errors import ExecutionError, ModelFormatError, UnsupportedError
 from litegpu.testing.builder import ModelBuilder
 
 from ai_edge_litert.interpreter import Interpreter as LiteRT  # a test dependency: never skipped
-from test_ops_quantized import run_both  # noqa: E402  (the shared runner)
+# The integer references alone (autouse fixture), compared element by element.
+from test_ops_quantized_act import check, references_only  # noqa: E402,F401
 
 RNG_SEED = 31
 I8, U8, I16 = np.int8, np.uint8, np.int16
-
-
-@pytest.fixture(autouse=True)
-def references_only(monkeypatch):
-    """Quantized nodes get no integer kernel: the integer reference runs."""
-    from litegpu_cpu.kernels import registry
-    monkeypatch.setattr(registry, "QUANTIZED_KERNELS", {})
-
-
-def check(model: bytes, inputs: list[np.ndarray]) -> None:
-    """litegpu equals LiteRT on every element."""
-    ours, theirs = run_both(model, inputs)
-    for got, want in zip(ours, theirs):
-        assert got.shape == want.shape and got.dtype == want.dtype, (got.shape, got.dtype, want.shape, want.dtype)
-        differ = np.flatnonzero(got != want)
-        assert differ.size == 0, (f"{differ.size} of {got.size} elements differ, first at {differ[:5].tolist()}: "
-                                  f"ours {got.reshape(-1)[differ[:5]].tolist()} LiteRT "
-                                  f"{want.reshape(-1)[differ[:5]].tolist()}")
 
 
 def random_q(rng, dtype, shape) -> np.ndarray:
