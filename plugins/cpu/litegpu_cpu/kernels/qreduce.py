@@ -37,8 +37,9 @@ def quantized_mean(ctx: NodeContext):
     mean = ctx.node.op == "MEAN"
     m, axes_spec = ctx.attrs.get("mean" if mean else "sum"), ctx.inputs[1]
     x = ctx.inputs[0]
+    # 8-bit MEAN always runs XNNPACK's arithmetic; a SUM says whether it does ("xnn").
     if m is None or axes_spec.value is None or np.dtype(x.dtype) not in (np.dtype(np.int8), np.dtype(np.uint8)) \
-            or "tflite" in m or not m.get("xnn", mean):
+            or not m.get("xnn", mean):
         return None
     axes = sorted(set(reduction_axes(np.asarray(axes_spec.value), len(x.shape))))
     if not axes or axes != list(range(axes[0], axes[-1] + 1)):

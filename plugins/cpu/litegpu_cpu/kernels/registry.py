@@ -88,7 +88,8 @@ def reference_kernel(ctx: NodeContext) -> Kernel:
 
 def make_kernel(ctx: NodeContext) -> Kernel:
     """The best kernel for a node: a specialized one when registered, else the reference.
-    A quantized node only ever gets an integer kernel or its integer reference."""
+    A quantized node only ever gets an integer kernel or its integer reference, but for
+    data movement, which takes the dtype-generic kernel (see the module docstring)."""
     op = ctx.node.op
     table = QUANTIZED_KERNELS if is_quantized_node(ctx) and op not in DATA_MOVEMENT else KERNELS
     factory = table.get(op)
