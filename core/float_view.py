@@ -9,6 +9,25 @@ result is an ordinary float model every backend runs with its float kernels (a G
 backend folds ``QUANT_SIM`` into the producing kernel's store like any elementwise
 follower). Dynamic-range (hybrid) models just get their weights dequantized.
 
+Where float arithmetic on real values would drift from LiteRT's integers, the view
+computes on the integers themselves, still in float:
+
+- an 8-bit CONV_2D / DEPTHWISE_CONV_2D / FULLY_CONNECTED / TRANSPOSE_CONV (XNNPACK's
+  arithmetic on cpu) sums integer-valued floats, ``(x - x_zp) * (w - w_zp)``, which
+  float32 adds exactly while partial sums stay below 2^24; the bias is added, the sum
+  multiplied by XNNPACK's float32 requantization scale and rounded, as XNNPACK does:
+  the same integers, not a quantum off on a tie;
+- an 8-bit ADD / SUB / MUL / MEAN does XNNPACK's arithmetic on the inputs' integers
+  (``GRID_ADD`` with its multipliers, rounded half up; ``GRID_MUL``, the exact product
+  times its scale; MEAN as an exact SUM then its scale and offset);
+- a one-input op on 8- or 16-bit integers (HARD_SWISH, LOGISTIC, TANH, requantizing
+  QUANTIZE, ...) becomes ``QUANT_LUT``: a table of its own integer reference over every
+  input code, looked up with the input's code;
+- a tensor whose every reader takes integers (those nodes, and data movement between
+  them) is kept as integer-valued floats ``q - zp`` (its *grid form*, exact in half
+  precision too for 8 bits); other tensors keep real values, and an integer reader of
+  one gets its grid form from a ``QUANT_SIM`` that rounds it there.
+
 The model's interface is unchanged: the input and output tensors keep their indices,
 types and quantization, so the Interpreter API reads and writes the same integers.
 Tensors added by the rewrite are appended after the model's own; added nodes get
@@ -16,17 +35,32 @@ indices after the file's.
 """
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 import numpy as np
 
+from .errors import LiteGpuError, ModelFormatError
 from .graph import Model, Node, Subgraph, Tensor
-from .ops.registry import OpDef, TensorSpec, register
+from .ops.registry import OpDef, TensorSpec, get_op, register
 from .quant import QuantParams, dequantize, is_quantized
 
 MODE = "float view + quant sim"
 F32 = np.dtype(np.float32)
+
+# Sum-of-products ops computed on integer grid values: (activation, filter, bias) positions.
+EXACT_SUMS = {"CONV_2D": (0, 1, 2), "DEPTHWISE_CONV_2D": (0, 1, 2), "FULLY_CONNECTED": (0, 1, 2),
+              "TRANSPOSE_CONV": (2, 1, 3)}
+# Binary ops on grid values: 8-bit ADD / SUB / MUL with XNNPACK's arithmetic.
+GRID_BINARY = ("ADD", "SUB", "MUL")
+# One-input ops whose quantized output depends on nothing but the input's code.
+LOOKUP_OPS = ("HARD_SWISH", "LOGISTIC", "TANH", "ELU", "GELU", "LEAKY_RELU", "RELU", "RELU6", "RELU_N1_TO_1",
+              "RELU_0_TO_1", "QUANTIZE", "ABS", "NEG", "SQRT", "RSQRT", "EXP", "LOG", "SQUARE")
+# Data movement that carries a grid form through unchanged (same quantization in and out;
+# PAD's implicit padding is the zero point, i.e. 0 in grid form).
+PASS_THROUGH = ("RESHAPE", "SQUEEZE", "EXPAND_DIMS", "TRANSPOSE", "PAD", "SPACE_TO_DEPTH", "DEPTH_TO_SPACE",
+                "SLICE", "STRIDED_SLICE")
+_LOOKUP_LIMIT = 1 << 16   # codes of a table: every int8/uint8/int16 value
 
 
 def is_quantized_model(model: Model) -> bool:
@@ -35,12 +69,12 @@ def is_quantized_model(model: Model) -> bool:
 
 
 def float_view(model: Model) -> Model:
-    """``model`` with every quantized tensor in float and QUANT_SIM after every op that
-    produced a quantized activation (see the module docstring)."""
+    """``model`` rewritten to float as the module docstring says: integer grid arithmetic
+    where LiteRT's integers can be reproduced exactly, QUANT_SIM after the other ops."""
     next_node = max((n.index for sg in model.subgraphs for n in (*sg.nodes, *sg.folded_at_load)), default=-1) + 1
     subgraphs = []
     for sg in model.subgraphs:
-        rewritten, next_node = _subgraph(sg, next_node)
+        rewritten, next_node = _Rewrite(sg, next_node).run()
         subgraphs.append(rewritten)
     return replace(model, subgraphs=tuple(subgraphs))
 
@@ -68,90 +102,442 @@ def _bias_params(t: Tensor) -> QuantParams | None:
                        int(info.min), int(info.max))
 
 
-def _subgraph(sg: Subgraph, next_node: int) -> tuple[Subgraph, int]:
-    tensors = list(sg.tensors)
-    edges = set(sg.inputs) | set(sg.outputs)
+# -- what each node becomes ----------------------------------------------------------------
 
-    def new_tensor(like: Tensor, suffix: str) -> int:
-        index = len(tensors)
-        tensors.append(_float_tensor(like, index, f"{like.name}/{suffix}"))
+
+@dataclass(frozen=True)
+class _Sums:
+    """An 8-bit sum-of-products node computed on grid values (see the module docstring)."""
+
+    x: int            # input position of the activation
+    weights: np.ndarray   # (w - w_zp) as float32, the filter's layout
+    bias: np.ndarray | None
+    requant: dict     # XNNPACK's: scale (per channel), zp, lo, hi
+
+
+@dataclass(frozen=True)
+class _Binary:
+    """An 8-bit ADD/SUB/MUL on grid values. ADD/SUB: XNNPACK's ``(a * am + b * bm) /
+    2^shift`` rounded half up (its bias holds the half), as the float32 multipliers
+    ``am / 2^shift`` (``scale`` None); MUL: ``a * b`` (exact) times the float32 ``scale``,
+    rounded to nearest even."""
+
+    a_multiplier: float
+    b_multiplier: float
+    scale: float | None
+    zp: int
+    lo: int
+    hi: int
+
+
+@dataclass(frozen=True)
+class _Mean:
+    """An 8-bit MEAN as XNNPACK's: the integer sum of the codes times ``s`` plus ``z``
+    (float32, two roundings), rounded to nearest even; ``codes_offset`` is the input zero
+    point times the count, which turns a sum of grid values into the sum of codes."""
+
+    codes_offset: int
+    s: float
+    z: float
+    zp: int
+    qmin: int
+    qmax: int
+
+
+@dataclass(frozen=True)
+class _Lookup:
+    """A one-input node as a table over every input code."""
+
+    codes: QuantParams    # the input's quantization
+    table: np.ndarray     # the integer reference's output for code qmin + k
+    out: QuantParams
+
+
+def _plan(node: Node, tensors: Sequence[Tensor]) -> _Sums | _Binary | _Mean | _Lookup | str | None:
+    """How ``node`` is rewritten: grid sums, a grid ADD/SUB/MUL or MEAN, a lookup, "pass"
+    (data movement that keeps grid form), or None (float op and QUANT_SIM)."""
+    kind = ("sums" if node.op in EXACT_SUMS else "binary" if node.op in GRID_BINARY else "mean" if node.op == "MEAN"
+            else "lookup" if node.op in LOOKUP_OPS else "pass" if node.op in PASS_THROUGH else None)
+    opdef = get_op(node.op)
+    if kind is None or opdef is None or opdef.quantized is None:
+        return None
+    outs = [tensors[o] for o in node.outputs if o >= 0]
+    if not outs or not all(is_quantized(t) and t.data is None for t in outs):
+        return None
+    try:
+        attrs = opdef.node_attrs(node, tensors)
+    except LiteGpuError:
+        return None   # not LiteRT's integer arithmetic: the real-valued view stays
+    if "quant" not in attrs or attrs.get("hybrid"):
+        return None
+    if kind == "pass":
+        x = tensors[node.inputs[0]]
+        return "pass" if is_quantized(x) and x.data is None and (node.op != "PAD" or len(node.inputs) == 2) else None
+    if kind == "sums":
+        return _sums_plan(node, tensors, attrs)
+    if kind == "binary":
+        return _binary_plan(attrs)
+    if kind == "mean":
+        return _mean_plan(node, tensors, attrs)
+    return _lookup_plan(node, tensors, attrs, opdef)
+
+
+def _binary_plan(attrs: dict) -> _Binary | None:
+    p = attrs.get("add")
+    if p is not None:
+        step = np.float32(2.0 ** -p.shift)
+        return _Binary(float(np.float32(p.a_multiplier) * step), float(np.float32(p.b_multiplier) * step), None,
+                       attrs["zp"], attrs["lo"], attrs["hi"])
+    r = attrs.get("requant")
+    if r is None or "scale" not in r:
+        return None   # int16: TFLite's fixed point
+    return _Binary(1.0, 1.0, float(r["scale"]), r["zp"], r["lo"], r["hi"])
+
+
+def _mean_plan(node: Node, tensors: Sequence[Tensor], attrs: dict) -> _Mean | None:
+    from .ops.quantized import xnn_sum_constants
+    from .ops.reduce import reduction_axes
+    m = attrs.get("mean")
+    x, axes = tensors[node.inputs[0]], tensors[node.inputs[1]]
+    if m is None or "tflite" in m or axes.data is None:
+        return None
+    reduced = reduction_axes(axes.data, len(x.shape))
+    if any(x.shape_signature[a] < 0 for a in reduced) if x.shape_signature else False:
+        return None   # the count is known at run time only
+    count = int(np.prod([x.shape[a] for a in reduced], dtype=np.int64))
+    s, z = xnn_sum_constants(count, m, mean=True)
+    return _Mean(count * m["x_zp"], float(s), float(z), m["zp"], m["qmin"], m["qmax"])
+
+
+def _sums_plan(node: Node, tensors: Sequence[Tensor], attrs: dict) -> _Sums | None:
+    r = attrs.get("requant")
+    xi, wi, bi = EXACT_SUMS[node.op]
+    if r is None or r.get("style") != "xnnpack" or tensors[node.inputs[wi]].data is None:
+        return None
+    weights = (tensors[node.inputs[wi]].data.astype(np.float32) - np.float32(r["w_zp"]))
+    bias = None
+    if len(node.inputs) > bi and node.inputs[bi] >= 0:
+        b = tensors[node.inputs[bi]]
+        if b.data is None:
+            return None
+        bias = b.data.astype(np.float32)
+    return _Sums(xi, weights, bias, r)
+
+
+def _lookup_plan(node: Node, tensors: Sequence[Tensor], attrs: dict, opdef: OpDef) -> _Lookup | None:
+    if sum(1 for i in node.inputs if i >= 0 and tensors[i].data is None) != 1 or node.inputs[0] < 0:
+        return None
+    x, out = QuantParams.of(tensors[node.inputs[0]]), QuantParams.of(tensors[node.outputs[0]])
+    if x is None or out is None or not (x.per_tensor and out.per_tensor) or x.qmax - x.qmin >= _LOOKUP_LIMIT:
+        return None
+    codes = np.arange(x.qmin, x.qmax + 1).astype(x.dtype)
+    try:
+        table = opdef.reference_for(attrs)([codes], attrs)[0]
+    except LiteGpuError:
+        return None   # some codes are an error at run time (RSQRT of a negative): not tabled
+
+    if table.shape != codes.shape:
+        return None
+    return _Lookup(x, np.asarray(table), out)
+
+
+# -- the rewrite ---------------------------------------------------------------------------
+
+
+class _Rewrite:
+    """One subgraph's float view."""
+
+    def __init__(self, sg: Subgraph, next_node: int) -> None:
+        self.sg = sg
+        self.next_node = next_node
+        self.tensors = list(sg.tensors)
+        self.nodes: list[Node] = []
+        self.plans = {node.index: _plan(node, sg.tensors) for node in sg.nodes}
+        self.grid = self._grid_form_tensors()
+        self.grid_of: dict[int, int] = {}   # real-form tensor -> its rounded grid form
+        edges = set(sg.inputs) | set(sg.outputs)
+        # Where each quantized tensor's float value lives: in place, except at the edges,
+        # whose integer tensors stay for the caller.
+        self.real: dict[int, int] = {}
+        for t in sg.tensors:
+            if is_quantized(t) or _bias_params(t) is not None:
+                if t.index in edges and t.data is None:
+                    self.real[t.index] = self.new_tensor(_float_tensor(t), f"{t.name}/real")
+                else:
+                    self.tensors[t.index] = _float_tensor(t)
+
+    def _grid_form_tensors(self) -> set[int]:
+        """The quantized activations every reader of which takes grid values: produced in
+        this subgraph, not an output, read only by grid sums (as their activation), lookups
+        (as their input) or pass-through movement whose outputs are grid form too."""
+        sg = self.sg
+        readers: dict[int, list[tuple[Node, int]]] = {}
+        produced: set[int] = set()
+        for node in sg.nodes:
+            for pos, i in enumerate(node.inputs):
+                if i >= 0:
+                    readers.setdefault(i, []).append((node, pos))
+            produced.update(node.outputs)
+        grid = {t.index for t in sg.tensors if t.index in produced and t.index not in sg.outputs
+                and is_quantized(t) and t.data is None and t.index in readers}
+
+        def takes_grid(node: Node, pos: int) -> bool:
+            plan = self.plans[node.index]
+            if isinstance(plan, _Sums):
+                return pos == plan.x
+            if isinstance(plan, _Binary):
+                return pos in (0, 1)
+            if isinstance(plan, _Mean):
+                return pos == 0
+            if isinstance(plan, _Lookup):
+                return pos == 0
+            return plan == "pass" and pos == 0 and all(o in grid for o in node.outputs if o >= 0)
+
+        # Any producer can write grid form (its QUANT_SIM rounds to it); a reader that
+        # cannot take it takes the tensor out, which may take a movement's input out too.
+        changed = True
+        while changed:
+            changed = False
+            for t in sorted(grid):
+                if not all(takes_grid(n, pos) for n, pos in readers[t]):
+                    grid.discard(t)
+                    changed = True
+        return grid
+
+    def new_tensor(self, like: Tensor, name: str, data: np.ndarray | None = None) -> int:
+        """Append a float32 tensor shaped like ``like`` (or ``data``'s constant)."""
+        index = len(self.tensors)
+        if data is not None:
+            data = np.ascontiguousarray(data, np.float32)
+            data.setflags(write=False)
+            like = replace(like, shape=tuple(data.shape), shape_signature=tuple(data.shape))
+        self.tensors.append(replace(like, index=index, name=name, dtype=F32, type_name="FLOAT32", data=data,
+                                    quantization=None, is_variable=False, sparsity=None))
         return index
 
-    # Where each quantized tensor's float value lives: in place, except at the edges,
-    # whose integer tensors stay for the caller.
-    real: dict[int, int] = {}
-    for t in sg.tensors:
-        if is_quantized(t) or _bias_params(t) is not None:
-            if t.index in edges and t.data is None:
-                real[t.index] = new_tensor(t, "real")
+    def add(self, op: str, inputs: tuple, outputs: tuple, options: dict | None = None) -> None:
+        self.nodes.append(Node(self.next_node, op, -1, 1, tuple(inputs), tuple(outputs), options or {}))
+        self.next_node += 1
+
+    def mapped(self, indices: Sequence[int]) -> tuple[int, ...]:
+        return tuple(self.real.get(i, i) if i >= 0 else i for i in indices)
+
+    def grid_input(self, t: int) -> int:
+        """Tensor ``t`` in grid form: itself, a constant's ``q - zp``, or rounded from its
+        real values once."""
+        if t in self.grid:
+            return t
+        source = self.sg.tensors[t]
+        if t not in self.grid_of and source.data is not None:
+            p = QuantParams.of(source)
+            self.grid_of[t] = self.new_tensor(source, f"{source.name}/grid",
+                                              source.data.astype(np.float64) - p.zero_points[0])
+        elif t not in self.grid_of:
+            src = self.mapped([t])[0]
+            self.grid_of[t] = self.new_tensor(self.tensors[src], f"{self.sg.tensors[t].name}/grid")
+            p = QuantParams.of(self.sg.tensors[t])
+            self.add("QUANT_SIM", (src,), (self.grid_of[t],), _sim(p.scale, 1.0, p.zero_point, p.qmin, p.qmax))
+        return self.grid_of[t]
+
+    def out_scale(self, t: int) -> float:
+        """What one step of ``t``'s grid is in its float view: 1 in grid form, else the scale."""
+        return 1.0 if t in self.grid else QuantParams.of(self.sg.tensors[t]).scale
+
+    def run(self) -> tuple[Subgraph, int]:
+        sg = self.sg
+        for i in sg.inputs:
+            if i in self.real:
+                self.add("DEQUANTIZE", (i,), (self.real[i],))
+        for node in sg.nodes:
+            plan = self.plans[node.index]
+            if isinstance(plan, _Sums):
+                self.sums(node, plan)
+            elif isinstance(plan, _Binary):
+                self.grid_binary(node, plan)
+            elif isinstance(plan, _Mean):
+                self.mean(node, plan)
+            elif isinstance(plan, _Lookup):
+                self.lookup(node, plan)
+            elif plan == "pass" and node.inputs[0] in self.grid:
+                self.nodes.append(replace(node, inputs=self.mapped(node.inputs)))
             else:
-                tensors[t.index] = _float_tensor(t)
+                self.simulated(node)
+        for o in sg.outputs:
+            if o in self.real:
+                self.add("QUANTIZE", (self.real[o],), (o,))
+        return replace(sg, tensors=tuple(self.tensors), nodes=tuple(self.nodes)), self.next_node
 
-    def mapped(indices: Sequence[int]) -> tuple[int, ...]:
-        return tuple(real.get(i, i) if i >= 0 else i for i in indices)
-
-    nodes: list[Node] = []
-
-    def add(op: str, inputs: tuple, outputs: tuple, options: dict | None = None) -> None:
-        nonlocal next_node
-        nodes.append(Node(next_node, op, -1, 1, inputs, outputs, options or {}))
-        next_node += 1
-
-    for i in sg.inputs:
-        if i in real:
-            add("DEQUANTIZE", (i,), (real[i],))
-    for node in sg.nodes:
-        quantized_out = [o for o in node.outputs if o >= 0 and is_quantized(sg.tensors[o])]
+    def simulated(self, node: Node) -> None:
+        """The float op, then QUANT_SIM onto each quantized output's grid."""
+        tensors = self.sg.tensors
+        quantized_out = [o for o in node.outputs if o >= 0 and is_quantized(tensors[o])]
         if node.op == "QUANTIZE" and quantized_out:
             # Float (or another grid) onto this tensor's grid: the simulation itself.
-            add("QUANT_SIM", mapped(node.inputs), mapped(node.outputs), _sim_options(sg.tensors[node.outputs[0]]))
-            continue
-        outputs = list(mapped(node.outputs))
+            o = node.outputs[0]
+            p = QuantParams.of(tensors[o])
+            self.add("QUANT_SIM", self.mapped(node.inputs), self.mapped(node.outputs),
+                     _sim(p.scale, self.out_scale(o), p.zero_point, p.qmin, p.qmax))
+            return
+        outputs = list(self.mapped(node.outputs))
         sims = []
         for k, o in enumerate(node.outputs):
             if o in quantized_out:
-                raw = new_tensor(sg.tensors[o], "unrounded")
-                sims.append((raw, outputs[k], _sim_options(sg.tensors[o])))
+                raw = self.new_tensor(tensors[o], f"{tensors[o].name}/unrounded")
+                p = QuantParams.of(tensors[o])
+                sims.append((raw, outputs[k], _sim(p.scale, self.out_scale(o), p.zero_point, p.qmin, p.qmax)))
                 outputs[k] = raw
-        nodes.append(replace(node, inputs=mapped(node.inputs), outputs=tuple(outputs)))
+        self.nodes.append(replace(node, inputs=self.mapped(node.inputs), outputs=tuple(outputs)))
         for raw, out, options in sims:
-            add("QUANT_SIM", (raw,), (out,), options)
-    for o in sg.outputs:
-        if o in real:
-            add("QUANTIZE", (real[o],), (o,))
-    return replace(sg, tensors=tuple(tensors), nodes=tuple(nodes)), next_node
+            self.add("QUANT_SIM", (raw,), (out,), options)
+
+    def sums(self, node: Node, plan: _Sums) -> None:
+        """Grid sums, plus the bias, times XNNPACK's scale, rounded and clamped."""
+        o = node.outputs[0]
+        name = self.sg.tensors[o].name
+        inputs = list(node.inputs)
+        xi, wi, bi = EXACT_SUMS[node.op]
+        inputs[xi] = self.grid_input(node.inputs[xi])
+        inputs[wi] = self.new_tensor(self.tensors[o], f"{name}/grid_filter", plan.weights)
+        if len(inputs) > bi:
+            inputs[bi] = -1
+        acc = self.new_tensor(self.tensors[o], f"{name}/sums")
+        self.nodes.append(replace(node, inputs=self.mapped(inputs), outputs=(acc,),
+                                  options={**node.options, "fused_activation_function": 0}))
+        if plan.bias is not None:
+            biased = self.new_tensor(self.tensors[o], f"{name}/biased")
+            self.add("ADD", (acc, self.new_tensor(self.tensors[o], f"{name}/grid_bias", plan.bias)), (biased,))
+            acc = biased
+        r = plan.requant
+        scale = np.asarray(r["scale"], np.float32).reshape(-1)
+        scaled = self.new_tensor(self.tensors[o], f"{name}/scaled")
+        self.add("MUL", (acc, self.new_tensor(self.tensors[o], f"{name}/requant_scale", scale)), (scaled,))
+        self.add("QUANT_SIM", (scaled,), self.mapped([o]), _sim(1.0, self.out_scale(o), r["zp"], r["lo"], r["hi"]))
+
+    def grid_binary(self, node: Node, plan: _Binary) -> None:
+        """GRID_ADD of both inputs' grid forms rounded half up as XNNPACK's shift does, or
+        GRID_MUL times the scale rounded to nearest even."""
+        o = node.outputs[0]
+        total = self.new_tensor(self.tensors[o], f"{self.sg.tensors[o].name}/unrounded")
+        operands = tuple(self.grid_input(i) for i in node.inputs[:2])
+        if plan.scale is None:
+            self.add("GRID_ADD", operands, (total,), {"a_multiplier": plan.a_multiplier,
+                                                      "b_multiplier": plan.b_multiplier})
+        else:
+            self.add("GRID_MUL", operands, (total,), {"scale": plan.scale})
+        self.add("QUANT_SIM", (total,), self.mapped([o]),
+                 _sim(1.0, self.out_scale(o), plan.zp, plan.lo, plan.hi, "even" if plan.scale else "half_up"))
+
+    def mean(self, node: Node, plan: _Mean) -> None:
+        """SUM of the grid values (exact), plus the zero points back (the sum of codes),
+        times ``s`` plus ``z`` as XNNPACK, rounded onto codes that already hold the zero point."""
+        o = node.outputs[0]
+        name = self.sg.tensors[o].name
+        steps = [self.new_tensor(self.tensors[o], f"{name}/{what}") for what in ("grid_sum", "codes_sum", "scaled",
+                                                                                 "unrounded")]
+        self.nodes.append(replace(node, op="SUM", inputs=(self.grid_input(node.inputs[0]), node.inputs[1]),
+                                  outputs=(steps[0],)))
+        constant = [self.new_tensor(self.tensors[o], f"{name}/{what}", np.float32(v).reshape(1))
+                    for what, v in (("codes_offset", plan.codes_offset), ("s", plan.s), ("z", plan.z))]
+        self.add("ADD", (steps[0], constant[0]), (steps[1],))
+        self.add("MUL", (steps[1], constant[1]), (steps[2],))
+        self.add("ADD", (steps[2], constant[2]), (steps[3],))
+        self.add("QUANT_SIM", (steps[3],), self.mapped([o]),
+                 {**_sim(1.0, self.out_scale(o), plan.zp, plan.qmin, plan.qmax), "coded": True})
+
+    def lookup(self, node: Node, plan: _Lookup) -> None:
+        """QUANT_LUT over the integer reference's outputs, in the output's form."""
+        x, o = node.inputs[0], node.outputs[0]
+        values = (plan.table.astype(np.float64) - plan.out.zero_point) * self.out_scale(o)
+        table = self.new_tensor(self.tensors[o], f"{self.sg.tensors[o].name}/table", values.astype(np.float32))
+        x_scale = 1.0 if x in self.grid else plan.codes.scale
+        self.add("QUANT_LUT", (self.mapped([x])[0], table), self.mapped([o]),
+                 {"in_scale": x_scale, "offset": plan.codes.zero_point - plan.codes.qmin})
 
 
-def _sim_options(t: Tensor) -> dict:
-    p = QuantParams.of(t)
-    return {"scale": p.scale, "zero_point": p.zero_point, "qmin": p.qmin, "qmax": p.qmax}
+def _sim(in_scale: float, out_scale: float, zero_point: int, qmin: int, qmax: int,
+         rounding: str = "even") -> dict:
+    return {"in_scale": float(in_scale), "out_scale": float(out_scale), "zero_point": int(zero_point),
+            "qmin": int(qmin), "qmax": int(qmax), "rounding": rounding}
 
 
-# -- QUANT_SIM: the op the rewrite inserts -------------------------------------------------
+# -- the ops the rewrite inserts -----------------------------------------------------------
 
 
 def _sim_attrs(node: Node, tensors: Sequence[Tensor]) -> dict:
     o = node.options
-    return {"scale": float(o["scale"]), "zero_point": int(o["zero_point"]), "qmin": int(o["qmin"]),
-            "qmax": int(o["qmax"])}
+    rounding = o.get("rounding", "even")
+    if rounding not in ("even", "half_up"):
+        raise ModelFormatError(f"QUANT_SIM rounding {rounding!r} is not 'even' or 'half_up'")
+    return {"in_scale": float(o["in_scale"]), "out_scale": float(o["out_scale"]),
+            "zero_point": int(o["zero_point"]), "qmin": int(o["qmin"]), "qmax": int(o["qmax"]), "rounding": rounding,
+            "coded": bool(o.get("coded", False))}
 
 
-def _sim_infer(inputs: list[TensorSpec], attrs: dict) -> list[TensorSpec]:
+def _same_shape_f32(inputs: list[TensorSpec], attrs: dict) -> list[TensorSpec]:
     return [TensorSpec(tuple(inputs[0].shape), F32)]
 
 
 def quant_sim(x: np.ndarray, attrs: dict) -> np.ndarray:
-    """``(clamp(rint(x / scale) + zp, qmin, qmax) - zp) * scale`` in float32 (``x`` times
-    the reciprocal, rounded to nearest even, as XNNPACK quantizes)."""
-    s = np.float32(attrs["scale"])
+    """``(clamp(rint(x / in_scale) + zp, qmin, qmax) - zp) * out_scale`` in float32: onto
+    a grid whose step is ``in_scale`` in ``x`` (times the reciprocal, rounded to nearest
+    even as XNNPACK quantizes, or half up with ``rounding="half_up"``) and back in steps
+    of ``out_scale`` (1: grid form). With ``coded`` the rounded value is already the code
+    (the zero point is not added)."""
+    inv = np.float32(1) / np.float32(attrs["in_scale"])
     zp = np.float32(attrs["zero_point"])
-    q = np.clip(np.rint(np.asarray(x, np.float32) * (np.float32(1) / s)) + zp, attrs["qmin"], attrs["qmax"])
-    return ((q - zp) * s).astype(np.float32)
+    steps = np.asarray(x, np.float32) * inv
+    rounded = np.floor(steps + np.float32(0.5)) if attrs.get("rounding") == "half_up" else np.rint(steps)
+    q = np.clip(rounded if attrs.get("coded") else rounded + zp, attrs["qmin"], attrs["qmax"])
+    return ((q - zp) * np.float32(attrs["out_scale"])).astype(np.float32)
 
 
-register(OpDef(name="QUANT_SIM", attrs=_sim_attrs, infer=_sim_infer,
+def _lut_attrs(node: Node, tensors: Sequence[Tensor]) -> dict:
+    return {"in_scale": float(node.options["in_scale"]), "offset": int(node.options["offset"])}
+
+
+def quant_lut(x: np.ndarray, table: np.ndarray, attrs: dict) -> np.ndarray:
+    """``table[rint(x / in_scale) + offset]``: the input's code (clamped into the table)
+    indexes the integer reference's outputs."""
+    inv = np.float32(1) / np.float32(attrs["in_scale"])
+    k = np.rint(np.asarray(x, np.float32) * inv) + np.float32(attrs["offset"])
+    k = np.clip(np.nan_to_num(k, nan=0.0), 0, table.size - 1).astype(np.int64)
+    return np.asarray(table, np.float32).reshape(-1)[k]
+
+
+register(OpDef(name="QUANT_SIM", attrs=_sim_attrs, infer=_same_shape_f32,
                reference=lambda inputs, attrs: [quant_sim(inputs[0], attrs)],
                doc="Quantization simulation of the float view: round to a tensor's integer grid and back."))
+def _grid_add_attrs(node: Node, tensors: Sequence[Tensor]) -> dict:
+    return {"a_multiplier": float(node.options["a_multiplier"]), "b_multiplier": float(node.options["b_multiplier"])}
 
 
-__all__ = ["MODE", "float_view", "is_quantized_model", "quant_sim"]
+def grid_add(a: np.ndarray, b: np.ndarray, attrs: dict) -> np.ndarray:
+    """``a * a_multiplier + b * b_multiplier`` in float32 (broadcast): two grids summed in
+    steps of the output's grid."""
+    am, bm = np.float32(attrs["a_multiplier"]), np.float32(attrs["b_multiplier"])
+    return (np.asarray(a, np.float32) * am + np.asarray(b, np.float32) * bm).astype(np.float32)
+
+
+def _grid_add_infer(inputs: list[TensorSpec], attrs: dict) -> list[TensorSpec]:
+    return [TensorSpec(tuple(np.broadcast_shapes(tuple(inputs[0].shape), tuple(inputs[1].shape))), F32)]
+
+
+def grid_mul(a: np.ndarray, b: np.ndarray, attrs: dict) -> np.ndarray:
+    """``(a * b) * scale`` in float32 (broadcast): the exact product of two grids, times
+    the requantization scale once."""
+    return ((np.asarray(a, np.float32) * np.asarray(b, np.float32)) * np.float32(attrs["scale"])).astype(np.float32)
+
+
+register(OpDef(name="GRID_ADD", attrs=_grid_add_attrs, infer=_grid_add_infer,
+               reference=lambda inputs, attrs: [grid_add(inputs[0], inputs[1], attrs)],
+               doc="ADD/SUB of the float view on two grids: each times its multiplier, summed."))
+register(OpDef(name="GRID_MUL", attrs=lambda node, tensors: {"scale": float(node.options["scale"])},
+               infer=_grid_add_infer, reference=lambda inputs, attrs: [grid_mul(inputs[0], inputs[1], attrs)],
+               doc="MUL of the float view on two grids: the product times the requantization scale."))
+register(OpDef(name="QUANT_LUT", attrs=_lut_attrs, infer=_same_shape_f32,
+               reference=lambda inputs, attrs: [quant_lut(inputs[0], inputs[1], attrs)],
+               doc="A quantized one-input op of the float view: its integer reference tabled by input code."))
+
+
+__all__ = ["EXACT_SUMS", "GRID_BINARY", "LOOKUP_OPS", "MODE", "PASS_THROUGH", "float_view", "grid_add", "grid_mul",
+           "is_quantized_model", "quant_lut", "quant_sim"]

@@ -1,11 +1,13 @@
-"""The float view of quantized models (litegpu.float_view): the rewrite, QUANT_SIM, and
-small int8 / int16 / hybrid models on opencl against LiteRT's integers.
+"""The float view of quantized models (litegpu.float_view): the rewrite, its ops
+(QUANT_SIM, QUANT_LUT, GRID_ADD, GRID_MUL), and small int8 / uint8 / hybrid models on
+opencl against LiteRT's integers.
 
 A GPU backend runs a quantized model as LiteRT's GPU delegate does: constants
 dequantized, QUANT_SIM after every op that produced a quantized tensor (folded into the
-producing kernel's store), the edges quantized and dequantized. One op at a time the
-float view lands on LiteRT's integers but for a rare tie (a quantum); the shared models'
-figures are in tests/test_quantized_models.py.
+producing kernel's store), the edges quantized and dequantized. Where LiteRT runs XNNPACK's
+8-bit arithmetic (convolutions, FULLY_CONNECTED, ADD/SUB/MUL, MEAN) and lookup tables, the
+view computes on integer-valued floats and lands on LiteRT's integers exactly, in F32 and
+in F32_F16; the shared models' figures are in tests/test_quantized_models.py.
 """
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import numpy as np
 import pytest
 
 import litegpu
-from litegpu.float_view import float_view, quant_sim
+from litegpu.float_view import float_view, grid_add, grid_mul, quant_lut, quant_sim
 from litegpu.testing.builder import ModelBuilder
 
 from test_ops_quantized import q8, run_both, weights
@@ -50,7 +52,7 @@ def conv_model(rng) -> bytes:
     return b.build()
 
 
-def test_the_rewrite_keeps_the_interface_and_simulates_every_quantized_output() -> None:
+def test_the_rewrite_keeps_the_interface_and_computes_on_grid_values() -> None:
     model = litegpu.load_model(conv_model(np.random.default_rng(RNG_SEED)))
     view = float_view(model)
     sg, fv = model.subgraphs[0], view.subgraphs[0]
@@ -60,19 +62,151 @@ def test_the_rewrite_keeps_the_interface_and_simulates_every_quantized_output() 
     assert all(t.dtype == np.float32 for t in fv.tensors if t.index not in (*sg.inputs, *sg.outputs)
                and t.data is None)
     ops = [n.op for n in fv.nodes]
-    assert ops == ["DEQUANTIZE", "DEQUANTIZE", "CONV_2D", "QUANT_SIM", "ADD", "QUANT_SIM", "MEAN", "QUANT_SIM",
+    assert ops == ["DEQUANTIZE", "DEQUANTIZE",
+                   "QUANT_SIM", "CONV_2D", "ADD", "MUL", "QUANT_SIM",       # x onto its grid; the conv's sums
+                   "QUANT_SIM", "GRID_ADD", "QUANT_SIM",                    # z onto its grid; the ADD
+                   "QUANT_SIM", "SUM", "ADD", "MUL", "ADD", "QUANT_SIM",    # s (an output: real) onto its grid; MEAN
                    "QUANTIZE", "QUANTIZE"]
-    # The weights and the bias are dequantized once: their real values.
-    conv = fv.nodes[2]
-    w, wq = fv.tensors[conv.inputs[1]], sg.tensors[conv.inputs[1]]
-    np.testing.assert_allclose(w.data, wq.data.astype(np.float32) * wq.quantization.scales[:, None, None, None])
-    assert fv.tensors[conv.inputs[2]].dtype == np.float32
+    conv = fv.nodes[3]
+    # The filter is its integers (zero points 0 here), the bias comes after the sums.
+    w, wq = fv.tensors[conv.inputs[1]], sg.tensors[sg.nodes[0].inputs[1]]
+    np.testing.assert_array_equal(w.data, wq.data.astype(np.float32))
+    assert conv.inputs[2] == -1 and conv.options["fused_activation_function"] == 0
+    # y is read by the ADD only, so it stays in grid form (no rounding back to real values).
+    y_sim = fv.nodes[6]
+    assert y_sim.options["in_scale"] == 1.0 and y_sim.options["out_scale"] == 1.0
+    assert fv.nodes[9].options["rounding"] == "half_up"    # XNNPACK's ADD shifts with half up
 
 
 def test_quant_sim_rounds_to_the_grid_and_saturates() -> None:
-    attrs = {"scale": 0.5, "zero_point": 3, "qmin": -128, "qmax": 127}
+    attrs = {"in_scale": 0.5, "out_scale": 0.5, "zero_point": 3, "qmin": -128, "qmax": 127}
     x = np.array([0.0, 0.25, 0.75, 1.1, -100.0, 100.0, -0.25], np.float32)
     np.testing.assert_array_equal(quant_sim(x, attrs), [0.0, 0.0, 1.0, 1.0, -65.5, 62.0, -0.0])
+    grid = {**attrs, "in_scale": 1.0, "out_scale": 1.0}
+    y = np.array([2.5, 3.5, -2.5, 200.0], np.float32)
+    np.testing.assert_array_equal(quant_sim(y, grid), [2.0, 4.0, -2.0, 124.0])       # to even; 127 - zp
+    np.testing.assert_array_equal(quant_sim(y, {**grid, "rounding": "half_up"}), [3.0, 4.0, -2.0, 124.0])
+    # coded: the value already holds the zero point (XNNPACK's MEAN folds it in).
+    np.testing.assert_array_equal(quant_sim(y, {**grid, "coded": True}), [-1.0, 1.0, -5.0, 124.0])
+
+
+def test_grid_ops_references() -> None:
+    a = np.array([[3.0, -7.0], [0.0, 127.0]], np.float32)
+    b = np.array([5.0, -128.0], np.float32)
+    np.testing.assert_array_equal(grid_add(a, b, {"a_multiplier": 0.5, "b_multiplier": -0.25}),
+                                  a * np.float32(0.5) - b * np.float32(0.25))
+    np.testing.assert_array_equal(grid_mul(a, b, {"scale": 0.125}), (a * b) * np.float32(0.125))
+    table = np.arange(256, dtype=np.float32) * 2
+    codes = np.array([-128, -1, 0, 127], np.float32) * np.float32(0.1)   # real values of scale 0.1
+    np.testing.assert_array_equal(quant_lut(codes, table, {"in_scale": 0.1, "offset": 128}),
+                                  [0.0, 254.0, 256.0, 510.0])
+    # NaN and strays stay inside the table.
+    np.testing.assert_array_equal(quant_lut(np.array([np.nan, 1e9, -1e9], np.float32), table,
+                                            {"in_scale": 1.0, "offset": 128}), [0.0, 510.0, 0.0])
+
+
+def zoo_model(rng, dtype=np.int8) -> tuple[bytes, list[tuple[int, ...]]]:
+    """One model through every kind of grid node: convolutions (per channel and per
+    tensor, depthwise, transpose, fully connected), PAD passing grid form through, lookups
+    (HARD_SWISH, LOGISTIC), ADD / SUB / MUL with broadcasting, MEAN; uint8 takes the
+    legacy scheme's subset (one filter scale, filter zero point)."""
+    b = ModelBuilder()
+    u8 = dtype == np.uint8
+    lo = 0 if u8 else -128
+    x = b.input("x", (1, 8, 8, 12), dtype, scale=[0.04], zero_point=[lo + 123])
+
+    filter_scales = {}
+
+    def filt(name, shape, axis):
+        if u8:
+            filter_scales[name] = np.float32([0.01])
+            return b.const(name, rng.integers(0, 256, shape).astype(np.uint8), scale=[0.01], zero_point=[131])
+        n = shape[axis]
+        filter_scales[name] = rng.uniform(0.003, 0.02, n).astype(np.float32)
+        return b.const(name, weights(rng, shape), scale=filter_scales[name], zero_point=[0] * n,
+                       quantized_dimension=axis)
+
+    def bias(name, n, in_scale, filt_name):
+        scales = (np.float32(in_scale) * filter_scales[filt_name]).astype(np.float32)
+        return b.const(name, rng.integers(-3000, 3000, n).astype(np.int32), scale=scales,
+                       zero_point=[0] * scales.size)
+
+    def act(name, shape, scale, zp):
+        return b.tensor(name, shape, dtype, scale=[scale], zero_point=[zp + (128 if u8 else 0)])
+
+    w1 = filt("w1", (16, 3, 3, 12), 0)
+    c1 = act("c1", (1, 8, 8, 16), 0.03, -128)
+    b.op("CONV_2D", [x, w1, bias("b1", 16, 0.04, "w1")], [c1], padding="SAME", stride_h=1, stride_w=1, fused_activation_function="RELU6")
+    w2 = filt("w2", (1, 3, 3, 16), 3)
+    d1 = act("d1", (1, 4, 4, 16), 0.05, 3)
+    b.op("DEPTHWISE_CONV_2D", [c1, w2, bias("b2", 16, 0.03, "w2")], [d1], padding="SAME", stride_h=2, stride_w=2, depth_multiplier=1)
+    p1 = act("p1", (1, 6, 6, 16), 0.05, 3)
+    b.op("PAD", [d1, b.const("pads", np.array([[0, 0], [1, 1], [1, 1], [0, 0]], np.int32))], [p1])
+    w3 = filt("w3", (8, 1, 1, 16), 0)
+    c2 = act("c2", (1, 6, 6, 8), 0.07, -2)
+    b.op("CONV_2D", [p1, w3, bias("b3", 8, 0.05, "w3")], [c2], padding="VALID", stride_h=1, stride_w=1)
+    m = act("m", (1, 6, 6, 8), 0.04, 0)
+    if u8:
+        b.op("MUL", [c2, c2], [m])
+    else:
+        h = act("h", (1, 6, 6, 8), 0.05, -10)
+        b.op("HARD_SWISH", [c2], [h])
+        g = b.tensor("g", (1, 6, 6, 8), dtype, scale=[1 / 256], zero_point=[-128])
+        b.op("LOGISTIC", [h], [g])
+        b.op("MUL", [h, g], [m])
+    a = act("a", (1, 6, 6, 8), 0.08, 1)
+    b.op("ADD", [m, c2], [a], fused_activation_function="RELU")
+    vec = b.const("vec", rng.integers(lo, lo + 256, 8).astype(dtype), scale=[0.06], zero_point=[lo + 130])
+    sb = act("sb", (1, 6, 6, 8), 0.1, -5)
+    b.op("SUB", [a, vec], [sb])
+    mn = act("mn", (1, 1, 1, 8), 0.03, 7)
+    b.op("MEAN", [sb, b.const("axes", np.array([1, 2], np.int32))], [mn], keep_dims=True)
+    flat = act("flat", (1, 8), 0.03, 7)
+    b.op("RESHAPE", [mn, b.const("shape", np.array([1, 8], np.int32))], [flat])
+    w4 = filt("w4", (5, 8), 0)
+    fc = act("fc", (1, 5), 0.2, -1)
+    b.op("FULLY_CONNECTED", [flat, w4, bias("b4", 5, 0.03, "w4")], [fc])
+    w5 = filt("w5", (4, 3, 3, 8), 0)
+    tc = act("tc", (1, 12, 12, 4), 0.3, 2)
+    b.op("TRANSPOSE_CONV", [b.const("out_shape", np.array([1, 12, 12, 4], np.int32)), w5, c2, bias("b5", 4, 0.07, "w5")], [tc],
+         padding="SAME", stride_h=2, stride_w=2)
+    b.output(fc, tc, sb)
+    return b.build(), [(1, 8, 8, 12)]
+
+
+@pytest.mark.parametrize("fp16", [False, True], ids=["F32", "F32_F16"])
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8], ids=["int8", "uint8"])
+def test_grid_arithmetic_on_opencl_equals_litert(opencl, dtype, fp16: bool) -> None:
+    """Every grid node of the view on opencl lands on LiteRT's integers exactly, in half
+    storage too (8-bit grid values are exact in fp16)."""
+    for seed in range(3):
+        rng = np.random.default_rng(seed)
+        model, shapes = zoo_model(rng, dtype)
+        lo = np.iinfo(dtype).min
+        inputs = [rng.integers(lo, lo + 256, s).astype(dtype) for s in shapes]
+        ours, want = run_both(model, inputs)
+        for o, w in zip(ours, want):
+            np.testing.assert_array_equal(o, w)     # the cpu integer kernels, for reference
+        got, report = on_opencl(model, inputs, fp16)
+        assert report.nodes_on("cpu") == 0
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(g, w)
+
+
+def test_grid_form_only_where_every_reader_takes_it() -> None:
+    """c2 feeds a convolution-free mix (lookup, ADD, MUL, TRANSPOSE_CONV): all grid
+    readers, so it is never rounded back to real values; sb is an output (real)."""
+    model = litegpu.load_model(zoo_model(np.random.default_rng(0))[0])
+    sg, fv = model.subgraphs[0], float_view(model).subgraphs[0]
+    names = {t.index: t.name for t in sg.tensors}
+    sims = {names.get(n.outputs[0], fv.tensors[n.outputs[0]].name): n.options for n in fv.nodes
+            if n.op == "QUANT_SIM"}
+    assert sims["c2"]["out_scale"] == 1.0 and sims["c1"]["out_scale"] == 1.0
+    assert [n.op for n in fv.nodes].count("QUANT_LUT") == 2
+    pad = next(n for n in fv.nodes if n.op == "PAD")
+    assert pad.outputs == tuple(t.index for t in sg.tensors if t.name == "p1")   # no QUANT_SIM after it
+    assert not any(n.op == "QUANT_SIM" and n.inputs[0] in pad.outputs and n.options["out_scale"] != 1.0
+                   for n in fv.nodes)
 
 
 @pytest.mark.parametrize("fp16", [False, True], ids=["F32", "F32_F16"])

@@ -98,13 +98,14 @@ def test_quantization_details_match_litert(name: str) -> None:
 
 
 # The float view's error against LiteRT's integers, in output quanta: (F32 bound on the
-# 99.9th percentile, F32_F16 bound). The integer arithmetic rounds at every layer where the
-# float view rounds its simulation, so a quantum here and there moves through deep
-# networks: LiteRT's own two CPU paths (XNNPACK, builtin) differ by up to 18 quanta on
-# mobilenet_v2_int8's logits. Measured maxima are in the closing notes; these bounds
-# leave some room above them.
-FLOAT_VIEW_BOUNDS = {"mobilenet_v2_int8.tflite": (16, 32), "mobilenet_v3_small_int8.tflite": (10, 14),
-                     "unet_small_int16x8.tflite": (8, 48)}
+# 99.9th percentile, F32_F16 bound). The 8-bit models compute on integer grid values (see
+# litegpu.float_view) and measure 0 in F32; the bound is the issue's target of 2, which
+# leaves room for an FMA-contracted GRID_ADD landing on the other side of a tie on some
+# OpenCL compiler. In F32_F16, mobilenet_v3_small_int8's float input is stored in half
+# before its QUANTIZE (8 quanta measured; 0.03 with an input exact in half). 16x8 models
+# sum int16 x int8 products in float32 (exact only below 2^24): 3 measured in F32.
+FLOAT_VIEW_BOUNDS = {"mobilenet_v2_int8.tflite": (2, 2), "mobilenet_v3_small_int8.tflite": (2, 10),
+                     "unet_small_int16x8.tflite": (4, 40)}
 
 
 @pytest.mark.parametrize("fp16", [False, True], ids=["F32", "F32_F16"])

@@ -304,8 +304,13 @@ class NodeGen:
                 return f"(real4)({lit})" if vector else f"(real)({lit})"
             ptr = self.tensor_param(f.other)
             return f"(real4)(LD({ptr}, 0))" if vector else f"LD({ptr}, 0)"
-        ptr = self.tensor_param(f.other)
         idx = index if f.kind == "same" else f"(({index}) % {channels})"
+        if spec.value is not None and self.precision.half_storage:
+            # A constant operand keeps float32 in half storage: the float view's
+            # requantization scales and integer biases must not round to 11 bits.
+            ptr = self.const(np.asarray(spec.value, np.float32).reshape(-1), storage=False)
+            return f"TO_REAL4(vload4(0, {ptr} + ({idx})))" if vector else f"(real){ptr}[{idx}]"
+        ptr = self.tensor_param(f.other)
         return f"LD4({ptr}, {idx})" if vector else f"LD({ptr}, {idx})"
 
     # -- the kernel -----------------------------------------------------------------------

@@ -98,12 +98,14 @@ def _floor_mod(x: str, y: str, attrs: dict) -> str:
 
 def _quant_sim(x: str, a: dict) -> str:
     """QUANT_SIM (the float view of quantized models, litegpu.float_view): onto the
-    tensor's integer grid (``x`` times the reciprocal scale, rounded to nearest even, plus
-    the zero point, clamped) and back to real values."""
-    inv = float(np.float32(1) / np.float32(a["scale"]))
+    tensor's integer grid (``x`` times the reciprocal input step, rounded to nearest
+    even, plus the zero point, clamped) and back in output steps (none: grid form)."""
+    inv = float(np.float32(1) / np.float32(a["in_scale"]))
     zp = _r(a["zero_point"])
-    return (f"((clamp(rint({x} * {_r(inv)}) + {zp}, {_r(a['qmin'])}, {_r(a['qmax'])}) - {zp})"
-            f" * {_r(a['scale'])})")
+    steps = x if inv == 1.0 else f"{x} * {_r(inv)}"
+    rounded = f"floor({steps} + {_r(0.5)})" if a.get("rounding") == "half_up" else f"rint({steps})"
+    code = f"clamp({rounded}{'' if a.get('coded') else f' + {zp}'}, {_r(a['qmin'])}, {_r(a['qmax'])})"
+    return f"({code} - {zp})" if a["out_scale"] == 1.0 else f"(({code} - {zp}) * {_r(a['out_scale'])})"
 
 
 CHAIN_UNARY.update({
@@ -133,6 +135,8 @@ for _op in ("RELU", "RELU6", "RELU_N1_TO_1"):   # the same clamps as the fused a
     CHAIN_UNARY[_op] = lambda x, a, act=ACTIVATION_C[_op]: act(x)
 CHAIN_BINARY.update({
     "ADD": lambda x, y, a: f"({x} + {y})",
+    "GRID_ADD": lambda x, y, a: f"({x} * {_r(a['a_multiplier'])} + {y} * {_r(a['b_multiplier'])})",
+    "GRID_MUL": lambda x, y, a: f"(({x} * {y}) * {_r(a['scale'])})",
     "SUB": lambda x, y, a: f"({x} - {y})",
     "MUL": lambda x, y, a: f"({x} * {y})",
     "DIV": lambda x, y, a: f"({x} / {y})",
@@ -459,7 +463,24 @@ def zeros_like(g: NodeGen) -> list[KernelSpec]:
     return [pointwise(g, [], lambda v: "(real4)0" if width == 4 else "(real)0", width=width)]
 
 
-# -- the edges of the float view of quantized models (litegpu.float_view) --------------------
+# -- the float view of quantized models (litegpu.float_view) -----------------------------
+
+
+@generator("QUANT_LUT", epilogue=True)
+def quant_lut(g: NodeGen) -> list[KernelSpec]:
+    """A quantized one-input op of the float view: the input's code (rounded in float,
+    NaN and strays clamped into the table) indexes its table of outputs, kept float32."""
+    table = g.ctx.inputs[1].value
+    if table is None:
+        raise Decline("QUANT_LUT with a table computed at run time")
+    ptr = g.const(np.asarray(table, np.float32).reshape(-1), storage=False)
+    inv = float(np.float32(1) / np.float32(g.attrs["in_scale"]))
+    last = c_float(np.asarray(table).size - 1)
+
+    def compute(v: list[str]) -> str:
+        code = f"rint((float){v[0]} * {c_float(inv)}) + {c_float(g.attrs['offset'])}"
+        return f"(real){ptr}[(int)fmin(fmax({code}, 0.0f), {last})]"
+    return [pointwise(g, [0], compute)]
 
 
 @generator("QUANTIZE", "DEQUANTIZE", epilogue=True)
