@@ -19,6 +19,7 @@ from .backend import COMPLETE, Backend, CompileOptions, Event, NodeContext, Part
 from .errors import (ExecutionError, InvalidArgumentError, LiteGpuError, ModelFormatError, ResourceLimitError,
                      UnsupportedError)
 from .graph import Model, Subgraph
+from .quant import variable_initial_value
 from .memory import ArenaPlan, Usage, plan_arena
 from .ops import DynamicShape, TensorSpec, get_op
 from .partition import CPU, DelegationReport, assign
@@ -207,7 +208,9 @@ class CompiledSubgraph:
             raise ResourceLimitError(f"the model needs {total} bytes of tensor memory, over the limit of "
                                      f"{limit} bytes (raise it with Limits.max_bytes)")
         for t, spec in host_specs.items():
-            self.host[t] = spec.value if spec.value is not None else np.zeros(spec.shape, spec.dtype)
+            # A variable starts where TFLite's ResetVariableTensor puts it (int8: its zero point).
+            start = variable_initial_value(sg.tensors[t]) if sg.tensors[t].is_variable else 0
+            self.host[t] = spec.value if spec.value is not None else np.full(spec.shape, start, spec.dtype)
         log.info("subgraph %d: %d nodes planned into %d partitions (%d folded) in %.1f ms", sg_index,
                  len(contexts), len(planned), len(folded), (time.perf_counter() - start) * 1e3)
         self.steps: list[tuple[Program, list[int], list[int]]] = [

@@ -338,6 +338,15 @@ def activation_range(activation: str, out: QuantParams, style: str = "xnnpack") 
     return max(out.qmin, bound(low, out.qmin)), min(out.qmax, bound(high, out.qmax))
 
 
+def variable_initial_value(tensor: Tensor) -> int:
+    """What a variable tensor without data starts (and is reset) at, as TFLite's
+    ``ResetVariableTensor``: its zero point for int8, else 0."""
+    q = tensor.quantization
+    if np.dtype(tensor.dtype) == np.int8 and q is not None and q.is_set and len(q.zero_points):
+        return int(np.asarray(q.zero_points).reshape(-1)[0])
+    return 0
+
+
 # -- quantize / dequantize ----------------------------------------------------------------
 
 

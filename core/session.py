@@ -22,7 +22,7 @@ from .backend import Backend, Branch, CompileOptions, Copy, Loop, run_steps
 from .errors import InvalidArgumentError, LiteGpuError, ModelFormatError, ResourceLimitError
 from .executor import CompiledSubgraph, Limits, infer_subgraph, make_runtime
 from .float_view import MODE as FLOAT_VIEW, float_view, is_quantized_model
-from .quant import quantization_mode
+from .quant import quantization_mode, variable_initial_value
 from .graph import Model
 from .ops import TensorSpec, get_op
 from .partition import CONTROL_FLOW, CPU, Assignment, DelegationReport, assign
@@ -446,7 +446,8 @@ def _reset_variables(compiled: CompiledSubgraph) -> None:
     for tensor in compiled.sg.tensors:
         array = compiled.host.get(tensor.index)
         if tensor.is_variable and array is not None:
-            array[...] = 0 if tensor.data is None else np.asarray(tensor.data).reshape(array.shape)
+            array[...] = variable_initial_value(tensor) if tensor.data is None else \
+                np.asarray(tensor.data).reshape(array.shape)
 
 
 def _note_cpu_precision(report: DelegationReport) -> None:

@@ -991,7 +991,8 @@ def _lstm_attrs_common(node: Node, tensors: Sequence[Tensor], seq: bool) -> dict
               "projection_bias": (n_output,), "input_layer_norm": (n_cell,), "forget_layer_norm": (n_cell,),
               "cell_layer_norm": (n_cell,), "output_layer_norm": (n_cell,)}
     for name, shape in expect.items():
-        if t[name] is not None:
+        # A full-integer LSTM (int8 input) has int32 biases; ops/integer_lstm.py checks its types.
+        if t[name] is not None and not is_quantized(x):
             _check_float(t[name], name)
         if t[name] is not None and tuple(t[name].shape) != shape:
             raise ModelFormatError(f"{name} has shape {list(t[name].shape)}, expected {list(shape)}")

@@ -21,6 +21,7 @@ from ..model import load_model
 from ..executor import infer_subgraph
 from ..float_view import float_view, is_quantized_model
 from ..ops import TensorSpec, get_op
+from ..quant import variable_initial_value
 
 LITERT_THREADS = 2
 
@@ -93,7 +94,7 @@ class _Evaluator:
             if t.data is not None:
                 values[t.index] = t.data
             elif t.is_variable:
-                values[t.index] = np.zeros(t.shape, t.dtype)
+                values[t.index] = np.full(t.shape, variable_initial_value(t), t.dtype)
         for i, x in zip(sg.inputs, inputs):
             values[i] = x
         for node in sg.nodes:
