@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 from llvmlite import ir
 from numba import njit, types
+from numba.core import cgutils
 from numba.extending import intrinsic
 
 # 2**e for e in [-220, 190]: n = round(x / ln 2) over the clamped argument range below.
@@ -115,5 +116,134 @@ def sigmoid32(x):
     e = exp32(-abs(x))
     return (_F1 if x >= _F0 else e) / (_F1 + e)
 
+
+
+# exp_parts32 clamps its float64 argument to [-170, 89]: above, float32 exp overflows
+# (exp(89) > FLT_MAX); below, exp(v) < 1e-73, so a product with any factor a caller of
+# this module has (|x| <= 14.5 in gelu32, |x| <= 14 where gelu_tanh32's exponent is
+# -170) is below half the smallest subnormal. n = round(v / ln 2) then lies in
+# [-245, 128], and both 2**(n//2) and 2**(n - n//2) are normal float32 numbers.
+_EXP_LO, _EXP_HI = -170.0, 89.0
+_LN2 = 0.6931471805599453
+
+
+@njit(cache=True, inline="always")
+def exp_parts32(v):
+    """exp of a float64 ``v`` as two float32 factors ``(m, s)``, ``exp(v) ~= m * s``: ``m``
+    a normal number, ``s`` a power of two (0 below the range). The reduction
+    ``r = v - n ln 2`` is done in float64, so an argument that is itself a float64
+    expression (``-x*x/2`` exactly, ``(x - max) * beta``) keeps the bits a float32
+    argument would lose: exp magnifies an argument's absolute error into the result's
+    relative error, up to 100 float32 ulps at |v| ~ 100. Then the degree-7 polynomial of
+    :func:`exp32` in float32. A caller that multiplies ``m`` by its own factors first and
+    by ``s`` last rounds once into the subnormal range. ``m * s`` is within ~1.5 ulps of
+    float64 exp; NaN gives ``m`` NaN; -inf gives 0 and +inf gives inf."""
+    c = v if v > _EXP_LO else _EXP_LO        # written as selects: NaN becomes a bound, so
+    c = c if c < _EXP_HI else _EXP_HI        # the integer conversion below never sees it
+    n = np.floor(c * _LOG2E + 0.5)
+    r = np.float32(c - n * _LN2)
+    p = _F1 + r * (_F1 + r * (np.float32(0.5) + r * (np.float32(1.6666666e-1) + r * (
+        np.float32(4.1666668e-2) + r * (np.float32(8.333334e-3) + r * (np.float32(1.3888889e-3)
+                                                                      + r * np.float32(1.984127e-4)))))))
+    whole = np.int32(n)
+    half = whole >> np.int32(1)
+    m = p * _float32_from_bits((half + np.int32(127)) << np.int32(23))
+    s = _float32_from_bits((whole - half + np.int32(127)) << np.int32(23))
+    return (m if v == v else np.float32(v)), (s if v >= _EXP_LO else _F0)
+
+
+@intrinsic
+def _fma32(typingctx, a, b, c):
+    """``a * b + c`` of float32s rounded once (llvm.fma: one instruction, and it vectorizes)."""
+    def codegen(context, builder, signature, args):
+        return builder.fma(*args)
+    return types.float32(types.float32, types.float32, types.float32), codegen
+
+
+@intrinsic
+def maxnum32(typingctx, a, b):
+    """The larger of two float32s, the other one when either is NaN (llvm.maxnum): a
+    running maximum written with it vectorizes as a reduction, where ``a if a > b else b``
+    stays scalar."""
+    def codegen(context, builder, signature, args):
+        f32 = ir.FloatType()
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(f32, [f32, f32]), "llvm.maxnum.f32")
+        return builder.call(fn, args)
+    return types.float32(types.float32, types.float32), codegen
+
+
+_LN2_HI32, _LN2_LO32 = np.float32(0.693359375), np.float32(-2.12194440e-4)
+
+
+@njit(cache=True, inline="always")
+def _exp_neg_half_square32(a):
+    """``exp(-a*a/2)`` for 0 <= a <= 14.5 as ``(m, s)`` like :func:`exp_parts32`, all in
+    float32: ``-a*a/2`` is never rounded, the reduction ``r = -a*a/2 - n ln2_hi`` is one
+    fused multiply-add of exact terms (n has at most 8 bits, ln2_hi 9), so the argument's
+    rounding, which exp magnifies by a*a/2, never happens."""
+    h = np.float32(-0.5) * a
+    n = np.floor(h * a * np.float32(1.442695) + np.float32(0.5))
+    r = _fma32(h, a, -n * _LN2_HI32)
+    r = _fma32(n, -_LN2_LO32, r)
+    p = _F1 + r * (_F1 + r * (np.float32(0.5) + r * (np.float32(1.6666666e-1) + r * (
+        np.float32(4.1666668e-2) + r * (np.float32(8.333334e-3) + r * (np.float32(1.3888889e-3)
+                                                                      + r * np.float32(1.984127e-4)))))))
+    whole = np.int32(n)
+    half = whole >> np.int32(1)
+    return p * _float32_from_bits((half + np.int32(127)) << np.int32(23)), \
+        _float32_from_bits((whole - half + np.int32(127)) << np.int32(23))
+
+
+# R(a) = Phi(-a) * exp(a*a/2) (Phi the normal CDF; R = erfcx(a/sqrt 2) / 2) ~= P(a) / Q(a)
+# on 0 <= a <= 14.5, a rational fitted for this module (relative-error weighted least
+# squares with Lawson reweighting against scipy's erfcx): relative error 6.2e-9 in
+# float64. Every coefficient is positive, so the float32 Horner steps do not cancel; their
+# roundings still add up to ~3 ulps of R at worst. P(0) / Q(0) = 1/2 exactly.
+_GP0, _GP1, _GP2, _GP3, _GP4 = (np.float32(c) for c in (
+    0.5, 0.4375947037850408, 0.18268988439318146, 0.04044171000751735, 0.004085582095715975))
+_GQ1, _GQ2, _GQ3, _GQ4, _GQ5 = (np.float32(c) for c in (
+    1.6730742524715285, 1.2002959614824409, 0.4680242726045244, 0.10137891216990244,
+    0.010240913084640616))
+# Past |x| = 14.5, x * Phi(-|x|) < 1e-46 rounds to (signed) zero.
+_GELU_TAIL = np.float32(14.5)
+
+
+@njit(cache=True, inline="always")
+def gelu32(x):
+    """GELU ``x * Phi(x)`` of a float32 in float32 arithmetic, vectorizable:
+    ``Phi(-|x|) = exp(-x*x/2) * R(|x|)`` (:func:`_exp_neg_half_square32`, the rational
+    above), then ``x * Phi(-|x|)`` for x < 0 and ``x * (1 - Phi(-|x|))`` otherwise. Unlike
+    ``x/2 * (1 + erf(x/sqrt 2))``, whose sum cancels for x < 0 (at x = -5 an erf good to
+    1e-8 leaves ~1% error, and LiteRT's XNNPACK is 27% off there), this keeps a relative
+    error of a few float32 ulps everywhere, subnormal results included (measured bound in
+    tests/test_cpu_float_act_fast.py). inf gives inf; -inf and NaN give NaN, as the
+    float64 formula does."""
+    a = abs(x)
+    ac = a if a < _GELU_TAIL else _GELU_TAIL     # NaN becomes the bound (x carries the NaN)
+    m, s = _exp_neg_half_square32(ac)
+    p = _GP0 + ac * (_GP1 + ac * (_GP2 + ac * (_GP3 + ac * _GP4)))
+    q = _F1 + ac * (_GQ1 + ac * (_GQ2 + ac * (_GQ3 + ac * (_GQ4 + ac * _GQ5))))
+    t = m * (p / q)
+    s = s if a <= _GELU_TAIL else _F0           # past the tail: -0.0, and NaN for -inf
+    return (x * t) * s if x < _F0 else x * (_F1 - t * s)
+
+
+# gelu_tanh32: 0.5 * (1 + tanh(u)) = 1 / (1 + exp(-2u)), 2u = x * (C1 + C3 * x*x).
+_TANH_C1 = 1.5957691216057308          # 2 * sqrt(2 / pi)
+_TANH_C3 = 0.07135481627260025         # 2 * sqrt(2 / pi) * 0.044715
+
+
+@njit(cache=True, inline="always")
+def gelu_tanh32(x):
+    """The tanh approximation of GELU, ``x/2 * (1 + tanh(sqrt(2/pi) (x + 0.044715 x**3)))``,
+    in float32 with the exponent in float64, vectorizable: ``w = exp(-|2u|)`` by
+    :func:`exp_parts32` (2u in float64: the result's relative error for x < 0 is 2u's
+    absolute error, and |2u| reaches 170), then ``x / (1 + w)`` for x >= 0 and
+    ``x * w / (1 + w)`` for x < 0, where ``1 + tanh`` would cancel. Within a few float32
+    ulps of the float64 formula; inf gives inf, -inf and NaN give NaN as it does."""
+    y = np.float64(x)
+    m, s = exp_parts32(-abs(y * (_TANH_C1 + _TANH_C3 * (y * y))))
+    d = _F1 + m * s
+    return ((x * m) / d) * s if x < _F0 else x / d
 
 DIGEST = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]

@@ -15,10 +15,10 @@ from litegpu.backend import NodeContext
 
 from .common import F32, activation_in_place, all_float32, clamp_bounds, optional_input
 from . import gemm, gemv
-from .mathfn import exp64
+from .mathfn import exp_parts32, maxnum32
 from .packed import packed_matmul
 from .registry import bindable, kernel
-from .tasks import bind_task, float64_pointer, task_function
+from .tasks import bind_task, task_function
 from .threads import ensure_gemm_policy
 
 
@@ -207,36 +207,41 @@ kernel("REDUCE_MIN")(_reducer(np.minimum, mean=False))
 
 # -- SOFTMAX ------------------------------------------------------------------------------------
 
-@task_function(fastmath={"reassoc"})
-def _softmax_task(t, xp, outp, scratchp, _a3, _a4, _a5, _a6, _a7, ip, fp):
+@task_function(fastmath={"reassoc", "contract"})
+def _softmax_task(t, xp, outp, _a2, _a3, _a4, _a5, _a6, _a7, ip, fp):
     """Rows ``t * chunk ..`` of ``out[r] = exp(beta * (x[r] - max)) / sum`` (``ip``: rows, D,
-    chunk; ``fp``: beta): the exponentials in float64 (:func:`.mathfn.exp64`, which
-    vectorizes; float32 ones by :func:`.mathfn.exp32` were 30% faster but up to 6 ulps
-    off, the argument's rounding magnified) into this task's row of float64 scratch,
-    their sum in float64, which ``reassoc`` lets LLVM vectorize (it only reorders that
-    sum). A task function, so it chains with its neighbours."""
+    chunk; ``fp``: beta) in three passes that vectorize: the row's maximum (of ``-x``
+    when beta < 0, so that the exponent is never positive and cannot overflow); the
+    exponentials by :func:`.mathfn.exp_parts32`, written to the output, their sum in
+    float64 (``reassoc`` lets LLVM vectorize that sum; it only reorders it); then the
+    output scaled by 1 / sum in float64, rounded once. The exponent ``beta * (x - max)`` is
+    formed in float64: rounded to float32 it was up to 6 ulps off in small outputs (exp
+    magnifies the argument's absolute error). A NaN in a row makes the whole row NaN, as
+    in the reference. A task function, so it chains with its neighbours."""
     rows, d, chunk = ip[0], ip[1], ip[2]
     beta = np.float64(fp[0])
-    e = float64_pointer(scratchp)
-    base = t * d
+    sign = np.float32(1) if fp[0] >= 0 else np.float32(-1)
     for r in range(t * chunk, min(rows, (t + 1) * chunk)):
         x = r * d
-        m = xp[x]
-        for j in range(1, d):
-            m = max(m, xp[x + j])
-        m64 = np.float64(m)
+        m = np.float32(-np.inf)
+        for j in range(d):
+            m = maxnum32(m, sign * xp[x + j])    # skips NaN; the exp pass makes the sum NaN
+        shift = np.float64(sign) * m
         total = 0.0
         for j in range(d):
-            v = exp64((np.float64(xp[x + j]) - m64) * beta)
-            e[base + j] = v
-            total += v
+            em, es = exp_parts32((np.float64(xp[x + j]) - shift) * beta)
+            e = em * es
+            outp[x + j] = e
+            total += np.float64(e)
         inv = 1.0 / total
         for j in range(d):
-            outp[x + j] = np.float32(e[base + j] * inv)
+            outp[x + j] = np.float32(np.float64(outp[x + j]) * inv)
 
 
-# Softmaxes of at least this many elements run as several tasks over the threads.
-_SOFTMAX_PARALLEL = 1 << 14
+# Softmaxes of at least this many elements run as several tasks over the threads: at
+# ~0.5 ns an element, smaller ones take less time than waking a sleeping worker (50-70 us,
+# see .threads).
+_SOFTMAX_PARALLEL = 1 << 16
 
 
 @kernel("SOFTMAX")
@@ -256,8 +261,7 @@ def softmax(ctx: NodeContext):
     beta = np.array([ctx.attrs.get("beta", 1.0)], F32)
 
     def bind(inputs, outputs):
-        scratch = np.empty(2 * tasks * d, F32)      # a row of float64 per task
-        return bind_task(_softmax_task, tasks, (inputs[0],), (outputs[0], scratch), params, beta)
+        return bind_task(_softmax_task, tasks, (inputs[0],), (outputs[0],), params, beta)
     return bindable(bind)
 
 
