@@ -20,7 +20,7 @@ computes on the integers themselves, still in float:
 - an 8-bit ADD / SUB / MUL / MEAN does XNNPACK's arithmetic on the inputs' integers
   (``GRID_ADD`` with its multipliers, rounded half up; ``GRID_MUL``, the exact product
   times its scale; MEAN as an exact SUM then its scale and offset);
-- a one-input op on 8- or 16-bit integers (HARD_SWISH, LOGISTIC, TANH, requantizing
+- a one-input op on 8-bit integers (HARD_SWISH, LOGISTIC, TANH, requantizing
   QUANTIZE, ...) becomes ``QUANT_LUT``: a table of its own integer reference over every
   input code, looked up with the input's code;
 - a tensor whose every reader takes integers (those nodes, and data movement between
@@ -60,7 +60,9 @@ LOOKUP_OPS = ("HARD_SWISH", "LOGISTIC", "TANH", "ELU", "GELU", "LEAKY_RELU", "RE
 # PAD's implicit padding is the zero point, i.e. 0 in grid form).
 PASS_THROUGH = ("RESHAPE", "SQUEEZE", "EXPAND_DIMS", "TRANSPOSE", "PAD", "SPACE_TO_DEPTH", "DEPTH_TO_SPACE",
                 "SLICE", "STRIDED_SLICE")
-_LOOKUP_LIMIT = 1 << 16   # codes of a table: every int8/uint8/int16 value
+# Tables cover 8-bit inputs: their codes come back exactly from real values even in half
+# storage (int16 codes would not, and NEG/ABS/RELU on int16 are exact in float anyway).
+_LOOKUP_LIMIT = 1 << 8
 
 
 def is_quantized_model(model: Model) -> bool:

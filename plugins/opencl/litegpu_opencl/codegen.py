@@ -285,18 +285,22 @@ class NodeGen:
         out_shape = self.specs[self.out_tensor].shape
         channels = int(out_shape[-1]) if out_shape else 1
         lines = [f"const {ctype} ep0 = {ACTIVATION_C[self.attrs.get('activation', 'NONE')](value)};"]
+        # A chain that ends on a quantization grid (the float view's requantization) reads
+        # its constants in float32 even in half storage: scales and integer biases must
+        # not round to 11 bits.
+        exact = any(f.ctx.node.op == "QUANT_SIM" for f in self.followers)
         for k, f in enumerate(self.followers, start=1):
             x = f"ep{k - 1}"
             if f.other is None:
                 expr = CHAIN_UNARY[f.ctx.node.op](x, f.ctx.attrs)
             else:
-                y = self._other(f, index, channels, vector)
+                y = self._other(f, index, channels, vector, exact)
                 a, b = (y, x) if f.swap else (x, y)
                 expr = CHAIN_BINARY[f.ctx.node.op](a, b, f.ctx.attrs)
             lines.append(f"const {ctype} ep{k} = {ACTIVATION_C[f.ctx.attrs.get('activation', 'NONE')](expr)};")
         return " ".join(lines) + " ", f"ep{len(self.followers)}"
 
-    def _other(self, f: Follower, index: str, channels: int, vector: bool) -> str:
+    def _other(self, f: Follower, index: str, channels: int, vector: bool, exact: bool) -> str:
         spec = self.specs[f.other]
         if f.kind == "scalar":
             if spec.value is not None:
@@ -305,9 +309,7 @@ class NodeGen:
             ptr = self.tensor_param(f.other)
             return f"(real4)(LD({ptr}, 0))" if vector else f"LD({ptr}, 0)"
         idx = index if f.kind == "same" else f"(({index}) % {channels})"
-        if spec.value is not None and self.precision.half_storage:
-            # A constant operand keeps float32 in half storage: the float view's
-            # requantization scales and integer biases must not round to 11 bits.
+        if exact and spec.value is not None and self.precision.half_storage:
             ptr = self.const(np.asarray(spec.value, np.float32).reshape(-1), storage=False)
             return f"TO_REAL4(vload4(0, {ptr} + ({idx})))" if vector else f"(real){ptr}[{idx}]"
         ptr = self.tensor_param(f.other)
