@@ -237,7 +237,6 @@ def _lookup_plan(node: Node, tensors: Sequence[Tensor], attrs: dict, opdef: OpDe
         table = opdef.reference_for(attrs)([codes], attrs)[0]
     except LiteGpuError:
         return None   # some codes are an error at run time (RSQRT of a negative): not tabled
-
     if table.shape != codes.shape:
         return None
     return _Lookup(x, np.asarray(table), out)
@@ -289,9 +288,7 @@ class _Rewrite:
                 return pos == plan.x
             if isinstance(plan, _Binary):
                 return pos in (0, 1)
-            if isinstance(plan, _Mean):
-                return pos == 0
-            if isinstance(plan, _Lookup):
+            if isinstance(plan, (_Mean, _Lookup)):
                 return pos == 0
             return plan == "pass" and pos == 0 and all(o in grid for o in node.outputs if o >= 0)
 
@@ -337,9 +334,13 @@ class _Rewrite:
         elif t not in self.grid_of:
             src = self.mapped([t])[0]
             self.grid_of[t] = self.new_tensor(self.tensors[src], f"{self.sg.tensors[t].name}/grid")
-            p = QuantParams.of(self.sg.tensors[t])
-            self.add("QUANT_SIM", (src,), (self.grid_of[t],), _sim(p.scale, 1.0, p.zero_point, p.qmin, p.qmax))
+            self.add("QUANT_SIM", (src,), (self.grid_of[t],), self.onto_grid(t, 1.0))
         return self.grid_of[t]
+
+    def onto_grid(self, t: int, out_scale: float) -> dict:
+        """QUANT_SIM's options from real values onto ``t``'s grid, in steps of ``out_scale``."""
+        p = QuantParams.of(self.sg.tensors[t])
+        return _sim(p.scale, out_scale, p.zero_point, p.qmin, p.qmax)
 
     def out_scale(self, t: int) -> float:
         """What one step of ``t``'s grid is in its float view: 1 in grid form, else the scale."""
@@ -376,17 +377,15 @@ class _Rewrite:
         if node.op == "QUANTIZE" and quantized_out:
             # Float (or another grid) onto this tensor's grid: the simulation itself.
             o = node.outputs[0]
-            p = QuantParams.of(tensors[o])
             self.add("QUANT_SIM", self.mapped(node.inputs), self.mapped(node.outputs),
-                     _sim(p.scale, self.out_scale(o), p.zero_point, p.qmin, p.qmax))
+                     self.onto_grid(o, self.out_scale(o)))
             return
         outputs = list(self.mapped(node.outputs))
         sims = []
         for k, o in enumerate(node.outputs):
             if o in quantized_out:
                 raw = self.new_tensor(tensors[o], f"{tensors[o].name}/unrounded")
-                p = QuantParams.of(tensors[o])
-                sims.append((raw, outputs[k], _sim(p.scale, self.out_scale(o), p.zero_point, p.qmin, p.qmax)))
+                sims.append((raw, outputs[k], self.onto_grid(o, self.out_scale(o))))
                 outputs[k] = raw
         self.nodes.append(replace(node, inputs=self.mapped(node.inputs), outputs=tuple(outputs)))
         for raw, out, options in sims:
@@ -444,7 +443,7 @@ class _Rewrite:
         self.add("MUL", (steps[1], constant[1]), (steps[2],))
         self.add("ADD", (steps[2], constant[2]), (steps[3],))
         self.add("QUANT_SIM", (steps[3],), self.mapped([o]),
-                 {**_sim(1.0, self.out_scale(o), plan.zp, plan.qmin, plan.qmax), "coded": True})
+                 _sim(1.0, self.out_scale(o), plan.zp, plan.qmin, plan.qmax, coded=True))
 
     def lookup(self, node: Node, plan: _Lookup) -> None:
         """QUANT_LUT over the integer reference's outputs, in the output's form."""
@@ -457,9 +456,9 @@ class _Rewrite:
 
 
 def _sim(in_scale: float, out_scale: float, zero_point: int, qmin: int, qmax: int,
-         rounding: str = "even") -> dict:
+         rounding: str = "even", coded: bool = False) -> dict:
     return {"in_scale": float(in_scale), "out_scale": float(out_scale), "zero_point": int(zero_point),
-            "qmin": int(qmin), "qmax": int(qmax), "rounding": rounding}
+            "qmin": int(qmin), "qmax": int(qmax), "rounding": rounding, "coded": coded}
 
 
 # -- the ops the rewrite inserts -----------------------------------------------------------
