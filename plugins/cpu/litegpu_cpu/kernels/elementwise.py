@@ -216,9 +216,10 @@ def hard_swish_kernel(ctx: NodeContext):
 def _gelu_task(t, xp, outp, _a2, _a3, _a4, _a5, _a6, _a7, ip, _fp):
     """Elements ``t * chunk ..`` of GELU (``ip``: size, chunk, approximate) by
     :func:`.mathfn.gelu32` or :func:`.mathfn.gelu_tanh32`: float32 code that vectorizes
-    (the float64 erf form through ``erf64``, behind numba's zero-division check, ran at
-    ~1.2 ns an element and lost all relative accuracy for x < -3). ``contract`` lets LLVM
-    fuse the polynomials' multiply-adds, which only removes roundings."""
+    (a float64 erf form, behind numba's zero-division check, ran at ~1.2 ns an element
+    and lost all relative accuracy for x < -3); the generated kernels of :mod:`..fusion`
+    use the same functions. ``contract`` lets LLVM fuse the polynomials' multiply-adds,
+    which only removes roundings."""
     n, chunk = ip[0], ip[1]
     start = t * chunk
     end = min(n, start + chunk)

@@ -1,8 +1,8 @@
 """Scalar math for numba kernels that must vectorize: functions without a libm call per
 element (LLVM does not vectorize those without SVML).
 
-``exp64``, ``tanh64``, ``erf64`` and the float32 ones are inlined into its callers, including the generated kernels of
-:mod:`litegpu_cpu.fusion`, which name :data:`DIGEST` in their source so a change here
+``exp64``, ``tanh64`` and the float32 ones are inlined into their callers, including the
+generated kernels of :mod:`litegpu_cpu.fusion`, which name :data:`DIGEST` in their source so a change here
 gives them new cache entries (numba's cache only watches the caller's own file).
 """
 from __future__ import annotations
@@ -57,24 +57,6 @@ def tanh64(x):
 # Lawson reweighting towards minimax) against math.erf; evaluated in float64 the absolute
 # error is below 1.4e-8, a quarter of a float32 ulp at 1. Unlike a call to erff per
 # element, the rational form vectorizes: GELU over [64, 512] in ~30 us instead of ~300.
-_ERF_P = (1.1283791821076148, 0.18471032540518584, 0.05433253130274705, 0.0038395200405576656,
-          0.00038268951545462036, 4.7804669528849866e-06, -1.3666401960424811e-08)
-_ERF_Q = (1.0, 0.4970288092831258, 0.11382624375341038, 0.015453488301396088, 0.0013095735391557932,
-          6.400858486599183e-05)
-_P0, _P1, _P2, _P3, _P4, _P5, _P6 = _ERF_P
-_Q0, _Q1, _Q2, _Q3, _Q4, _Q5 = _ERF_Q
-
-
-@njit(cache=True, inline="always")
-def erf64(x):
-    """erf of a float64 by the rational approximation above."""
-    x = min(max(x, -4.0), 4.0)
-    t = x * x
-    p = _P0 + t * (_P1 + t * (_P2 + t * (_P3 + t * (_P4 + t * (_P5 + t * _P6)))))
-    q = _Q0 + t * (_Q1 + t * (_Q2 + t * (_Q3 + t * (_Q4 + t * _Q5))))
-    return x * p / q
-
-
 @intrinsic
 def _float32_from_bits(typingctx, bits):
     """The float32 whose bit pattern is the int32 ``bits`` (a register move, so it vectorizes)."""
@@ -168,6 +150,17 @@ def maxnum32(typingctx, a, b):
     def codegen(context, builder, signature, args):
         f32 = ir.FloatType()
         fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(f32, [f32, f32]), "llvm.maxnum.f32")
+        return builder.call(fn, args)
+    return types.float32(types.float32, types.float32), codegen
+
+
+@intrinsic
+def minnum32(typingctx, a, b):
+    """The smaller of two float32s, the other one when either is NaN (llvm.minnum; see
+    :func:`maxnum32`)."""
+    def codegen(context, builder, signature, args):
+        f32 = ir.FloatType()
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(f32, [f32, f32]), "llvm.minnum.f32")
         return builder.call(fn, args)
     return types.float32(types.float32, types.float32), codegen
 
