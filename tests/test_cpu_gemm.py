@@ -1,5 +1,5 @@
-"""The cpu backend's two-thread GEMM (OpenBLAS halves under numba's prange) and the
-rational erf behind its GELU kernel.
+"""The cpu backend's two-thread GEMM (OpenBLAS halves under numba's prange) and its
+batched products (BATCH_MATMUL: one OpenBLAS call per batch, batches over the threads).
 
 Products are checked against float64 numpy with every split the planner can choose (rows,
 columns, transposed B, odd sizes); the conv and FC kernels that use them against the
@@ -153,3 +153,28 @@ def test_implicit_gemm_convs_match_float64(threads, n, h, wd, c, o, kh, kw, padd
     want = direct_conv(x, w, b, pad_before(padding, h, kh, 1, dil), pad_before(padding, wd, kw, 1, dil),
                        oh, ow, dil, dil, 0, 6)
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("a_shape,b_shape,adj_x,adj_y", [
+    ((1, 4, 64, 32), (1, 4, 32, 64), False, False),      # tiny_bert's attention scores, split in two
+    ((3, 1, 40, 24), (1, 4, 24, 56), False, False),      # batch dims broadcast both ways
+    ((2, 3, 24, 40), (2, 3, 56, 24), True, True),        # both transposed
+    ((5, 40, 33), (33, 48), False, False),               # a rank-2 right-hand side shared by every batch
+    ((2, 33, 40), (2, 48, 33), True, True),
+])
+@pytest.mark.parametrize("nthreads", [1, 2])
+def test_batched_products_match_float64(threads, a_shape, b_shape, adj_x, adj_y, nthreads):
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal(a_shape).astype(np.float32)
+    b = rng.standard_normal(b_shape).astype(np.float32)
+    bind = gemm.batched_matmul(a_shape, b_shape, adj_x, adj_y, threads=nthreads)
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    want = np.matmul(np.swapaxes(a64, -1, -2) if adj_x else a64, np.swapaxes(b64, -1, -2) if adj_y else b64)
+    out = np.full(want.shape, np.nan, np.float32)
+    call = bind(a, b, out)
+    tasks = call.rows[0, 1]
+    assert tasks == 1 if nthreads == 1 else (tasks == 2 or a_shape != (1, 4, 64, 32))   # big enough to split
+    call()
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-4)
+    with pytest.raises(ValueError, match="batched product"):
+        bind(a, b, np.empty((1,) + want.shape, np.float32))

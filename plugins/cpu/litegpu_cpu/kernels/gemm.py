@@ -53,20 +53,19 @@ def sgemm_address() -> int:
 
 
 @intrinsic
-def _sgemm(typingctx, fn, transb, m, n, k, a, lda, b, ldb, c, ldc, beta):
-    """``C = A @ op(B) + beta * C`` through the cblas_sgemm at address ``fn`` (row-major,
+def _sgemm(typingctx, fn, transa, transb, m, n, k, a, lda, b, ldb, c, ldc, beta):
+    """``C = op(A) @ op(B) + beta * C`` through the cblas_sgemm at address ``fn`` (row-major,
     alpha 1); pointers and sizes are passed as integers, ``beta`` as a float32."""
-    sig = types.void(*([types.intp] * 11), types.float32)
+    sig = types.void(*([types.intp] * 12), types.float32)
 
     def codegen(context, builder, signature, args):
-        fn_, tb, m_, n_, k_, a_, lda_, b_, ldb_, c_, ldc_, beta_ = args
+        fn_, ta, tb, m_, n_, k_, a_, lda_, b_, ldb_, c_, ldc_, beta_ = args
         i32, f32 = ir.IntType(32), ir.FloatType()
         i64 = ir.IntType(64)
         p8 = ir.IntType(8).as_pointer()
         fnty = ir.FunctionType(ir.VoidType(), [i32, i32, i32, i64, i64, i64, f32, p8, i64, p8, i64, f32, p8, i64])
         callee = builder.inttoptr(fn_, fnty.as_pointer())
-        builder.call(callee, [ir.Constant(i32, _CBLAS_ROW_MAJOR), ir.Constant(i32, _CBLAS_NO_TRANS),
-                              builder.trunc(tb, i32), m_, n_, k_, ir.Constant(f32, 1.0),
+        builder.call(callee, [ir.Constant(i32, _CBLAS_ROW_MAJOR), builder.trunc(ta, i32), builder.trunc(tb, i32), m_, n_, k_, ir.Constant(f32, 1.0),
                               builder.inttoptr(a_, p8), lda_, builder.inttoptr(b_, p8), ldb_,
                               beta_, builder.inttoptr(c_, p8), ldc_])
         return context.get_dummy_value()
@@ -97,13 +96,13 @@ def _gemm_half(part, ap, bp, cp, biasp, _a4, _a5, _a6, _a7, ip, fp):
     a_at, b_at, c_at = carray(ap, (m, k)).ctypes.data, carray(bp, (b_rows, ldb)).ctypes.data, c.ctypes.data
     if split_n:
         b_off = lo * ldb if tb == _CBLAS_TRANS else lo
-        _sgemm(fn, tb, m, hi - lo, k, a_at, k, b_at + 4 * b_off, ldb, c_at + 4 * lo, n, _ZERO)
+        _sgemm(fn, _CBLAS_NO_TRANS, tb, m, hi - lo, k, a_at, k, b_at + 4 * b_off, ldb, c_at + 4 * lo, n, _ZERO)
         if epilogue:
             for r in range(m):
                 for j in range(lo, hi):
                     c[r, j] = min(max(c[r, j] + bias[j], lo_v), hi_v)
     else:
-        _sgemm(fn, tb, hi - lo, n, k, a_at + 4 * lo * k, k, b_at, ldb, c_at + 4 * lo * n, n, _ZERO)
+        _sgemm(fn, _CBLAS_NO_TRANS, tb, hi - lo, n, k, a_at + 4 * lo * k, k, b_at, ldb, c_at + 4 * lo * n, n, _ZERO)
         if epilogue:
             for r in range(lo, hi):
                 for j in range(n):
@@ -132,7 +131,7 @@ def gemm_serial(fn, a, b, c, transb, bias, lo_v, hi_v, epilogue):
     still in cache. One numba call where ``np.matmul`` + ``np.add`` + ``np.clip`` took three."""
     m, k = a.shape
     n = c.shape[1]
-    _sgemm(fn, _CBLAS_TRANS if transb else _CBLAS_NO_TRANS, m, n, k, a.ctypes.data, k, b.ctypes.data,
+    _sgemm(fn, _CBLAS_NO_TRANS, _CBLAS_TRANS if transb else _CBLAS_NO_TRANS, m, n, k, a.ctypes.data, k, b.ctypes.data,
            b.shape[1], c.ctypes.data, n, _ZERO)
     if epilogue:
         for r in range(m):
@@ -188,3 +187,68 @@ def bind_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, how: tuple[bool, 
 
 _NO_BIAS = np.zeros(1, np.float32)
 _NEG_INF, _POS_INF = np.float32(-np.inf), np.float32(np.inf)
+
+
+# -- batched products (BATCH_MATMUL) ------------------------------------------------------------
+
+_BATCH_HEAD = 9     # ip's fixed part before the per-batch offsets
+
+
+@task_function()
+def _gemm_batches(t, ap, bp, cp, _a3, _a4, _a5, _a6, _a7, ip, _fp):
+    """Task ``t`` of a batched product: batches ``t * chunk ..`` of ``c[i] = op(a) @ op(b)``
+    through OpenBLAS at address ``fn``, each [M, N] of ``c`` in order, ``a`` and ``b``
+    read from the element offsets the batch has in them (broadcast batches share one).
+    ``ip``: fn, batches, chunk, m, n, k, transa, transb, unused, then the batches' offsets
+    in ``a``, then in ``b``."""
+    q = carray(ip, _BATCH_HEAD)
+    fn, batches, chunk, m, n, k, ta, tb = q[0], q[1], q[2], q[3], q[4], q[5], q[6], q[7]
+    offsets = carray(ip, _BATCH_HEAD + 2 * batches)
+    lda = m if ta == _CBLAS_TRANS else k
+    ldb = k if tb == _CBLAS_TRANS else n
+    a_at, b_at, c_at = carray(ap, 1).ctypes.data, carray(bp, 1).ctypes.data, carray(cp, 1).ctypes.data
+    for i in range(t * chunk, min(batches, (t + 1) * chunk)):
+        _sgemm(fn, ta, tb, m, n, k, a_at + 4 * offsets[_BATCH_HEAD + i], lda,
+               b_at + 4 * offsets[_BATCH_HEAD + batches + i], ldb, c_at + 4 * i * m * n, n, _ZERO)
+
+
+def batched_matmul(a_shape: tuple, b_shape: tuple, adj_x: bool, adj_y: bool, threads: int | None = None):
+    """``bind(a, b, out) -> call`` for BATCH_MATMUL of float32 operands of these shapes
+    (batch dimensions broadcast, ``adj_x`` / ``adj_y`` transposing the last two axes): one
+    OpenBLAS call per batch, the batches shared out over numba's threads (a task function,
+    so the call chains with its neighbours), or None without OpenBLAS's symbol."""
+    fn = sgemm_address()
+    if not fn or len(a_shape) < 2 or len(b_shape) < 2:
+        return None
+    if threads is None:
+        import numba
+        threads = numba.get_num_threads()
+    m, k = (a_shape[-1], a_shape[-2]) if adj_x else (a_shape[-2], a_shape[-1])
+    kb, n = (b_shape[-1], b_shape[-2]) if adj_y else (b_shape[-2], b_shape[-1])
+    batch = np.broadcast_shapes(tuple(a_shape[:-2]), tuple(b_shape[:-2]))
+    batches = int(np.prod(batch, dtype=np.int64))
+    if kb != k or min(m, n, k, batches) == 0:
+        return None
+
+    def offsets(shape):
+        """Each output batch's element offset in an operand of ``shape`` (0 along broadcast axes)."""
+        lead = tuple(shape[:-2])
+        index = np.arange(int(np.prod(lead, dtype=np.int64)), dtype=np.int64).reshape(lead)
+        index = np.broadcast_to(index.reshape((1,) * (len(batch) - len(lead)) + lead), batch)
+        return index.reshape(-1) * (shape[-1] * shape[-2])
+
+    tasks = min(batches, threads) if threads > 1 and batches * m * n * k >= SPLIT_MIN_MACS else 1
+    chunk = -(-batches // tasks)
+    tasks = -(-batches // chunk)
+    params = np.concatenate([np.array([fn, batches, chunk, m, n, k, _CBLAS_TRANS if adj_x else _CBLAS_NO_TRANS,
+                                       _CBLAS_TRANS if adj_y else _CBLAS_NO_TRANS, 0], np.int64),
+                             offsets(a_shape), offsets(b_shape)])
+    out_shape = (*batch, m, n)
+
+    def bind(a: np.ndarray, b: np.ndarray, out: np.ndarray):
+        if a.shape != tuple(a_shape) or b.shape != tuple(b_shape) or out.shape != out_shape or \
+                any(x.dtype != np.float32 or not x.flags.c_contiguous for x in (a, b, out)):
+            raise ValueError(f"batched product for {a_shape} x {b_shape} -> {out_shape} given "
+                             f"{a.shape} x {b.shape} -> {out.shape}")
+        return bound_tasks(_gemm_batches, tasks, (a, b, out), params)
+    return bind

@@ -16,6 +16,8 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from .packed import NR, carried_loop, load_vector, splat_vector
+
 # 2**e for e in [-220, 190]: n = round(x / ln 2) over the clamped argument range below.
 _POW2 = np.array([2.0 ** e for e in range(-220, 191)])
 _LOG2E, _LN2_HI, _LN2_LO = 1.4426950408889634, 0.6931471803691238, 1.9082149292705877e-10
@@ -135,7 +137,7 @@ def exp_parts32(v):
 
 
 @intrinsic
-def _fma32(typingctx, a, b, c):
+def fma32(typingctx, a, b, c):
     """``a * b + c`` of float32s rounded once (llvm.fma: one instruction, and it vectorizes)."""
     def codegen(context, builder, signature, args):
         return builder.fma(*args)
@@ -165,7 +167,79 @@ def minnum32(typingctx, a, b):
     return types.float32(types.float32, types.float32), codegen
 
 
+@intrinsic
+def vector_range(typingctx, xp, start, count, lo0, hi0):
+    """``(min, max)`` of ``lo0``, ``hi0`` and the first ``count // NR * NR`` float32s from
+    ``xp + start`` (a caller takes the rest with :func:`minnum32` / :func:`maxnum32`),
+    NaNs skipped: two vector accumulators, one ``vminps`` / ``vmaxps`` a step, folded lane
+    by lane at the end. A ``minnum`` reduction written in numba vectorizes too, but it
+    carries NaN blends through every step and the fold: four times the cost on a
+    128-float row."""
+    def codegen(context, builder, signature, args):
+        pointer, start_, count_, lo_, hi_ = args
+        i64 = ir.IntType(64)
+
+        def lower(a, b):       # b where b < a: a NaN in b never wins
+            return builder.select(builder.fcmp_ordered("<", b, a), b, a)
+
+        def higher(a, b):
+            return builder.select(builder.fcmp_ordered(">", b, a), b, a)
+
+        def step(k, values):
+            v = load_vector(builder, pointer, builder.add(start_, builder.mul(k, ir.Constant(i64, NR))))
+            return [lower(values[0], v), higher(values[1], v)]
+
+        vectors = builder.sdiv(count_, ir.Constant(i64, NR))
+        lo, hi = carried_loop(builder, vectors, [splat_vector(builder, lo_), splat_vector(builder, hi_)], step,
+                              "range")
+        lanes = NR
+        while lanes > 1:        # fold the upper half of the lanes onto the lower half
+            lanes //= 2
+            upper = ir.Constant(ir.VectorType(ir.IntType(32), NR), [lanes + i if i < lanes else i
+                                                                    for i in range(NR)])
+            lo = lower(lo, builder.shuffle_vector(lo, lo, upper))
+            hi = higher(hi, builder.shuffle_vector(hi, hi, upper))
+        first = ir.Constant(ir.IntType(32), 0)
+        return context.make_tuple(builder, signature.return_type,
+                                  [builder.extract_element(lo, first), builder.extract_element(hi, first)])
+    return types.UniTuple(types.float32, 2)(xp, start, count, types.float32, types.float32), codegen
+
+
 _LN2_HI32, _LN2_LO32 = np.float32(0.693359375), np.float32(-2.12194440e-4)
+
+
+@njit(cache=True, inline="always")
+def exp_sum32(h, lo):
+    """exp(h + lo) of a float32 ``h`` and a small correction ``lo`` (the rounding error of
+    the expression that gave ``h``: exp magnifies an argument's absolute error into the
+    result's relative error, 6 ulps at |h| ~ 20), all in float32: Cody-Waite reduction
+    ``r = h - n ln2_hi`` (exact: n has at most 9 bits, ln2_hi 9) plus ``lo - n ln2_lo``,
+    then :func:`exp32`'s polynomial and 2^n in two factors, so results round once into
+    the subnormals. h is clamped to [-170, 89] as in :func:`exp_parts32`; NaN gives NaN.
+    Within ~1.2 ulps of float64 exp(h + lo)."""
+    c = h if h > np.float32(_EXP_LO) else np.float32(_EXP_LO)
+    c = c if c < np.float32(_EXP_HI) else np.float32(_EXP_HI)
+    n = np.floor(c * np.float32(1.442695) + np.float32(0.5))
+    r = fma32(n, -_LN2_HI32, c) + (lo - n * _LN2_LO32)
+    p = _F1 + r * (_F1 + r * (np.float32(0.5) + r * (np.float32(1.6666666e-1) + r * (
+        np.float32(4.1666668e-2) + r * (np.float32(8.333334e-3) + r * (np.float32(1.3888889e-3)
+                                                                      + r * np.float32(1.984127e-4)))))))
+    whole = np.int32(n)
+    half = whole >> np.int32(1)
+    y = p * _float32_from_bits((half + np.int32(127)) << np.int32(23)) \
+        * _float32_from_bits((whole - half + np.int32(127)) << np.int32(23))
+    return y if h == h else h
+
+
+@njit(cache=True, fastmath={"reassoc"})
+def sum64(p, start, count):
+    """The float64 sum of ``count`` float32s from pointer ``p + start``. Not inlined by
+    numba, so its ``reassoc`` (which lets LLVM vectorize the sum, reordering it) stays on
+    this loop and never reaches a caller's error-free transformations."""
+    total = 0.0
+    for j in range(start, start + count):
+        total += np.float64(p[j])
+    return total
 
 
 @njit(cache=True, inline="always")
@@ -176,8 +250,8 @@ def _exp_neg_half_square32(a):
     rounding, which exp magnifies by a*a/2, never happens."""
     h = np.float32(-0.5) * a
     n = np.floor(h * a * np.float32(1.442695) + np.float32(0.5))
-    r = _fma32(h, a, -n * _LN2_HI32)
-    r = _fma32(n, -_LN2_LO32, r)
+    r = fma32(h, a, -n * _LN2_HI32)
+    r = fma32(n, -_LN2_LO32, r)
     p = _F1 + r * (_F1 + r * (np.float32(0.5) + r * (np.float32(1.6666666e-1) + r * (
         np.float32(4.1666668e-2) + r * (np.float32(8.333334e-3) + r * (np.float32(1.3888889e-3)
                                                                       + r * np.float32(1.984127e-4)))))))

@@ -15,8 +15,8 @@ from litegpu.backend import NodeContext
 
 from .common import F32, activation_in_place, all_float32, clamp_bounds, optional_input
 from . import gemm, gemv
-from .mathfn import exp_parts32, maxnum32
-from .packed import packed_matmul
+from .mathfn import fma32, exp_sum32, maxnum32, minnum32, sum64, vector_range
+from .packed import NR, packed_matmul
 from .registry import bindable, kernel
 from .tasks import bind_task, task_function
 from .threads import ensure_gemm_policy
@@ -89,11 +89,16 @@ def fully_connected(ctx: NodeContext):
 
 @kernel("BATCH_MATMUL")
 def batch_matmul(ctx: NodeContext):
-    """np.matmul over the last two axes (adj_x / adj_y as transposed views), batch broadcast."""
+    """The product over the last two axes (adj_x / adj_y transposing them, batch
+    dimensions broadcast): one OpenBLAS call per batch over numba's threads
+    (:func:`.gemm.batched_matmul`), else np.matmul on transposed views."""
     if not all_float32(ctx, (0, 1)):
         return None
     adj_x, adj_y = bool(ctx.attrs.get("adj_x")), bool(ctx.attrs.get("adj_y"))
     ensure_gemm_policy()
+    batched = gemm.batched_matmul(tuple(ctx.inputs[0].shape), tuple(ctx.inputs[1].shape), adj_x, adj_y)
+    if batched is not None:
+        return bindable(lambda inputs, outputs: batched(inputs[0], inputs[1], outputs[0]))
 
     def run(inputs, outputs):
         a, b = inputs[0], inputs[1]
@@ -207,41 +212,45 @@ kernel("REDUCE_MIN")(_reducer(np.minimum, mean=False))
 
 # -- SOFTMAX ------------------------------------------------------------------------------------
 
-@task_function(fastmath={"reassoc", "contract"})
+@task_function(fastmath={"contract"})
 def _softmax_task(t, xp, outp, _a2, _a3, _a4, _a5, _a6, _a7, ip, fp):
-    """Rows ``t * chunk ..`` of ``out[r] = exp(beta * (x[r] - max)) / sum`` (``ip``: rows, D,
-    chunk; ``fp``: beta) in three passes that vectorize: the row's maximum (of ``-x``
-    when beta < 0, so that the exponent is never positive and cannot overflow); the
-    exponentials by :func:`.mathfn.exp_parts32`, written to the output, their sum in
-    float64 (``reassoc`` lets LLVM vectorize that sum; it only reorders it); then the
-    output scaled by 1 / sum in float64, rounded once. The exponent ``beta * (x - max)`` is
-    formed in float64: rounded to float32 it was up to 6 ulps off in small outputs (exp
-    magnifies the argument's absolute error). A NaN in a row makes the whole row NaN, as
-    in the reference. A task function, so it chains with its neighbours."""
+    """Rows ``t * chunk ..`` of ``out[r] = exp(beta * (x[r] - m)) / sum`` (``ip``: rows, D,
+    chunk; ``fp``: beta), m the row's maximum (its minimum when beta < 0, so that the
+    exponent is never positive and cannot overflow), in passes that vectorize:
+    :func:`.mathfn.vector_range`; the exponentials in float32 lanes written to the output,
+    each exponent as ``h + lo`` with ``lo`` the exact rounding error of ``x - m`` and of
+    the product by beta (:func:`.mathfn.exp_sum32`: a float32 ``beta * (x - m)`` alone was
+    up to 6 ulps off in small outputs); their sum in float64 (:func:`.mathfn.sum64`);
+    the output scaled by 1 / sum in float64, rounded once. Within ~2 ulps of float64. A
+    NaN makes its row NaN and -inf entries give 0, as in the reference. A task function,
+    so it chains with its neighbours. (No ``reassoc`` here: it would fold the error terms.)"""
     rows, d, chunk = ip[0], ip[1], ip[2]
-    beta = np.float64(fp[0])
-    sign = np.float32(1) if fp[0] >= 0 else np.float32(-1)
+    beta = fp[0]
     for r in range(t * chunk, min(rows, (t + 1) * chunk)):
         x = r * d
-        m = np.float32(-np.inf)
+        lo, hi = vector_range(xp, x, d, np.float32(np.inf), np.float32(-np.inf))
+        for j in range(d - d % NR, d):
+            lo, hi = minnum32(lo, xp[x + j]), maxnum32(hi, xp[x + j])
+        m = hi if beta >= np.float32(0) else lo
         for j in range(d):
-            m = maxnum32(m, sign * xp[x + j])    # skips NaN; the exp pass makes the sum NaN
-        shift = np.float64(sign) * m
-        total = 0.0
-        for j in range(d):
-            em, es = exp_parts32((np.float64(xp[x + j]) - shift) * beta)
-            e = em * es
-            outp[x + j] = e
-            total += np.float64(e)
-        inv = 1.0 / total
+            a = xp[x + j]
+            s = a - m
+            a1 = s + m                          # two-difference: s + e == a - m exactly
+            b1 = s - a1
+            e = (a - a1) + (-m - b1)
+            h = s * beta
+            err = fma32(s, beta, -h) + e * beta
+            # (err is NaN only where s is infinite or NaN, when h alone decides)
+            outp[x + j] = exp_sum32(h, err if err == err else np.float32(0))
+        inv = 1.0 / sum64(outp, x, d)
         for j in range(d):
             outp[x + j] = np.float32(np.float64(outp[x + j]) * inv)
 
 
-# Softmaxes of at least this many elements run as several tasks over the threads: at
-# ~0.5 ns an element, smaller ones take less time than waking a sleeping worker (50-70 us,
-# see .threads).
-_SOFTMAX_PARALLEL = 1 << 16
+# Softmaxes of at least this many elements are cut into tasks over the threads (at ~1 ns
+# an element the split pays for the parallel region's start when the workers are awake,
+# as they are inside a model's run).
+_SOFTMAX_PARALLEL = 1 << 13
 
 
 @kernel("SOFTMAX")

@@ -22,10 +22,9 @@ from numba.extending import intrinsic
 from litegpu.backend import NodeContext
 
 from .common import clamp_bounds, optional_input
-from .mathfn import maxnum32, minnum32
+from .mathfn import maxnum32, minnum32, vector_range
 
-from .packed import (NR, VECTOR, carried_loop, clamp_vector, fma_function, load_vector, splat_vector,
-                     store_first_lanes, store_vector)
+from .packed import NR, clamp_vector, fma_function, load_vector, splat_vector, store_first_lanes, store_vector
 from .qgemm import _ROW_PANELS, _SUMS, _TILE_PANELS, MR, VNNI, _task_share, pack, split, tile_sums
 from .registry import bindable
 from .tasks import bind_task, in_sequence, int8_pointer, int32_pointer, task_function
@@ -80,42 +79,6 @@ def _make_tile(vnni: bool, rows: int, panels: int):
     return tile
 
 
-@intrinsic
-def _vector_range(typingctx, xp, start, count):
-    """``(min, max)`` of ``count // NR`` float32 vectors from ``xp + start`` and 0, NaNs
-    skipped: two vector accumulators (``vminps``/``vmaxps``, one instruction a step,
-    where a vectorized ``llvm.minnum`` reduction also carries NaN blends and cost four
-    times as much on a 128-float row), folded lane by lane at the end."""
-    def codegen(context, builder, signature, args):
-        pointer, start_, count_ = args
-
-        def lower(a, b):       # b where b < a: a NaN in b never wins
-            return builder.select(builder.fcmp_ordered("<", b, a), b, a)
-
-        def higher(a, b):
-            return builder.select(builder.fcmp_ordered(">", b, a), b, a)
-
-        zero = ir.Constant(VECTOR, [0.0] * NR)
-        vectors = builder.sdiv(count_, ir.Constant(_I64, NR))
-
-        def step(k, values):
-            v = load_vector(builder, pointer, builder.add(start_, builder.mul(k, ir.Constant(_I64, NR))))
-            return [lower(values[0], v), higher(values[1], v)]
-
-        lo, hi = carried_loop(builder, vectors, [zero, zero], step, "range")
-        lanes = NR
-        while lanes > 1:        # fold the upper half of the lanes onto the lower half
-            lanes //= 2
-            upper = ir.Constant(ir.VectorType(ir.IntType(32), NR), [lanes + i if i < lanes else i
-                                                                    for i in range(NR)])
-            lo = lower(lo, builder.shuffle_vector(lo, lo, upper))
-            hi = higher(hi, builder.shuffle_vector(hi, hi, upper))
-        index = ir.Constant(_I32, 0)
-        return context.make_tuple(builder, signature.return_type,
-                                  [builder.extract_element(lo, index), builder.extract_element(hi, index)])
-    return types.UniTuple(types.float32, 2)(xp, start, count), codegen
-
-
 _tile_vnni, _row_vnni = _make_tile(True, MR, _TILE_PANELS), _make_tile(True, 1, _ROW_PANELS)
 _tile_plain, _row_plain = _make_tile(False, MR, _TILE_PANELS), _make_tile(False, 1, _ROW_PANELS)
 
@@ -165,7 +128,7 @@ def _quantize_rows_task(t, xp, qp, scalep, cp, _a4, _a5, _a6, _a7, ip, fp):
     q, c = int8_pointer(qp), int32_pointer(cp)
     for r in range(t * chunk, min(m, (t + 1) * chunk)):
         row = r * k
-        lo, hi = _vector_range(xp, row, k)      # NaNs skipped (they quantize to zp)
+        lo, hi = vector_range(xp, row, k, np.float32(0), np.float32(0))   # NaNs skipped (they quantize to zp)
         for i in range(k - k % NR, k):
             v = xp[row + i]
             lo = minnum32(lo, v)
