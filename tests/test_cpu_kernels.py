@@ -769,3 +769,26 @@ def test_concatenation(axis, activation):
     (got,) = run_kernel("CONCATENATION", attrs, parts, [want.shape])
     close(got, want)
     vs_reference("CONCATENATION", parts, attrs, [got])
+
+
+@pytest.mark.parametrize("shape,perm", [
+    ((1, 64, 4, 32), (0, 2, 1, 3)),          # attention heads out: rows of 32 stay contiguous
+    ((1, 64, 4, 32), (0, 2, 3, 1)),          # keys transposed: a strided read per element
+    ((2, 3, 4, 5, 6, 7, 2), (6, 0, 5, 1, 4, 2, 3)),   # rank 7, two dimensions merge: six loops
+    ((2, 3, 2, 3, 2, 3, 2), (6, 5, 4, 3, 2, 1, 0)),   # rank 7 reversed, nothing merges: numpy's copy
+    ((3, 1, 5), (1, 2, 0)),
+    ((7,), (0,)),
+    ((64, 64, 33), (1, 0, 2)),               # big enough for tasks over the threads
+])
+@pytest.mark.parametrize("dtype", [np.float32, np.int8, np.int16, np.int64, np.bool_])
+def test_transpose_any_rank_and_element_size(shape, perm, dtype):
+    x = (RNG.standard_normal(shape) * 50).astype(dtype)
+    node = Node(index=0, op="TRANSPOSE", opcode=0, version=1, inputs=(0, 1), outputs=(2,))
+    p = np.array(perm, np.int32)
+    want = x.transpose(perm)
+    ctx = NodeContext(node=node, opdef=get_op("TRANSPOSE"), attrs={},
+                      inputs=[TensorSpec(shape, np.dtype(dtype)), TensorSpec(p.shape, np.dtype(np.int32), p)],
+                      outputs=[TensorSpec(want.shape, np.dtype(dtype))])
+    out = np.zeros(want.shape, dtype)
+    KERNELS["TRANSPOSE"](ctx)([x, p], [out])
+    np.testing.assert_array_equal(out, want)

@@ -159,15 +159,93 @@ def _pad_rows_kernel(src: np.ndarray, before: int, width: int, row_bytes: int, v
                                                       params, dtypes=dtypes))
 
 
+# -- TRANSPOSE -----------------------------------------------------------------------------------
+
+_TRANSPOSE_RANK = 6                 # dimensions of the task's loop nest (fewer are padded with 1s)
+_TRANSPOSE_PARALLEL_BYTES = 1 << 18
+
+
+@njit(cache=True, inline="always")
+def _strided_row(x, out, at, base, count, stride):
+    """``out[at + j] = x[base + j * stride]`` for j < count; a plain copy (vectorized) at stride 1."""
+    if stride == 1:
+        for j in range(count):
+            out[at + j] = x[base + j]
+    else:
+        for j in range(count):
+            out[at + j] = x[base + j * stride]
+
+
+@task_function()
+def _transpose_task(t, xp, outp, _a2, _a3, _a4, _a5, _a6, _a7, ip, _fp):
+    """Rows ``t * chunk ..`` of the outermost output dimension of a transpose: the output
+    written in order, each element read at its input offset. ``ip``: element size (1, 2,
+    4 or 8 bytes), chunk, the 6 output dimensions, the input's element strides along
+    them."""
+    size, chunk = ip[0], ip[1]
+    d0, d1, d2, d3, d4, d5 = ip[2], ip[3], ip[4], ip[5], ip[6], ip[7]
+    s0, s1, s2, s3, s4, s5 = ip[8], ip[9], ip[10], ip[11], ip[12], ip[13]
+    for i0 in range(t * chunk, min(d0, (t + 1) * chunk)):
+        for i1 in range(d1):
+            for i2 in range(d2):
+                for i3 in range(d3):
+                    for i4 in range(d4):
+                        base = i0 * s0 + i1 * s1 + i2 * s2 + i3 * s3 + i4 * s4
+                        at = ((((i0 * d1 + i1) * d2 + i2) * d3 + i3) * d4 + i4) * d5
+                        if size == 4:
+                            _strided_row(xp, outp, at, base, d5, s5)
+                        elif size == 1:
+                            _strided_row(uint8_pointer(xp), uint8_pointer(outp), at, base, d5, s5)
+                        elif size == 2:
+                            _strided_row(int16_pointer(xp), int16_pointer(outp), at, base, d5, s5)
+                        else:
+                            _strided_row(int64_pointer(xp), int64_pointer(outp), at, base, d5, s5)
+
+
+def transpose_plan(shape: tuple[int, ...], perm: tuple[int, ...]) -> tuple[list[int], list[int]]:
+    """The output's dimensions and the input's element strides along them, with output
+    dimensions that are also adjacent and in order in the input merged (a head split
+    [1, 64, 4, 32] -> [1, 4, 64, 32] becomes [4, 64, 32], its rows of 32 contiguous)."""
+    strides = [1] * len(shape)
+    for d in range(len(shape) - 2, -1, -1):
+        strides[d] = strides[d + 1] * shape[d + 1]
+    dims, steps = [], []
+    for p in perm:
+        if shape[p] == 1:
+            continue
+        if dims and steps[-1] == strides[p] * shape[p]:
+            dims[-1] *= shape[p]
+            steps[-1] = strides[p]
+        else:
+            dims.append(shape[p])
+            steps.append(strides[p])
+    return dims or [1], steps or [1]
+
+
 @kernel("TRANSPOSE")
 def transpose(ctx: NodeContext):
-    """A strided copy with the permutation fixed at compile time."""
+    """A strided copy with the permutation fixed at compile time: a task function (so it
+    chains with its neighbours) over the merged dimensions of :func:`transpose_plan`,
+    else numpy (more than six of them, other element sizes)."""
     perm_spec = ctx.inputs[1]
     if perm_spec is None or perm_spec.value is None:
         return None
-    rank = len(ctx.inputs[0].shape)
+    shape = tuple(ctx.inputs[0].shape)
+    rank = len(shape)
     perm = tuple(int(p) % max(rank, 1) for p in np.asarray(perm_spec.value).reshape(-1))
-
-    def run(inputs, outputs):
-        np.copyto(outputs[0], inputs[0].transpose(perm))
-    return run
+    itemsize = np.dtype(ctx.inputs[0].dtype).itemsize
+    dims, steps = transpose_plan(shape, perm)
+    if len(dims) > _TRANSPOSE_RANK or itemsize not in (1, 2, 4, 8) or sorted(perm) != list(range(rank)):
+        def run(inputs, outputs):
+            np.copyto(outputs[0], inputs[0].transpose(perm))
+        return run
+    pad = _TRANSPOSE_RANK - len(dims)
+    dims, steps = [1] * pad + dims, [0] * pad + steps
+    nbytes = int(np.prod(shape, dtype=np.int64)) * itemsize
+    tasks = min(dims[0], 8) if nbytes >= _TRANSPOSE_PARALLEL_BYTES else 1
+    chunk = -(-dims[0] // tasks)
+    tasks = -(-dims[0] // chunk)
+    params = np.array([itemsize, chunk, *dims, *steps], np.int64)
+    dtype = np.dtype(ctx.inputs[0].dtype)
+    return bindable(lambda inputs, outputs: bind_task(_transpose_task, tasks, (inputs[0],), (outputs[0],), params,
+                                                      dtypes=(dtype, dtype)))
