@@ -92,3 +92,28 @@ def test_hybrid_fully_connected_uses_the_kernel(monkeypatch, shape, per_channel,
     (ours,), (theirs,) = run_both(b.build(), [rows(int(np.prod(shape[:-1])), k).reshape(shape)])
     assert bound, "the hybrid FULLY_CONNECTED did not run the dynamically quantized kernel"
     close(ours, theirs)
+
+
+def test_products_reading_one_tensor_quantize_it_once(monkeypatch):
+    """Three hybrid FCs on one input (attention's query, key, value) and one on another
+    tensor: the first quantizes, the next two read its rows, the fourth quantizes its own;
+    every output equals LiteRT's."""
+    sources = []
+    read = qd8gemm.DynamicQuantizedMatmul.read_rows_of
+    monkeypatch.setattr(qd8gemm.DynamicQuantizedMatmul, "read_rows_of",
+                        lambda self, source: (sources.append(source), read(self, source))[1])
+    m, k = 64, 48
+    b = ModelBuilder()
+    x = b.input("x", (m, k), np.float32)
+    outs = []
+    for i, reads_x in enumerate([True, True, False, True]):
+        w = b.const(f"w{i}", RNG.integers(-127, 128, (k, k)).astype(np.int8), scale=[0.01], zero_point=[0])
+        y = b.tensor(f"y{i}", (m, k), np.float32)
+        b.op("FULLY_CONNECTED", [x if reads_x else outs[-1], w, -1], [y], asymmetric_quantize_inputs=True,
+             version=12)
+        outs.append(y)
+    b.output(*outs)
+    ours, theirs = run_both(b.build(), [rows(m, k)])
+    assert len(sources) == 2 and sources[0] is sources[1], "the second and fourth products read the first's rows"
+    for o, t in zip(ours, theirs):
+        close(o, t)

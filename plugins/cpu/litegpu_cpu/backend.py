@@ -147,6 +147,7 @@ class CpuProgram(Program):
                 f"{getattr(kernel, '__name__', type(kernel).__name__)} for "
                 f"{'+'.join(f'{c.node.index} {c.node.op}' for c in nodes)}"
                 for (kernel, *_), nodes in zip(self.steps, self.step_nodes)))
+        _share_quantized_rows(self.steps)
         slots.append(None)  # slot -1: an omitted optional input
         self.slots = slots
         # With no run-time shapes every slot is fixed once inputs and outputs are: the
@@ -477,6 +478,19 @@ def _bind_step(kernel, args: list, results: list):
     if bind is not None and all(a is None or a.flags.c_contiguous for a in (*args, *results)):
         return bind(args, results)
     return partial(kernel, args, results)
+
+
+def _share_quantized_rows(steps: list[tuple]) -> None:
+    """Dynamically quantized products (hybrid FULLY_CONNECTED) that read one tensor with
+    one K quantize it once: each later one reads the first one's quantized rows (the
+    first runs before them in every run, and nothing writes a tensor between its readers)."""
+    first: dict[tuple, object] = {}
+    for kernel, ins, _, _, _ in steps:
+        product = getattr(kernel, "quantized_rows", None)
+        if product is not None:
+            source = first.setdefault((ins[0], product.k), product)
+            if source is not product:
+                product.read_rows_of(source)
 
 
 def _chain_plans(steps: list[tuple]) -> list[tuple]:

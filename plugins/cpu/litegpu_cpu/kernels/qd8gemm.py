@@ -159,7 +159,11 @@ class DynamicQuantizedMatmul:
     """``bind(x [M, K] float32, out [M, N] float32) -> call`` computing XNNPACK's
     qd8-f32-qc8w product of x with the constant int8 ``w_kn`` [K, N] (symmetric), float32
     ``weight_scale`` per column, float32 ``bias`` (or None), clamped to ``[lo, hi]``,
-    packed here once; ``threads``: the numba threads the tasks are cut for."""
+    packed here once; ``threads``: the numba threads the tasks are cut for.
+
+    Products that read the same x (a transformer's query, key and value projections)
+    need x quantized once: :meth:`read_rows_of` makes this product use another's
+    quantized rows instead of quantizing x itself."""
 
     def __init__(self, w_kn: np.ndarray, weight_scale: np.ndarray, bias: np.ndarray | None, lo: float, hi: float,
                  threads: int, vnni: bool | None = None) -> None:
@@ -179,21 +183,34 @@ class DynamicQuantizedMatmul:
             self.bias[:n] = np.asarray(bias, np.float32).reshape(-1)
         self.clamp = np.array([lo, hi], np.float32)
         self.task = _qd8_vnni if (VNNI if vnni is None else vnni) else _qd8_plain
+        self._rows: dict[int, tuple] = {}       # M -> x's quantized rows, their scales and corrections
+        self._source: DynamicQuantizedMatmul | None = None
+
+    def read_rows_of(self, source: "DynamicQuantizedMatmul") -> None:
+        """Read the quantized rows ``source`` writes (same K) instead of quantizing x here.
+        The caller promises that ``source`` runs first in every run, on the same x: the
+        cpu backend pairs the products of one program that read one tensor."""
+        if source.k != self.k or source is self:
+            raise ValueError("products share quantized rows of one K only")
+        self._source = source
+
+    def rows(self, m: int) -> tuple:
+        """The scratch x's quantized rows go into, for M rows: made once, so every binding
+        of this product (and of those reading its rows) uses the same arrays."""
+        if m not in self._rows:
+            k4 = self.weights.shape[1] * 4
+            self._rows[m] = (np.empty((m, k4), np.int8), np.empty(m, np.float32), np.empty(m, np.int32))
+        return self._rows[m]
 
     def bind(self, x: np.ndarray, out: np.ndarray):
-        """The call on these arrays (its row scratch made here, once per binding)."""
+        """The call on these arrays: x quantized into :meth:`rows` (unless another product
+        does it, see :meth:`read_rows_of`), then the product."""
         m = out.shape[0]
         if x.shape != (m, self.k) or out.shape != (m, self.n):
             raise ValueError(f"dynamically quantized product [M, {self.k}] -> [M, {self.n}] given {x.shape} -> "
                              f"{out.shape}")
         k4 = self.weights.shape[1] * 4
-        q = np.empty((m, k4), np.int8)
-        row_scale, row_c = np.empty(m, np.float32), np.empty(m, np.int32)
-        tasks = max(1, min(m, self.threads if m * self.k >= 1 << 14 else 1))
-        chunk = -(-m // tasks)
-        quantize = bind_task(_quantize_rows_task, -(-m // chunk), (x,), (q, row_scale, row_c),
-                             np.array([m, self.k, k4, chunk], np.int64),
-                             dtypes=(np.float32, np.int8, np.float32, np.int32))
+        q, row_scale, row_c = (self._source or self).rows(m)
         rows = split(m, self.n, self.k, self.threads)
         params = np.array([m, k4 // 4, self.n, k4, *rows], np.int64)
         product = bind_task(self.task, rows[1] * rows[3],
@@ -201,6 +218,13 @@ class DynamicQuantizedMatmul:
                             (out,), params, self.clamp,
                             dtypes=(np.int8, np.int8, np.int32, np.float32, np.float32, np.float32, np.int32,
                                     np.float32))
+        if self._source is not None:
+            return product
+        tasks = max(1, min(m, self.threads if m * self.k >= 1 << 14 else 1))
+        chunk = -(-m // tasks)
+        quantize = bind_task(_quantize_rows_task, -(-m // chunk), (x,), (q, row_scale, row_c),
+                             np.array([m, self.k, k4, chunk], np.int64),
+                             dtypes=(np.float32, np.int8, np.float32, np.int32))
         return in_sequence([quantize, product])
 
 
@@ -221,4 +245,6 @@ def hybrid_fully_connected(ctx: NodeContext):
     lo, hi = clamp_bounds(ctx.attrs["activation"])
     product = DynamicQuantizedMatmul(np.ascontiguousarray(w.T), ctx.attrs["weight_scale"],
                                      None if bias_spec is None else bias_spec.value, lo, hi, numba.get_num_threads())
-    return bindable(lambda inputs, outputs: product.bind(inputs[0].reshape(m, k), outputs[0].reshape(m, o)))
+    run = bindable(lambda inputs, outputs: product.bind(inputs[0].reshape(m, k), outputs[0].reshape(m, o)))
+    run.quantized_rows = product      # for the backend to pair products reading one x
+    return run
