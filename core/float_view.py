@@ -20,13 +20,34 @@ computes on the integers themselves, still in float:
 - an 8-bit ADD / SUB / MUL / MEAN does XNNPACK's arithmetic on the inputs' integers
   (``GRID_ADD`` with its multipliers, rounded half up; ``GRID_MUL``, the exact product
   times its scale; MEAN as an exact SUM then its scale and offset);
-- a one-input op on 8-bit integers (HARD_SWISH, LOGISTIC, TANH, requantizing
+- a 16x8 CONV_2D / DEPTHWISE_CONV_2D / FULLY_CONNECTED / TRANSPOSE_CONV (int16
+  activations, int8 filter: TFLite's reference kernels, int64 sums) splits the int16
+  grid value ``x`` into ``x = 256 * h + l`` (``h = rint(x / 256)`` by a ``QUANT_SIM``,
+  ``l`` by a ``GRID_ADD``, both in [-128, 128]) and runs the node twice, on ``h`` and
+  on ``l``, with the filter times 2^-12: each sum is exact in float32 while below 2^24
+  filter units (the scaling keeps it far from half's overflow in F32_F16 storage).
+  ``GRID_REQUANT16`` then reads both back as integers, forms ``256 * A + B + bias`` in
+  int64 and requantizes with TFLite's fixed point (the conv kernels' int64
+  ``MultiplyByQuantizedMultiplier``, FULLY_CONNECTED's double-rounding one), clamps:
+  TFLite's integers, which a float32 product of real values misses by a quantum on ~4 %
+  of elements;
+- a one-input op on 8-bit or int16 integers (HARD_SWISH, LOGISTIC, TANH, requantizing
   QUANTIZE, ...) becomes ``QUANT_LUT``: a table of its own integer reference over every
-  input code, looked up with the input's code;
+  input code (65536 entries for int16), looked up with the input's code;
+- an int16 RESIZE_BILINEAR whose float taps equal TFLite's integer ones (1/1024ths) and
+  are multiples of 1/16 (2x upscaling, say) runs the float op on grid values, exact, and
+  rounds half away from zero as TFLite's kernel (``QUANT_SIM`` rounding ``"half_away"``);
+  other sizes keep the real-valued view;
 - a tensor whose every reader takes integers (those nodes, and data movement between
   them) is kept as integer-valued floats ``q - zp`` (its *grid form*, exact in half
   precision too for 8 bits); other tensors keep real values, and an integer reader of
   one gets its grid form from a ``QUANT_SIM`` that rounds it there.
+
+In F32 the 16x8 path lands on LiteRT's integers (unet_small_int16x8: every output
+element). Half storage cannot hold int16 codes (11 bits); there the same nodes run on
+codes rounded to half, about as close as the real-valued view was, and the view is not
+told the precision. int16 ADD / SUB / MUL (TFLite's fixed point) and other requantizing
+int16 ops (CONCATENATION across scales, pooling's averages) keep the real-valued view.
 
 The model's interface is unchanged: the input and output tensors keep their indices,
 types and quantization, so the Interpreter API reads and writes the same integers.
@@ -60,9 +81,19 @@ LOOKUP_OPS = ("HARD_SWISH", "LOGISTIC", "TANH", "ELU", "GELU", "LEAKY_RELU", "RE
 # PAD's implicit padding is the zero point, i.e. 0 in grid form).
 PASS_THROUGH = ("RESHAPE", "SQUEEZE", "EXPAND_DIMS", "TRANSPOSE", "PAD", "SPACE_TO_DEPTH", "DEPTH_TO_SPACE",
                 "SLICE", "STRIDED_SLICE")
-# Tables cover 8-bit inputs: their codes come back exactly from real values even in half
-# storage (int16 codes would not, and NEG/ABS/RELU on int16 are exact in float anyway).
-_LOOKUP_LIMIT = 1 << 8
+# Tables cover 8-bit and 16-bit inputs (65536 entries). 8-bit codes come back exactly from
+# real values even in half storage; int16 codes do not (half keeps 11 bits), but there the
+# lookup of the nearest code (clamped into the table) is as close as the float op on the
+# stored value would be, for these ops. Not for NEG / ABS, whose int16 kernels wrap at
+# -32768 (a code rounded past it would read the wrapped entry), nor the clamps: all of
+# those are exact in float on int16 values anyway.
+_LOOKUP_LIMIT = 1 << 16
+_NO_WIDE_LOOKUP = ("ABS", "NEG", "RELU", "RELU6", "RELU_N1_TO_1", "RELU_0_TO_1")
+# 16x8 sums: the int16 grid value x is split as x = 256 * h + l (h = rint(x / 256), both
+# in [-128, 128]) and each half summed with the filter times _SUMS16_STEP, whose sums are
+# exact in float32 while below 2^24 in filter units; the power-of-two step keeps them far
+# from half's overflow (65504) in F32_F16 storage and is exact for int8 filters there too.
+_SUMS16_STEP = 2.0 ** -12
 
 
 def is_quantized_model(model: Model) -> bool:
@@ -118,6 +149,28 @@ class _Sums:
 
 
 @dataclass(frozen=True)
+class _Sums16:
+    """A 16x8 sum-of-products node (int16 activations, int8 filter) on grid values: the
+    activation split into its high and low bytes, two float sums of each with the filter
+    times ``_SUMS16_STEP`` (exact), then ``GRID_REQUANT16``: the int64 sum ``256 * high +
+    low + bias`` requantized with TFLite's fixed point (see the module docstring)."""
+
+    x: int
+    weights: np.ndarray   # w * _SUMS16_STEP as float32, the filter's layout
+    requant: dict         # GRID_REQUANT16's options: bias, multiplier, shift, style, lo, hi
+
+
+@dataclass(frozen=True)
+class _Resize:
+    """An int16 RESIZE_BILINEAR whose float taps are TFLite's 1/1024ths exactly and few
+    bits long: the float op on grid values is exact, then rounded half away from zero as
+    TFLite's integer kernel rounds."""
+
+    qmin: int
+    qmax: int
+
+
+@dataclass(frozen=True)
 class _Binary:
     """An 8-bit ADD/SUB/MUL on grid values. ADD/SUB: XNNPACK's ``(a * am + b * bm) /
     2^shift`` rounded half up (its bias holds the half), as the float32 multipliers
@@ -155,11 +208,12 @@ class _Lookup:
     out: QuantParams
 
 
-def _plan(node: Node, tensors: Sequence[Tensor]) -> _Sums | _Binary | _Mean | _Lookup | str | None:
+def _plan(node: Node, tensors: Sequence[Tensor]) -> _Sums | _Sums16 | _Binary | _Mean | _Lookup | _Resize | str | None:
     """How ``node`` is rewritten: grid sums, a grid ADD/SUB/MUL or MEAN, a lookup, "pass"
     (data movement that keeps grid form), or None (float op and QUANT_SIM)."""
     kind = ("sums" if node.op in EXACT_SUMS else "binary" if node.op in GRID_BINARY else "mean" if node.op == "MEAN"
-            else "lookup" if node.op in LOOKUP_OPS else "pass" if node.op in PASS_THROUGH else None)
+            else "lookup" if node.op in LOOKUP_OPS else "pass" if node.op in PASS_THROUGH
+            else "resize" if node.op == "RESIZE_BILINEAR" else None)
     opdef = get_op(node.op)
     if kind is None or opdef is None or opdef.quantized is None:
         return None
@@ -181,6 +235,8 @@ def _plan(node: Node, tensors: Sequence[Tensor]) -> _Sums | _Binary | _Mean | _L
         return _binary_plan(attrs)
     if kind == "mean":
         return _mean_plan(node, tensors, attrs)
+    if kind == "resize":
+        return _resize_plan(node, tensors, attrs)
     return _lookup_plan(node, tensors, attrs, opdef)
 
 
@@ -214,7 +270,11 @@ def _mean_plan(node: Node, tensors: Sequence[Tensor], attrs: dict) -> _Mean | No
 def _sums_plan(node: Node, tensors: Sequence[Tensor], attrs: dict) -> _Sums | None:
     r = attrs.get("requant")
     xi, wi, bi = EXACT_SUMS[node.op]
-    if r is None or r.get("style") != "xnnpack" or tensors[node.inputs[wi]].data is None:
+    if r is None or tensors[node.inputs[wi]].data is None:
+        return None
+    if r.get("style") in ("tflite16", "tflite"):
+        return _sums16_plan(node, tensors, r)
+    if r.get("style") != "xnnpack":
         return None
     weights = (tensors[node.inputs[wi]].data.astype(np.float32) - np.float32(r["w_zp"]))
     bias = None
@@ -226,11 +286,64 @@ def _sums_plan(node: Node, tensors: Sequence[Tensor], attrs: dict) -> _Sums | No
     return _Sums(xi, weights, bias, r)
 
 
+def _sums16_plan(node: Node, tensors: Sequence[Tensor], r: dict) -> _Sums16 | None:
+    xi, wi, bi = EXACT_SUMS[node.op]
+    w = tensors[node.inputs[wi]]
+    if w.dtype != np.int8 or r.get("x_zp", 0) != 0 or r.get("w_zp", 0) != 0 or r.get("zp", 0) != 0:
+        return None
+    channels = int(w.shape[3] if node.op == "DEPTHWISE_CONV_2D" else w.shape[0])
+    bias = np.zeros(channels, np.int64)
+    if len(node.inputs) > bi and node.inputs[bi] >= 0:
+        b = tensors[node.inputs[bi]]
+        if b.data is None or b.data.size != channels:
+            return None
+        bias = b.data.astype(np.int64).reshape(-1)
+
+    def per_channel(v) -> tuple[int, ...]:
+        return tuple(int(k) for k in np.broadcast_to(np.asarray(v, np.int64).reshape(-1), (channels,)))
+
+    options = {"bias": per_channel(bias), "multiplier": per_channel(r["multiplier"]),
+               "shift": per_channel(r["shift"]), "style": r["style"], "step": _SUMS16_STEP,
+               "lo": int(r["lo"]), "hi": int(r["hi"])}
+    weights = (w.data.astype(np.float64) * _SUMS16_STEP).astype(np.float32)
+    return _Sums16(xi, weights, options)
+
+
+def _resize_plan(node: Node, tensors: Sequence[Tensor], attrs: dict) -> _Resize | None:
+    """int16 (TFLite's integer kernel, zero point 0) where, along both axes, the float
+    op's taps (:func:`litegpu.ops.nn.bilinear_axis`) weigh each source row / column as
+    TFLite's integer taps do and are multiples of 1/16: sums of int16 grid values times
+    products of such taps keep 24 bits, exact in float32."""
+    from .ops.nn import bilinear_axis
+    from .ops.quantized import resize_axis_10
+    x, size = tensors[node.inputs[0]], tensors[node.inputs[1]]
+    p = QuantParams.of(x)
+    if p is None or p.dtype != np.int16 or not p.per_tensor or p.zero_point != 0 or size.data is None \
+            or len(x.shape) != 4 or any(d < 0 for d in (x.shape_signature or x.shape)):
+        return None
+    for axis, out_size in zip((1, 2), np.asarray(size.data).reshape(-1)[:2]):
+        in_size, out_size = int(x.shape[axis]), int(out_size)
+        lo, hi, f = bilinear_axis(in_size, out_size, attrs)
+        scaled, lower, upper = resize_axis_10(in_size, out_size, attrs)
+        ours, theirs = np.zeros((out_size, in_size)), np.zeros((out_size, in_size))
+        rows = np.arange(out_size)
+        np.add.at(ours, (rows, lo), 1.0 - f.astype(np.float64))
+        np.add.at(ours, (rows, hi), f.astype(np.float64))
+        upper_weight = (scaled - 1024 * lower) / 1024.0
+        np.add.at(theirs, (rows, lower), 1.0 - upper_weight)
+        np.add.at(theirs, (rows, upper), upper_weight)
+        if not (np.array_equal(ours, theirs) and np.all(f * np.float32(16) == np.rint(f * np.float32(16)))):
+            return None
+    return _Resize(p.qmin, p.qmax)
+
+
 def _lookup_plan(node: Node, tensors: Sequence[Tensor], attrs: dict, opdef: OpDef) -> _Lookup | None:
     if sum(1 for i in node.inputs if i >= 0 and tensors[i].data is None) != 1 or node.inputs[0] < 0:
         return None
     x, out = QuantParams.of(tensors[node.inputs[0]]), QuantParams.of(tensors[node.outputs[0]])
     if x is None or out is None or not (x.per_tensor and out.per_tensor) or x.qmax - x.qmin >= _LOOKUP_LIMIT:
+        return None
+    if x.qmax - x.qmin >= 1 << 8 and node.op in _NO_WIDE_LOOKUP:
         return None
     codes = np.arange(x.qmin, x.qmax + 1).astype(x.dtype)
     try:
@@ -284,11 +397,11 @@ class _Rewrite:
 
         def takes_grid(node: Node, pos: int) -> bool:
             plan = self.plans[node.index]
-            if isinstance(plan, _Sums):
+            if isinstance(plan, (_Sums, _Sums16)):
                 return pos == plan.x
             if isinstance(plan, _Binary):
                 return pos in (0, 1)
-            if isinstance(plan, (_Mean, _Lookup)):
+            if isinstance(plan, (_Mean, _Lookup, _Resize)):
                 return pos == 0
             return plan == "pass" and pos == 0 and all(o in grid for o in node.outputs if o >= 0)
 
@@ -355,12 +468,16 @@ class _Rewrite:
             plan = self.plans[node.index]
             if isinstance(plan, _Sums):
                 self.sums(node, plan)
+            elif isinstance(plan, _Sums16):
+                self.sums16(node, plan)
             elif isinstance(plan, _Binary):
                 self.grid_binary(node, plan)
             elif isinstance(plan, _Mean):
                 self.mean(node, plan)
             elif isinstance(plan, _Lookup):
                 self.lookup(node, plan)
+            elif isinstance(plan, _Resize):
+                self.resize(node, plan)
             elif plan == "pass" and node.inputs[0] in self.grid:
                 self.nodes.append(replace(node, inputs=self.mapped(node.inputs)))
             else:
@@ -414,6 +531,36 @@ class _Rewrite:
         self.add("MUL", (acc, self.new_tensor(self.tensors[o], f"{name}/requant_scale", scale)), (scaled,))
         self.add("QUANT_SIM", (scaled,), self.mapped([o]), _sim(1.0, self.out_scale(o), r["zp"], r["lo"], r["hi"]))
 
+    def sums16(self, node: Node, plan: _Sums16) -> None:
+        """The int16 grid value split into bytes (QUANT_SIM by 256, GRID_ADD of the rest),
+        the node's sums of each with the scaled filter, GRID_REQUANT16 of both, QUANT_SIM
+        into the output's form."""
+        o = node.outputs[0]
+        name = self.sg.tensors[o].name
+        xi, wi, bi = EXACT_SUMS[node.op]
+        x = self.grid_input(node.inputs[xi])
+        high, low = (self.new_tensor(self.tensors[x], f"{name}/input_{what}") for what in ("high", "low"))
+        self.add("QUANT_SIM", (x,), (high,), _sim(256.0, 1.0, 0, -128, 128))
+        self.add("GRID_ADD", (x, high), (low,), {"a_multiplier": 1.0, "b_multiplier": -256.0})
+        weights = self.new_tensor(self.tensors[o], f"{name}/grid_filter", plan.weights)
+        sums = []
+        for part in (high, low):
+            inputs = list(node.inputs)
+            inputs[xi], inputs[wi] = part, weights
+            if len(inputs) > bi:
+                inputs[bi] = -1
+            acc = self.new_tensor(self.tensors[o], f"{name}/sums_{'high' if part == high else 'low'}")
+            options = {**node.options, "fused_activation_function": 0}
+            index = node.index
+            if part == low:   # the node's second copy: an added node
+                index, self.next_node = self.next_node, self.next_node + 1
+            self.nodes.append(replace(node, index=index, inputs=self.mapped(inputs), outputs=(acc,), options=options))
+            sums.append(acc)
+        code = self.new_tensor(self.tensors[o], f"{name}/requantized")
+        self.add("GRID_REQUANT16", tuple(sums), (code,), plan.requant)
+        r = plan.requant
+        self.add("QUANT_SIM", (code,), self.mapped([o]), _sim(1.0, self.out_scale(o), 0, r["lo"], r["hi"]))
+
     def grid_binary(self, node: Node, plan: _Binary) -> None:
         """GRID_ADD of both inputs' grid forms rounded half up as XNNPACK's shift does, or
         GRID_MUL times the scale rounded to nearest even."""
@@ -445,6 +592,15 @@ class _Rewrite:
         self.add("QUANT_SIM", (steps[3],), self.mapped([o]),
                  _sim(1.0, self.out_scale(o), plan.zp, plan.qmin, plan.qmax, coded=True))
 
+    def resize(self, node: Node, plan: _Resize) -> None:
+        """The float resize of the grid values (exact), rounded half away from zero."""
+        o = node.outputs[0]
+        raw = self.new_tensor(self.tensors[o], f"{self.sg.tensors[o].name}/unrounded")
+        self.nodes.append(replace(node, inputs=(self.grid_input(node.inputs[0]), *self.mapped(node.inputs[1:])),
+                                  outputs=(raw,)))
+        self.add("QUANT_SIM", (raw,), self.mapped([o]),
+                 _sim(1.0, self.out_scale(o), 0, plan.qmin, plan.qmax, "half_away"))
+
     def lookup(self, node: Node, plan: _Lookup) -> None:
         """QUANT_LUT over the integer reference's outputs, in the output's form."""
         x, o = node.inputs[0], node.outputs[0]
@@ -467,8 +623,8 @@ def _sim(in_scale: float, out_scale: float, zero_point: int, qmin: int, qmax: in
 def _sim_attrs(node: Node, tensors: Sequence[Tensor]) -> dict:
     o = node.options
     rounding = o.get("rounding", "even")
-    if rounding not in ("even", "half_up"):
-        raise ModelFormatError(f"QUANT_SIM rounding {rounding!r} is not 'even' or 'half_up'")
+    if rounding not in ("even", "half_up", "half_away"):
+        raise ModelFormatError(f"QUANT_SIM rounding {rounding!r} is not 'even', 'half_up' or 'half_away'")
     return {"in_scale": float(o["in_scale"]), "out_scale": float(o["out_scale"]),
             "zero_point": int(o["zero_point"]), "qmin": int(o["qmin"]), "qmax": int(o["qmax"]), "rounding": rounding,
             "coded": bool(o.get("coded", False))}
@@ -481,13 +637,21 @@ def _same_shape_f32(inputs: list[TensorSpec], attrs: dict) -> list[TensorSpec]:
 def quant_sim(x: np.ndarray, attrs: dict) -> np.ndarray:
     """``(clamp(rint(x / in_scale) + zp, qmin, qmax) - zp) * out_scale`` in float32: onto
     a grid whose step is ``in_scale`` in ``x`` (times the reciprocal, rounded to nearest
-    even as XNNPACK quantizes, or half up with ``rounding="half_up"``) and back in steps
+    even as XNNPACK quantizes, half up with ``rounding="half_up"``, half away from zero
+    with ``"half_away"`` as TFLite's ``std::round``) and back in steps
     of ``out_scale`` (1: grid form). With ``coded`` the rounded value is already the code
     (the zero point is not added)."""
     inv = np.float32(1) / np.float32(attrs["in_scale"])
     zp = np.float32(attrs["zero_point"])
     steps = np.asarray(x, np.float32) * inv
-    rounded = np.floor(steps + np.float32(0.5)) if attrs.get("rounding") == "half_up" else np.rint(steps)
+    rounding = attrs.get("rounding", "even")
+    if rounding == "half_up":
+        rounded = np.floor(steps + np.float32(0.5))
+    elif rounding == "half_away":
+        whole = np.trunc(steps)
+        rounded = whole + np.where(np.abs(steps - whole) >= np.float32(0.5), np.sign(steps), np.float32(0))
+    else:
+        rounded = np.rint(steps)
     q = np.clip(rounded if attrs.get("coded") else rounded + zp, attrs["qmin"], attrs["qmax"])
     return ((q - zp) * np.float32(attrs["out_scale"])).astype(np.float32)
 
@@ -529,16 +693,54 @@ def grid_mul(a: np.ndarray, b: np.ndarray, attrs: dict) -> np.ndarray:
     return ((np.asarray(a, np.float32) * np.asarray(b, np.float32)) * np.float32(attrs["scale"])).astype(np.float32)
 
 
+def _requant16_attrs(node: Node, tensors: Sequence[Tensor]) -> dict:
+    o = node.options
+    style = o["style"]
+    if style not in ("tflite16", "tflite"):
+        raise ModelFormatError(f"GRID_REQUANT16 style {style!r} is not 'tflite16' or 'tflite'")
+    bias, multiplier, shift = (np.asarray(o[k], np.int64).reshape(-1) for k in ("bias", "multiplier", "shift"))
+    if not bias.size == multiplier.size == shift.size:
+        raise ModelFormatError("GRID_REQUANT16 needs as many biases, multipliers and shifts")
+    return {"bias": bias, "multiplier": multiplier, "shift": shift, "style": style, "step": float(o["step"]),
+            "lo": int(o["lo"]), "hi": int(o["hi"])}
+
+
+def grid_requant16(high: np.ndarray, low: np.ndarray, attrs: dict) -> np.ndarray:
+    """The 16x8 sums' requantization as TFLite's kernels: ``acc = 256 * high + low + bias``
+    in int64, where ``high`` and ``low`` are sums in steps of ``step`` (read back as
+    integers), per channel over the last axis; then TFLite's fixed-point multiply
+    (``tflite16``: the conv kernels' int64 one; ``tflite``: FULLY_CONNECTED's double
+    rounding), clamped to ``[lo, hi]``; the codes as float32 (zero point 0)."""
+    from .quant import multiply_by_quantized_multiplier, multiply_by_quantized_multiplier_64
+    inv = np.float32(1) / np.float32(attrs["step"])
+    acc = (np.rint(np.asarray(high, np.float32) * inv).astype(np.int64) * 256
+           + np.rint(np.asarray(low, np.float32) * inv).astype(np.int64) + attrs["bias"])
+    multiply = multiply_by_quantized_multiplier_64 if attrs["style"] == "tflite16" else multiply_by_quantized_multiplier
+    y = multiply(acc, attrs["multiplier"], attrs["shift"])
+    return np.clip(y, attrs["lo"], attrs["hi"]).astype(np.float32)
+
+
+def _requant16_infer(inputs: list[TensorSpec], attrs: dict) -> list[TensorSpec]:
+    shape = tuple(inputs[0].shape)
+    if tuple(inputs[1].shape) != shape or not shape or shape[-1] != attrs["bias"].size:
+        raise ModelFormatError(f"GRID_REQUANT16 of shapes {list(shape)} and {list(inputs[1].shape)} with "
+                               f"{attrs['bias'].size} channels")
+    return [TensorSpec(shape, F32)]
+
+
 register(OpDef(name="GRID_ADD", attrs=_grid_add_attrs, infer=_grid_add_infer,
                reference=lambda inputs, attrs: [grid_add(inputs[0], inputs[1], attrs)],
                doc="ADD/SUB of the float view on two grids: each times its multiplier, summed."))
 register(OpDef(name="GRID_MUL", attrs=lambda node, tensors: {"scale": float(node.options["scale"])},
                infer=_grid_add_infer, reference=lambda inputs, attrs: [grid_mul(inputs[0], inputs[1], attrs)],
                doc="MUL of the float view on two grids: the product times the requantization scale."))
+register(OpDef(name="GRID_REQUANT16", attrs=_requant16_attrs, infer=_requant16_infer,
+               reference=lambda inputs, attrs: [grid_requant16(inputs[0], inputs[1], attrs)],
+               doc="16x8 sums of the float view: high and low grid sums, bias, TFLite's fixed-point requantization."))
 register(OpDef(name="QUANT_LUT", attrs=_lut_attrs, infer=_same_shape_f32,
                reference=lambda inputs, attrs: [quant_lut(inputs[0], inputs[1], attrs)],
                doc="A quantized one-input op of the float view: its integer reference tabled by input code."))
 
 
 __all__ = ["EXACT_SUMS", "GRID_BINARY", "LOOKUP_OPS", "MODE", "PASS_THROUGH", "float_view", "grid_add", "grid_mul",
-           "is_quantized_model", "quant_lut", "quant_sim"]
+           "grid_requant16", "is_quantized_model", "quant_lut", "quant_sim"]

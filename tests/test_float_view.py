@@ -1,13 +1,15 @@
 """The float view of quantized models (litegpu.float_view): the rewrite, its ops
-(QUANT_SIM, QUANT_LUT, GRID_ADD, GRID_MUL), and small int8 / uint8 / hybrid models on
-opencl against LiteRT's integers.
+(QUANT_SIM, QUANT_LUT, GRID_ADD, GRID_MUL, GRID_REQUANT16), and small int8 / uint8 /
+16x8 / hybrid models on opencl against LiteRT's integers.
 
 A GPU backend runs a quantized model as LiteRT's GPU delegate does: constants
 dequantized, QUANT_SIM after every op that produced a quantized tensor (folded into the
 producing kernel's store), the edges quantized and dequantized. Where LiteRT runs XNNPACK's
 8-bit arithmetic (convolutions, FULLY_CONNECTED, ADD/SUB/MUL, MEAN) and lookup tables, the
 view computes on integer-valued floats and lands on LiteRT's integers exactly, in F32 and
-in F32_F16; the shared models' figures are in tests/test_quantized_models.py.
+in F32_F16; for 16x8 models (TFLite's reference kernels) it splits int16 grid values into
+bytes for exact sums, tables int16 one-input ops and lands on LiteRT's integers in F32.
+The shared models' figures are in tests/test_quantized_models.py.
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ import numpy as np
 import pytest
 
 import litegpu
-from litegpu.float_view import float_view, grid_add, grid_mul, quant_lut, quant_sim
+from litegpu.float_view import float_view, grid_add, grid_mul, grid_requant16, quant_lut, quant_sim
 from litegpu.testing.builder import ModelBuilder
 
 from test_ops_quantized import q8, run_both, weights
@@ -88,6 +90,10 @@ def test_quant_sim_rounds_to_the_grid_and_saturates() -> None:
     np.testing.assert_array_equal(quant_sim(y, {**grid, "rounding": "half_up"}), [3.0, 4.0, -2.0, 124.0])
     # coded: the value already holds the zero point (XNNPACK's MEAN folds it in).
     np.testing.assert_array_equal(quant_sim(y, {**grid, "coded": True}), [-1.0, 1.0, -5.0, 124.0])
+    # half away from zero: TFLite's std::round (its int16 RESIZE_BILINEAR)
+    z = np.array([2.5, -2.5, 0.5, -0.5, 0.49999997, -1.25], np.float32)
+    np.testing.assert_array_equal(quant_sim(z, {**grid, "zero_point": 0, "rounding": "half_away"}),
+                                  [3.0, -3.0, 1.0, -1.0, 0.0, -1.0])
 
 
 def test_grid_ops_references() -> None:
@@ -103,6 +109,26 @@ def test_grid_ops_references() -> None:
     # NaN and strays stay inside the table.
     np.testing.assert_array_equal(quant_lut(np.array([np.nan, 1e9, -1e9], np.float32), table,
                                             {"in_scale": 1.0, "offset": 128}), [0.0, 510.0, 0.0])
+
+
+@pytest.mark.parametrize("style", ["tflite16", "tflite"])
+def test_grid_requant16_is_tflites_requantization(style: str) -> None:
+    """High and low sums (in steps of 2^-12) put back together equal the int64 sums
+    requantized as the integer reference does, beyond float32's 2^24 too."""
+    from litegpu.ops.quantized import finish_sums
+    from litegpu.quant import quantize_multiplier
+    rng = np.random.default_rng(RNG_SEED)
+    high = rng.integers(-2 ** 20, 2 ** 20, (3, 5, 4))
+    low = rng.integers(-2 ** 20, 2 ** 20, (3, 5, 4))
+    bias = rng.integers(-2 ** 30, 2 ** 30, 4)
+    m, shift = quantize_multiplier(rng.uniform(1e-6, 1e-4, 4))
+    r = {"style": style, "multiplier": m, "shift": shift, "zp": 0, "lo": -32768, "hi": 32767, "dtype": np.int16}
+    want = finish_sums(256 * high + low, bias, r)
+    step = 2.0 ** -12
+    attrs = {"bias": bias, "multiplier": m, "shift": shift, "style": style, "step": step, "lo": -32768, "hi": 32767}
+    got = grid_requant16((high * step).astype(np.float32), (low * step).astype(np.float32), attrs)
+    assert got.dtype == np.float32 and np.abs(256 * high + low).max() > 2 ** 24
+    np.testing.assert_array_equal(got, want)
 
 
 def zoo_model(rng, dtype=np.int8) -> tuple[bytes, list[tuple[int, ...]]]:
@@ -191,6 +217,107 @@ def test_grid_arithmetic_on_opencl_equals_litert(opencl, dtype, fp16: bool) -> N
         assert report.nodes_on("cpu") == 0
         for g, w in zip(got, want):
             np.testing.assert_array_equal(g, w)
+
+
+def zoo16_model(rng) -> bytes:
+    """A 16x8 model (int16 activations, int8 filters, int64 biases: TFLite's reference
+    kernels in LiteRT) through every 16-bit grid node: CONV_2D with RELU, DEPTHWISE,
+    TRANSPOSE_CONV, FULLY_CONNECTED (the double-rounding requantization), a 2x
+    RESIZE_BILINEAR, LOGISTIC and requantizing QUANTIZE as tables, MAX_POOL between.
+    Scales keep most codes inside the range; full-range inputs make sums beyond 2^24."""
+    b = ModelBuilder()
+    x = b.input("x", (1, 8, 8, 6), np.int16, scale=[1e-5], zero_point=[0])
+
+    def filt(name, shape, axis):
+        n = shape[axis]
+        scales = rng.uniform(0.002, 0.02, n).astype(np.float32)
+        return b.const(name, weights(rng, shape), scale=scales, zero_point=[0] * n, quantized_dimension=axis), scales
+
+    def bias(name, n, in_scale, scales):
+        return b.const(name, rng.integers(-3_000_000, 3_000_000, n).astype(np.int64),
+                       scale=np.float32(in_scale) * scales, zero_point=[0] * n)
+
+    def act(name, shape, scale):
+        return b.tensor(name, shape, np.int16, scale=[scale], zero_point=[0])
+
+    w1, s1 = filt("w1", (8, 3, 3, 6), 0)
+    c1 = act("c1", (1, 8, 8, 8), 2.5e-4)
+    b.op("CONV_2D", [x, w1, bias("b1", 8, 1e-5, s1)], [c1], padding="SAME", stride_h=1, stride_w=1,
+         fused_activation_function="RELU", version=3)
+    w2, s2 = filt("w2", (1, 3, 3, 8), 3)
+    d1 = act("d1", (1, 8, 8, 8), 5e-4)
+    b.op("DEPTHWISE_CONV_2D", [c1, w2, bias("b2", 8, 2.5e-4, s2)], [d1], padding="SAME", stride_h=1, stride_w=1,
+         depth_multiplier=1, version=3)
+    p1 = act("p1", (1, 4, 4, 8), 5e-4)
+    b.op("MAX_POOL_2D", [d1], [p1], padding="VALID", stride_h=2, stride_w=2, filter_height=2, filter_width=2)
+    r1 = act("r1", (1, 8, 8, 8), 5e-4)
+    b.op("RESIZE_BILINEAR", [p1, b.const("size", np.array([8, 8], np.int32))], [r1], half_pixel_centers=True)
+    w3, s3 = filt("w3", (4, 3, 3, 8), 0)
+    t1 = act("t1", (1, 16, 16, 4), 2e-3)
+    b.op("TRANSPOSE_CONV", [b.const("out_shape", np.array([1, 16, 16, 4], np.int32)), w3, r1,
+                            bias("b3", 4, 5e-4, s3)], [t1], padding="SAME", stride_h=2, stride_w=2, version=4)
+    g1 = act("g1", (1, 8, 8, 8), 1 / 32768)
+    b.op("LOGISTIC", [d1], [g1])
+    q1 = act("q1", (1, 8, 8, 8), 6.5e-4)
+    b.op("QUANTIZE", [r1], [q1])
+    flat = act("flat", (1, 128), 5e-4)
+    b.op("RESHAPE", [p1, b.const("shape", np.array([1, 128], np.int32))], [flat])
+    w4, s4 = filt("w4", (10, 128), 0)
+    fc = act("fc", (1, 10), 7.5e-3)
+    b.op("FULLY_CONNECTED", [flat, w4, bias("b4", 10, 5e-4, s4)], [fc], version=5)
+    b.output(t1, g1, q1, fc)
+    return b.build()
+
+
+def test_16x8_rewrite_splits_the_activation_and_tables_int16() -> None:
+    model = litegpu.load_model(zoo16_model(np.random.default_rng(0)))
+    fv = float_view(model).subgraphs[0]
+    ops = [n.op for n in fv.nodes]
+    # x onto its grid, split into bytes, summed twice, requantized
+    assert ops[:7] == ["DEQUANTIZE", "QUANT_SIM", "QUANT_SIM", "GRID_ADD", "CONV_2D", "CONV_2D", "GRID_REQUANT16"]
+    assert ops.count("GRID_REQUANT16") == 4 and ops.count("QUANT_LUT") == 2
+    split = fv.nodes[2].options
+    assert (split["in_scale"], split["qmin"], split["qmax"]) == (256.0, -128, 128)
+    assert fv.nodes[3].options == {"a_multiplier": 1.0, "b_multiplier": -256.0}
+    assert fv.tensors[fv.nodes[4].inputs[1]].data is fv.tensors[fv.nodes[5].inputs[1]].data   # one filter
+    assert fv.nodes[6].options["style"] == "tflite16"
+    assert [n for n in fv.nodes if n.op == "GRID_REQUANT16"][-1].options["style"] == "tflite"   # FULLY_CONNECTED
+    assert any(n.op == "QUANT_SIM" and n.options["rounding"] == "half_away" for n in fv.nodes)   # the resize
+    assert all(fv.tensors[n.inputs[1]].data.size == 65536 for n in fv.nodes if n.op == "QUANT_LUT")
+
+
+def test_16x8_resize_off_tflites_taps_stays_simulated() -> None:
+    """4 -> 6 rows: the float taps are not TFLite's 1/1024ths, so no exact resize."""
+    b = ModelBuilder()
+    x = b.input("x", (1, 4, 4, 2), np.int16, scale=[0.01], zero_point=[0])
+    y = b.tensor("y", (1, 6, 6, 2), np.int16, scale=[0.01], zero_point=[0])
+    b.op("RESIZE_BILINEAR", [x, b.const("size", np.array([6, 6], np.int32))], [y], half_pixel_centers=True)
+    b.output(y)
+    fv = float_view(litegpu.load_model(b.build())).subgraphs[0]
+    assert [n.op for n in fv.nodes] == ["DEQUANTIZE", "RESIZE_BILINEAR", "QUANT_SIM", "QUANTIZE"]
+    assert fv.nodes[2].options["rounding"] == "even"
+
+
+@pytest.mark.parametrize("fp16", [False, True], ids=["F32", "F32_F16"])
+def test_16x8_grid_arithmetic_on_opencl_equals_litert(opencl, fp16: bool) -> None:
+    """F32: every 16x8 grid node lands on LiteRT's integers (the split sums are exact
+    below 2^24, the requantization is integer); the spec is one quantum, measured 0.
+    F32_F16: int16 codes do not survive half storage, but the view stays close (measured
+    up to 33 quanta of 32768) and nothing overflows."""
+    for seed in range(3):
+        rng = np.random.default_rng(seed)
+        model = zoo16_model(rng)
+        inputs = [rng.integers(-32768, 32768, (1, 8, 8, 6)).astype(np.int16)]
+        ours, want = run_both(model, inputs)
+        for o, w in zip(ours, want):
+            np.testing.assert_array_equal(o, w)     # the cpu integer kernels, for reference
+        got, report = on_opencl(model, inputs, fp16)
+        assert report.nodes_on("cpu") == 0
+        for g, w in zip(got, want):
+            diff = np.abs(g.astype(np.int64) - w)
+            assert g.dtype == np.int16 and diff.max() <= (64 if fp16 else 1)
+            if not fp16:
+                assert np.count_nonzero(diff) == 0
 
 
 def test_grid_form_only_where_every_reader_takes_it() -> None:

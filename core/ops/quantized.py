@@ -606,7 +606,7 @@ _attach("AVERAGE_POOL_2D", _avg_pool_q, _same_params_attrs(style="tflite"))
 # -- RESIZE_BILINEAR (TFLite's integer kernel) ---------------------------------------------
 
 
-def _resize_axis_10(in_size: int, out_size: int, attrs: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def resize_axis_10(in_size: int, out_size: int, attrs: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """TFLite's integer bilinear taps along one axis: source positions in 1/1024ths
     (``scaled``), the lower and upper source index; C++ division truncates toward zero."""
     if attrs["align_corners"] and out_size > 1:
@@ -626,8 +626,8 @@ def _resize_bilinear_q(inputs: list, attrs: dict) -> list[np.ndarray]:
     int64 (units of 2^-20), rounded half away from zero."""
     x = inputs[0].astype(np.int64)
     oh, ow = (int(v) for v in np.asarray(inputs[1]).reshape(-1)[:2])
-    sy, y0, y1 = _resize_axis_10(x.shape[1], oh, attrs)
-    sx, x0, x1 = _resize_axis_10(x.shape[2], ow, attrs)
+    sy, y0, y1 = resize_axis_10(x.shape[1], oh, attrs)
+    sx, x0, x1 = resize_axis_10(x.shape[2], ow, attrs)
     fy1 = (sy - 1024 * y0)[None, :, None, None]
     fx1 = (sx - 1024 * x0)[None, None, :, None]
     fy0, fx0 = 1024 - fy1, 1024 - fx1

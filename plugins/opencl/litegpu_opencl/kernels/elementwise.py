@@ -99,11 +99,14 @@ def _floor_mod(x: str, y: str, attrs: dict) -> str:
 def _quant_sim(x: str, a: dict) -> str:
     """QUANT_SIM (the float view of quantized models, litegpu.float_view): onto the
     tensor's integer grid (``x`` times the reciprocal input step, rounded to nearest
-    even, plus the zero point, clamped) and back in output steps (none: grid form)."""
+    even, half up, or half away from zero as C's ``round``, plus the zero point,
+    clamped) and back in output steps (none: grid form)."""
     inv = float(np.float32(1) / np.float32(a["in_scale"]))
     zp = _r(a["zero_point"])
     steps = x if inv == 1.0 else f"{x} * {_r(inv)}"
-    rounded = f"floor({steps} + {_r(0.5)})" if a.get("rounding") == "half_up" else f"rint({steps})"
+    rounding = a.get("rounding", "even")
+    rounded = (f"floor({steps} + {_r(0.5)})" if rounding == "half_up"
+               else f"round({steps})" if rounding == "half_away" else f"rint({steps})")
     code = f"clamp({rounded}{'' if a.get('coded') else f' + {zp}'}, {_r(a['qmin'])}, {_r(a['qmax'])})"
     return f"({code} - {zp})" if a["out_scale"] == 1.0 else f"(({code} - {zp}) * {_r(a['out_scale'])})"
 
@@ -481,6 +484,48 @@ def quant_lut(g: NodeGen) -> list[KernelSpec]:
         code = f"rint((float){v[0]} * {c_float(inv)}) + {c_float(g.attrs['offset'])}"
         return f"(real){ptr}[(int)fmin(fmax({code}, 0.0f), {last})]"
     return [pointwise(g, [0], compute)]
+
+
+@generator("GRID_REQUANT16", epilogue=True)
+def grid_requant16(g: NodeGen) -> list[KernelSpec]:
+    """The 16x8 sums of the float view (litegpu.float_view.grid_requant16): the high and
+    low sums read back as integers (in float32, then ``long``), ``256 * high + low +
+    bias`` in 64 bits, TFLite's fixed-point requantization per channel (the last axis),
+    clamped; the code as a float."""
+    a = g.attrs
+    shape = tuple(g.ctx.outputs[0].shape)
+    channels = int(shape[-1]) if shape else 1
+    if tuple(g.ctx.inputs[0].shape) != shape or tuple(g.ctx.inputs[1].shape) != shape or a["bias"].size != channels:
+        raise Decline("GRID_REQUANT16 operands must have the output's shape")
+    inv = c_float(float(np.float32(1) / np.float32(a["step"])))
+    bias = g.const(a["bias"].astype(np.int64))
+    lo, hi = f"{a['lo']}L", f"{a['hi']}L"
+    lines = [f"  const int ch = i % {channels};",
+             f"  const long acc = convert_long_rte((float)a0 * {inv}) * 256L + convert_long_rte((float)a1 * {inv})"
+             f" + {bias}[ch];"]
+    if a["style"] == "tflite16":
+        # TFLite's int64 MultiplyByQuantizedMultiplier: the multiplier cut to 16 bits,
+        # one rounding (half up) by 2^(15 - shift).
+        m = a["multiplier"]
+        reduced = np.where(m < 0x7FFF0000, (m + (1 << 15)) >> 16, 0x7FFF).astype(np.int64)
+        total = (15 - a["shift"]).astype(np.int32)
+        if np.any(total < 1) or np.any(total > 62):
+            raise Decline("GRID_REQUANT16 shift out of range")
+        tm, ts = g.const(reduced), g.const(total)
+        lines.append(f"  const long q = (acc * {tm}[ch] + (1L << ({ts}[ch] - 1))) >> {ts}[ch];")
+    else:
+        # MultiplyByQuantizedMultiplier (int32): left shift, SaturatingRoundingDoublingHighMul
+        # (ties away from zero), RoundingDivideByPOT.
+        left = np.maximum(a["shift"], 0).astype(np.int32)
+        right = np.maximum(-a["shift"], 0).astype(np.int32)
+        tm, tl, tr = g.const(a["multiplier"].astype(np.int64)), g.const(left), g.const(right)
+        lines += [f"  const long ab = (acc << {tl}[ch]) * {tm}[ch];",
+                  "  const long nudged = ab + (ab >= 0 ? (1L << 30) : (1L - (1L << 30)));",
+                  "  const long high = nudged >= 0 ? (nudged >> 31) : -((-nudged) >> 31);",
+                  f"  const int e = {tr}[ch];",
+                  "  const long mask = (1L << e) - 1;",
+                  "  const long q = (high >> e) + ((high & mask) > ((mask >> 1) + (high < 0)));"]
+    return [pointwise(g, [0, 1], lambda v: (lines, f"(real)clamp(q, {lo}, {hi})"))]
 
 
 @generator("QUANTIZE", "DEQUANTIZE", epilogue=True)
