@@ -144,27 +144,22 @@ def fma32(typingctx, a, b, c):
     return types.float32(types.float32, types.float32, types.float32), codegen
 
 
-@intrinsic
-def maxnum32(typingctx, a, b):
-    """The larger of two float32s, the other one when either is NaN (llvm.maxnum): a
-    running maximum written with it vectorizes as a reduction, where ``a if a > b else b``
-    stays scalar."""
-    def codegen(context, builder, signature, args):
-        f32 = ir.FloatType()
-        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(f32, [f32, f32]), "llvm.maxnum.f32")
-        return builder.call(fn, args)
-    return types.float32(types.float32, types.float32), codegen
+def _llvm_binary32(name: str, doc: str):
+    """A numba intrinsic calling LLVM's ``name`` on two float32s."""
+    def fn(typingctx, a, b):
+        def codegen(context, builder, signature, args):
+            f32 = ir.FloatType()
+            return builder.call(cgutils.get_or_insert_function(builder.module, ir.FunctionType(f32, [f32, f32]),
+                                                               name), args)
+        return types.float32(types.float32, types.float32), codegen
+    fn.__doc__ = doc
+    return intrinsic(fn)
 
 
-@intrinsic
-def minnum32(typingctx, a, b):
-    """The smaller of two float32s, the other one when either is NaN (llvm.minnum; see
-    :func:`maxnum32`)."""
-    def codegen(context, builder, signature, args):
-        f32 = ir.FloatType()
-        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(f32, [f32, f32]), "llvm.minnum.f32")
-        return builder.call(fn, args)
-    return types.float32(types.float32, types.float32), codegen
+maxnum32 = _llvm_binary32("llvm.maxnum.f32", """The larger of two float32s, the other one when either is NaN
+    (llvm.maxnum): a running maximum written with it vectorizes as a reduction, where
+    ``a if a > b else b`` stays scalar.""")
+minnum32 = _llvm_binary32("llvm.minnum.f32", "The smaller of two float32s, the other one when either is NaN.")
 
 
 @intrinsic
