@@ -65,8 +65,9 @@ def _sgemm(typingctx, fn, transa, transb, m, n, k, a, lda, b, ldb, c, ldc, beta)
         p8 = ir.IntType(8).as_pointer()
         fnty = ir.FunctionType(ir.VoidType(), [i32, i32, i32, i64, i64, i64, f32, p8, i64, p8, i64, f32, p8, i64])
         callee = builder.inttoptr(fn_, fnty.as_pointer())
-        builder.call(callee, [ir.Constant(i32, _CBLAS_ROW_MAJOR), builder.trunc(ta, i32), builder.trunc(tb, i32), m_, n_, k_, ir.Constant(f32, 1.0),
-                              builder.inttoptr(a_, p8), lda_, builder.inttoptr(b_, p8), ldb_,
+        builder.call(callee, [ir.Constant(i32, _CBLAS_ROW_MAJOR), builder.trunc(ta, i32), builder.trunc(tb, i32),
+                              m_, n_, k_, ir.Constant(f32, 1.0), builder.inttoptr(a_, p8), lda_,
+                              builder.inttoptr(b_, p8), ldb_,
                               beta_, builder.inttoptr(c_, p8), ldc_])
         return context.get_dummy_value()
 
@@ -102,7 +103,8 @@ def _gemm_half(part, ap, bp, cp, biasp, _a4, _a5, _a6, _a7, ip, fp):
                 for j in range(lo, hi):
                     c[r, j] = min(max(c[r, j] + bias[j], lo_v), hi_v)
     else:
-        _sgemm(fn, _CBLAS_NO_TRANS, tb, hi - lo, n, k, a_at + 4 * lo * k, k, b_at, ldb, c_at + 4 * lo * n, n, _ZERO)
+        _sgemm(fn, _CBLAS_NO_TRANS, tb, hi - lo, n, k, a_at + 4 * lo * k, k, b_at, ldb, c_at + 4 * lo * n, n,
+               _ZERO)
         if epilogue:
             for r in range(lo, hi):
                 for j in range(n):
@@ -131,8 +133,8 @@ def gemm_serial(fn, a, b, c, transb, bias, lo_v, hi_v, epilogue):
     still in cache. One numba call where ``np.matmul`` + ``np.add`` + ``np.clip`` took three."""
     m, k = a.shape
     n = c.shape[1]
-    _sgemm(fn, _CBLAS_NO_TRANS, _CBLAS_TRANS if transb else _CBLAS_NO_TRANS, m, n, k, a.ctypes.data, k, b.ctypes.data,
-           b.shape[1], c.ctypes.data, n, _ZERO)
+    _sgemm(fn, _CBLAS_NO_TRANS, _CBLAS_TRANS if transb else _CBLAS_NO_TRANS, m, n, k, a.ctypes.data, k,
+           b.ctypes.data, b.shape[1], c.ctypes.data, n, _ZERO)
     if epilogue:
         for r in range(m):
             for j in range(n):
@@ -191,7 +193,7 @@ _NEG_INF, _POS_INF = np.float32(-np.inf), np.float32(np.inf)
 
 # -- batched products (BATCH_MATMUL) ------------------------------------------------------------
 
-_BATCH_HEAD = 9     # ip's fixed part before the per-batch offsets
+_BATCH_HEAD = 8     # ip's fixed part before the per-batch offsets
 
 
 @task_function()
@@ -199,7 +201,7 @@ def _gemm_batches(t, ap, bp, cp, _a3, _a4, _a5, _a6, _a7, ip, _fp):
     """Task ``t`` of a batched product: batches ``t * chunk ..`` of ``c[i] = op(a) @ op(b)``
     through OpenBLAS at address ``fn``, each [M, N] of ``c`` in order, ``a`` and ``b``
     read from the element offsets the batch has in them (broadcast batches share one).
-    ``ip``: fn, batches, chunk, m, n, k, transa, transb, unused, then the batches' offsets
+    ``ip``: fn, batches, chunk, m, n, k, transa, transb, then the batches' offsets
     in ``a``, then in ``b``."""
     q = carray(ip, _BATCH_HEAD)
     fn, batches, chunk, m, n, k, ta, tb = q[0], q[1], q[2], q[3], q[4], q[5], q[6], q[7]
@@ -241,7 +243,7 @@ def batched_matmul(a_shape: tuple, b_shape: tuple, adj_x: bool, adj_y: bool, thr
     chunk = -(-batches // tasks)
     tasks = -(-batches // chunk)
     params = np.concatenate([np.array([fn, batches, chunk, m, n, k, _CBLAS_TRANS if adj_x else _CBLAS_NO_TRANS,
-                                       _CBLAS_TRANS if adj_y else _CBLAS_NO_TRANS, 0], np.int64),
+                                       _CBLAS_TRANS if adj_y else _CBLAS_NO_TRANS], np.int64),
                              offsets(a_shape), offsets(b_shape)])
     out_shape = (*batch, m, n)
 

@@ -54,11 +54,6 @@ def tanh64(x):
     return np.copysign(t, x)
 
 
-# erf(x) ~= x * P(x^2) / Q(x^2) on |x| <= 4, the argument clamped there (erf(4) is 1 to
-# within 1.6e-8). Coefficients fitted for this module (weighted least squares, then
-# Lawson reweighting towards minimax) against math.erf; evaluated in float64 the absolute
-# error is below 1.4e-8, a quarter of a float32 ulp at 1. Unlike a call to erff per
-# element, the rational form vectorizes: GELU over [64, 512] in ~30 us instead of ~300.
 @intrinsic
 def _float32_from_bits(typingctx, bits):
     """The float32 whose bit pattern is the int32 ``bits`` (a register move, so it vectorizes)."""
@@ -68,6 +63,22 @@ def _float32_from_bits(typingctx, bits):
 
 
 _F0, _F1 = np.float32(0), np.float32(1)
+
+
+@njit(cache=True, inline="always")
+def _exp_reduced32(r, n):
+    """exp(r + n ln 2) for a reduced float32 ``r`` (|r| <= ln2 / 2) and an integer-valued
+    ``n`` as two float32 factors ``(m, s)``: the degree-7 polynomial of ``r`` times
+    2**(n//2), and 2**(n - n//2), both built from their bits. Multiplying ``m`` by ``s``
+    last, results round once into the subnormals (or overflow to inf) as float64 exp's
+    do; every exp of this module ends here."""
+    p = _F1 + r * (_F1 + r * (np.float32(0.5) + r * (np.float32(1.6666666e-1) + r * (
+        np.float32(4.1666668e-2) + r * (np.float32(8.333334e-3) + r * (np.float32(1.3888889e-3)
+                                                                      + r * np.float32(1.984127e-4)))))))
+    whole = np.int32(n)
+    half = whole >> np.int32(1)
+    return p * _float32_from_bits((half + np.int32(127)) << np.int32(23)), \
+        _float32_from_bits((whole - half + np.int32(127)) << np.int32(23))
 
 
 @njit(cache=True, inline="always")
@@ -81,13 +92,8 @@ def exp32(x):
     c = min(max(x, np.float32(-104.0)), np.float32(89.0))
     n = np.floor(c * np.float32(1.442695) + np.float32(0.5))
     r = (c - n * np.float32(0.693359375)) - n * np.float32(-2.12194440e-4)
-    p = _F1 + r * (_F1 + r * (np.float32(0.5) + r * (np.float32(1.6666666e-1) + r * (
-        np.float32(4.1666668e-2) + r * (np.float32(8.333334e-3) + r * (np.float32(1.3888889e-3)
-                                                                      + r * np.float32(1.984127e-4)))))))
-    whole = np.int32(n)
-    half = whole >> np.int32(1)
-    y = p * _float32_from_bits((half + np.int32(127)) << np.int32(23)) \
-        * _float32_from_bits((whole - half + np.int32(127)) << np.int32(23))
+    m, s = _exp_reduced32(r, n)
+    y = m * s
     return y if x == x else x
 
 
@@ -126,13 +132,7 @@ def exp_parts32(v):
     c = c if c < _EXP_HI else _EXP_HI        # the integer conversion below never sees it
     n = np.floor(c * _LOG2E + 0.5)
     r = np.float32(c - n * _LN2)
-    p = _F1 + r * (_F1 + r * (np.float32(0.5) + r * (np.float32(1.6666666e-1) + r * (
-        np.float32(4.1666668e-2) + r * (np.float32(8.333334e-3) + r * (np.float32(1.3888889e-3)
-                                                                      + r * np.float32(1.984127e-4)))))))
-    whole = np.int32(n)
-    half = whole >> np.int32(1)
-    m = p * _float32_from_bits((half + np.int32(127)) << np.int32(23))
-    s = _float32_from_bits((whole - half + np.int32(127)) << np.int32(23))
+    m, s = _exp_reduced32(r, n)
     return (m if v == v else np.float32(v)), (s if v >= _EXP_LO else _F0)
 
 
@@ -163,11 +163,11 @@ minnum32 = _llvm_binary32("llvm.minnum.f32", "The smaller of two float32s, the o
 
 
 @intrinsic
-def vector_range(typingctx, xp, start, count, lo0, hi0):
+def _vector_range(typingctx, xp, start, count, lo0, hi0):
     """``(min, max)`` of ``lo0``, ``hi0`` and the first ``count // NR * NR`` float32s from
-    ``xp + start`` (a caller takes the rest with :func:`minnum32` / :func:`maxnum32`),
-    NaNs skipped: two vector accumulators, one ``vminps`` / ``vmaxps`` a step, folded lane
-    by lane at the end. A ``minnum`` reduction written in numba vectorizes too, but it
+    ``xp + start`` (:func:`row_range32` takes the rest), NaNs skipped: two vector
+    accumulators, one ``vminps`` / ``vmaxps`` a step, folded lane by lane at the end.
+    A ``minnum`` reduction written in numba vectorizes too, but it
     carries NaN blends through every step and the fold: four times the cost on a
     128-float row."""
     def codegen(context, builder, signature, args):
@@ -200,6 +200,16 @@ def vector_range(typingctx, xp, start, count, lo0, hi0):
     return types.UniTuple(types.float32, 2)(xp, start, count, types.float32, types.float32), codegen
 
 
+@njit(cache=True, inline="always")
+def row_range32(xp, start, count, lo, hi):
+    """``(min, max)`` of ``lo``, ``hi`` and ``count`` float32s from pointer ``xp + start``,
+    NaNs skipped: whole vectors by :func:`_vector_range`, the rest one by one."""
+    lo, hi = _vector_range(xp, start, count, lo, hi)
+    for j in range(start + count - count % NR, start + count):
+        lo, hi = minnum32(lo, xp[j]), maxnum32(hi, xp[j])
+    return lo, hi
+
+
 _LN2_HI32, _LN2_LO32 = np.float32(0.693359375), np.float32(-2.12194440e-4)
 
 
@@ -209,20 +219,14 @@ def exp_sum32(h, lo):
     the expression that gave ``h``: exp magnifies an argument's absolute error into the
     result's relative error, 6 ulps at |h| ~ 20), all in float32: Cody-Waite reduction
     ``r = h - n ln2_hi`` (exact: n has at most 9 bits, ln2_hi 9) plus ``lo - n ln2_lo``,
-    then :func:`exp32`'s polynomial and 2^n in two factors, so results round once into
-    the subnormals. h is clamped to [-170, 89] as in :func:`exp_parts32`; NaN gives NaN.
+    then :func:`_exp_reduced32`. h is clamped to [-170, 89] as in :func:`exp_parts32`; NaN gives NaN.
     Within ~1.2 ulps of float64 exp(h + lo)."""
     c = h if h > np.float32(_EXP_LO) else np.float32(_EXP_LO)
     c = c if c < np.float32(_EXP_HI) else np.float32(_EXP_HI)
     n = np.floor(c * np.float32(1.442695) + np.float32(0.5))
     r = fma32(n, -_LN2_HI32, c) + (lo - n * _LN2_LO32)
-    p = _F1 + r * (_F1 + r * (np.float32(0.5) + r * (np.float32(1.6666666e-1) + r * (
-        np.float32(4.1666668e-2) + r * (np.float32(8.333334e-3) + r * (np.float32(1.3888889e-3)
-                                                                      + r * np.float32(1.984127e-4)))))))
-    whole = np.int32(n)
-    half = whole >> np.int32(1)
-    y = p * _float32_from_bits((half + np.int32(127)) << np.int32(23)) \
-        * _float32_from_bits((whole - half + np.int32(127)) << np.int32(23))
+    m, s = _exp_reduced32(r, n)
+    y = m * s
     return y if h == h else h
 
 
@@ -247,13 +251,7 @@ def _exp_neg_half_square32(a):
     n = np.floor(h * a * np.float32(1.442695) + np.float32(0.5))
     r = fma32(h, a, -n * _LN2_HI32)
     r = fma32(n, -_LN2_LO32, r)
-    p = _F1 + r * (_F1 + r * (np.float32(0.5) + r * (np.float32(1.6666666e-1) + r * (
-        np.float32(4.1666668e-2) + r * (np.float32(8.333334e-3) + r * (np.float32(1.3888889e-3)
-                                                                      + r * np.float32(1.984127e-4)))))))
-    whole = np.int32(n)
-    half = whole >> np.int32(1)
-    return p * _float32_from_bits((half + np.int32(127)) << np.int32(23)), \
-        _float32_from_bits((whole - half + np.int32(127)) << np.int32(23))
+    return _exp_reduced32(r, n)
 
 
 # R(a) = Phi(-a) * exp(a*a/2) (Phi the normal CDF; R = erfcx(a/sqrt 2) / 2) ~= P(a) / Q(a)

@@ -15,8 +15,8 @@ from litegpu.backend import NodeContext
 
 from .common import F32, activation_in_place, all_float32, clamp_bounds, optional_input
 from . import gemm, gemv
-from .mathfn import fma32, exp_sum32, maxnum32, minnum32, sum64, vector_range
-from .packed import NR, packed_matmul
+from .mathfn import exp_sum32, fma32, row_range32, sum64
+from .packed import packed_matmul
 from .registry import bindable, kernel
 from .tasks import bind_task, task_function
 from .threads import ensure_gemm_policy
@@ -217,7 +217,7 @@ def _softmax_task(t, xp, outp, _a2, _a3, _a4, _a5, _a6, _a7, ip, fp):
     """Rows ``t * chunk ..`` of ``out[r] = exp(beta * (x[r] - m)) / sum`` (``ip``: rows, D,
     chunk; ``fp``: beta), m the row's maximum (its minimum when beta < 0, so that the
     exponent is never positive and cannot overflow), in passes that vectorize:
-    :func:`.mathfn.vector_range`; the exponentials in float32 lanes written to the output,
+    :func:`.mathfn.row_range32`; the exponentials in float32 lanes written to the output,
     each exponent as ``h + lo`` with ``lo`` the exact rounding error of ``x - m`` and of
     the product by beta (:func:`.mathfn.exp_sum32`: a float32 ``beta * (x - m)`` alone was
     up to 6 ulps off in small outputs); their sum in float64 (:func:`.mathfn.sum64`);
@@ -228,9 +228,7 @@ def _softmax_task(t, xp, outp, _a2, _a3, _a4, _a5, _a6, _a7, ip, fp):
     beta = fp[0]
     for r in range(t * chunk, min(rows, (t + 1) * chunk)):
         x = r * d
-        lo, hi = vector_range(xp, x, d, np.float32(np.inf), np.float32(-np.inf))
-        for j in range(d - d % NR, d):
-            lo, hi = minnum32(lo, xp[x + j]), maxnum32(hi, xp[x + j])
+        lo, hi = row_range32(xp, x, d, np.float32(np.inf), np.float32(-np.inf))
         m = hi if beta >= np.float32(0) else lo
         for j in range(d):
             a = xp[x + j]

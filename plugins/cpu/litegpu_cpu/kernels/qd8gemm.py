@@ -22,7 +22,7 @@ from numba.extending import intrinsic
 from litegpu.backend import NodeContext
 
 from .common import clamp_bounds, optional_input
-from .mathfn import maxnum32, minnum32, vector_range
+from .mathfn import maxnum32, minnum32, row_range32
 
 from .packed import NR, clamp_vector, fma_function, load_vector, splat_vector, store_first_lanes, store_vector
 from .qgemm import _ROW_PANELS, _SUMS, _TILE_PANELS, MR, VNNI, _task_share, pack, split, tile_sums
@@ -128,11 +128,7 @@ def _quantize_rows_task(t, xp, qp, scalep, cp, _a4, _a5, _a6, _a7, ip, fp):
     q, c = int8_pointer(qp), int32_pointer(cp)
     for r in range(t * chunk, min(m, (t + 1) * chunk)):
         row = r * k
-        lo, hi = vector_range(xp, row, k, np.float32(0), np.float32(0))   # NaNs skipped (they quantize to zp)
-        for i in range(k - k % NR, k):
-            v = xp[row + i]
-            lo = minnum32(lo, v)
-            hi = maxnum32(hi, v)
+        lo, hi = row_range32(xp, row, k, np.float32(0), np.float32(0))   # NaNs skipped (they quantize to zp)
         inv = np.float32(1) if lo == hi else np.float32(255) / (hi - lo)
         low_scaled, high_scaled = lo * inv, hi * inv
         if (np.float32(-128) + low_scaled) + (np.float32(127) + high_scaled) > np.float32(0):
@@ -142,10 +138,10 @@ def _quantize_rows_task(t, xp, qp, scalep, cp, _a4, _a5, _a6, _a7, ip, fp):
         zp = int(np.rint(min(max(zp_real, np.float32(-128)), np.float32(127))))
         zpf = np.float32(zp)
         for i in range(k):
-            # rint(x * inv) + zp is exact in float32 (|rint| <= 2^24 or infinite), so the
-            # saturation is done in float and only int8 values are converted. NaN
-            # quantizes to the zero point. (Selects and llvm.minnum/maxnum: the loop
-            # vectorizes, in float32 lanes.)
+            # rint(x * inv) + zp is exact in float32 wherever it lands inside [-128, 127]
+            # (beyond, it saturates anyway), so the saturation is done in float and only
+            # int8 values are converted. NaN quantizes to the zero point. (Selects and
+            # llvm.minnum/maxnum: the loop vectorizes, in float32 lanes.)
             v = np.rint(xp[row + i] * inv)
             v = minnum32(maxnum32((v if v == v else np.float32(0)) + zpf, np.float32(-128)), np.float32(127))
             q[r * k4 + i] = np.int8(v)
