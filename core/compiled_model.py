@@ -263,7 +263,8 @@ class CompiledModel:
         backend = compiled.device_of(t)
         if backend is None:
             return TensorBuffer(host)
-        buffer = backend.allocate(TensorSpec(tuple(shape), np.dtype(tensor.dtype)), self._session.options)
+        buffer = backend.allocate(TensorSpec(tuple(shape), np.dtype(tensor.dtype), full_precision=tensor.full_precision),
+                                  self._session.options)
         out = TensorBuffer(host, (backend, buffer))
         out.write(host)   # zeros on the device too, as a host buffer starts
         return out

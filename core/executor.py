@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, Sequence
 
@@ -55,10 +55,11 @@ def infer_subgraph(model: Model, sg: Subgraph, input_specs: dict[int, TensorSpec
     specs: dict[int, TensorSpec | None] = {}
     for t in sg.tensors:
         if t.data is not None and t.type_name != "STRING":
-            specs[t.index] = TensorSpec(t.shape, t.dtype, t.data)
+            specs[t.index] = TensorSpec(t.shape, t.dtype, t.data, t.full_precision)
         elif t.is_variable:
-            specs[t.index] = TensorSpec(t.shape, t.dtype)
-    specs.update(input_specs)
+            specs[t.index] = TensorSpec(t.shape, t.dtype, full_precision=t.full_precision)
+    specs.update({t: replace(s, full_precision=sg.tensors[t].full_precision) if 0 <= t < len(sg.tensors) else s
+                  for t, s in input_specs.items()})
     # Inputs the caller resized: an operand mismatch is then the caller's error
     # (InvalidArgumentError), not the model's (ModelFormatError).
     resized = {t: s.shape for t, s in input_specs.items()
@@ -115,7 +116,8 @@ def infer_subgraph(model: Model, sg: Subgraph, input_specs: dict[int, TensorSpec
                 specs[o] = None
         else:
             for o, s in zip(node.outputs, outs):
-                specs[o] = TensorSpec(tuple(int(d) for d in s.shape), np.dtype(s.dtype), s.value)
+                specs[o] = TensorSpec(tuple(int(d) for d in s.shape), np.dtype(s.dtype), s.value,
+                                      sg.tensors[o].full_precision)
         contexts.append(NodeContext(
             node=node, opdef=opdef, attrs=attrs, inputs=ins,
             outputs=[specs[o] or TensorSpec((), sg.tensors[o].dtype) for o in node.outputs],

@@ -43,11 +43,17 @@ computes on the integers themselves, still in float:
   precision too for 8 bits); other tensors keep real values, and an integer reader of
   one gets its grid form from a ``QUANT_SIM`` that rounds it there.
 
-In F32 the 16x8 path lands on LiteRT's integers (unet_small_int16x8: every output
-element). Half storage cannot hold int16 codes (11 bits); there the same nodes run on
-codes rounded to half, about as close as the real-valued view was, and the view is not
-told the precision. int16 ADD / SUB / MUL (TFLite's fixed point) and other requantizing
-int16 ops (CONCATENATION across scales, pooling's averages) keep the real-valued view.
+The 16x8 path lands on LiteRT's integers (unet_small_int16x8: every output element).
+int16 ADD / SUB / MUL (TFLite's fixed point) and other requantizing int16 ops
+(CONCATENATION across scales, pooling's averages) keep the real-valued view.
+
+Tensors whose values half precision would change are marked ``full_precision`` (see
+:class:`litegpu.graph.Tensor`), so a backend storing float32 as half (F32_F16) keeps
+them float32: every int16 activation's view (its codes need 16 bits, half keeps 11), the
+float value DEQUANTIZE makes of one, the view's own sums and unrounded values, and a float
+tensor a QUANTIZE rounds (in half, values near the rounding's ties would move a quantum).
+8-bit grid values, filters of 8-bit integers and the split bytes of a 16x8 sum are exact
+in half and stay narrow.
 
 The model's interface is unchanged: the input and output tensors keep their indices,
 types and quantization, so the Interpreter API reads and writes the same integers.
@@ -81,12 +87,9 @@ LOOKUP_OPS = ("HARD_SWISH", "LOGISTIC", "TANH", "ELU", "GELU", "LEAKY_RELU", "RE
 # PAD's implicit padding is the zero point, i.e. 0 in grid form).
 PASS_THROUGH = ("RESHAPE", "SQUEEZE", "EXPAND_DIMS", "TRANSPOSE", "PAD", "SPACE_TO_DEPTH", "DEPTH_TO_SPACE",
                 "SLICE", "STRIDED_SLICE")
-# Tables cover 8-bit and 16-bit inputs (65536 entries). 8-bit codes come back exactly from
-# real values even in half storage; int16 codes do not (half keeps 11 bits), but there the
-# lookup of the nearest code (clamped into the table) is as close as the float op on the
-# stored value would be, for these ops. Not for NEG / ABS, whose int16 kernels wrap at
-# -32768 (a code rounded past it would read the wrapped entry), nor the clamps: all of
-# those are exact in float on int16 values anyway.
+# Tables cover 8-bit and 16-bit inputs (65536 entries). Not NEG / ABS, whose int16
+# kernels wrap at -32768 (a code rounded past it would read the wrapped entry), nor the
+# clamps: all of those are exact in float on int16 values anyway.
 _LOOKUP_LIMIT = 1 << 16
 _NO_WIDE_LOOKUP = ("ABS", "NEG", "RELU", "RELU6", "RELU_N1_TO_1", "RELU_0_TO_1")
 # 16x8 sums: the int16 grid value x is split as x = 256 * h + l (h = rint(x / 256), both
@@ -120,7 +123,13 @@ def _float_tensor(t: Tensor, index: int | None = None, name: str | None = None) 
         data = dequantize(t.data, params) if params is not None else t.data
         data.setflags(write=False)
     return replace(t, index=t.index if index is None else index, name=name or t.name, dtype=F32,
-                   type_name="FLOAT32", data=data, quantization=None)
+                   type_name="FLOAT32", data=data, quantization=None, full_precision=data is None and _wide(t))
+
+
+def _wide(t: Tensor) -> bool:
+    """True for a quantized tensor of more than 8 bits: its codes need more than half's
+    11-bit significand, so its float view is kept at full precision."""
+    return is_quantized(t) and np.dtype(t.dtype).itemsize > 1
 
 
 def _bias_params(t: Tensor) -> QuantParams | None:
@@ -376,7 +385,8 @@ class _Rewrite:
         for t in sg.tensors:
             if is_quantized(t) or _bias_params(t) is not None:
                 if t.index in edges and t.data is None:
-                    self.real[t.index] = self.new_tensor(_float_tensor(t), f"{t.name}/real")
+                    self.real[t.index] = self.new_tensor(_float_tensor(t), f"{t.name}/real",
+                                                         full_precision=_wide(t))
                 else:
                     self.tensors[t.index] = _float_tensor(t)
 
@@ -416,15 +426,22 @@ class _Rewrite:
                     changed = True
         return grid
 
-    def new_tensor(self, like: Tensor, name: str, data: np.ndarray | None = None) -> int:
-        """Append a float32 tensor shaped like ``like`` (or ``data``'s constant)."""
+    def new_tensor(self, like: Tensor, name: str, data: np.ndarray | None = None,
+                   full_precision: bool = True) -> int:
+        """Append a float32 tensor shaped like ``like`` (or ``data``'s constant).
+
+        The view's own tensors are integer sums, values about to be rounded onto a grid,
+        or constants of that arithmetic: full precision unless the caller knows the values
+        fit half (8-bit grid values, filters of 8-bit integers times a power of two).
+        """
         index = len(self.tensors)
         if data is not None:
             data = np.ascontiguousarray(data, np.float32)
             data.setflags(write=False)
             like = replace(like, shape=tuple(data.shape), shape_signature=tuple(data.shape))
         self.tensors.append(replace(like, index=index, name=name, dtype=F32, type_name="FLOAT32", data=data,
-                                    quantization=None, is_variable=False, sparsity=None))
+                                    quantization=None, is_variable=False, sparsity=None,
+                                    full_precision=full_precision))
         return index
 
     def add(self, op: str, inputs: tuple, outputs: tuple, options: dict | None = None) -> None:
@@ -443,10 +460,11 @@ class _Rewrite:
         if t not in self.grid_of and source.data is not None:
             p = QuantParams.of(source)
             self.grid_of[t] = self.new_tensor(source, f"{source.name}/grid",
-                                              source.data.astype(np.float64) - p.zero_points[0])
+                                              source.data.astype(np.float64) - p.zero_points[0], _wide(source))
         elif t not in self.grid_of:
             src = self.mapped([t])[0]
-            self.grid_of[t] = self.new_tensor(self.tensors[src], f"{self.sg.tensors[t].name}/grid")
+            self.grid_of[t] = self.new_tensor(self.tensors[src], f"{self.sg.tensors[t].name}/grid",
+                                              full_precision=_wide(source))
             self.add("QUANT_SIM", (src,), (self.grid_of[t],), self.onto_grid(t, 1.0))
         return self.grid_of[t]
 
@@ -492,11 +510,19 @@ class _Rewrite:
         tensors = self.sg.tensors
         quantized_out = [o for o in node.outputs if o >= 0 and is_quantized(tensors[o])]
         if node.op == "QUANTIZE" and quantized_out:
-            # Float (or another grid) onto this tensor's grid: the simulation itself.
-            o = node.outputs[0]
+            # Float (or another grid) onto this tensor's grid: the simulation itself. A float
+            # input is kept at full precision: half storage would move values across the
+            # rounding's ties (mobilenet_v3_small_int8: 8 output quanta).
+            o, x = node.outputs[0], node.inputs[0]
+            if not is_quantized(tensors[x]):
+                self.tensors[x] = replace(self.tensors[x], full_precision=True)
             self.add("QUANT_SIM", self.mapped(node.inputs), self.mapped(node.outputs),
                      self.onto_grid(o, self.out_scale(o)))
             return
+        if node.op == "DEQUANTIZE" and _wide(tensors[node.inputs[0]]):
+            # The float value of an int16 code has 16 significant bits: half keeps 11.
+            o = node.outputs[0]
+            self.tensors[o] = replace(self.tensors[o], full_precision=True)
         outputs = list(self.mapped(node.outputs))
         sims = []
         for k, o in enumerate(node.outputs):
@@ -515,7 +541,7 @@ class _Rewrite:
         inputs = list(node.inputs)
         xi, wi, bi = EXACT_SUMS[node.op]
         inputs[xi] = self.grid_input(node.inputs[xi])
-        inputs[wi] = self.new_tensor(self.tensors[o], f"{name}/grid_filter", plan.weights)
+        inputs[wi] = self.new_tensor(self.tensors[o], f"{name}/grid_filter", plan.weights, False)
         if len(inputs) > bi:
             inputs[bi] = -1
         acc = self.new_tensor(self.tensors[o], f"{name}/sums")
@@ -539,10 +565,11 @@ class _Rewrite:
         name = self.sg.tensors[o].name
         xi, wi, bi = EXACT_SUMS[node.op]
         x = self.grid_input(node.inputs[xi])
-        high, low = (self.new_tensor(self.tensors[x], f"{name}/input_{what}") for what in ("high", "low"))
+        high, low = (self.new_tensor(self.tensors[x], f"{name}/input_{what}", full_precision=False)
+                     for what in ("high", "low"))
         self.add("QUANT_SIM", (x,), (high,), _sim(256.0, 1.0, 0, -128, 128))
         self.add("GRID_ADD", (x, high), (low,), {"a_multiplier": 1.0, "b_multiplier": -256.0})
-        weights = self.new_tensor(self.tensors[o], f"{name}/grid_filter", plan.weights)
+        weights = self.new_tensor(self.tensors[o], f"{name}/grid_filter", plan.weights, False)
         sums = []
         for part in (high, low):
             inputs = list(node.inputs)
@@ -605,7 +632,8 @@ class _Rewrite:
         """QUANT_LUT over the integer reference's outputs, in the output's form."""
         x, o = node.inputs[0], node.outputs[0]
         values = (plan.table.astype(np.float64) - plan.out.zero_point) * self.out_scale(o)
-        table = self.new_tensor(self.tensors[o], f"{self.sg.tensors[o].name}/table", values.astype(np.float32))
+        table = self.new_tensor(self.tensors[o], f"{self.sg.tensors[o].name}/table", values.astype(np.float32),
+                                _wide(self.sg.tensors[o]))
         x_scale = 1.0 if x in self.grid else plan.codes.scale
         self.add("QUANT_LUT", (self.mapped([x])[0], table), self.mapped([o]),
                  {"in_scale": x_scale, "offset": plan.codes.zero_point - plan.codes.qmin})

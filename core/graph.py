@@ -45,6 +45,10 @@ class Tensor:
     quantization: Quantization | None = None
     is_variable: bool = False
     sparsity: Any = None
+    # Values a narrower storage would change the answer with (the float view's int16 codes,
+    # floats about to be rounded onto an integer grid): a device that stores float32 as
+    # half keeps these in float32.
+    full_precision: bool = False
 
     @property
     def is_constant(self) -> bool:

@@ -40,11 +40,16 @@ class DynamicShape(Exception):
 
 @dataclass
 class TensorSpec:
-    """What shape inference knows about a tensor: shape, dtype and maybe its value."""
+    """What shape inference knows about a tensor: shape, dtype and maybe its value.
+
+    ``full_precision`` is the model's :attr:`litegpu.graph.Tensor.full_precision`: a
+    backend that narrows float storage (half) must keep this tensor at its dtype.
+    """
 
     shape: tuple[int, ...]
     dtype: np.dtype
     value: np.ndarray | None = None
+    full_precision: bool = False
 
     @classmethod
     def of(cls, array: np.ndarray) -> "TensorSpec":

@@ -91,7 +91,7 @@ class OpenClBackend(Backend):
     # -- device memory ---------------------------------------------------------------------
     def allocate(self, spec: TensorSpec, options: CompileOptions) -> ClTensor:
         device = self.device_for(options)
-        return new_tensor(device, precision_for(device, options), spec.shape, spec.dtype)
+        return new_tensor(device, precision_for(device, options), spec.shape, spec.dtype, spec.full_precision)
 
     def wrap(self, native: Any, spec: TensorSpec, options: CompileOptions) -> ClTensor:
         """A tensor around a user's ``pyopencl.Buffer`` holding ``spec.dtype`` elements."""

@@ -16,6 +16,11 @@ device has ``cl_khr_fp16``):
 - ``real`` / ``real4``: the arithmetic type; accumulators of reductions use ``float``;
 - ``FT``: the element type of a float tensor's pointer (``float`` or ``half``).
 
+A tensor marked ``full_precision`` (see :class:`litegpu.ops.TensorSpec`) stays float32
+in half storage: its pointer is ``float`` and the :class:`NodeGen` accessors
+(``load``, ``load4``, ``loadv``, ``store``, ``store4``) spell its loads and stores, so
+generators go through them rather than the macros.
+
 Integer and bool tensors are plain C arrays (``int``, ``long``, ``uchar``).
 """
 from __future__ import annotations
@@ -44,6 +49,10 @@ class Precision:
             return "F16"
         return "F32_F16" if self.half_storage else "F32"
 
+    def storage_of(self, spec: TensorSpec) -> np.dtype:
+        """The dtype tensor ``spec`` has in device memory."""
+        return self.storage_dtype(spec.dtype, spec.full_precision)
+
     @property
     def storage(self) -> str:
         """Storage precision in words, for reports."""
@@ -54,10 +63,11 @@ class Precision:
         """Arithmetic precision in words, for reports."""
         return "fp16" if self.half_arith else "fp32"
 
-    def storage_dtype(self, dtype: np.dtype) -> np.dtype:
-        """The dtype a tensor of ``dtype`` has in device memory."""
+    def storage_dtype(self, dtype: np.dtype, full_precision: bool = False) -> np.dtype:
+        """The dtype a tensor of ``dtype`` has in device memory (a ``full_precision``
+        tensor, see :class:`litegpu.ops.TensorSpec`, is never narrowed)."""
         dtype = np.dtype(dtype)
-        if dtype == np.float32 and self.half_storage:
+        if dtype == np.float32 and self.half_storage and not full_precision:
             return np.dtype(np.float16)
         if dtype == np.bool_:
             return np.dtype(np.uint8)
@@ -195,6 +205,7 @@ class NodeGen:
         self.out_tensor = out_tensor if out_tensor is not None else ctx.node.outputs[0]
         self._params: list[tuple[str, str, Arg]] = []   # (pointer type, name, arg)
         self._names: dict[tuple, str] = {}
+        self._full: set[str] = set()   # float pointers that stay float32 in half storage
 
     # -- tensors and constants ----------------------------------------------------------
     def spec(self, t: int) -> TensorSpec:
@@ -220,6 +231,9 @@ class NodeGen:
             return self._names[key]
         name = f"t{len(self._params)}"
         ctype = c_type(self.specs[t].dtype)
+        if ctype == "FT" and self.precision.half_storage and self.specs[t].full_precision:
+            ctype = "float"
+            self._full.add(name)
         self._params.append((f"__global {'const ' if const else ''}{ctype}*", name, Arg(tensor=t)))
         self._names[key] = name
         return name
@@ -244,9 +258,47 @@ class NodeGen:
         return name
 
     # -- loads and stores ---------------------------------------------------------------
+    def pointee(self, ptr: str) -> str:
+        """The element type of float pointer ``ptr`` (``FT``, or ``float`` at full precision)."""
+        return "float" if ptr in self._full else "FT"
+
+    def alias(self, local: str, ptr: str) -> None:
+        """Declare ``local`` a pointer into ``ptr``'s tensor (it is loaded like ``ptr``)."""
+        if ptr in self._full:
+            self._full.add(local)
+
     def load(self, ptr: str, index: str, dtype: np.dtype = np.float32) -> str:
         """Expression reading element ``index`` of a tensor of ``dtype``."""
-        return f"LD({ptr}, {index})" if np.dtype(dtype) == np.float32 else f"{ptr}[{index}]"
+        if np.dtype(dtype) != np.float32:
+            return f"{ptr}[{index}]"
+        return f"((real)({ptr})[{index}])" if ptr in self._full else f"LD({ptr}, {index})"
+
+    def load4(self, ptr: str, index: str) -> str:
+        """Four consecutive float elements from ``index`` as a ``real4``."""
+        return f"TO_REAL4(vload4(0, ({ptr}) + ({index})))" if ptr in self._full else f"LD4({ptr}, {index})"
+
+    def loadv(self, ptr: str, index: str, vec: int) -> str:
+        """``vec`` (1, 2, 4, 8 or 16) consecutive float elements as a ``float{vec}``,
+        whatever the arithmetic type (accumulators are float)."""
+        if vec == 1:
+            return f"((float)({self.load(ptr, index)}))"
+        if ptr in self._full:
+            return f"vload{vec}(0, ({ptr}) + ({index}))"
+        if self.precision.half_arith:
+            return f"convert_float{vec}(vload{vec}(0, ({ptr}) + ({index})))"
+        if self.precision.half_storage:
+            return f"vload_half{vec}(0, ({ptr}) + ({index}))"
+        return f"vload{vec}(0, ({ptr}) + ({index}))"
+
+    def store(self, ptr: str, index: str, value: str) -> str:
+        """Statement storing ``value`` at element ``index`` of a float tensor."""
+        return f"({ptr})[{index}] = (float)({value});" if ptr in self._full else f"ST({ptr}, {index}, {value});"
+
+    def store4(self, ptr: str, index: str, value: str) -> str:
+        """Statement storing a ``real4`` at four consecutive elements from ``index``."""
+        if ptr in self._full:
+            return f"vstore4(convert_float4({value}), 0, ({ptr}) + ({index}));"
+        return f"ST4({ptr}, {index}, {value});"
 
     def store_output(self, index: str, value: str, pos: int = 0) -> str:
         """Statements storing ``value`` (a ``real``) at ``index`` of the step's output.
@@ -260,19 +312,19 @@ class NodeGen:
             t = self.ctx.node.outputs[pos]
             if np.dtype(self.specs[t].dtype) != np.float32:
                 return f"{out}[{index}] = {value};"
-            return f"ST({out}, {index}, {value});"
+            return self.store(out, index, value)
         if np.dtype(self.specs[self.out_tensor].dtype) != np.float32:
             # No followers fold into non-float outputs (see fusion); going through ``real``
             # would round integers beyond 2**24.
             return f"{out}[{index}] = {value};"
         steps, result = self.finish(value, index, vector=False)
-        return f"{{ {steps}ST({out}, {index}, {result}); }}"
+        return f"{{ {steps}{self.store(out, index, result)} }}"
 
     def store_output4(self, index: str, value: str) -> str:
         """Like :meth:`store_output` for four consecutive elements along the last axis
         (``index`` is the first; the caller guarantees the last axis is a multiple of 4)."""
         steps, result = self.finish(value, index, vector=True)
-        return f"{{ {steps}ST4({self.output(0)}, {index}, {result}); }}"
+        return f"{{ {steps}{self.store4(self.output(0), index, result)} }}"
 
     def finish(self, value: str, index: str, vector: bool) -> tuple[str, str]:
         """``value`` after the fused activation and the followers: (statements, result variable).
@@ -307,13 +359,13 @@ class NodeGen:
                 lit = c_float(np.asarray(spec.value).reshape(-1)[0])
                 return f"(real4)({lit})" if vector else f"(real)({lit})"
             ptr = self.tensor_param(f.other)
-            return f"(real4)(LD({ptr}, 0))" if vector else f"LD({ptr}, 0)"
+            return f"(real4)({self.load(ptr, '0')})" if vector else self.load(ptr, "0")
         idx = index if f.kind == "same" else f"(({index}) % {channels})"
         if exact and spec.value is not None and self.precision.half_storage:
             ptr = self.const(np.asarray(spec.value, np.float32).reshape(-1), storage=False)
             return f"TO_REAL4(vload4(0, {ptr} + ({idx})))" if vector else f"(real){ptr}[{idx}]"
         ptr = self.tensor_param(f.other)
-        return f"LD4({ptr}, {idx})" if vector else f"LD({ptr}, {idx})"
+        return self.load4(ptr, idx) if vector else self.load(ptr, idx)
 
     # -- the kernel -----------------------------------------------------------------------
     def kernel(self, body: str, global_size: tuple[int, ...], local_size: tuple[int, ...] | None = None
@@ -332,6 +384,7 @@ class NodeGen:
         """Forget recorded parameters (to write a second kernel of the same node)."""
         self._params.clear()
         self._names.clear()
+        self._full.clear()
 
 
 def round_up(n: int, multiple: int) -> int:

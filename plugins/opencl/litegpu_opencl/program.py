@@ -75,10 +75,10 @@ class ClEvent(Event):
         return self.event.command_execution_status == _COMPLETE
 
 
-def new_tensor(device: Device, precision: Precision, shape, dtype) -> ClTensor:
+def new_tensor(device: Device, precision: Precision, shape, dtype, full_precision: bool = False) -> ClTensor:
     """A device tensor of ``shape``/``dtype`` stored as ``precision`` stores it."""
     cl = device.cl
-    storage = precision.storage_dtype(dtype)
+    storage = precision.storage_dtype(dtype, full_precision)
     nbytes = int(np.prod(shape, dtype=np.int64)) * storage.itemsize
     buf = cl.Buffer(device.context, cl.mem_flags.READ_WRITE, max(nbytes, 1))
     return ClTensor(buf, tuple(int(d) for d in shape), np.dtype(dtype), storage, device)
@@ -207,11 +207,14 @@ class ClProgram(Program):
         mf = cl.mem_flags
         self.arena = cl.Buffer(device.context, mf.READ_WRITE, max(plan.size, device.base_alignment))
         # (buffer, element offset) of each intermediate
-        arena_at = {t: np.int32(off // self.precision.storage_dtype(specs[t].dtype).itemsize)
+        arena_at = {t: np.int32(off // self.precision.storage_of(specs[t]).itemsize)
                     for t, off in plan.offsets.items()}
         # What each input/output buffer must hold: (elements, storage dtype).
         self.io_layout = {t: (int(np.prod(specs[t].shape, dtype=np.int64)),
-                              self.precision.storage_dtype(specs[t].dtype)) for t in io}
+                              self.precision.storage_of(specs[t])) for t in io}
+        # Float tensors a half-storage program keeps in float32 (see TensorSpec.full_precision).
+        self.full_precision = sum(1 for t in set(used) | io if self.precision.half_storage
+                                  and specs[t].dtype == np.float32 and specs[t].full_precision)
         self.const_bytes = 0
         # pyopencl's set_arg holds no reference: every buffer a kernel uses is kept here.
         self._constants: list[Any] = []
@@ -232,7 +235,9 @@ class ClProgram(Program):
                         continue
                     if a.tensor is not None and specs[a.tensor].value is not None:
                         if a.tensor not in consts:
-                            consts[a.tensor] = self._upload(np.asarray(specs[a.tensor].value))
+                            spec = specs[a.tensor]
+                            consts[a.tensor] = self._upload(
+                                np.asarray(spec.value).astype(self.precision.storage_of(spec)), convert=False)
                         buffer = consts[a.tensor]
                     elif a.tensor is not None:
                         buffer, offset = self.arena, arena_at[a.tensor]
@@ -250,7 +255,7 @@ class ClProgram(Program):
 
     # -- memory ---------------------------------------------------------------------------
     def _nbytes(self, spec) -> int:
-        return int(np.prod(spec.shape, dtype=np.int64)) * self.precision.storage_dtype(spec.dtype).itemsize
+        return int(np.prod(spec.shape, dtype=np.int64)) * self.precision.storage_of(spec).itemsize
 
     def _upload(self, array: np.ndarray, convert: bool = True) -> Any:
         if convert:
@@ -269,7 +274,8 @@ class ClProgram(Program):
     def summary(self) -> str:
         """Precision, kernels and memory, for the delegation report."""
         p = self.precision
-        return (f"{p.name} ({p.storage} storage, {p.arithmetic} arithmetic), {len(self.launches)} launches of "
+        kept = f" ({self.full_precision} tensors kept fp32)" if self.full_precision else ""
+        return (f"{p.name} ({p.storage} storage{kept}, {p.arithmetic} arithmetic), {len(self.launches)} launches of "
                 f"{self.function_count} kernels, arena {self.arena_bytes / 1e6:.2f} MB, "
                 f"constants {self.const_bytes / 1e6:.2f} MB, program {'from cache' if self.cache_hit else 'built'}")
 

@@ -78,31 +78,9 @@ def pixels_per_item(pixels: int, most: int = 4) -> int:
     return min(candidates, key=lambda p: (-(-pixels // p) * p - pixels, -p))
 
 
-def _ldv(g: NodeGen, ptr: str, index: str, vec: int) -> str:
-    """``vec`` consecutive elements of a float tensor as a ``float{vec}``.
-
-    Width 4 goes through the prelude's ``LD4``; the prelude has no wider macro, so
-    8 and 16 spell the storage's own vload here.
-    """
-    if vec == 4:
-        expr = f"LD4({ptr}, {index})"
-        return f"convert_float4({expr})" if g.precision.half_arith else expr
-    if g.precision.half_arith:
-        return f"convert_float{vec}(vload{vec}(0, ({ptr}) + ({index})))"
-    if g.precision.half_storage:
-        return f"vload_half{vec}(0, ({ptr}) + ({index}))"
-    return f"vload{vec}(0, ({ptr}) + ({index}))"
-
-
-def _ld(g: NodeGen, ptr: str, index: str) -> str:
-    """One element of a float tensor as a ``float`` (accumulators are float)."""
-    expr = f"LD({ptr}, {index})"
-    return f"(float)({expr})" if g.precision.half_arith else expr
-
-
 def _gather(g: NodeGen, ptr: str, indices: list[str]) -> str:
     """A ``float{n}`` of separately indexed elements (the lanes of a strided operand)."""
-    return f"(float{len(indices)})(" + ", ".join(_ld(g, ptr, i) for i in indices) + ")"
+    return f"(float{len(indices)})(" + ", ".join(g.loadv(ptr, i, 1) for i in indices) + ")"
 
 
 def _constant(g: NodeGen, pos: int, what: str) -> np.ndarray:
@@ -128,7 +106,7 @@ def _bias(g: NodeGen, pos: int, channels: int, vec: int) -> str | None:
     if spec.value is not None:
         padded = np.zeros(-(-channels // vec) * vec, np.float32)
         padded[:channels] = np.asarray(spec.value, np.float32).reshape(-1)
-        return _ldv(g, g.const(padded), f"oc * {vec}", vec)
+        return g.loadv(g.const(padded), f"oc * {vec}", vec)
     return _gather(g, g.input(pos), [f"min(oc * {vec} + {lane}, {channels - 1})" for lane in range(vec)])
 
 
@@ -153,7 +131,7 @@ def dot(g: NodeGen, pixels: int, n: int, x: str, xaddr: list[str], wload, vec: i
         lines.append(f"for (int k = 0; k < {step4}; k += 4) {{")
         lines.append(f"  const float{vec} " + ", ".join(f"w{j} = {wload(f'k + {j}')}" for j in range(4)) + ";")
         for p in range(pixels):
-            v = _ldv(g, x, f"{xaddr[p]} + k", 4)
+            v = g.loadv(x, f"{xaddr[p]} + k", 4)
             if masks:
                 v = f"{v} * {masks[p]}"
             lines.append(f"  {{ const float4 v = {v}; acc{p} += v.s0 * w0 + v.s1 * w1 + v.s2 * w2 + v.s3 * w3; }}")
@@ -168,7 +146,7 @@ def dot(g: NodeGen, pixels: int, n: int, x: str, xaddr: list[str], wload, vec: i
             lines.append(f"  {{ const float{vec} w = {wload(k)};")
             for p in range(pixels):
                 xs = f"{k} * {xstride}" if xstride != 1 else k
-                v = _ld(g, x, f"{xaddr[p]} + {xs}")
+                v = g.loadv(x, f"{xaddr[p]} + {xs}", 1)
                 if masks:
                     v = f"{v} * {masks[p]}"
                 lines.append(f"    acc{p} += {v} * w;")
@@ -296,7 +274,7 @@ def conv2d(g: NodeGen) -> list[KernelSpec]:
     wgroup = kh * kw * i * vec   # packed weights of one channel group
 
     def wload_at(base: str):
-        return lambda k: _ldv(g, wp, f"{base} + ({k}) * {vec}", vec)
+        return lambda k: g.loadv(wp, f"{base} + ({k}) * {vec}", vec)
 
     if kh == kw == 1 and sh == sw == 1 and (oh, ow) == (h, wd) and pt == pl == 0:
         return [_gemm_rows(g, x, n * h * wd, c, i, o, vec, wload_at(f"oc * {wgroup}"), bias, gbase)]
@@ -369,7 +347,7 @@ def depthwise_conv2d(g: NodeGen) -> list[KernelSpec]:
     lanes = ""
     if contiguous:
         def load(col: str) -> str:
-            return _ldv(g, x, f"(xr + {col}) * {c} + oc * {vec}", vec)
+            return g.loadv(x, f"(xr + {col}) * {c} + oc * {vec}", vec)
     else:
         lanes = "".join(f"\nconst int ci{lane} = min(oc * 4 + {lane}, {o - 1}) / {mult};" for lane in range(4))
 
@@ -398,7 +376,7 @@ def depthwise_conv2d(g: NodeGen) -> list[KernelSpec]:
         body.append(f"  if (ih < 0 || ih >= {h}) continue;")
     body.append(f"  const int xr = (b * {h} + ih) * {wd};")
     body.append(f"  const float{vec} " + ", ".join(
-        f"w{t} = {_ldv(g, wp, f'(oc * {kh * kw} + kh * {kw} + {t}) * {vec}', vec)}" for t in range(kw)) + ";")
+        f"w{t} = {g.loadv(wp, f'(oc * {kh * kw} + kh * {kw} + {t}) * {vec}', vec)}" for t in range(kw)) + ";")
     if cols_leave:
         body += [f"  if (iw >= 0 && iw + {used[-1]} < {wd}) {{", taps(False), "  } else {", taps(True), "  }"]
     else:
@@ -440,7 +418,7 @@ def _transpose_conv(g: NodeGen, x_pos: int, w_pos: int, bias_pos: int) -> list[K
     index = [f"phase + {sw} * (j0 + {p})" for p in range(pixels)]
     exists = [f"{e} < {ow}" for e in index]
     taps = window_dot(g, pixels, c, x, [f"tw / {sw} + j0 + {p}" for p in range(pixels)], wd,
-                      lambda col: f"(xr + {col}) * {c}", lambda k: _ldv(g, wp, f"wk + ({k}) * {vec}", vec), vec, True)
+                      lambda col: f"(xr + {col}) * {c}", lambda k: g.loadv(wp, f"wk + ({k}) * {vec}", vec), vec, True)
     body = "\n".join([
         f"for (int kh = 0; kh < {kh}; ++kh) {{",
         f"  const int th = oh + {pt} - kh;",
@@ -489,7 +467,7 @@ def fully_connected(g: NodeGen) -> list[KernelSpec]:
         wp = g.const(pack_oc(np.asarray(g.ctx.inputs[1].value, np.float32), vec))
 
         def wload(step: str) -> str:
-            return _ldv(g, wp, f"oc * {k * vec} + ({step}) * {vec}", vec)
+            return g.loadv(wp, f"oc * {k * vec} + ({step}) * {vec}", vec)
     else:
         vec, w = 4, g.input(1)
 
@@ -535,12 +513,12 @@ def batch_matmul(g: NodeGen) -> list[KernelSpec]:
         bp = g.const(pack_oc(value if adj_y else value.swapaxes(-1, -2), vec))   # [batch][N/vec][K][vec]
 
         def wload(step: str) -> str:
-            return _ldv(g, bp, f"((bb * {-(-n // vec)} + oc) * {k} + {step}) * {vec}", vec)
+            return g.loadv(bp, f"((bb * {-(-n // vec)} + oc) * {k} + {step}) * {vec}", vec)
     elif not adj_y and n % 4 == 0:
         vec, b = channel_vector(n), g.input(1)
 
         def wload(step: str) -> str:
-            return _ldv(g, b, f"bb * {k * n} + ({step}) * {n} + oc * {vec}", vec)
+            return g.loadv(b, f"bb * {k * n} + ({step}) * {n} + oc * {vec}", vec)
     else:
         vec, b = 4, g.input(1)
         lane = [f"min(oc * 4 + {j}, {n - 1})" for j in range(4)]

@@ -283,7 +283,7 @@ def _operand(g: NodeGen, pos: int, bc: Broadcast, k: int, width: int) -> str:
         return f"(real4){lit}" if width == 4 else lit
     ptr, idx = g.input(pos), bc.index(k, "i")
     if width == 4:
-        return f"LD4({ptr}, {idx})" if bc.last_varies(k) else f"(real4)(LD({ptr}, {idx}))"
+        return g.load4(ptr, idx) if bc.last_varies(k) else f"(real4)({g.load(ptr, idx)})"
     return g.load(ptr, idx, dtype)
 
 

@@ -308,7 +308,7 @@ class _Access:
     def load(self, index: str, ok: str | None) -> str:
         """The element(s) at ``index``, or the fill value where ``ok`` is false."""
         if self.is_float:
-            expr = f"LD4({self.src}, {index})" if self.vec else f"LD({self.src}, {index})"
+            expr = self.g.load4(self.src, index) if self.vec else self.g.load(self.src, index)
         else:
             expr = f"vload4(0, {self.src} + {index})" if self.vec else f"{self.src}[{index}]"
         return f"{ok} ? {expr} : {self.fill}" if ok else expr
@@ -320,7 +320,7 @@ class _Access:
             return g.store_output4(index, value) if self.vec else g.store_output(index, value)
         out = g.output(self.pos)
         if self.is_float:
-            return f"ST4({out}, {index}, {value});" if self.vec else f"ST({out}, {index}, {value});"
+            return g.store4(out, index, value) if self.vec else g.store(out, index, value)
         return f"vstore4({value}, 0, {out} + {index});" if self.vec else f"{out}[{index}] = {value};"
 
 
@@ -595,7 +595,7 @@ def pad(g: NodeGen) -> list[KernelSpec]:
             fill = _literal(np.asarray(spec.value).reshape(-1)[0], dtype)
         else:
             ptr = g.input(2)
-            fill = f"LD({ptr}, 0)" if dtype == _F32 else f"{ptr}[0]"
+            fill = g.load(ptr, "0", dtype)
     else:
         fill = _literal(g.attrs.get("pad_value", 0), dtype)
     return _one(g, _padded_walk(shape, _out_shape(g), pads, "pad"), fill)

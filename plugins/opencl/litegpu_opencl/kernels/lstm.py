@@ -194,16 +194,16 @@ def lstm(g: NodeGen):
     for name in ("W", "bias") + (("post", "norm") if any(layer_norm) else ()) + (("peep",) if peephole else ()) \
             + (("proj", "proj_bias") if projection else ()):
         p[name] = g.const(packed[name])
-    gen = _Writer(s, p, attrs, cifg, layer_norm, peephole, projection)
+    gen = _Writer(g, s, p, attrs, cifg, layer_norm, peephole, projection)
     return [g.kernel(gen.body(), (LANES, s.batch), (LANES, 1))]
 
 
 class _Writer:
     """Writes the kernel body of one LSTM node (see the module docstring)."""
 
-    def __init__(self, s: _Shape, p: dict[str, str], attrs: dict, cifg: bool, layer_norm: tuple[bool, ...],
-                 peephole: bool, projection: bool) -> None:
-        self.s, self.p = s, p
+    def __init__(self, g: NodeGen, s: _Shape, p: dict[str, str], attrs: dict, cifg: bool,
+                 layer_norm: tuple[bool, ...], peephole: bool, projection: bool) -> None:
+        self.g, self.s, self.p = g, s, p
         self.act = _ACT[attrs["activation"]]
         self.cell_clip, self.proj_clip = float(attrs["cell_clip"]), float(attrs["proj_clip"])
         self.cifg, self.ln, self.peephole, self.projection = cifg, layer_norm, peephole, projection
@@ -212,7 +212,7 @@ class _Writer:
 
     def body(self) -> str:
         """Prologue (state into local memory), the time loop, epilogue (state back)."""
-        s, p, cp, pp = self.s, self.p, self.cp, self.pp
+        g, s, p, cp, pp = self.g, self.s, self.p, self.cp, self.pp
         lines = [f"  __local float hl[{2 * pp}];", f"  __local float cl[{cp}];"]
         if self.projection:
             lines.append(f"  __local float ml[{cp}];")
@@ -222,9 +222,9 @@ class _Writer:
             "  const int lid = get_local_id(0), b = get_global_id(1);",
             # Padding units start at 0; they never reach an output or the state.
             (f"  for (int i = lid; i < {pp}; i += {LANES}) "
-             f"hl[i] = i < {s.n_output} ? (float)LD({p['hs']}, b * {s.n_output} + i) : 0.0f;"),
+             f"hl[i] = i < {s.n_output} ? {g.loadv(p['hs'], f'b * {s.n_output} + i', 1)} : 0.0f;"),
             (f"  for (int i = lid; i < {cp}; i += {LANES}) "
-             f"cl[i] = i < {s.n_cell} ? (float)LD({p['cs']}, b * {s.n_cell} + i) : 0.0f;"),
+             f"cl[i] = i < {s.n_cell} ? {g.loadv(p['cs'], f'b * {s.n_cell} + i', 1)} : 0.0f;"),
             "  barrier(CLK_LOCAL_MEM_FENCE);",
             f"  for (int t = 0; t < {s.steps}; ++t) {{",
             f"    const __local float* hcur = hl + (t & 1) * {pp};",
@@ -236,8 +236,8 @@ class _Writer:
         lines += [
             "  }",
             (f"  for (int i = lid; i < {s.n_output}; i += {LANES}) "
-             f"ST({p['hs']}, b * {s.n_output} + i, hl[{(s.steps & 1) * pp} + i]);"),
-            f"  for (int i = lid; i < {s.n_cell}; i += {LANES}) ST({p['cs']}, b * {s.n_cell} + i, cl[i]);",
+             + g.store(p['hs'], f"b * {s.n_output} + i", f"hl[{(s.steps & 1) * pp} + i]")),
+            f"  for (int i = lid; i < {s.n_cell}; i += {LANES}) " + g.store(p['cs'], f"b * {s.n_cell} + i", "cl[i]"),
         ]
         return "\n".join(lines)
 
@@ -254,21 +254,23 @@ class _Writer:
 
     def _store_y(self, value: str, col: str, width: int) -> list[str]:
         """Store a float4 into output columns col..col+3 (masked past ``width``)."""
-        y, off = self.p["y"], self.s.row("t", width)
+        g, y, off = self.g, self.p["y"], self.s.row("t", width)
         if width % 4 == 0:
-            return [f"      ST4({y}, {off} + {col}, {value});"]
-        return [f"      if ({col} + {j} < {width}) ST({y}, {off} + {col} + {j}, ({value}).s{j});" for j in range(4)]
+            return [f"      {g.store4(y, f'{off} + {col}', value)}"]
+        return [f"      if ({col} + {j} < {width}) {g.store(y, f'{off} + {col} + {j}', f'({value}).s{j}')}"
+                for j in range(4)]
 
     def _gates(self) -> list[str]:
         """Gate phase, then (layer norm) the normalizing phases; ends after a barrier."""
-        s, p, r, cp = self.s, self.p, self.r, self.cp
+        g, s, p, r, cp = self.g, self.s, self.p, self.r, self.cp
+        g.alias("xr", p["x"])
         pairs = [(k, q) for k in range(4) for q in range(r)]   # gate k, float4 group q
         mac = " ".join(f"z{k}_{q} += v * convert_float4(LD4(wr, {k * cp + 4 * q}));" for k, q in pairs)
         inner = [f"      float4 z{k}_{q} = {self._table('bias', k, q)};" for k, q in pairs]
         inner += [
-            f"      const __global FT* xr = {p['x']} + {s.row('t', s.n_input)};",
+            f"      const __global {g.pointee(p['x'])}* xr = {p['x']} + {s.row('t', s.n_input)};",
             f"      for (int k = 0; k < {s.n_input}; ++k) {{",
-            f"        const float v = (float)LD(xr, k); const __global FT* wr = {p['W']} + k * {4 * cp} + c0;",
+            f"        const float v = {g.loadv('xr', 'k', 1)}; const __global FT* wr = {p['W']} + k * {4 * cp} + c0;",
             f"        {mac}",
             "      }",
             f"      for (int k = 0; k < {s.n_output}; ++k) {{",

@@ -63,13 +63,13 @@ def _vt(lanes: int) -> str:
     return "float" if lanes == 1 else f"float{lanes}"
 
 
-def _ldv(ptr: str, index: str, lanes: int) -> str:
-    """``lanes`` consecutive float elements from ``index`` as float/float4/float8
-    (built from LD4s: the prelude has no wider loads; the compiler merges them)."""
+def _ldv(g: NodeGen, ptr: str, index: str, lanes: int) -> str:
+    """``lanes`` consecutive float elements from ``index`` as float/float4/float8, built
+    from 4-wide loads (the compiler merges them; PoCL 3.1 crashes on an unaligned
+    ``vload_half8`` here)."""
     if lanes == 1:
-        return f"(float)LD({ptr}, {index})"
-    quads = [f"convert_float4(LD4({ptr}, {index} + {4 * j}))" if j else f"convert_float4(LD4({ptr}, {index}))"
-             for j in range(lanes // 4)]
+        return g.loadv(ptr, index, 1)
+    quads = [f"convert_float4({g.load4(ptr, f'{index} + {4 * j}' if j else index)})" for j in range(lanes // 4)]
     return quads[0] if lanes == 4 else f"(float{lanes})({', '.join(quads)})"
 
 
@@ -293,7 +293,7 @@ def reduce(g: NodeGen):
         return [_column_reduce(g, x, red, kept, n_out, init, comb, finish)]
     # Innermost run reduced and contiguous: each work-item folds its rows a vector at a time.
     step = _row_step(red[-1][0])
-    code, acc = _fold(red, "base", step, step, lambda i, scalar: _ldv(x, i, 1 if scalar else step),
+    code, acc = _fold(red, "base", step, step, lambda i, scalar: _ldv(g, x, i, 1 if scalar else step),
                       comb, init)
     body = (f"  const int o = get_global_id(0);\n  if (o >= {n_out}) return;\n"
             f"  const int base = {_decompose('o', kept) if kept else '0'};\n" + code
@@ -314,11 +314,11 @@ def _column_reduce(g: NodeGen, x: str, red, kept, n_out: int, init: str, comb, f
     head = (f"  const int c = get_global_id(0) * {lanes * groups};\n  const int j = get_global_id(1);\n"
             f"  const int o = j * {inner} + c;\n  const int base = {base} + c;\n")
     if groups == 1:
-        code, acc = _fold(red, "base", lanes, 1, lambda i, _: _ldv(x, i, lanes), comb, init)
+        code, acc = _fold(red, "base", lanes, 1, lambda i, _: _ldv(g, x, i, lanes), comb, init)
         body = head + code + f"  const {vt} y = {finish(acc)};\n  {_stv(g, 'o', 'y', lanes)}"
     else:
         def step(i: str) -> str:
-            return " ".join(f"acc{k} = {comb(f'acc{k}', _ldv(x, f'{i} + {k * lanes}' if k else i, lanes))};"
+            return " ".join(f"acc{k} = {comb(f'acc{k}', _ldv(g, x, f'{i} + {k * lanes}' if k else i, lanes))};"
                             for k in range(groups))
         body = (head + "".join(f"  {vt} acc{k} = ({vt})({init});\n" for k in range(groups))
                 + _reduce_loops(red, "base", step)
@@ -361,7 +361,7 @@ class _Rows:
 
     def load(self, ptr: str):
         """``load(index, scalar)`` for :func:`_fold` reading ``ptr``."""
-        return lambda i, scalar: _ldv(ptr, i, 1 if scalar else self.step)
+        return lambda i, scalar: _ldv(self.g, ptr, i, 1 if scalar else self.step)
 
     def fold(self, name: str, init: str, comb, term=lambda v: v, side=None) -> str:
         """Statements leaving float ``name`` = fold of ``term(v)`` over the row's values ``v``."""
@@ -406,13 +406,13 @@ def _sum(a: str, b: str) -> str:
     return f"({a} + {b})"
 
 
-def _raw_store(ptr: str, index: str, var: str, lanes: int) -> str:
+def _raw_store(g: NodeGen, ptr: str, index: str, var: str, lanes: int) -> str:
     """Store float(s) ``var`` without the epilogue (a scratch value overwritten later)."""
     if lanes == 1:
-        return f"ST({ptr}, {index}, {var});"
+        return g.store(ptr, index, var)
     if lanes == 4:
-        return f"ST4({ptr}, {index}, TO_REAL4({var}));"
-    return f"ST4({ptr}, {index}, TO_REAL4({var}.lo)); ST4({ptr}, {index} + 4, TO_REAL4({var}.hi));"
+        return g.store4(ptr, index, f"TO_REAL4({var})")
+    return g.store4(ptr, index, f"TO_REAL4({var}.lo)") + " " + g.store4(ptr, f"{index} + 4", f"TO_REAL4({var}.hi)")
 
 
 @generator("SOFTMAX", epilogue=True)
@@ -425,7 +425,7 @@ def softmax(g: NodeGen):
     beta = c_float(g.attrs["beta"])
     out = g.output(0)
     park = g.attrs["beta"] >= 0
-    side = (lambda i, v, scalar: _raw_store(out, i, v, 1 if scalar else r.step)) if park else None
+    side = (lambda i, v, scalar: _raw_store(g, out, i, v, 1 if scalar else r.step)) if park else None
     sums = "  float s;\n" + r.fold("s", "0.0f", _sum, lambda v: f"exp(({v} - m) * {beta})", side)
     final = r.store_pass(lambda v: f"{v} * inv", ptr=out) if park else \
         r.store_pass(lambda v: f"exp(({v} - m) * {beta}) * inv")
@@ -466,10 +466,10 @@ def local_response_normalization(g: NodeGen):
     body = (f"  const int c = get_global_id(0);\n  const int row = get_global_id(1) * {depth};\n"
             f"  const int lo = max(c - {r}, 0), hi = min(c + {r}, {depth - 1});\n"
             f"  float s = 0.0f;\n"
-            f"  for (int k = lo; k <= hi; ++k) {{ const float v = {_ldv(x, 'row + k', 1)}; s += v * v; }}\n"
+            f"  for (int k = lo; k <= hi; ++k) {{ const float v = {_ldv(g, x, 'row + k', 1)}; s += v * v; }}\n"
             f"  const float t = {bias} + {alpha} * s;\n"
             f"  const float scale = t > 0.0f ? exp2(-{beta} * log2(t)) : pow(t, -{beta});\n"
-            f"  const float y = {_ldv(x, 'row + c', 1)} * scale;\n"
+            f"  const float y = {_ldv(g, x, 'row + c', 1)} * scale;\n"
             f"  {g.store_output('row + c', '(real)(y)')}")
     return [g.kernel(body, (depth, pixels))]
 
@@ -518,7 +518,7 @@ def pool2d(g: NodeGen):
         init, update = "0.0f", lambda a, v: f"{a} += {v};"
     else:
         init, update = "0.0f", lambda a, v: f"{{ const {vt} v = {v}; {a} += v * v; }}"
-    taps = " ".join(update(f"acc{k}", _ldv(x, f"at + {k * lanes}" if k else "at", lanes)) for k in range(groups))
+    taps = " ".join(update(f"acc{k}", _ldv(g, x, f"at + {k * lanes}" if k else "at", lanes)) for k in range(groups))
     unroll = "#pragma unroll\n" if fh * fw <= 64 else ""
     whole_window = op == "AVERAGE_POOL_2D" and pool_divisor_is_window(g.attrs)
 
@@ -587,8 +587,8 @@ def resize_bilinear(g: NodeGen):
             f"  const int r0 = img + {ty0}[oy], r1 = img + {ty1}[oy];\n"
             f"  const int c0 = {tx0}[ox], c1 = {tx1}[ox];\n"
             f"  const float wy = {tfy}[oy], wx = {tfx}[ox];\n"
-            f"  const {vt} top = {_ldv(x, 'r0 + c0', lanes)} * (1.0f - wx) + {_ldv(x, 'r0 + c1', lanes)} * wx;\n"
-            f"  const {vt} bot = {_ldv(x, 'r1 + c0', lanes)} * (1.0f - wx) + {_ldv(x, 'r1 + c1', lanes)} * wx;\n"
+            f"  const {vt} top = {_ldv(g, x, 'r0 + c0', lanes)} * (1.0f - wx) + {_ldv(g, x, 'r0 + c1', lanes)} * wx;\n"
+            f"  const {vt} bot = {_ldv(g, x, 'r1 + c0', lanes)} * (1.0f - wx) + {_ldv(g, x, 'r1 + c1', lanes)} * wx;\n"
             f"  const {vt} y = top * (1.0f - wy) + bot * wy;\n  {_stv(g, 'o', 'y', lanes)}")
     return [g.kernel(body, (c // lanes, ow, n * oh))]
 
@@ -608,7 +608,7 @@ def resize_nearest(g: NodeGen):
     trow = g.const((rows * w * c).astype(np.int32))
     tcol = g.const((cols * c).astype(np.int32))
     body = (_pixel_ids(lanes, oh, ow, c)
-            + f"  const {vt} y = {_ldv(x, f'b * {h * w * c} + {trow}[oy] + {tcol}[ox] + cc', lanes)};\n"
+            + f"  const {vt} y = {_ldv(g, x, f'b * {h * w * c} + {trow}[oy] + {tcol}[ox] + cc', lanes)};\n"
             f"  {_stv(g, 'o', 'y', lanes)}")
     return [g.kernel(body, (c // lanes, ow, n * oh))]
 
@@ -635,7 +635,7 @@ def arg_extreme(g: NodeGen):
     dtype = np.dtype(x_spec.dtype)
     x, out = g.input(0), g.output(0)
     vt = "float" if dtype == _F32 else c_type(dtype)
-    load = (lambda i: _ldv(x, i, 1)) if dtype == _F32 else (lambda i: f"{x}[{i}]")
+    load = (lambda i: _ldv(g, x, i, 1)) if dtype == _F32 else (lambda i: f"{x}[{i}]")
     cmp = ">" if g.ctx.node.op == "ARG_MAX" else "<"
     step = _row_step(size) if dtype == _F32 and inner == 1 else 1
     if step > 1:
@@ -644,7 +644,7 @@ def arg_extreme(g: NodeGen):
         vec_end = size // step * step
         lanes = " ".join(f"if (v.s{j} {cmp} best) {{ best = v.s{j}; at = k + {j}; }}" for j in range(step))
         scan = (f"  for (int k = 0; k < {vec_end}; k += {step}) {{\n"
-                f"    const {_vt(step)} v = {_ldv(x, 'base + k', step)};\n    {lanes}\n  }}\n"
+                f"    const {_vt(step)} v = {_ldv(g, x, 'base + k', step)};\n    {lanes}\n  }}\n"
                 f"  for (int k = {vec_end}; k < {size}; ++k) {{\n"
                 f"    const float v = {load('base + k')};\n    if (v {cmp} best) {{ best = v; at = k; }}\n  }}\n")
     else:
