@@ -1,11 +1,60 @@
-"""The protocols a backend plugin implements: Backend, Program, Buffer, Event.
+"""The backend contract: what a plugin implements and what the core calls, in one module.
 
-A backend is one object returned by the ``litegpu_backends`` hook. The core asks it
-whether it supports each node, hands it partitions to compile, and runs the returned
-programs. Everything here is device-neutral; the base classes say what is missing.
+A backend author needs this module and the conformance suite (``pytest --pyargs
+litegpu.testing.conformance_suite --litegpu-backend NAME``); ``examples/`` has a complete
+out-of-tree backend.
+
+Registering. A plugin (an object or module registered under the ``litegpu.backends``
+entry-point group) implements the ``litegpu_backends()`` hook of ``litegpu.hookspecs`` and
+returns :class:`Backend` instances. Each is checked when the plugin loads
+(:func:`contract_problems`): an instance of :class:`Backend`; ``name`` a non-empty word
+(letters, digits, ``_ . + -``; not "GPU", which names any GPU) no other backend has;
+every method still callable; ``is_gpu`` and ``host_memory`` bools. (``supports`` and
+``compile`` are not checked there: a backend unavailable here is never asked; the base
+class's versions raise, naming the backend.) A backend that fails is rejected with a
+:class:`~litegpu.errors.PluginError` naming the plugin, its distribution and the fault: an
+entry point's is recorded and logged (``litegpu backends`` lists it, asking for it by name
+says why it is missing), a direct ``PluginManager.register`` raises it.
+
+Lifecycle, in the order the core calls things:
+
+1. ``available()`` when a backend is asked for (by name or as "GPU") and by ``litegpu
+   backends``; probe the device lazily here, never at import or in the hook.
+2. ``supports(node, model)`` for each node, in the user's order of preference: the first
+   backend that says yes gets the node (else cpu); each run of consecutive nodes on one
+   backend is a :class:`Partition`.
+3. ``schedule(nodes, outputs)`` per partition: which nodes run as one step (fusion).
+4. ``compile(partition, options)`` once per partition and input shapes: a :class:`Program`.
+5. Device backends (``host_memory`` False) only: ``allocate`` buffers for the tensors the
+   core keeps on the device, ``copy_in`` / ``copy_out`` where a tensor crosses between the
+   host and the device, ``nbytes`` to count the bytes moved, ``wrap`` for a user's native
+   buffer (``TensorBuffer``).
+6. ``Program.run(inputs, outputs, wait_for)`` on every run, returning an :class:`Event`;
+   the next command waits for it, and the host waits only when it reads a result.
+
+Required and optional members (an optional member's default is what the base class does):
+
+==========  =============================  ==========================================
+class       required                       optional, and its default
+==========  =============================  ==========================================
+Backend     ``name``, ``supports``,        ``is_gpu`` (False), ``host_memory`` (True),
+            ``compile``                    ``available`` (yes), ``device_info`` ({}),
+                                           ``schedule`` (one node per step),
+                                           ``allocate``/``copy_in``/``copy_out``/
+                                           ``nbytes`` (numpy host memory), ``wrap``
+                                           (refuses), ``bind_control`` (None)
+Program     ``run``                        ``summary`` (""), ``partition`` (None),
+                                           ``bind``/``bind_steps``/``run_profiled``
+                                           (None: the core's slower path)
+Event       ``wait``, ``is_complete``      (the base event is already complete)
+==========  =============================  ==========================================
+
+Stateful ops (control flow, variables) get a :class:`Runtime` through ``CompileOptions``;
+its optional services let a session run loops and branches faster.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -65,11 +114,40 @@ class Partition:
 
 @dataclass
 class Runtime:
-    """Services the core offers to kernels of stateful ops (control flow, variables)."""
+    """Services the core offers to kernels of stateful ops (control flow, variables).
+
+    A backend hands it (``CompileOptions.runtime``) to ``OpDef.execute(inputs, attrs,
+    runtime)`` and ``OpDef.bind(inputs, outputs, attrs, runtime)`` of the stateful nodes
+    it runs (the cpu backend runs them all); it does not call the services itself.
+
+    ``call_subgraph(index, inputs)`` runs a subgraph and returns new output arrays;
+    ``resources`` holds resource variables across runs. The other services are optional
+    (None: the ops in ``litegpu.ops.control`` take their plain path); a session supplies
+    them all:
+
+    - ``while_loop(cond, body, values, limit, truth)``: WHILE's loop, the final values
+      as new arrays, or None when ``limit`` iterations did not end it (WHILE then raises
+      its limit error). ``truth(array, what)`` reads a condition. Default: WHILE iterates
+      ``call_subgraph`` from Python.
+    - ``branch(index, inputs)``: IF's call of the branch it picked. Default (and when
+      None is given): ``call_subgraph``.
+    - ``bind_while(cond, body, inputs, outputs, limit, limit_error)``: a WHILE node over
+      fixed arrays as one call of no arguments, or None; for WHILE's ``OpDef.bind``.
+      Default: None (the node runs through ``execute``).
+    - ``bind_if(then, orelse, inputs, outputs)``: the same for IF; default None.
+    """
 
     call_subgraph: Callable[[int, list[np.ndarray]], list[np.ndarray]]
     resources: dict[Any, np.ndarray]
     max_while_iterations: int = 10_000_000
+    while_loop: Callable[..., list[np.ndarray] | None] | None = None
+    branch: Callable[[int, list[np.ndarray]], list[np.ndarray]] | None = None
+    bind_while: Callable[..., Callable[[], None] | None] | None = None
+    bind_if: Callable[..., Callable[[], None] | None] | None = None
+
+    def __post_init__(self) -> None:
+        if self.branch is None:   # IF's branch is a plain subgraph call unless a session offers more
+            self.branch = self.call_subgraph
 
 
 @dataclass
@@ -104,12 +182,89 @@ COMPLETE = Event()
 
 
 class Program:
-    """A compiled partition."""
+    """A compiled partition, returned by :meth:`Backend.compile`.
 
-    def run(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray],
-            wait_for: Sequence[Event] = ()) -> Event:
-        """Run on ``inputs``, writing ``outputs`` (both in partition order)."""
+    ``run`` is required. The other members are optional: the core reads them as plain
+    attributes, so a subclass overrides what it offers and inherits the rest.
+    """
+
+    #: One line for the delegation report and the compile log (precision, kernels,
+    #: memory, cache hit), or "" for none. Read by the executor after ``compile``; may
+    #: be a property.
+    summary: str = ""
+
+    #: The partition this program was compiled from, or None. The profiler names the
+    #: nodes of a partition's slices from it (with None, the slices name no nodes).
+    partition: Partition | None = None
+
+    def run(self, inputs: Sequence[Any], outputs: list, wait_for: Sequence[Event] = ()) -> Event:
+        """Run on ``inputs``, writing ``outputs`` (both in partition order,
+        ``Partition.inputs`` and ``Partition.outputs``); return the run's :class:`Event`.
+
+        Called by the executor on every run of the subgraph. ``wait_for`` are events of
+        earlier work this run must follow: wait for them, or chain them into the device's
+        queue, before reading the inputs.
+
+        A device program (``Backend.host_memory`` False) gets the backend's buffers (from
+        :meth:`Backend.allocate` or :meth:`Backend.wrap`) and may return before the device
+        is done. A host program gets numpy arrays and is done when it returns; its
+        ``outputs`` is a list whose entries are:
+
+        - an array, for every output whose shape was known at compile time: write the
+          result into it in place and leave the entry as it is (the core binds its fast
+          paths to these arrays);
+        - ``None``, for an output whose shape is decided only at run time (its spec was
+          unknown when the partition compiled; ``NodeContext.dynamic``): *the program
+          supplies the array*. It stores an array holding the result into the list
+          (``outputs[k] = array``) before returning. The executor reads the list back
+          after the call and takes that array as the tensor's value, for later partitions
+          and for the caller, until the next run: so it may be an array the program owns
+          and overwrites on its next run. Where a subgraph also has device partitions, a
+          run-time-shaped output arrives instead as the array the previous run supplied;
+          replace it the same way when this run's shape differs.
+        """
         raise NotImplementedError("need run")
+
+    def bind(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> Callable[[], None] | None:
+        """Optional fast path: this program on exactly these arrays as one call of no
+        arguments (a run is then one call, without ``run``'s checks), or None.
+
+        Called by the executor once, on a host-only subgraph's first run, when every
+        tensor crossing a partition has a fixed array (no run-time shapes, so no ``None``
+        among ``outputs``); later runs make the returned call on the same arrays. Default:
+        None, and every run calls :meth:`run` on those arrays.
+        """
+        return None
+
+    def bind_steps(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]
+                   ) -> tuple[Callable[[], None], list] | None:
+        """Optional fast path for control flow: this program on exactly these arrays as
+        ``(enter, steps)``, or None.
+
+        ``enter()`` readies the calling thread, once before a series of runs; a run is
+        each step's ``call()`` in order, a step being ``(call, fail)`` where ``fail(exc)``
+        returns the error to raise for ``exc`` (naming the node), or None to let ``exc``
+        propagate (see :func:`run_steps`). Binding must not disturb what :meth:`run`
+        works on: a program may be bound to several sets of arrays at once (a WHILE loop
+        alternating between two). Called through ``CompiledSubgraph.bind_steps`` by the
+        session, which runs a WHILE loop's condition and body as one flat list of calls
+        (see :meth:`Backend.bind_control`); never offered ``None`` outputs. Default: None,
+        and those loops take a path that calls :meth:`run`.
+        """
+        return None
+
+    def run_profiled(self, inputs: Sequence[Any], outputs: list, wait_for: Sequence[Event],
+                     profiler: Any) -> Event | None:
+        """Optional: :meth:`run` while recording what ran into ``profiler`` (a
+        ``litegpu.profile.Profiler``), e.g. one ``Slice`` per kernel with the device's own
+        times; or None, having run nothing.
+
+        Called by the profiler instead of :meth:`run` while a ``litegpu.profile()`` block is
+        active, with the same arguments and conventions as :meth:`run`. Default: None, and
+        the profiler runs :meth:`run`, waits for its event and records the partition as
+        one slice whose time is split evenly among its nodes.
+        """
+        return None
 
 
 def run_steps(steps: list) -> None:
@@ -164,69 +319,139 @@ class Loop:
 
 
 class Backend:
-    """Base class of backends. Subclasses set ``name`` and implement the methods."""
+    """Base class of backends. Subclasses set ``name`` and implement ``supports`` and
+    ``compile``; every other member has a default that suits a host backend."""
 
+    #: The backend's unique name: how users ask for it (``load_delegate``, ``backend=``),
+    #: and how the delegation report, the CLI and test ids name it. Required.
     name: str = ""
-    is_gpu: bool = False   # True: chosen when a user asks for "GPU" / HardwareAccelerator.GPU
-    # True: programs read and write host numpy arrays. False: they take the backend's own
-    # device buffers (from ``allocate``); the executor keeps tensors in device memory
-    # between partitions of the backend and inserts copy_in/copy_out at device boundaries.
+    #: True: chosen when a user asks for "GPU" (``HardwareAccelerator.GPU``), and a
+    #: quantized model then runs in its float view. Read by the session.
+    is_gpu: bool = False
+    #: True: programs read and write host numpy arrays. False: they take the backend's own
+    #: device buffers (from ``allocate``); the executor keeps tensors in device memory
+    #: between partitions of the backend and inserts copy_in/copy_out at device boundaries.
     host_memory: bool = True
 
     def available(self) -> tuple[bool, str]:
-        """Whether this backend can be used here, and why not."""
+        """Whether this backend can be used here, and why not.
+
+        Called when the backend is asked for (by name or as "GPU") and by ``litegpu
+        backends``; probe the device here, lazily, not when the plugin loads. Default:
+        always available.
+        """
         return True, ""
 
     def device_info(self) -> dict:
-        """Device, driver, library versions and features, for ``litegpu backends``."""
+        """Device, driver, library versions and features: shown by ``litegpu backends``
+        and part of the measured placement's cache key; called only when available.
+        Default: nothing known."""
         return {}
 
     def supports(self, node: NodeContext, model: Model) -> Support:
-        """Whether this backend can run ``node``."""
-        raise NotImplementedError("need supports")
+        """Whether this backend can run ``node`` (``Support(False, reason)`` when not).
+
+        Called by the partitioner for every node, in the user's order of preference, when
+        a subgraph is planned. Required.
+        """
+        raise NotImplementedError(f"backend {self.name!r} does not implement supports(), which is required")
 
     def schedule(self, nodes: list[NodeContext], outputs: list[int]) -> list[list[int]]:
         """Group the partition's nodes into steps that run as one kernel (default: one node each).
 
-        ``outputs`` are the tensors read after the partition. Memory is planned per step.
+        ``outputs`` are the tensors read after the partition. Called by the executor
+        before ``compile``; memory is planned per step and the result is
+        ``Partition.steps``.
         """
         return [[i] for i in range(len(nodes))]
 
     def compile(self, partition: Partition, options: CompileOptions) -> Program:
-        """Compile a partition into a runnable program."""
-        raise NotImplementedError("need compile")
+        """Compile a partition into a runnable :class:`Program` (an instance of it).
+
+        Called by the executor once per partition and input shapes. An op or model kind
+        the backend cannot compile after all raises ``UnsupportedError`` naming node and
+        op. Required.
+        """
+        raise NotImplementedError(f"backend {self.name!r} does not implement compile(), which is required")
 
     def bind_control(self, control: Branch | Loop) -> Callable[[], None] | None:
         """``control`` (its steps from this backend's programs) as one call of no
         arguments, e.g. a compiled table with jumps; None (the default) leaves it to the
-        core, which runs the steps from Python."""
+        core, which runs the steps from Python. Called by the session on the cpu backend
+        (which runs control flow) when it binds a WHILE or IF node."""
         return None
 
     def allocate(self, spec: TensorSpec, options: CompileOptions) -> Any:
         """Device memory for a tensor of ``spec``, in the storage format programs compiled
         with ``options`` use (e.g. half for float32 when precision loss is allowed).
-        Host backends return a numpy array."""
+
+        Called by the transfer plan for the tensors kept on the device and by
+        ``CompiledModel`` for device ``TensorBuffer`` s. Default: a numpy array (host
+        backends)."""
         return np.empty(spec.shape, spec.dtype)
 
     def wrap(self, native: Any, spec: TensorSpec, options: CompileOptions) -> Any:
         """A buffer of this backend around a user's native device buffer (e.g. a
-        ``pyopencl.Buffer``) holding a tensor of ``spec``, without copying it."""
+        ``pyopencl.Buffer``) holding a tensor of ``spec``, without copying it.
+
+        Called by ``TensorBuffer.create_from_device_buffer``. Default: refuses
+        (NotImplementedError)."""
         raise NotImplementedError(f"backend {self.name!r} cannot wrap native buffers")
 
     def nbytes(self, buffer: Any) -> int:
-        """Bytes a copy of ``buffer`` moves."""
+        """Bytes a copy of ``buffer`` moves; the transfer plan counts them. Default:
+        ``buffer.nbytes``."""
         return int(buffer.nbytes)
 
     def copy_in(self, buffer: Any, array: np.ndarray, wait_for: Sequence[Event] = ()) -> Event:
-        """Copy a host array into device memory (the host array may be reused on return)."""
+        """Copy a host array into device memory (the host array may be reused on return)
+        after ``wait_for``; called by the transfer plan and ``TensorBuffer``. Default:
+        ``np.copyto``."""
         for e in wait_for:
             e.wait()
         np.copyto(buffer, array)
         return COMPLETE
 
     def copy_out(self, buffer: Any, array: np.ndarray, wait_for: Sequence[Event] = ()) -> Event:
-        """Copy device memory into a host array; done when this returns."""
+        """Copy device memory into a host array after ``wait_for``; done when this
+        returns. Called by the transfer plan and ``TensorBuffer``. Default: ``np.copyto``."""
         for e in wait_for:
             e.wait()
         np.copyto(array, buffer)
         return COMPLETE
+
+
+# Names users type in lists (``LITEGPU_TEST_BACKENDS=cpu,opencl``), on command lines and
+# in test ids: one word, so that no list or id needs quoting.
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
+_FLAGS = ("is_gpu", "host_memory")
+# Every method of the contract: a subclass may override each, but not with a non-callable.
+_METHODS = tuple(n for n, v in vars(Backend).items() if callable(v) and not n.startswith("_"))
+
+
+def contract_problems(backend: object) -> list[str]:
+    """What is wrong with ``backend`` as a registered backend; empty when nothing is.
+
+    The plugin manager runs this on every backend a plugin returns, and rejects one with
+    problems, naming them; a backend author can call it in their own tests. It reads
+    attributes only (no probing: ``available()`` is not called).
+    """
+    if not isinstance(backend, Backend):
+        return [f"a {type(backend).__module__}.{type(backend).__qualname__} is not a "
+                "litegpu.backend.Backend (subclass it)"]
+    problems = []
+    name = backend.name
+    if not isinstance(name, str) or not name:
+        problems.append(f"name must be a non-empty str, got {name!r}")
+    elif not _NAME.fullmatch(name):
+        problems.append(f"name {name!r} must be one word of letters, digits and _ . + -")
+    elif name.upper() == "GPU":
+        problems.append(f"name {name!r} is reserved: it asks for any GPU backend")
+    for flag in _FLAGS:
+        if not isinstance(getattr(backend, flag), bool):
+            problems.append(f"{flag} must be a bool, got {getattr(backend, flag)!r}")
+    for method in _METHODS:
+        if not callable(getattr(backend, method)):
+            problems.append(f"{method} must be a method, got {getattr(backend, method)!r}")
+    return problems
+

@@ -18,6 +18,12 @@ class BackendUnavailableError(LiteGpuError):
     """A backend was asked for by name but cannot be used here; the message says why."""
 
 
+class PluginError(LiteGpuError):
+    """A plugin broke the plugin contract (``litegpu.hookspecs``, ``litegpu.backend``): a
+    hook returned a malformed backend, or a backend's ``compile`` a malformed program.
+    The message names the plugin (and its distribution) or the backend, and the fault."""
+
+
 class InvalidArgumentError(LiteGpuError, ValueError):
     """A caller passed a wrong tensor index, shape, dtype or option."""
 

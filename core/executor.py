@@ -11,13 +11,13 @@ import os
 import time
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from .backend import COMPLETE, Backend, CompileOptions, Event, NodeContext, Partition, Program, Runtime
-from .errors import (ExecutionError, InvalidArgumentError, LiteGpuError, ModelFormatError, ResourceLimitError,
-                     UnsupportedError)
+from .errors import (ExecutionError, InvalidArgumentError, LiteGpuError, ModelFormatError, PluginError,
+                     ResourceLimitError, UnsupportedError)
 from .graph import Model, Subgraph
 from .quant import variable_initial_value
 from .memory import ArenaPlan, Usage, plan_arena
@@ -219,9 +219,9 @@ class CompiledSubgraph:
             (_compile_logged(backend, part, options, i), part.inputs, part.outputs)
             for i, (backend, part) in enumerate(planned)]
         self._plan: list | bool | None = None   # built by the first run
-        self.report.programs = [f"partition {i} on {backend.name}: {getattr(program, 'summary', '')}"
+        self.report.programs = [f"partition {i} on {backend.name}: {program.summary}"
                                 for i, ((backend, _), (program, _, _)) in enumerate(zip(planned, self.steps))
-                                if getattr(program, "summary", "")]
+                                if program.summary]
         # With device partitions, runs go through a transfer plan (see litegpu.transfers).
         self.runner: DeviceRunner | None = None
         if any(not backend.host_memory for backend, _ in planned):
@@ -283,8 +283,8 @@ class CompiledSubgraph:
             return
         host, specs = self.host, self.specs
         for program, ins, outs in self.steps:
-            # An output shaped at run time is the program's to supply: last run's array
-            # may not have this run's shape.
+            # An output shaped at run time is the program's to supply (None; see
+            # Program.run): last run's array may not have this run's shape.
             out_arrays = [host.get(o) if specs.get(o) is not None else None for o in outs]
             program.run([host[i] for i in ins], out_arrays)
             for o, arr in zip(outs, out_arrays):
@@ -341,17 +341,16 @@ class CompiledSubgraph:
     def _fixed_plan(self) -> list | bool:
         """One call of no arguments per partition when every tensor that crosses a partition
         has a host array before the first run (no run-time shapes): the arrays never change,
-        so a run does no lookups. A program may offer ``bind(inputs, outputs)`` returning
-        such a call (or None), else its ``run`` is called on the fixed lists. False when
-        shapes are decided at run time."""
+        so a run does no lookups. A program may offer such a call (:meth:`Program.bind`;
+        None: its ``run`` is called on the fixed lists). False when shapes are decided at
+        run time."""
         host = self.host
         plan = []
         for program, ins, outs in self.steps:
             if any(host.get(t) is None for t in (*ins, *outs)):
                 return False
             in_arrays, out_arrays = [host[i] for i in ins], [host[o] for o in outs]
-            bind = getattr(program, "bind", None)
-            call = bind(in_arrays, out_arrays) if bind is not None else None
+            call = program.bind(in_arrays, out_arrays)
             plan.append(call or partial(program.run, in_arrays, out_arrays))
         return plan
 
@@ -361,8 +360,8 @@ class CompiledSubgraph:
         partitions) is read or written there instead of in :attr:`host`, which is left as
         it is. Each ``enter()`` readies the calling thread once before a series of runs;
         a run is every step's ``call()`` in order, a step being ``(call, fail)`` with
-        ``fail(exc)`` the error to raise for ``exc`` (None: re-raise). This is a program's
-        ``bind_steps`` (see the cpu backend) over the partitions, so a caller can run
+        ``fail(exc)`` the error to raise for ``exc`` (None: re-raise). This is
+        :meth:`Program.bind_steps` over the partitions, so a caller can run
         several subgraphs as one flat list of calls (a WHILE loop). None when a partition
         cannot be bound that way (a device partition, run-time shapes)."""
         if self.runner is not None:
@@ -374,11 +373,10 @@ class CompiledSubgraph:
                 return None
         enters, steps = [], []
         for program, ins, outs in self.steps:
-            bind = getattr(program, "bind_steps", None)
             in_arrays = [arrays.get(t, host.get(t)) for t in ins]
             out_arrays = [arrays.get(t, host.get(t)) for t in outs]
-            bound = None if bind is None or any(a is None for a in (*in_arrays, *out_arrays)) \
-                else bind(in_arrays, out_arrays)
+            bound = None if any(a is None for a in (*in_arrays, *out_arrays)) \
+                else program.bind_steps(in_arrays, out_arrays)
             if bound is None:
                 return None
             enters.append(bound[0])
@@ -398,12 +396,15 @@ class CompiledSubgraph:
 
 def _compile_logged(backend: Backend, part: Partition, options: CompileOptions, index: int) -> Program:
     """``backend.compile``, saying at INFO what was compiled, how (its summary: kernels,
-    cache) and how long it took."""
+    cache) and how long it took. A result that is not a :class:`Program` is refused here,
+    naming the backend: the core reads the program's optional members from the base class."""
     start = time.perf_counter()
     program = backend.compile(part, options)
+    if not isinstance(program, Program):
+        raise PluginError(f"backend {backend.name!r}: compile() returned a {type(program).__module__}."
+                          f"{type(program).__qualname__}, not a litegpu.backend.Program (subclass it)")
     log.info("partition %d on %s (%d nodes): compiled in %.1f ms%s", index, backend.name, len(part.nodes),
-             (time.perf_counter() - start) * 1e3,
-             f": {program.summary}" if getattr(program, "summary", "") else "")
+             (time.perf_counter() - start) * 1e3, f": {program.summary}" if program.summary else "")
     return program
 
 
@@ -450,7 +451,8 @@ def _last_reader_partition(report: DelegationReport, contexts, sg) -> dict[int, 
     return last
 
 
-def make_runtime(call_subgraph, resources, limits: Limits) -> Runtime:
-    """The services stateful kernels use."""
+def make_runtime(call_subgraph, resources, limits: Limits, **services: Callable | None) -> Runtime:
+    """The services stateful kernels use; ``services`` are :class:`Runtime`'s optional ones
+    (``while_loop``, ``branch``, ``bind_while``, ``bind_if``)."""
     return Runtime(call_subgraph=call_subgraph, resources=resources,
-                   max_while_iterations=limits.max_while_iterations)
+                   max_while_iterations=limits.max_while_iterations, **services)

@@ -1,16 +1,25 @@
-"""The plugin manager: loads ``litegpu.backends`` entry points, records failures, never crashes."""
+"""The plugin manager: loads ``litegpu.backends`` entry points, records failures, never crashes.
+
+Every backend a plugin returns is checked against the contract when the plugin loads
+(:func:`litegpu.backend.contract_problems`, plus a name no other backend has), so a
+malformed one is refused here, naming the plugin, rather than failing later. A plugin
+with a fault is refused whole: nothing it provides is registered. An entry point's fault is
+recorded and logged (``litegpu backends`` lists it; asking for its backend by name says
+why it is missing); :meth:`PluginManager.register` raises it as a :class:`PluginError`.
+"""
 from __future__ import annotations
 
 import logging
 import threading
 from dataclasses import dataclass, field
 from importlib import metadata
+from typing import Callable
 
 import pluggy
 
 from . import hookspecs
-from .backend import Backend
-from .errors import BackendUnavailableError
+from .backend import Backend, contract_problems
+from .errors import BackendUnavailableError, PluginError
 from .ops.registry import register
 
 log = logging.getLogger(__name__)
@@ -56,17 +65,25 @@ class PluginManager:
                     rec.error = f"{type(exc).__name__}: {exc}"
                     log.warning("litegpu plugin %r failed to load: %s", ep.name, rec.error)
                     continue
-                self._collect(rec, plugin)
+                if self._collect(rec, plugin) is not None:
+                    self.pm.unregister(plugin)   # refused whole: its hooks are not called again
             self._loaded = True
 
     def register(self, plugin: object, name: str) -> None:
-        """Register a plugin object directly (tests, embedding applications)."""
+        """Register a plugin object directly (tests, embedding applications).
+
+        Raises :class:`PluginError`, registering nothing, when the plugin breaks the
+        contract (a malformed or duplicate backend) or its hooks raise."""
         self.load()
         with self._lock:
+            self.pm.register(plugin, name=name)
             rec = PluginRecord(name, repr(plugin))
             self.records.append(rec)
-            self.pm.register(plugin, name=name)
-            self._collect(rec, plugin)
+            fault = self._collect(rec, plugin)
+            if fault is not None:
+                self.records.remove(rec)
+                self.pm.unregister(plugin)
+                raise fault
 
     def unregister(self, name: str) -> None:
         """Remove a plugin registered with :meth:`register`, and its backends."""
@@ -79,24 +96,66 @@ class PluginManager:
             if plugin is not None:
                 self.pm.unregister(plugin)
 
-    def _collect(self, rec: PluginRecord, plugin: object) -> None:
-        caller = self.pm.subset_hook_caller
+    def _collect(self, rec: PluginRecord, plugin: object) -> PluginError | None:
+        """Register the custom ops and backends ``plugin`` provides. Its backends are checked
+        before anything is registered, so a malformed one leaves nothing behind.
+
+        A fault is recorded on ``rec`` and logged, and returned (None when there is none)."""
         try:
-            others = [p for p in self.pm.get_plugins() if p is not plugin]
-            for opdefs in caller("litegpu_custom_ops", others)():
+            call = self._hooks_of(plugin)
+            backends = self._checked_backends(rec, call("litegpu_backends"))
+            for opdefs in call("litegpu_custom_ops"):
                 for opdef in opdefs or ():
                     register(opdef)
-            for backends in caller("litegpu_backends", others)():
-                for backend in backends or ():
-                    if backend.name in self.backends:
-                        log.warning("backend %r from plugin %r ignored: name already taken",
-                                    backend.name, rec.name)
-                        continue
-                    self.backends[backend.name] = backend
-                    rec.backends.append(backend.name)
-        except Exception as exc:
-            rec.error = f"{type(exc).__name__}: {exc}"
-            log.warning("litegpu plugin %r failed: %s", rec.name, rec.error)
+        except PluginError as exc:
+            fault = exc
+        except Exception as exc:  # a broken plugin must not break litegpu
+            fault = PluginError(f"{_who(rec)}: a hook raised {type(exc).__name__}: {exc}")
+            fault.__cause__ = exc
+        else:
+            for backend in backends:
+                self.backends[backend.name] = backend
+                rec.backends.append(backend.name)
+            return None
+        rec.error = f"{type(fault).__name__}: {fault}"
+        log.warning("litegpu plugin %r failed: %s", rec.name, rec.error)
+        return fault
+
+    def _hooks_of(self, plugin: object) -> Callable[[str], list]:
+        """A function calling one hook of ``plugin`` alone, returning its results."""
+        others = [p for p in self.pm.get_plugins() if p is not plugin]
+        return lambda hook: self.pm.subset_hook_caller(hook, others)()
+
+    def _checked_backends(self, rec: PluginRecord, results: list) -> list[Backend]:
+        """The backends of ``litegpu_backends`` results, each checked against the contract;
+        raises :class:`PluginError` naming the plugin and every fault found."""
+        backends, faults = [], []
+        for result in results:
+            if not isinstance(result, (list, tuple)):
+                faults.append(f"litegpu_backends() must return a list of backends, got {_kind(result)}")
+                continue
+            backends += result
+        names: dict[str, int] = {}
+        for i, backend in enumerate(backends):
+            problems = contract_problems(backend)
+            if not problems:
+                problems = self._name_clash(backend.name, names.get(backend.name))
+                names.setdefault(backend.name, i)
+            if problems:
+                faults.append(f"backend {i} ({_label(backend)}): " + "; ".join(problems))
+        if faults:
+            raise PluginError(f"{_who(rec)}: " + "; ".join(faults))
+        return backends
+
+    def _name_clash(self, name: str, earlier: int | None) -> list[str]:
+        """Why ``name`` cannot be registered: a backend of another plugin has it, or an
+        ``earlier`` backend (by position) of the same plugin."""
+        if name in self.backends:
+            owner = next((r.name for r in self.records if name in r.backends), "?")
+            return [f"name {name!r} is already taken by plugin {owner!r}"]
+        if earlier is not None:
+            return [f"name {name!r} is already taken by backend {earlier} of the same plugin"]
+        return []
 
     def backend(self, name: str) -> Backend:
         """The backend called ``name``; raises with the alternatives when there is none."""
@@ -116,6 +175,23 @@ class PluginManager:
         if not ok:
             raise BackendUnavailableError(f"backend {name!r} is unavailable: {why}")
         return backend
+
+
+def _who(rec: PluginRecord) -> str:
+    """The plugin of ``rec`` as an error names it: its name, and where it came from."""
+    if not rec.distribution:   # registered directly: its name is all there is
+        return f"plugin {rec.name!r}"
+    return f"plugin {rec.name!r} (entry point {rec.module}, distribution {rec.distribution} {rec.version})"
+
+
+def _kind(value: object) -> str:
+    return f"a {type(value).__module__}.{type(value).__qualname__}"
+
+
+def _label(backend: object) -> str:
+    """A backend as an error names it: its name when it has a usable one, and its class."""
+    name = getattr(backend, "name", None) if isinstance(backend, Backend) else None
+    return f"{name!r}, {_kind(backend)}" if isinstance(name, str) and name else _kind(backend)
 
 
 _MANAGER = PluginManager()

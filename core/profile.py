@@ -294,11 +294,12 @@ def profile() -> Profiler:
 
 # -- the profiled run -------------------------------------------------------------------
 def _call_program(profiler: Profiler, program, backend: str, nodes, inputs, outputs, wait_for=()) -> Event:
-    """Run ``program`` through its ``run_profiled`` when it has one, else timed as a whole
+    """Run ``program`` through its ``run_profiled`` (see :meth:`Program.run_profiled`);
+    when that returns None (the default: not offered), time its ``run`` as a whole
     (waiting for its event) with the time split evenly among ``nodes``."""
-    run = getattr(program, "run_profiled", None)
-    if run is not None:
-        return run(inputs, outputs, wait_for, profiler)
+    event = program.run_profiled(inputs, outputs, wait_for, profiler)
+    if event is not None:
+        return event
     start = clock()
     event = program.run(inputs, outputs, wait_for)
     event.wait()
@@ -337,7 +338,7 @@ def run_profiled(compiled, bound=None, wait_for: Sequence[Event] = ()) -> Event:
 
 def _nodes_of(compiled, index: int) -> list:
     program = compiled.steps[index][0]
-    part = getattr(program, "partition", None)
+    part = program.partition   # (None: a program that does not say which nodes it runs)
     return list(part.nodes) if part is not None else []
 
 

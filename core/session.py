@@ -18,7 +18,7 @@ from typing import Callable
 import numpy as np
 
 from . import __version__
-from .backend import Backend, Branch, CompileOptions, Copy, Loop, run_steps
+from .backend import Backend, Branch, CompileOptions, Copy, Loop, Runtime, run_steps
 from .errors import InvalidArgumentError, LiteGpuError, ModelFormatError, ResourceLimitError
 from .executor import CompiledSubgraph, Limits, infer_subgraph, make_runtime
 from .float_view import MODE as FLOAT_VIEW, float_view, is_quantized_model
@@ -100,12 +100,20 @@ class Session:
         self._depth = 0
         self.options = CompileOptions(num_threads=num_threads or min(os.cpu_count() or 1, 4),
                                       precision_loss_allowed=precision_loss_allowed,
-                                      runtime=make_runtime(_Caller(self), self.resources, self.limits),
+                                      runtime=self._runtime(),
                                       model=model, extra=dict(extra or {}))
         self._cache: dict[tuple, CompiledSubgraph] = {}
         self._calls: dict[tuple, _SubgraphCall] = {}   # control flow's fast path, keyed by input shapes
         self._constants: dict[int, np.ndarray] | None = None   # the model's constant arrays by id
         self._loops: dict[tuple, Callable | None] = {}   # WHILE loops over fixed arrays, by subgraphs and shapes
+
+    def _runtime(self) -> Runtime:
+        """The services control-flow kernels use: :meth:`call_subgraph`, and the optional
+        ones a session offers (see :class:`~litegpu.backend.Runtime`): its WHILE loop,
+        IF's branch call (constant inputs compiled in) and the binds for ``OpDef.bind``."""
+        return make_runtime(self.call_subgraph, self.resources, self.limits, while_loop=self.while_loop,
+                            branch=partial(self.call_subgraph, constants=True),
+                            bind_while=self.bind_while, bind_if=self.bind_if)
 
     def compile(self, sg_index: int, input_shapes: dict[int, tuple[int, ...]] | None = None,
                 delegate: bool = True, values: dict[int, np.ndarray] | None = None) -> CompiledSubgraph:
@@ -464,23 +472,6 @@ def _note_cpu_precision(report: DelegationReport) -> None:
         _warned_precision = True
         log.warning("precision loss (fp16) was allowed, but the cpu backend computes in fp32: "
                     "nodes on cpu run F32")
-
-
-class _Caller:
-    """The runtime's ``call_subgraph``: called like :meth:`Session.call_subgraph`, and
-    offering :meth:`Session.while_loop`, which WHILE uses when present, ``branch``,
-    which IF uses when present (a call that compiles constant inputs in), and
-    :meth:`Session.bind_while` and :meth:`Session.bind_if` for their ``OpDef.bind``."""
-
-    def __init__(self, session: Session) -> None:
-        self._call = session.call_subgraph
-        self.while_loop = session.while_loop
-        self.branch = partial(session.call_subgraph, constants=True)
-        self.bind_while = session.bind_while
-        self.bind_if = session.bind_if
-
-    def __call__(self, sg_index: int, inputs: list) -> list[np.ndarray]:
-        return self._call(sg_index, inputs)
 
 
 class _SubgraphCall:

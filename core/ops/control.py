@@ -41,7 +41,7 @@ def _loop_limit(limit: int) -> ResourceLimitError:
 
 
 def _while(inputs, attrs, runtime):
-    loop = getattr(runtime.call_subgraph, "while_loop", None)
+    loop = runtime.while_loop
     if loop is not None:
         # The session's loop: the same iterations, over its compiled subgraphs' arrays. It
         # leaves the inputs as they are and returns new arrays, so nothing is copied here.
@@ -59,7 +59,7 @@ def _while(inputs, attrs, runtime):
 
 
 def _bind_while(inputs, outputs, attrs, runtime):
-    bind = getattr(runtime.call_subgraph, "bind_while", None)
+    bind = runtime.bind_while
     limit = runtime.max_while_iterations
     return None if bind is None else bind(attrs["cond"], attrs["body"], inputs, outputs, limit,
                                           partial(_loop_limit, limit))
@@ -72,13 +72,13 @@ def _if_attrs(node, tensors) -> dict:
 
 def _if(inputs, attrs, runtime):
     branch = attrs["then"] if _truth(inputs[0], "IF condition") else attrs["else"]
-    # The session's branch call compiles the branch's constant inputs (its weights) in.
-    call = getattr(runtime.call_subgraph, "branch", runtime.call_subgraph)
-    return call(branch, list(inputs[1:]))
+    # The session's branch call compiles the branch's constant inputs (its weights) in;
+    # without a session it is call_subgraph (see Runtime).
+    return runtime.branch(branch, list(inputs[1:]))
 
 
 def _bind_if(inputs, outputs, attrs, runtime):
-    bind = getattr(runtime.call_subgraph, "bind_if", None)
+    bind = runtime.bind_if
     return None if bind is None else bind(attrs["then"], attrs["else"], inputs, outputs)
 
 
