@@ -159,3 +159,23 @@ def test_generated_gelu_within_a_few_ulps_of_float64(approximate):
         want = np.where(v < 0, 0.5 * v * erfc(-v / math.sqrt(2)), v * (1 - 0.5 * erfc(v / math.sqrt(2))))
     ulp = np.spacing(np.abs(want).astype(np.float32)).astype(np.float64)
     assert np.all(np.abs(out - want) <= (4.0 if approximate else 8.0) * ulp)
+
+
+@pytest.mark.parametrize("shape,other", [((1, 64, 128), (64, 128)), ((1, 1, 3, 5), (3, 5)), ((2, 3), (1, 2, 3))],
+                         ids=str)
+def test_operand_with_leading_ones_is_full_size(shape, other):
+    """An operand with the output's elements and fewer (or more, size-1) leading dimensions
+    (BERT's [64, 128] position table added to [1, 64, 128] embeddings) is read element
+    for element, constant or not."""
+    rng = np.random.default_rng(len(shape))
+    out_shape = np.broadcast_shapes(shape, other)
+    x = rng.standard_normal(shape).astype(np.float32)
+    for value in (None, rng.standard_normal(other).astype(np.float32)):
+        y = value if value is not None else rng.standard_normal(other).astype(np.float32)
+        nodes = [node(0, "ADD", [TensorSpec(shape, F32), TensorSpec(other, F32, value=value)], (0, 1), 2,
+                      out_shape, {"activation": "NONE"})]
+        group = plan_group(nodes, {2})
+        assert group is not None
+        out = np.full(out_shape, np.nan, np.float32)
+        make_fused_kernel(group)([x] if value is not None else [x, y], [out])
+        np.testing.assert_array_equal(out, x + y)

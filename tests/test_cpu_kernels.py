@@ -779,6 +779,8 @@ def test_concatenation(axis, activation):
     ((3, 1, 5), (1, 2, 0)),
     ((7,), (0,)),
     ((64, 64, 33), (1, 0, 2)),               # big enough for tasks over the threads
+    ((5, 3, 1200), (1, 0, 2)),               # three loops: tasks split the outermost, not a padding 1
+    ((9, 2000), (1, 0)),                     # two loops, eight tasks over 2000 rows
 ])
 @pytest.mark.parametrize("dtype", [np.float32, np.int8, np.int16, np.int64, np.bool_])
 def test_transpose_any_rank_and_element_size(shape, perm, dtype):

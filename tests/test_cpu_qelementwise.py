@@ -49,6 +49,7 @@ UNARY = [
     ("LEAKY_RELU", np.int8, (0.05, 4), np.int8, (0.04, -10), {"alpha": 0.2}),
     ("QUANTIZE", np.int8, (0.05, -6), np.int8, (0.07, 10), {}),
     ("DEQUANTIZE", np.int8, (0.05, -6), np.float32, None, {"version": 2}),
+    ("DEQUANTIZE", np.uint8, (0.05, 120), np.float32, None, {"version": 2}),
 ]
 
 
@@ -58,11 +59,16 @@ def test_unary_table_chosen_and_exact(monkeypatch, op, dtype, in_q, out_dtype, o
     calls = []
     gather = qelementwise._gather
     monkeypatch.setattr(qelementwise, "_gather", lambda *args: (calls.append(1), gather(*args)))
+    # 4-byte results (DEQUANTIZE) look up the table in a task function instead.
+    bind_task = qelementwise.bind_task
+    monkeypatch.setattr(qelementwise, "bind_task",
+                        lambda task, *args, **kw: (calls.append(task is qelementwise._lookup_task),
+                                                   bind_task(task, *args, **kw))[1])
     every = np.arange(256, dtype=np.uint8).view(dtype)
     x = np.stack([every, every[::-1]])   # every input value, in two orders
     (ours,), (theirs,) = run_both(_unary(op, dtype, in_q, out_dtype, out_q, **options), [x])
     np.testing.assert_array_equal(ours, theirs)
-    assert calls
+    assert calls and all(calls)
 
 
 @pytest.mark.parametrize("dtype,zps", [(np.int8, (-3, 5)), (np.uint8, (131, 120))])

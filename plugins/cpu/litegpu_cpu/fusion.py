@@ -199,14 +199,14 @@ def folded_activation(producer: NodeContext, clamp: NodeContext) -> NodeContext 
 def _mode(shape: tuple[int, ...], out_shape: tuple[int, ...]) -> str | None:
     """How an operand of ``shape`` is indexed inside a loop over ``out_shape``."""
     size = int(np.prod(shape, dtype=np.int64))
-    if tuple(shape) == tuple(out_shape):
-        return "full"
+    aligned = (1,) * (len(out_shape) - len(shape)) + tuple(shape)    # numpy's right alignment
+    if aligned == tuple(out_shape):
+        return "full"    # (also BERT's [64, 128] position table added to a [1, 64, 128] input)
     if size == 1:
         return "scalar"
     if out_shape and len(shape) >= 1 and shape[-1] == out_shape[-1] and size == shape[-1] \
             and len(shape) <= len(out_shape):
         return "lastdim"
-    aligned = (1,) * (len(out_shape) - len(shape)) + tuple(shape)    # numpy's right alignment
     if len(out_shape) >= 2 and len(aligned) == len(out_shape) and aligned[-1] == 1 \
             and aligned[:-1] == tuple(out_shape[:-1]):
         return "row"      # one value per last-dimension row (LayerNorm's mean and variance)

@@ -162,7 +162,9 @@ def _pad_rows_kernel(src: np.ndarray, before: int, width: int, row_bytes: int, v
 # -- TRANSPOSE -----------------------------------------------------------------------------------
 
 _TRANSPOSE_RANK = 6                 # dimensions of the task's loop nest (fewer are padded with 1s)
-_TRANSPOSE_PARALLEL_BYTES = 1 << 18
+# (A many-task row costs little more than a one-task row inside a plan's parallel region,
+# see .tasks.run_plan: attention's 32 KB head transposes gain from two threads.)
+_TRANSPOSE_PARALLEL_BYTES = 1 << 14
 
 
 @njit(cache=True, inline="always")
@@ -239,12 +241,16 @@ def transpose(ctx: NodeContext):
         def run(inputs, outputs):
             np.copyto(outputs[0], inputs[0].transpose(perm))
         return run
-    pad = _TRANSPOSE_RANK - len(dims)
-    dims, steps = [1] * pad + dims, [0] * pad + steps
+    # Size-1 dimensions pad the nest to six after the outermost one, which the tasks split
+    # (padded in front, the split dimension was a 1 and every transpose ran as one task).
+    pad = [1] * (_TRANSPOSE_RANK - len(dims))
+    split_at = min(1, len(dims) - 1)
+    dims = dims[:split_at] + pad + dims[split_at:]
+    steps = steps[:split_at] + [0] * len(pad) + steps[split_at:]
     nbytes = int(np.prod(shape, dtype=np.int64)) * itemsize
     tasks = min(dims[0], 8) if nbytes >= _TRANSPOSE_PARALLEL_BYTES else 1
-    chunk = -(-dims[0] // tasks)
-    tasks = -(-dims[0] // chunk)
+    chunk = max(1, -(-dims[0] // tasks))      # (an empty outermost dimension: one empty task)
+    tasks = max(1, -(-dims[0] // chunk))
     params = np.array([itemsize, chunk, *dims, *steps], np.int64)
     dtype = np.dtype(ctx.inputs[0].dtype)
     return bindable(lambda inputs, outputs: bind_task(_transpose_task, tasks, (inputs[0],), (outputs[0],), params,

@@ -217,32 +217,69 @@ def _softmax_task(t, xp, outp, _a2, _a3, _a4, _a5, _a6, _a7, ip, fp):
     """Rows ``t * chunk ..`` of ``out[r] = exp(beta * (x[r] - m)) / sum`` (``ip``: rows, D,
     chunk; ``fp``: beta), m the row's maximum (its minimum when beta < 0, so that the
     exponent is never positive and cannot overflow), in passes that vectorize:
-    :func:`.mathfn.row_range32`; the exponentials in float32 lanes written to the output,
-    each exponent as ``h + lo`` with ``lo`` the exact rounding error of ``x - m`` and of
-    the product by beta (:func:`.mathfn.exp_sum32`: a float32 ``beta * (x - m)`` alone was
-    up to 6 ulps off in small outputs); their sum in float64 (:func:`.mathfn.sum64`);
-    the output scaled by 1 / sum in float64, rounded once. Within ~2 ulps of float64. A
-    NaN makes its row NaN and -inf entries give 0, as in the reference. A task function,
-    so it chains with its neighbours. (No ``reassoc`` here: it would fold the error terms.)"""
+    :func:`.mathfn.row_range32`; the exponentials in float32 lanes written to the output
+    (:func:`_exponentials`); their sum in float64 (:func:`.mathfn.sum64`); the output
+    times 1 / sum (:func:`_scale_row`). Within ~2 ulps of float64. A NaN makes its row
+    NaN and -inf entries give 0, as in the reference. A task function, so it chains
+    with its neighbours. (No ``reassoc`` here: it would fold the error terms.)"""
     rows, d, chunk = ip[0], ip[1], ip[2]
     beta = fp[0]
     for r in range(t * chunk, min(rows, (t + 1) * chunk)):
         x = r * d
         lo, hi = row_range32(xp, x, d, np.float32(np.inf), np.float32(-np.inf))
         m = hi if beta >= np.float32(0) else lo
-        for j in range(d):
-            a = xp[x + j]
-            s = a - m
-            a1 = s + m                          # two-difference: s + e == a - m exactly
-            b1 = s - a1
-            e = (a - a1) + (-m - b1)
-            h = s * beta
-            err = fma32(s, beta, -h) + e * beta
-            # (err is NaN only where s is infinite or NaN, when h alone decides)
-            outp[x + j] = exp_sum32(h, err if err == err else np.float32(0))
-        inv = 1.0 / sum64(outp, x, d)
-        for j in range(d):
-            outp[x + j] = np.float32(np.float64(outp[x + j]) * inv)
+        if beta == np.float32(1):
+            _exponentials_beta1(xp, outp, x, d, m)
+        else:
+            _exponentials(xp, outp, x, d, m, beta)
+        _scale_row(outp, x, d, 1.0 / sum64(outp, x, d))
+
+
+@njit(cache=True, inline="always")
+def _difference(a, m):
+    """``a - m`` as ``(s, e)``: the rounded difference and its exact rounding error
+    (two-difference: ``s + e == a - m``)."""
+    s = a - m
+    a1 = s + m
+    b1 = s - a1
+    return s, (a - a1) + (-m - b1)
+
+
+@njit(cache=True, inline="always")
+def _exponentials(xp, outp, x, d, m, beta):
+    """``out[x + j] = exp(beta * (x[x + j] - m))`` for j < d, each exponent as ``h + lo``
+    with ``lo`` the exact rounding error of ``x - m`` and of the product by beta
+    (:func:`.mathfn.exp_sum32`: a float32 ``beta * (x - m)`` alone was up to 6 ulps off
+    in small outputs)."""
+    for j in range(d):
+        s, e = _difference(xp[x + j], m)
+        h = s * beta
+        err = fma32(s, beta, -h) + e * beta
+        # (err is NaN only where s is infinite or NaN, when h alone decides)
+        outp[x + j] = exp_sum32(h, err if err == err else np.float32(0))
+
+
+@njit(cache=True, inline="always")
+def _exponentials_beta1(xp, outp, x, d, m):
+    """:func:`_exponentials` for beta = 1 (the usual softmax, and attention's, whose scale
+    is a MUL before it): the product by beta and its error term drop out (they are
+    exactly ``s`` and 0), the same results in fewer operations."""
+    for j in range(d):
+        s, e = _difference(xp[x + j], m)
+        outp[x + j] = exp_sum32(s, e if e == e else np.float32(0))
+
+
+@njit(cache=True, inline="always")
+def _scale_row(outp, x, d, inv):
+    """``out[x + j] *= inv`` (a float64) for j < d, rounded once: ``inv`` split into two
+    float32s, ``fma(o, hi, o * lo)`` (the small product's rounding is ~2**-48 of the
+    result), so the pass runs in 16 float32 lanes where converting to float64 and back
+    took 8 and three operations."""
+    hi = np.float32(inv)
+    lo = np.float32(inv - np.float64(hi))
+    for j in range(d):
+        o = outp[x + j]
+        outp[x + j] = fma32(o, hi, o * lo)
 
 
 # Softmaxes of at least this many elements are cut into tasks over the threads (at ~1 ns

@@ -216,7 +216,9 @@ class DynamicQuantizedMatmul:
                                     np.float32))
         if self._source is not None:
             return product
-        tasks = max(1, min(m, self.threads if m * self.k >= 1 << 14 else 1))
+        # (From 4096 elements: BERT's 64 x 128 rows gain from two threads inside a plan's
+        # parallel region, where an extra row of tasks costs well under a microsecond.)
+        tasks = max(1, min(m, self.threads if m * self.k >= 1 << 12 else 1))
         chunk = -(-m // tasks)
         quantize = bind_task(_quantize_rows_task, -(-m // chunk), (x,), (q, row_scale, row_c),
                              np.array([m, self.k, k4, chunk], np.int64),

@@ -21,6 +21,7 @@ import numpy as np
 from litegpu.backend import NodeContext
 
 from .registry import bindable, kernel
+from .tasks import bind_task, int32_pointer, task_function, uint8_pointer
 
 
 @numba.njit(cache=True, nogil=True)
@@ -143,10 +144,28 @@ def quantized_unary_table(ctx: NodeContext):
     if table.shape != (256,) or table.dtype != np.dtype(ctx.outputs[0].dtype):
         return None
 
+    if table.dtype.itemsize == 4:
+        # A task function (so it chains with its neighbours: a hybrid BERT's embedding
+        # DEQUANTIZE was a Python step of its own between two plans).
+        def bind(inputs, outputs):
+            size = np.array([inputs[0].size], np.int64)
+            return bind_task(_lookup_task, 1, (table, inputs[0]), (outputs[0],), size,
+                             dtypes=(table.dtype, dtype, table.dtype))
+        return bindable(bind)
+
     def bind(inputs, outputs):
         index, out = inputs[0].reshape(-1).view(np.uint8), outputs[0].reshape(-1)
         return lambda: _gather(table, index, out)
     return bindable(bind)
+
+
+@task_function()
+def _lookup_task(t, tablep, xp, outp, _a3, _a4, _a5, _a6, _a7, ip, _fp):
+    """``out[i] = table[x[i] as a byte]`` for ``ip[0]`` elements of 4-byte values (the table's
+    256 entries read as int32: the bits are copied, whatever the output dtype)."""
+    table, x, out = int32_pointer(tablep), uint8_pointer(xp), int32_pointer(outp)
+    for i in range(ip[0]):
+        out[i] = table[x[i]]
 
 
 @numba.njit(cache=True, nogil=True)

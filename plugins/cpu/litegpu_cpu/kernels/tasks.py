@@ -36,6 +36,8 @@ functions compile without it (correct, slower).
 from __future__ import annotations
 
 import logging
+import os
+import platform
 from functools import partial
 
 import numpy as np
@@ -188,19 +190,137 @@ SET = -5             # the int64 at a0 = the int64 at a1
 COUNT_DOWN = -6      # the int64 at a0 minus one; below zero: sets the int64 at a1 and stops
 
 
+@intrinsic
+def _fetch_add(typingctx, address, value):
+    """Atomically add ``value`` to the int64 at integer ``address``; the old value."""
+    def codegen(context, builder, signature, args):
+        pointer = builder.inttoptr(args[0], ir.IntType(64).as_pointer())
+        return builder.atomic_rmw("add", pointer, args[1], "seq_cst")
+    return types.int64(types.intp, types.int64), codegen
+
+
+@intrinsic
+def _load_acquire(typingctx, address):
+    """The int64 at integer ``address``, read atomically (acquire: what its writer wrote
+    before its releasing store is visible after this load)."""
+    def codegen(context, builder, signature, args):
+        pointer = builder.inttoptr(args[0], ir.IntType(64).as_pointer())
+        return builder.load_atomic(pointer, "acquire", 8)
+    return types.int64(types.intp), codegen
+
+
+_X86 = platform.machine().lower() in ("x86_64", "amd64", "i386", "i686", "x86")
+
+
+@intrinsic
+def _wait_a_little(typingctx, spins):
+    """One step of a busy wait: ``pause`` (x86) for the first ``SPINS`` steps, then give the
+    core away (``sched_yield``) on every step, so that a waiting thread does not keep a
+    loaded machine's core from the thread it waits for."""
+    def codegen(context, builder, signature, args):
+        void = ir.FunctionType(ir.VoidType(), [])
+        spinning = builder.icmp_signed("<", args[0], ir.Constant(ir.IntType(64), SPINS))
+        with builder.if_else(spinning) as (spin, give_away):
+            with spin:
+                if _X86:
+                    builder.call(cgutils.get_or_insert_function(builder.module, void, "llvm.x86.sse2.pause"), [])
+            with give_away:
+                if os.name == "posix":
+                    yield_ = ir.FunctionType(ir.IntType(32), [])
+                    builder.call(cgutils.get_or_insert_function(builder.module, yield_, "sched_yield"), [])
+        return context.get_dummy_value()
+    return types.void(types.int64), codegen
+
+
+@intrinsic
+def _thread_count(typingctx):
+    """numba's thread count for the calling thread (``numba.get_num_threads()`` calls it
+    through a ctypes pointer, which numba's disk cache refuses; this calls the symbol
+    numba's threading layer registers with LLVM when it starts, as its own ``prange``
+    lowering does)."""
+    from numba.np.ufunc.parallel import _launch_threads
+    _launch_threads()
+
+    def codegen(context, builder, signature, args):
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(cgutils.intp_t, []),
+                                            "get_num_threads")
+        return builder.call(fn, [])
+    return types.intp(), codegen
+
+
+# Busy-wait steps before a waiting thread starts yielding: ~20 us of ``pause`` on Zen 4,
+# longer than a row's imbalance when the machine is idle. Yielding after 256 steps was 2-3x
+# slower with another process busy on one of 2 cores (each yield gave it the core for a
+# time slice); never yielding leaves two of our threads squeezed onto one core waiting on
+# each other until the scheduler moves one.
+SPINS = 4096
+# A row's two counters (claimed, finished) are int64s a cache line apart, so that claims
+# and completions of one row, and the counters of the next, do not share a line.
+_LINE = 64
+
+
+@njit(cache=True)
+def _run_rows_serially(plan):
+    """Every task of every row of ``plan`` in order on the calling thread."""
+    for s in range(plan.shape[0]):
+        q = plan[s]
+        for t in range(q[1]):
+            _call_task(q[0], t, q[2], q[3], q[4], q[5], q[6], q[7], q[8], q[9], q[10], q[11])
+
+
+@njit(cache=True)
+def _take_part(plan, counters, part):
+    """One thread's part of a plan run in one parallel region: for each row in order,
+    claim its next task (an atomic counter per row) and run it until none is left, then
+    wait until every claimed task of the row has finished (a second counter) before the
+    next row, which may read the row's results. Any thread may run any task, so the run
+    finishes whatever number of threads actually take part (one thread running two parts
+    in turn finds the second one's rows all done). ``counters``: two zeroed int64s a cache
+    line apart per row. ``part``: the ``prange`` index, unused but for keeping numba
+    from hoisting the call, which does not depend on it, out of the parallel loop."""
+    base = counters.ctypes.data
+    for s in range(plan.shape[0]):
+        q = plan[s]
+        tasks = q[1]
+        claims = base + 2 * _LINE * s
+        finished = claims + _LINE
+        ran = 0
+        while True:
+            t = _fetch_add(claims, np.int64(1))
+            if t >= tasks:
+                break
+            _call_task(q[0], t, q[2], q[3], q[4], q[5], q[6], q[7], q[8], q[9], q[10], q[11])
+            ran += 1
+        if ran:
+            _fetch_add(finished, ran)
+        spins = 0
+        while _load_acquire(finished) < tasks:
+            _wait_a_little(spins)
+            spins += 1
+
+
 @njit(cache=True, parallel=True)
 def run_plan(plan):
     """Each row of ``plan`` in order (the task function's address, its task count, then
-    the addresses of a0 .. a7, the int64 and the float32 parameters): its tasks over numba's threads,
-    or on the calling thread when there is one task (no parallel region to wake). One
-    compile serves every task function and every sequence of them."""
+    the addresses of a0 .. a7, the int64 and the float32 parameters). One compile serves
+    every task function and every sequence of them.
+
+    With several threads and a row of several tasks, the whole plan runs in one parallel
+    region (:func:`_take_part` on every thread), its rows separated by counters in
+    memory: a ``prange`` per row cost ~1.3 us of fork and join on 2 threads (~0.8 us even
+    on one), and a BERT layer has ~11 such rows. Otherwise the rows run on the calling
+    thread."""
+    width = _thread_count()
+    parallel = False
     for s in range(plan.shape[0]):
-        q = plan[s]
-        if q[1] == 1:
-            _call_task(q[0], np.int64(0), q[2], q[3], q[4], q[5], q[6], q[7], q[8], q[9], q[10], q[11])
-        else:
-            for t in prange(q[1]):
-                _call_task(q[0], np.int64(t), q[2], q[3], q[4], q[5], q[6], q[7], q[8], q[9], q[10], q[11])
+        parallel |= plan[s, 1] > 1
+    if width == 1 or not parallel:
+        _run_rows_serially(plan)
+        return
+    # (The array itself goes to the threads, so it lives until the region ends.)
+    counters = np.zeros(plan.shape[0] * 2 * _LINE // 8, np.int64)
+    for part in prange(width):
+        _take_part(plan, counters, part)
 
 
 @njit(cache=True)

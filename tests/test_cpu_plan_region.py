@@ -1,0 +1,110 @@
+"""The cpu backend's plan launcher (:func:`litegpu_cpu.kernels.tasks.run_plan`) running a
+whole plan in one parallel region: rows stay in order across threads (a row reads what
+every task of the row before wrote), every task runs exactly once, and one-task rows,
+empty rows and single-threaded runs give the same results."""
+from __future__ import annotations
+
+import numba
+import numpy as np
+import pytest
+from numba import carray
+
+from litegpu_cpu.kernels.tasks import bound_tasks, chained, run_plan, task_function
+
+
+@task_function()
+def _mix(t, a0, a1, a2, a3, a4, a5, a6, a7, ip, fp):
+    """Element ``t`` of the output: the sum of the whole input (written by every task of
+    the previous row) plus ``t``, and a count of this task's runs in ``a2``. Odd tasks
+    take longer (the sum repeated), so that a thread done with its own tasks would read
+    the input too early if the launcher did not wait for the whole row."""
+    n = ip[0]
+    x, y, runs = carray(a0, n), carray(a1, n), carray(a2, n)
+    delay = np.float32(0)
+    for k in range(3000 * (t % 2)):         # a dependent chain the compiler must keep
+        delay = delay * np.float32(0.5) + x[k % n]
+    total = np.float32(0)
+    for i in range(n):
+        total += x[i]
+    y[t] = total * fp[0] + np.float32(t) + delay * np.float32(0)
+    runs[t] += np.float32(1)
+
+
+def _mix_rows(x, y, runs, tasks, rows):
+    """``rows`` rows of :func:`_mix` between ``x`` and ``y`` (alternating), ``tasks`` each."""
+    params = np.array([x.size], np.int64)
+    scale = np.array([0.25], np.float32)
+    calls, src, dst = [], x, y
+    for _ in range(rows):
+        calls.append(bound_tasks(_mix, tasks, (src, dst, runs), params, scale))
+        src, dst = dst, src
+    return chained(calls)
+
+
+def _expected(x, tasks, rows):
+    v = x.astype(np.float32).copy()
+    for _ in range(rows):
+        w = v.copy()
+        w[:tasks] = np.float32(v.sum(dtype=np.float32) * np.float32(0.25)) + np.arange(tasks, dtype=np.float32)
+        v = w
+    return v
+
+
+@pytest.fixture(params=[1, 2], ids=["1thread", "2threads"])
+def threads(request):
+    before = numba.get_num_threads()
+    numba.set_num_threads(min(request.param, numba.config.NUMBA_NUM_THREADS))
+    yield request.param
+    numba.set_num_threads(before)
+
+
+@pytest.mark.parametrize("tasks", [1, 2, 3, 8, 16])
+def test_rows_read_every_task_of_the_row_before(threads, tasks):
+    n, rows, repeats = 16, 40, 50
+    x = np.zeros(n, np.float32)
+    y = np.zeros(n, np.float32)
+    runs = np.zeros(n, np.float32)
+    call = _mix_rows(x, y, runs, tasks, rows)
+    for _ in range(repeats):
+        x[:] = np.arange(n, dtype=np.float32) / 7
+        y[:] = np.arange(n, dtype=np.float32) / 7      # tasks < n: the rest stays as is
+        call()
+        result = x if rows % 2 == 0 else y
+        np.testing.assert_allclose(result, _expected(np.arange(n, dtype=np.float32) / 7, tasks, rows),
+                                   rtol=1e-5)
+    np.testing.assert_array_equal(runs[:tasks], rows * repeats)
+    np.testing.assert_array_equal(runs[tasks:], 0)
+
+
+def test_mixed_and_empty_rows(threads):
+    """One-task rows between many-task rows, and a row of no tasks, in one plan."""
+    n = 16
+    x, y, runs = (np.zeros(n, np.float32) for _ in range(3))
+    x[:] = 1
+    y[:] = 1
+    counts = (8, 1, 0, 5, 1, 16)
+    call = chained([_mix_rows(x, y, runs, tasks, 1) for tasks in counts])
+    call()
+    # Each part reads x and writes y; every task of every row ran once.
+    np.testing.assert_array_equal(runs, [sum(t > i for t in counts) for i in range(n)])
+    assert call.rows.shape[0] == 6
+    run_plan(call.rows[:0])      # an empty plan does nothing
+
+
+def test_plans_inside_a_parallel_region_finish(threads):
+    """Two plans launched from inside a numba parallel loop (nested: each gets a team of
+    one thread while asking for two parts) still run every task once: a part never waits
+    for a task no thread has claimed."""
+    from numba import njit, prange
+
+    @njit(parallel=True)
+    def both(plans):
+        for i in prange(plans.shape[0]):
+            run_plan(plans[i])
+
+    n, rows = 16, 20
+    arrays = [[np.zeros(n, np.float32) for _ in range(3)] for _ in range(2)]
+    calls = [_mix_rows(x, y, runs, 8, rows) for x, y, runs in arrays]
+    both(np.stack([c.rows for c in calls]))
+    for _, _, runs in arrays:
+        np.testing.assert_array_equal(runs[:8], rows)
