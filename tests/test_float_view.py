@@ -37,6 +37,19 @@ def on_opencl(model: bytes, inputs: list[np.ndarray], fp16: bool = False) -> tup
     return [interp.get_tensor(d["index"]) for d in interp.get_output_details()], interp.get_delegation_report()
 
 
+def assert_opencl_equals_litert(model: bytes, inputs: list[np.ndarray], fp16: bool) -> None:
+    """The model all on opencl gives LiteRT's integers exactly (and, for reference, so do
+    the cpu integer kernels)."""
+    ours, want = run_both(model, inputs)
+    for o, w in zip(ours, want):
+        np.testing.assert_array_equal(o, w)
+    got, report = on_opencl(model, inputs, fp16)
+    assert report.nodes_on("cpu") == 0
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype
+        np.testing.assert_array_equal(g, w)
+
+
 def conv_model(rng) -> bytes:
     b = ModelBuilder()
     x = b.input("x", (1, 9, 9, 8), np.int8, scale=[0.05], zero_point=[-3])
@@ -211,13 +224,7 @@ def test_grid_arithmetic_on_opencl_equals_litert(opencl, dtype, fp16: bool) -> N
         model, shapes = zoo_model(rng, dtype)
         lo = np.iinfo(dtype).min
         inputs = [rng.integers(lo, lo + 256, s).astype(dtype) for s in shapes]
-        ours, want = run_both(model, inputs)
-        for o, w in zip(ours, want):
-            np.testing.assert_array_equal(o, w)     # the cpu integer kernels, for reference
-        got, report = on_opencl(model, inputs, fp16)
-        assert report.nodes_on("cpu") == 0
-        for g, w in zip(got, want):
-            np.testing.assert_array_equal(g, w)
+        assert_opencl_equals_litert(model, inputs, fp16)
 
 
 def zoo16_model(rng) -> bytes:
@@ -308,14 +315,7 @@ def test_16x8_grid_arithmetic_on_opencl_equals_litert(opencl, fp16: bool) -> Non
         rng = np.random.default_rng(seed)
         model = zoo16_model(rng)
         inputs = [rng.integers(-32768, 32768, (1, 8, 8, 6)).astype(np.int16)]
-        ours, want = run_both(model, inputs)
-        for o, w in zip(ours, want):
-            np.testing.assert_array_equal(o, w)     # the cpu integer kernels, for reference
-        got, report = on_opencl(model, inputs, fp16)
-        assert report.nodes_on("cpu") == 0
-        for g, w in zip(got, want):
-            assert g.dtype == np.int16
-            np.testing.assert_array_equal(g, w)
+        assert_opencl_equals_litert(model, inputs, fp16)
 
 
 def test_grid_form_only_where_every_reader_takes_it() -> None:

@@ -63,6 +63,16 @@ def store_vector(builder, value, pointer, offset):
     builder.store(value, builder.bitcast(builder.gep(pointer, [offset]), VECTOR.as_pointer()), align=4)
 
 
+def store_panel(builder, value, pointer, offset, whole, left):
+    """Store ``value`` at float ``pointer + offset``: every lane when ``whole`` (an i1),
+    else only the first ``left`` (the last, partial panel of a row)."""
+    with builder.if_else(whole) as (full, partial):
+        with full:
+            store_vector(builder, value, pointer, offset)
+        with partial:
+            store_first_lanes(builder, value, pointer, offset, left)
+
+
 def store_first_lanes(builder, value, pointer, offset, count):
     """Store the first ``count`` lanes of ``value`` (an i64, 1 .. NR) at float ``pointer +
     offset``, touching no memory past them: the last, partial panel of a row."""
@@ -163,12 +173,7 @@ def _tile(typingctx, xp, wp, bp, outp, ip, r, base, step, c, length, taps, n, jb
         whole = builder.icmp_signed(">=", left, ir.Constant(i64, NR))
         for i, acc in enumerate(t_acc):
             dst = builder.add(builder.mul(builder.add(r_, ir.Constant(i64, i)), n_), jb_)
-            value = clamp_vector(builder, acc, lo_v, hi_v)
-            with builder.if_else(whole) as (full, partial):
-                with full:
-                    store_vector(builder, value, out_ptr, dst)
-                with partial:
-                    store_first_lanes(builder, value, out_ptr, dst, left)
+            store_panel(builder, clamp_vector(builder, acc, lo_v, hi_v), out_ptr, dst, whole, left)
         return context.get_dummy_value()
 
     return sig, codegen

@@ -24,7 +24,7 @@ from litegpu.backend import NodeContext
 from .common import clamp_bounds, optional_input
 from .mathfn import maxnum32, minnum32, row_range32
 
-from .packed import NR, clamp_vector, fma_function, load_vector, splat_vector, store_first_lanes, store_vector
+from .packed import NR, clamp_vector, fma_function, load_vector, splat_vector, store_panel
 from .qgemm import _ROW_PANELS, _SUMS, _TILE_PANELS, MR, VNNI, _task_share, pack, split, tile_sums
 from .registry import bindable
 from .tasks import bind_task, in_sequence, int8_pointer, int32_pointer, task_function
@@ -57,12 +57,7 @@ def _tile_codegen(vnni: bool, rows: int, panels: int):
                 exact = builder.sub(row[j], builder.mul(c, colsum))
                 value = builder.fmul(builder.sitofp(exact, scale.type), scale)
                 value = clamp_vector(builder, builder.call(fma, [value, wscale, bias]), lo, hi)
-                at = builder.add(builder.mul(r, n_), jb)
-                with builder.if_else(whole) as (full, partial):
-                    with full:
-                        store_vector(builder, value, out_ptr, at)
-                    with partial:
-                        store_first_lanes(builder, value, out_ptr, at, left)
+                store_panel(builder, value, out_ptr, builder.add(builder.mul(r, n_), jb), whole, left)
         return context.get_dummy_value()
     return codegen
 
