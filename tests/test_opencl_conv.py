@@ -39,7 +39,7 @@ def check(backend, model: bytes, inputs, fp16: bool = False, tol: float = 1e-5) 
 
 
 def test_pack_oc_puts_output_channels_side_by_side():
-    from litegpu_opencl.kernels.conv import pack_oc
+    from litegpu.codegen.kernels.conv import pack_oc
     w = np.arange(6 * 5, dtype=F32).reshape(6, 5) + 1   # [O=6, K=5]
     p = pack_oc(w, 4)
     assert p.shape == (2, 5, 4)
@@ -49,7 +49,7 @@ def test_pack_oc_puts_output_channels_side_by_side():
 
 
 def test_pixels_per_item_fits_the_row():
-    from litegpu_opencl.kernels.conv import pixels_per_item
+    from litegpu.codegen.kernels.conv import pixels_per_item
     assert pixels_per_item(56, 8) == 8
     assert pixels_per_item(14, 8) == 7           # no wasted pixel
     assert pixels_per_item(17, 8) == 6           # one wasted pixel
@@ -59,7 +59,7 @@ def test_pixels_per_item_fits_the_row():
 
 
 def test_channel_vector_is_the_widest_that_divides():
-    from litegpu_opencl.kernels.conv import channel_vector
+    from litegpu.codegen.kernels.conv import channel_vector
     assert [channel_vector(c) for c in (144, 24, 12, 70, 3)] == [16, 8, 4, 4, 4]
 
 

@@ -103,8 +103,8 @@ BINARY_CHAINS = [   # (op, how the other operand is given)
 
 
 def test_the_chains_cover_every_chain_expression():
-    from litegpu_opencl.codegen import CHAIN_BINARY, CHAIN_UNARY
-    from litegpu_opencl.kernels import load_all
+    from litegpu.codegen import CHAIN_BINARY, CHAIN_UNARY
+    from litegpu.codegen.kernels import load_all
     load_all()
     # The float view's ops (no LiteRT op) are checked in tests/test_float_view.py.
     assert {op for chain in UNARY_CHAINS for op, _ in chain} == set(CHAIN_UNARY) - {"QUANT_SIM"}
@@ -165,7 +165,7 @@ def test_every_chain_expression_folds_on_real4_and_matches_litert(opencl):
     [(), (3, 4)], [(2, 1, 4), (1, 3, 1), (3, 4)], [(1, 1, 3), (1, 4, 4, 3)],
 ])
 def test_broadcast_indices_match_numpy(shapes):
-    from litegpu_opencl.kernels.elementwise import Broadcast
+    from litegpu.codegen.kernels.elementwise import Broadcast
     out = np.broadcast_shapes(*shapes)
     bc = Broadcast(out, shapes)
     # merged axes never outnumber the output's non-1 axes
@@ -188,10 +188,10 @@ def test_broadcast_indices_match_numpy(shapes):
 
 def kernel_sources(data: bytes) -> list[str]:
     """The generated sources of the model's steps (F32), followers folded as on opencl."""
-    from litegpu_opencl.codegen import Precision
-    from litegpu_opencl.fusion import chain_steps, followers
-    from litegpu_opencl.kernels import load_all
-    from litegpu_opencl.program import generate
+    from litegpu.codegen import Precision
+    from litegpu.codegen.fusion import chain_steps, followers
+    from litegpu.codegen.kernels import load_all
+    from litegpu.codegen.render import generate
     load_all()
     model = load_model(data)
     sg = model.subgraphs[0]

@@ -9,39 +9,29 @@ half overload is an error exactly as on a device. The target is a device with
 are errors (a ``0.5`` double literal is only a warning there), and sources are
 OpenCL C 1.2, what the backend builds with its empty build options.
 
-Partitions come from the runtime's own planning (a Session compiling each subgraph)
-with the opencl backend's ``supports``/``schedule``; only its ``compile`` is replaced
-by one that keeps the partition, so no device is needed. The sources are what
-``ClProgram`` builds (:func:`litegpu_opencl.program.program_source`).
+Partitions come from the runtime's own planning (:mod:`gpu_sources`); the sources
+are what ``ClProgram`` builds (:func:`litegpu.codegen.render.program_source`).
 """
 from __future__ import annotations
 
-import re
 import shutil
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import numpy as np
 import pytest
+from gpu_sources import MODEL_FILES, planned, report
 
-from litegpu.backend import Program
-from litegpu.float_view import float_view, is_quantized_model
-from litegpu.model import load_model
-from litegpu.session import Session
+from litegpu.codegen import Precision, prelude
+from litegpu.codegen.render import program_source
 from litegpu.testing.cases import all_cases
-from litegpu_opencl.backend import OpenClBackend
-from litegpu_opencl.codegen import Precision, prelude
-from litegpu_opencl.program import ClTensor, program_source
 
 F16 = Precision(half_storage=True, half_arith=True)
 CLANG = next((p for p in map(shutil.which, ("clang-15", "clang")) if p), None)
 CLANG_FLAGS = ["-x", "cl", "-cl-std=CL1.2", "-target", "spir64", "-fsyntax-only", "-Werror",
                "-Xclang", "-finclude-default-header", "-Xclang", "-cl-ext=-all,+cl_khr_fp16"]
-MODELS = Path(__file__).resolve().parents[1].parent / "shared" / "models"
 _JOBS = 2          # clang processes at once (the machine has 2 cores)
 _PER_CALL = 60     # sources per clang process: one start serves many files
-
 
 
 @pytest.fixture(scope="session")
@@ -55,43 +45,6 @@ def clang(skip_unless_required) -> str:
 
 
 needs_clang = pytest.mark.usefixtures("clang")
-
-
-class _Capture(OpenClBackend):
-    """The opencl backend planning as usual, but keeping each partition instead of building it."""
-
-    def __init__(self) -> None:
-        self.partitions = []
-
-    def compile(self, partition, options) -> Program:
-        """Keep the partition; the program is never run."""
-        self.partitions.append(partition)
-        return Program()
-
-    def allocate(self, spec, options) -> ClTensor:
-        """A device tensor without a buffer: the transfer plan only counts its bytes."""
-        return ClTensor(None, tuple(spec.shape), np.dtype(spec.dtype), F16.storage_dtype(spec.dtype))
-
-
-def opencl_partitions(model_bytes: bytes, input_shapes: list[tuple[int, ...]] | None = None):
-    """(opencl partitions, why nodes stayed off opencl) for every subgraph of a model.
-
-    Subgraph 0 is compiled at ``input_shapes`` (default: the model's), the others at
-    their model shapes, each with the opencl backend first as a delegate would; control
-    flow bodies, which the runtime keeps on cpu, are included so their sources are checked too.
-    """
-    model = load_model(model_bytes)
-    if is_quantized_model(model):   # a GPU backend runs its float view, as the session does
-        model = float_view(model)
-    session = Session(model, [], precision_loss_allowed=True)
-    capture = _Capture()
-    session.backends = [capture]
-    refusals = []
-    for k, sg in enumerate(model.subgraphs):
-        shapes = dict(zip(sg.inputs, input_shapes)) if k == 0 and input_shapes is not None else None
-        compiled = session.compile(k, shapes)
-        refusals += [f"{a.op}: {a.reason}" for a in compiled.report.assignments if a.reason]
-    return capture.partitions, refusals
 
 
 def clang_check(sources: dict[str, str], workdir: Path) -> dict[str, str]:
@@ -121,48 +74,22 @@ def clang_check(sources: dict[str, str], workdir: Path) -> dict[str, str]:
     for name in failed:
         rc, out = run([name])
         if rc != 0 or out.strip():
-            reports[name] = _report(out, sources[name], str(paths[name]))
+            reports[name] = report(out, sources[name], str(paths[name]))
     return reports
 
 
-def _report(out: str, source: str, path: str, max_lines: int = 60) -> str:
-    """clang's output (trimmed) and the source lines each diagnostic points at, with context."""
-    lines = source.splitlines()
-    clang_lines = out.splitlines()
-    text = "\n".join(clang_lines[:max_lines])
-    if len(clang_lines) > max_lines:
-        text += f"\n... ({len(clang_lines) - max_lines} more lines of clang output)"
-    shown = []
-    for m in re.finditer(rf"^{re.escape(path)}:(\d+):\d+: (?:error|warning)", out, re.M):
-        line = int(m.group(1))
-        if line in shown or len(shown) >= 5:
-            continue
-        shown.append(line)
-        context = range(max(1, line - 2), min(len(lines), line + 2) + 1)
-        text += f"\n--- source around line {line}:\n" + "\n".join(
-            f"{'>' if i == line else ' '}{i:5d}: {lines[i - 1]}" for i in context)
-    return text
-
-
-def _collect(items) -> dict[str, tuple[dict[str, str], str, str]]:
-    """{test key: (sources by name, why there are none, error)} for ``(key, model bytes,
-    input shapes, skip reason)`` items; an error while planning or generating is kept as a
-    failure of that key alone."""
+def _collect(keys) -> dict[str, tuple[dict[str, str], str, str]]:
+    """{key: (F16 sources by name, why there are none, error)} for case ids and model files;
+    an error while planning or generating is kept as a failure of that key alone."""
     found = {}
-    for key, model_bytes, shapes, skip in items:
-        if skip:
-            found[key] = ({}, skip, "")
-            continue
+    for key in keys:
+        partitions, why, error = planned(key)
         try:
-            partitions, refusals = opencl_partitions(model_bytes, shapes)
             sources = {f"{key} partition {i} ({len(p.nodes)} nodes)": program_source(p, F16)
                        for i, p in enumerate(partitions)}
         except Exception as exc:   # noqa: BLE001 - reported by the key's own test
-            found[key] = ({}, "", f"{type(exc).__name__}: {exc}")
-            continue
-        why = "" if sources else ("no node runs on opencl: " + "; ".join(dict.fromkeys(refusals)) if refusals
-                                  else "no node is left to run: every one was folded at compile time")
-        found[key] = (sources, why, "")
+            sources, error = {}, f"{type(exc).__name__}: {exc}"
+        found[key] = (sources, why, error)
     return found
 
 
@@ -176,17 +103,7 @@ def _selected(request, argname: str) -> list:
 @pytest.fixture(scope="module")
 def checked(request, tmp_path_factory):
     """Sources and clang's verdicts for every selected case and model, computed in one pass."""
-    items = []
-    for case in _selected(request, "case"):
-        model_bytes, inputs = case.build()
-        items.append((case.id, model_bytes, [np.shape(x) for x in inputs], ""))
-    for name in _selected(request, "model_file"):
-        path = MODELS / name
-        if not path.exists():
-            items.append((name, None, None, f"{path} does not exist"))
-        else:
-            items.append((name, path.read_bytes(), None, ""))
-    found = _collect(items)
+    found = _collect([case.id for case in _selected(request, "case")] + _selected(request, "model_file"))
     every = {name: src for sources, _, _ in found.values() for name, src in sources.items()}
     reports = clang_check(every, tmp_path_factory.mktemp("f16")) if CLANG else {}
     return found, reports
@@ -209,11 +126,8 @@ def test_case_f16_source_compiles(checked, case):
     _assert_compiles(checked, case.id)
 
 
-_MODEL_FILES = sorted(p.name for p in MODELS.glob("*.tflite")) if MODELS.is_dir() else ["(no shared models)"]
-
-
 @needs_clang
-@pytest.mark.parametrize("model_file", _MODEL_FILES)
+@pytest.mark.parametrize("model_file", MODEL_FILES)
 def test_model_f16_source_compiles(checked, model_file):
     _assert_compiles(checked, model_file)
 

@@ -128,7 +128,7 @@ def _model(rng, steps, batch, n_input, n_cell, n_output=None, time_major=False, 
     {"steps": 4, "batch": 3, "n_input": 7, "n_cell": 24, "n_output": 6, "cifg": True},
 ], ids=["ln-peephole-40", "cifg-projection-24x6"])
 def test_blocks_masks_and_lanes_match_litert(opencl, monkeypatch, lanes, shape):
-    from litegpu_opencl.kernels import lstm
+    from litegpu.codegen.kernels import lstm
     monkeypatch.setattr(lstm, "LANES", lanes)
     model_bytes, inputs = _model(np.random.default_rng(7), **shape)
     program, buffers = _program(opencl, model_bytes, inputs, precision_loss=False)
@@ -140,7 +140,7 @@ def test_blocks_masks_and_lanes_match_litert(opencl, monkeypatch, lanes, shape):
 
 @pytest.mark.parametrize("variant", ["layer-norm-cifg-peephole-projection", "time-major"])
 def test_cases_with_three_lanes(opencl, monkeypatch, variant):
-    from litegpu_opencl.kernels import lstm
+    from litegpu.codegen.kernels import lstm
     monkeypatch.setattr(lstm, "LANES", 3)
     case = next(c for c in _lstm_cases() if c.variant == variant)
     model_bytes, inputs = case.build()

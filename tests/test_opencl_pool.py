@@ -111,9 +111,9 @@ def test_spatial_mean_is_one_work_item_per_channel_group():
     """[N, H, W, C] over H and W: each work-item owns float8 groups of channels and walks
     all H*W pixels (no second pass, no per-pixel index arithmetic)."""
     from litegpu.executor import infer_subgraph
-    from litegpu_opencl.codegen import Precision
-    from litegpu_opencl.kernels import load_all
-    from litegpu_opencl.program import generate
+    from litegpu.codegen import Precision
+    from litegpu.codegen.kernels import load_all
+    from litegpu.codegen.render import generate
     load_all()
     b = ModelBuilder()
     x = b.input("x", (2, 7, 7, 64), F32)

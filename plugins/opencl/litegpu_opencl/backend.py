@@ -1,4 +1,4 @@
-"""The opencl backend: OpenCL C generated per node, built with pyopencl.
+"""The opencl backend: OpenCL C rendered by :mod:`litegpu.codegen`, built with pyopencl.
 
 ``available()`` opens the default device lazily (never at import or plugin load), so a
 machine without pyopencl or without an OpenCL platform lists the backend as unavailable
@@ -6,22 +6,18 @@ with the reason, and models run on cpu.
 """
 from __future__ import annotations
 
-import numpy as np
-
 from typing import Any, Sequence
 
+import numpy as np
+
 from litegpu.backend import COMPLETE, Backend, CompileOptions, Event, NodeContext, Partition, Program, Support
-from litegpu.errors import BackendUnavailableError, InvalidArgumentError, LiteGpuError
+from litegpu.codegen import Precision, planning
+from litegpu.errors import BackendUnavailableError, InvalidArgumentError
 from litegpu.graph import Model
 from litegpu.ops import TensorSpec
 
-from .codegen import Precision
 from .device import Device, default_device
-from .fusion import chain_steps
-from .kernels import Decline, load_all
-from .program import ClEvent, ClProgram, ClTensor, generate, new_tensor, precision_for, read, write
-
-_OK_DTYPES = {np.dtype(t) for t in (np.float32, np.int32, np.int64, np.bool_, np.uint8, np.int8, np.int16)}
+from .program import ClEvent, ClProgram, ClTensor, new_tensor, precision_for, read, write
 
 
 class OpenClBackend(Backend):
@@ -56,34 +52,11 @@ class OpenClBackend(Backend):
         return self._default()
 
     def supports(self, node: NodeContext, model: Model) -> Support:
-        if node.dynamic:
-            # The core names the node an unknown shape comes from; without it the shape
-            # depends on this node's own input values.
-            return Support(False, node.dynamic_reason or "output shape depends on tensor values (dynamic)")
-        for spec in (*node.inputs, *node.outputs):
-            if spec is not None and spec.dtype not in _OK_DTYPES:
-                return Support(False, f"tensor type {spec.dtype} is not supported")
-        # Quantized models run here in their float view (litegpu.float_view), where only
-        # the edges' QUANTIZE/DEQUANTIZE touch integers; integer arithmetic stays on cpu.
-        if "quant" in node.attrs and node.node.op not in ("QUANTIZE", "DEQUANTIZE"):
-            return Support(False, "quantized integer arithmetic runs on cpu (GPUs run the model's float view)")
-        generators = load_all()
-        if node.node.op not in generators:
-            return Support(False, "operation is not supported")
-        specs = {t: s for t, s in zip(node.node.inputs, node.inputs) if t >= 0 and s is not None}
-        specs.update(zip(node.node.outputs, node.outputs))
-        try:
-            generate(node, Precision(), specs)
-        except Decline as exc:
-            return Support(False, str(exc))
-        except (KeyError, LiteGpuError) as exc:
-            return Support(False, f"no kernel for this variant: {exc}")
-        return Support(True)
+        return planning.supports(node, model)
 
     def schedule(self, nodes: list[NodeContext], outputs: list[int]) -> list[list[int]]:
-        """Each producer with the elementwise nodes folded into its kernel (see fusion)."""
-        load_all()
-        return chain_steps(nodes, outputs)
+        """Each producer with the elementwise nodes folded into its kernel (see litegpu.codegen.fusion)."""
+        return planning.schedule(nodes, outputs)
 
     def compile(self, partition: Partition, options: CompileOptions) -> Program:
         return ClProgram(self.device_for(options), partition, options)

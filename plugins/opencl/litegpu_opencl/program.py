@@ -18,14 +18,13 @@ from typing import Any, Sequence
 import numpy as np
 
 from litegpu.backend import CompileOptions, Event, Partition, Program
-from litegpu.errors import ExecutionError, InvalidArgumentError, UnsupportedError
+from litegpu.errors import ExecutionError, InvalidArgumentError
 from litegpu.memory import Usage, plan_arena
 
 from .build import build_program, store_warmed_binary
-from .codegen import KernelSpec, NodeGen, Precision, prelude
+from litegpu.codegen import Precision
+from litegpu.codegen.render import assemble, partition_kernels
 from .device import Device
-from .fusion import followers
-from .kernels import Decline, load_all
 
 log = logging.getLogger("litegpu.opencl")
 _ZERO = np.int32(0)
@@ -119,48 +118,6 @@ def precision_for(device: Device, options: CompileOptions) -> Precision:
     if not options.precision_loss_allowed:
         return Precision()
     return Precision(half_storage=True, half_arith=device.fp16)
-
-
-def generate(ctx, precision: Precision, specs, step_followers=None, out_tensor=None) -> list[KernelSpec]:
-    """The kernels of one node (with its followers); raises Decline or UnsupportedError."""
-    gen = load_all().get(ctx.node.op)
-    if gen is None:
-        raise Decline(f"no OpenCL kernel for {ctx.node.op}")
-    return gen.fn(NodeGen(ctx, precision, specs, step_followers, out_tensor))
-
-
-def partition_kernels(partition: Partition, precision: Precision) -> list[list[KernelSpec]]:
-    """The kernels of each step of ``partition`` (a node with its followers) in ``precision``."""
-    nodes = partition.nodes
-    step_kernels: list[list[KernelSpec]] = []
-    for step in partition.steps:
-        ctx = nodes[step[0]]
-        out_tensor = nodes[step[-1]].node.outputs[0]
-        try:
-            kernels = generate(ctx, precision, partition.specs, followers(nodes, step), out_tensor)
-        except Decline as exc:   # supports() said yes: a disagreement is our bug, named clearly
-            raise UnsupportedError(f"node {ctx.node.index} ({ctx.node.op}): {exc}") from None
-        step_kernels.append(kernels)
-    return step_kernels
-
-
-def assemble(step_kernels: list[list[KernelSpec]], precision: Precision) -> tuple[str, int]:
-    """One program source for these kernels (the prelude, one function per distinct
-    source, named ``k_<digest>``) and its number of functions."""
-    sources: dict[str, str] = {}
-    for kernels in step_kernels:
-        for k in kernels:
-            sources.setdefault(k.digest, k.source.replace("KERNEL", f"k_{k.digest}", 1))
-    return prelude(precision) + "\n".join(sources.values()), len(sources)
-
-
-def program_source(partition: Partition, precision: Precision) -> str:
-    """The OpenCL C program of ``partition`` in ``precision``, without building it.
-
-    Exactly what :class:`ClProgram` builds; it needs no device, so sources of a precision
-    the device here cannot build (F16 without ``cl_khr_fp16``) can be checked offline.
-    """
-    return assemble(partition_kernels(partition, precision), precision)[0]
 
 
 class _Launch:

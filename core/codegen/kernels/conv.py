@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 from litegpu.ops.nn import conv_output_size, transpose_conv_padding
 
-from ..codegen import KernelSpec, NodeGen
+from ..nodegen import KernelSpec, NodeGen
 from . import Decline, generator
 
 _F32 = np.dtype(np.float32)
@@ -80,7 +80,7 @@ def pixels_per_item(pixels: int, most: int = 4) -> int:
 
 def _gather(g: NodeGen, ptr: str, indices: list[str]) -> str:
     """A ``float{n}`` of separately indexed elements (the lanes of a strided operand)."""
-    return f"(float{len(indices)})(" + ", ".join(g.loadv(ptr, i, 1) for i in indices) + ")"
+    return g.vector(f"float{len(indices)}", *(g.loadv(ptr, i, 1) for i in indices))
 
 
 def _constant(g: NodeGen, pos: int, what: str) -> np.ndarray:
@@ -134,7 +134,7 @@ def dot(g: NodeGen, pixels: int, n: int, x: str, xaddr: list[str], wload, vec: i
             v = g.loadv(x, f"{xaddr[p]} + k", 4)
             if masks:
                 v = f"{v} * {masks[p]}"
-            lines.append(f"  {{ const float4 v = {v}; acc{p} += v.s0 * w0 + v.s1 * w1 + v.s2 * w2 + v.s3 * w3; }}")
+            lines.append(f"  {{ const float4 v = {v}; acc{p} += " + " + ".join(f"{g.lane('v', j, 4)} * w{j}" for j in range(4)) + "; }")
         lines.append("}")
     rest = n - step4
     if rest:
@@ -189,9 +189,9 @@ def tile_kernel(g: NodeGen, *, rows: int, blocks: int, channels: int, vec: int, 
     assert channels % vec == 0 or vec == 4, "only float4 tiles pad their last group"
     if 0 in (rows, blocks, channels):
         return g.kernel("", (0, 0, 0))   # an empty output: never launched (its C might divide by 0)
-    init = bias or f"(float{vec})(0.0f)"
-    lines = ["const int oc = get_global_id(0);", "const int cb = get_global_id(1);",
-             "const int r = get_global_id(2);", setup]
+    init = bias or g.vector(f"float{vec}", "0.0f")
+    lines = [f"const int oc = {g.global_id(0)};", f"const int cb = {g.global_id(1)};",
+             f"const int r = {g.global_id(2)};", setup]
     if bias and pixels > 1:
         lines.append(f"const float{vec} bias = {bias};")
         init = "bias"
@@ -205,8 +205,9 @@ def tile_kernel(g: NodeGen, *, rows: int, blocks: int, channels: int, vec: int, 
                              for j, part in enumerate(_QUARTERS[vec]))
         else:
             # Scalar stores skip the padding lanes of the last channel group.
-            store = " ".join([g.store_output(idx, f"(real)acc{p}.s0")] + [
-                f"if (oc * 4 + {lane} < {channels}) {g.store_output(f'{idx} + {lane}', f'(real)acc{p}.s{lane}')}"
+            lanes = [f"(real){g.lane(f'acc{p}', lane, 4)}" for lane in range(4)]
+            store = " ".join([g.store_output(idx, lanes[0])] + [
+                f"if (oc * 4 + {lane} < {channels}) {g.store_output(f'{idx} + {lane}', lanes[lane])}"
                 for lane in range(1, 4)])
         cond = exists[p] if exists else None
         lines.append(f"if ({cond}) {{ {store} }}" if cond else f"{{ {store} }}")

@@ -25,7 +25,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from ..codegen import ACTIVATION_C, CHAIN_BINARY, CHAIN_UNARY, KernelSpec, NodeGen, c_float, c_type, strides_of
+from ..nodegen import ACTIVATION_C, CHAIN_BINARY, CHAIN_UNARY, KernelSpec, NodeGen, c_float, c_type, strides_of
 from . import Decline, generator
 
 _F32 = np.dtype(np.float32)
@@ -280,10 +280,10 @@ def _operand(g: NodeGen, pos: int, bc: Broadcast, k: int, width: int) -> str:
     dtype = np.dtype(spec.dtype)
     if dtype == _F32 and spec.value is not None and np.asarray(spec.value).size == 1:
         lit = _r(np.asarray(spec.value).reshape(-1)[0])
-        return f"(real4){lit}" if width == 4 else lit
+        return g.vector("real4", lit) if width == 4 else lit
     ptr, idx = g.input(pos), bc.index(k, "i")
     if width == 4:
-        return g.load4(ptr, idx) if bc.last_varies(k) else f"(real4)({g.load(ptr, idx)})"
+        return g.load4(ptr, idx) if bc.last_varies(k) else g.vector("real4", g.load(ptr, idx))
     return g.load(ptr, idx, dtype)
 
 
@@ -312,7 +312,7 @@ def pointwise(g: NodeGen, positions: Sequence[int], compute: Compute, *, width: 
     bc = Broadcast(out_spec.shape, shapes or [g.ctx.inputs[p].shape for p in positions])
     n = _size(out_spec.shape)
     # The global size is exactly the work, so no bounds check is needed.
-    lines = ["  const int i = get_global_id(0)" + (" * 4;" if width == 4 else ";")]
+    lines = [f"  const int i = {g.global_id(0)}" + (" * 4;" if width == 4 else ";")]
     lines += bc.coord_lines("i")
     names = []
     for k, pos in enumerate(positions):
@@ -463,7 +463,7 @@ def zeros_like(g: NodeGen) -> list[KernelSpec]:
     if dtype != _F32:
         return [pointwise(g, [], lambda v: "0")]
     width = _width(g, Broadcast(g.ctx.outputs[0].shape, []))
-    return [pointwise(g, [], lambda v: "(real4)0" if width == 4 else "(real)0", width=width)]
+    return [pointwise(g, [], lambda v: g.vector("real4", "0") if width == 4 else "(real)0", width=width)]
 
 
 # -- the float view of quantized models (litegpu.float_view) -----------------------------

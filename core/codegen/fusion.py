@@ -20,7 +20,7 @@ import numpy as np
 from litegpu.backend import NodeContext
 from litegpu.ops import TensorSpec
 
-from .codegen import CHAIN_BINARY, CHAIN_UNARY, Follower
+from .nodegen import CHAIN_BINARY, CHAIN_UNARY, Follower
 from .kernels import GENERATORS
 
 _F32 = np.dtype(np.float32)

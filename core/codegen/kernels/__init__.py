@@ -13,7 +13,7 @@ import importlib
 from dataclasses import dataclass
 from typing import Callable
 
-from ..codegen import KernelSpec, NodeGen
+from ..nodegen import KernelSpec, NodeGen
 
 
 class Decline(Exception):

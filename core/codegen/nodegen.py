@@ -34,6 +34,9 @@ import numpy as np
 from litegpu.backend import NodeContext
 from litegpu.ops import TensorSpec
 
+from .dialect import Dialect
+from .opencl import OPENCL
+
 
 @dataclass(frozen=True)
 class Precision:
@@ -74,24 +77,9 @@ class Precision:
         return dtype
 
 
-def prelude(precision: Precision) -> str:
-    """Macros and types every kernel source of a program starts with."""
-    if precision.half_arith:
-        return ("#pragma OPENCL EXTENSION cl_khr_fp16 : enable\n"
-                "typedef half real; typedef half4 real4; typedef half FT;\n"
-                "#define LD(p, i) ((p)[i])\n#define ST(p, i, v) ((p)[i] = (real)(v))\n"
-                "#define LD4(p, i) vload4(0, (p) + (i))\n#define ST4(p, i, v) vstore4(convert_half4(v), 0, (p) + (i))\n"
-                "#define TO_REAL4(v) convert_half4(v)\n")
-    if precision.half_storage:
-        return ("typedef float real; typedef float4 real4; typedef half FT;\n"
-                "#define LD(p, i) vload_half((i), (p))\n#define ST(p, i, v) vstore_half((float)(v), (i), (p))\n"
-                "#define LD4(p, i) vload_half4(0, (p) + (i))\n"
-                "#define ST4(p, i, v) vstore_half4(convert_float4(v), 0, (p) + (i))\n"
-                "#define TO_REAL4(v) convert_float4(v)\n")
-    return ("typedef float real; typedef float4 real4; typedef float FT;\n"
-            "#define LD(p, i) ((p)[i])\n#define ST(p, i, v) ((p)[i] = (v))\n"
-            "#define LD4(p, i) vload4(0, (p) + (i))\n#define ST4(p, i, v) vstore4((v), 0, (p) + (i))\n"
-            "#define TO_REAL4(v) convert_float4(v)\n")
+def prelude(precision: Precision, dialect: Dialect = OPENCL) -> str:
+    """What every kernel source of a program in ``dialect`` and ``precision`` starts with."""
+    return dialect.prelude(precision.name)
 
 
 _C_TYPES = {np.dtype(np.int32): "int", np.dtype(np.int64): "long", np.dtype(np.uint8): "uchar",
@@ -195,8 +183,10 @@ class NodeGen:
     """
 
     def __init__(self, ctx: NodeContext, precision: Precision, specs: dict[int, TensorSpec],
-                 followers: list[Follower] | None = None, out_tensor: int | None = None) -> None:
+                 followers: list[Follower] | None = None, out_tensor: int | None = None,
+                 dialect: Dialect = OPENCL) -> None:
         self.ctx = ctx
+        self.dialect = dialect
         self.attrs = ctx.attrs
         self.precision = precision
         self.specs = specs
@@ -234,7 +224,7 @@ class NodeGen:
         if ctype == "FT" and self.precision.half_storage and self.specs[t].full_precision:
             ctype = "float"
             self._full.add(name)
-        self._params.append((f"__global {'const ' if const else ''}{ctype}*", name, Arg(tensor=t)))
+        self._params.append((self.global_ptr(ctype, const), name, Arg(tensor=t)))
         self._names[key] = name
         return name
 
@@ -254,7 +244,7 @@ class NodeGen:
             ctype = c_type(array.dtype)
             array = array.astype(self.precision.storage_dtype(array.dtype))
         name = f"t{len(self._params)}"
-        self._params.append((f"__global const {ctype}*", name, Arg(const=array)))
+        self._params.append((self.global_ptr(ctype, True), name, Arg(const=array)))
         return name
 
     # -- loads and stores ---------------------------------------------------------------
@@ -371,14 +361,62 @@ class NodeGen:
     def kernel(self, body: str, global_size: tuple[int, ...], local_size: tuple[int, ...] | None = None
                ) -> KernelSpec:
         """A kernel of ``body`` (C statements) over the parameters recorded so far."""
-        # Each tensor is passed as (buffer, element offset): intermediates live at offsets
-        # of one arena buffer (sub-buffers are not used: PoCL 3.1 asserts on them as args).
-        params = ", ".join(f"{ptype} {name}_b, int {name}_o" for ptype, name, _ in self._params)
-        views = "".join(f"  {ptype} restrict {name} = {name}_b + {name}_o;\n" for ptype, name, _ in self._params)
-        source = f"__kernel void KERNEL({params})\n{{\n{views}{body}\n}}\n"
-        return KernelSpec(source, tuple(int(g) for g in global_size),
-                          None if local_size is None else tuple(int(x) for x in local_size),
+        d = self.dialect
+        global_size = tuple(int(g) for g in global_size)
+        if d.offset_param is not None:
+            # Each tensor is passed as (buffer, element offset): intermediates live at offsets
+            # of one arena buffer (sub-buffers are not used: PoCL 3.1 asserts on them as args).
+            params = [p for k, (ptype, name, _) in enumerate(self._params) for p in (
+                d.buffer_param.format(ptr=ptype, name=f"{name}_b", index=2 * k),
+                d.offset_param.format(name=f"{name}_o", index=2 * k + 1))]
+            views = "".join(f"  {ptype} {d.restrict} {name} = {name}_b + {name}_o;\n" for ptype, name, _ in self._params)
+        else:
+            params = [d.buffer_param.format(ptr=ptype, name=name, index=k)
+                      for k, (ptype, name, _) in enumerate(self._params)]
+            views = ""
+        if d.id_params:
+            params.append(d.id_params)
+        guard = ""
+        if local_size is None and not d.exact_grid:
+            # This API runs whole groups: work-items past the global size leave at once.
+            guard = "  if (" + " || ".join(f"{d.id('global', k)} >= {n}" for k, n in enumerate(global_size)) \
+                + ") return;\n"
+        source = f"{d.kernel_prefix} KERNEL({', '.join(params)})\n{{\n{guard}{views}{body}\n}}\n"
+        return KernelSpec(source, global_size, None if local_size is None else tuple(int(x) for x in local_size),
                           [arg for _, _, arg in self._params])
+
+    # -- dialect spellings ----------------------------------------------------------------
+    def global_ptr(self, ctype: str, const: bool = False) -> str:
+        """The type of a pointer to ``ctype`` elements in device memory."""
+        return f"{self.dialect.global_space}{'const ' if const else ''}{ctype}*"
+
+    def local_ptr(self, ctype: str, const: bool = False) -> str:
+        """The type of a pointer to ``ctype`` elements in local memory."""
+        return f"{'const ' if const else ''}{self.dialect.local_space}{ctype}*"
+
+    def local_array(self, ctype: str, name: str, size: int) -> str:
+        """The declaration of a local-memory array (at the top of the kernel body)."""
+        return self.dialect.local_array.format(type=ctype, name=name, size=size)
+
+    def barrier(self) -> str:
+        """A statement: the group's work-items wait here and see each other's local stores."""
+        return self.dialect.barrier
+
+    def global_id(self, d: int) -> str:
+        """This work-item's global id along axis ``d``."""
+        return self.dialect.id("global", d)
+
+    def local_id(self, d: int) -> str:
+        """This work-item's id within its group along axis ``d``."""
+        return self.dialect.id("local", d)
+
+    def vector(self, vtype: str, *args: str) -> str:
+        """A ``vtype`` value made of ``args`` (or one scalar broadcast to every lane)."""
+        return self.dialect.make_vector(vtype, *args)
+
+    def lane(self, var: str, j: int, width: int) -> str:
+        """Lane ``j`` of the ``width``-lane vector ``var``."""
+        return self.dialect.vector_lane(var, j, width)
 
     def reset(self) -> None:
         """Forget recorded parameters (to write a second kernel of the same node)."""

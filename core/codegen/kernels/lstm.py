@@ -33,7 +33,7 @@ import numpy as np
 
 from litegpu.ops.nn import LSTM_INPUT_NAMES
 
-from ..codegen import NodeGen, c_float
+from ..nodegen import NodeGen, c_float
 from . import Decline, generator
 
 _F32 = np.dtype(np.float32)
@@ -49,12 +49,12 @@ LANES = 1
 # ApplyActivationToVector), not a fused output clamp: TANH really is tanh here. Each
 # takes and returns a float4.
 _ACT = {
-    "NONE": lambda v: v,
-    "RELU": lambda v: f"fmax({v}, 0.0f)",
-    "RELU6": lambda v: f"clamp({v}, 0.0f, 6.0f)",
-    "RELU_N1_TO_1": lambda v: f"clamp({v}, -1.0f, 1.0f)",
-    "TANH": lambda v: f"tanh({v})",
-    "SIGN_BIT": lambda v: f"select((float4)0.0f, (float4)1.0f, signbit({v}))",
+    "NONE": lambda g, v: v,
+    "RELU": lambda g, v: f"fmax({v}, 0.0f)",
+    "RELU6": lambda g, v: f"clamp({v}, 0.0f, 6.0f)",
+    "RELU_N1_TO_1": lambda g, v: f"clamp({v}, -1.0f, 1.0f)",
+    "TANH": lambda g, v: f"tanh({v})",
+    "SIGN_BIT": lambda g, v: f"select({g.vector('float4', '0.0f')}, {g.vector('float4', '1.0f')}, signbit({v}))",
 }
 
 
@@ -204,7 +204,8 @@ class _Writer:
     def __init__(self, g: NodeGen, s: _Shape, p: dict[str, str], attrs: dict, cifg: bool,
                  layer_norm: tuple[bool, ...], peephole: bool, projection: bool) -> None:
         self.g, self.s, self.p = g, s, p
-        self.act = _ACT[attrs["activation"]]
+        act = _ACT[attrs["activation"]]
+        self.act = lambda v: act(g, v)
         self.cell_clip, self.proj_clip = float(attrs["cell_clip"]), float(attrs["proj_clip"])
         self.cifg, self.ln, self.peephole, self.projection = cifg, layer_norm, peephole, projection
         self.r, self.cp = s.cell_block
@@ -213,22 +214,20 @@ class _Writer:
     def body(self) -> str:
         """Prologue (state into local memory), the time loop, epilogue (state back)."""
         g, s, p, cp, pp = self.g, self.s, self.p, self.cp, self.pp
-        lines = [f"  __local float hl[{2 * pp}];", f"  __local float cl[{cp}];"]
-        if self.projection:
-            lines.append(f"  __local float ml[{cp}];")
-        if any(self.ln):
-            lines += [f"  __local float gz[{4 * cp}];", "  __local float st[8];"]
+        arrays = [("hl", 2 * pp), ("cl", cp)] + [("ml", cp)] * self.projection \
+            + [("gz", 4 * cp), ("st", 8)] * any(self.ln)
+        lines = [f"  {g.local_array('float', name, size)}" for name, size in arrays]
         lines += [
-            "  const int lid = get_local_id(0), b = get_global_id(1);",
+            f"  const int lid = {g.local_id(0)}, b = {g.global_id(1)};",
             # Padding units start at 0; they never reach an output or the state.
             (f"  for (int i = lid; i < {pp}; i += {LANES}) "
              f"hl[i] = i < {s.n_output} ? {g.loadv(p['hs'], f'b * {s.n_output} + i', 1)} : 0.0f;"),
             (f"  for (int i = lid; i < {cp}; i += {LANES}) "
              f"cl[i] = i < {s.n_cell} ? {g.loadv(p['cs'], f'b * {s.n_cell} + i', 1)} : 0.0f;"),
-            "  barrier(CLK_LOCAL_MEM_FENCE);",
+            f"  {g.barrier()}",
             f"  for (int t = 0; t < {s.steps}; ++t) {{",
-            f"    const __local float* hcur = hl + (t & 1) * {pp};",
-            f"    __local float* hnext = hl + ((t + 1) & 1) * {pp};",
+            f"    {g.local_ptr('float', const=True)} hcur = hl + (t & 1) * {pp};",
+            f"    {g.local_ptr('float')} hnext = hl + ((t + 1) & 1) * {pp};",
         ]
         lines += self._gates()
         if self.projection:
@@ -246,7 +245,7 @@ class _Writer:
         """A loop of this work-item's blocks (``var`` = first unit), then a barrier."""
         return ([f"    for (int blk = lid; blk < {n_blocks}; blk += {LANES}) {{",
                  f"      const int {var} = blk * {width};"]
-                + inner + ["    }", "    barrier(CLK_LOCAL_MEM_FENCE);"])
+                + inner + ["    }", f"    {self.g.barrier()}"])
 
     def _table(self, name: str, gate: int, r: int) -> str:
         """float4 of a [4][cp] table at gate ``gate``, cells c0 + 4r ..."""
@@ -257,7 +256,7 @@ class _Writer:
         g, y, off = self.g, self.p["y"], self.s.row("t", width)
         if width % 4 == 0:
             return [f"      {g.store4(y, f'{off} + {col}', value)}"]
-        return [f"      if ({col} + {j} < {width}) {g.store(y, f'{off} + {col} + {j}', f'({value}).s{j}')}"
+        return [f"      if ({col} + {j} < {width}) {g.store(y, f'{off} + {col} + {j}', g.lane(f'({value})', j, 4))}"
                 for j in range(4)]
 
     def _gates(self) -> list[str]:
@@ -267,14 +266,15 @@ class _Writer:
         pairs = [(k, q) for k in range(4) for q in range(r)]   # gate k, float4 group q
         mac = " ".join(f"z{k}_{q} += v * convert_float4(LD4(wr, {k * cp + 4 * q}));" for k, q in pairs)
         inner = [f"      float4 z{k}_{q} = {self._table('bias', k, q)};" for k, q in pairs]
+        wptr = g.global_ptr("FT", const=True)
         inner += [
-            f"      const __global {g.pointee(p['x'])}* xr = {p['x']} + {s.row('t', s.n_input)};",
+            f"      {g.global_ptr(g.pointee(p['x']), const=True)} xr = {p['x']} + {s.row('t', s.n_input)};",
             f"      for (int k = 0; k < {s.n_input}; ++k) {{",
-            f"        const float v = {g.loadv('xr', 'k', 1)}; const __global FT* wr = {p['W']} + k * {4 * cp} + c0;",
+            f"        const float v = {g.loadv('xr', 'k', 1)}; {wptr} wr = {p['W']} + k * {4 * cp} + c0;",
             f"        {mac}",
             "      }",
             f"      for (int k = 0; k < {s.n_output}; ++k) {{",
-            f"        const float v = hcur[k]; const __global FT* wr = {p['W']} + ({s.n_input} + k) * {4 * cp} + c0;",
+            f"        const float v = hcur[k]; {wptr} wr = {p['W']} + ({s.n_input} + k) * {4 * cp} + c0;",
             f"        {mac}",
             "      }",
         ]
@@ -352,7 +352,7 @@ class _Writer:
         for j, k in enumerate(gates):
             lines += [
                 f"    if (lid == {j % LANES}) {{",
-                f"      const __local float* zr = gz + {k * cp};",
+                f"      {self.g.local_ptr('float', const=True)} zr = gz + {k * cp};",
                 "      float sum = 0.0f, sq = 0.0f;",
                 f"      for (int c = 0; c < {n}; ++c) sum += zr[c];",
                 f"      const float mean = sum / {n};",
@@ -360,7 +360,7 @@ class _Writer:
                 f"      st[{2 * k}] = mean; st[{2 * k + 1}] = 1.0f / sqrt(sq / {n} + {c_float(_LN_EPSILON)});",
                 "    }",
             ]
-        return lines + ["    barrier(CLK_LOCAL_MEM_FENCE);"]
+        return lines + [f"    {self.g.barrier()}"]
 
     def _projection(self) -> list[str]:
         """Projection phase: new h = clip(W_proj m + b), into h and the output."""
@@ -368,7 +368,7 @@ class _Writer:
         inner = [f"      float4 a{q} = convert_float4(LD4({p['proj_bias']}, p0 + {4 * q}));" for q in range(rp)]
         inner += [
             f"      for (int k = 0; k < {s.n_cell}; ++k) {{",
-            f"        const float v = ml[k]; const __global FT* wr = {p['proj']} + k * {pp} + p0;",
+            f"        const float v = ml[k]; {self.g.global_ptr('FT', const=True)} wr = {p['proj']} + k * {pp} + p0;",
             "        " + " ".join(f"a{q} += v * convert_float4(LD4(wr, {4 * q}));" for q in range(rp)),
             "      }",
         ]

@@ -35,7 +35,7 @@ from litegpu.ops.shape import (  # the single source of LiteRT's index rules
     block_and_pairs, gather_dims, mirror_pad_widths, pad_widths, reverse_axes, slice_bounds, split_sizes,
     split_v_sizes, strided_slice_plan, transpose_perm)
 
-from ..codegen import KernelSpec, NodeGen, c_float, c_type, strides_of
+from ..nodegen import KernelSpec, NodeGen, c_float, c_type, strides_of
 from . import Decline, generator
 
 _F32 = np.dtype(np.float32)
@@ -227,7 +227,7 @@ def walk_kernel(g: NodeGen, w: Walk, src: str, dtype: np.dtype, pos: int = 0,
     dtype = np.dtype(dtype)
     epilogue = dtype == _F32 and pos == 0 and len(g.ctx.node.outputs) == 1
     cut = _cut(g, w, epilogue)
-    lines, global_size = _row_lines(w, cut)
+    lines, global_size = _row_lines(g, w, cut)
     io = _Access(g, src, dtype, pos, fill, cut.mode != "scalar", epilogue)
     step = 4 if cut.mode != "scalar" else 1
     if cut.rows_per_item > 1:
@@ -245,7 +245,7 @@ def walk_kernel(g: NodeGen, w: Walk, src: str, dtype: np.dtype, pos: int = 0,
     return g.kernel("\n".join(f"  {line}" for line in lines), global_size)
 
 
-def _row_lines(w: Walk, cut: _Shape) -> tuple[list[str], tuple[int, ...]]:
+def _row_lines(g: NodeGen, w: Walk, cut: _Shape) -> tuple[list[str], tuple[int, ...]]:
     """The work-item's ids, its row's coordinates, the row's source and destination
     offsets ``s0`` / ``d0`` and the bounds that stay fixed along the row; and the global size."""
     last, inner = len(w.shape) - 1, w.shape[-1]
@@ -253,10 +253,10 @@ def _row_lines(w: Walk, cut: _Shape) -> tuple[list[str], tuple[int, ...]]:
     # Rows: the other axes, those a work-item covers several of counted in groups.
     row_shape = [d // cut.factor(j, last) for j, d in enumerate(w.shape[:last])]
     if chunks > 1:
-        lines = ["const int ch = get_global_id(0);", "const int row = get_global_id(1);"]
+        lines = [f"const int ch = {g.global_id(0)};", f"const int row = {g.global_id(1)};"]
         global_size = (chunks, _prod(row_shape))
     else:
-        lines = ["const int row = get_global_id(0);"]
+        lines = [f"const int row = {g.global_id(0)};"]
         global_size = (_prod(row_shape),)
     # A side that walks in the output's own order needs no coordinates: its offset is row * inner.
     its, rs = strides_of(tuple(w.shape)), strides_of(tuple(row_shape))

@@ -20,7 +20,7 @@ import numpy as np
 from litegpu.ops.nn import bilinear_axis, conv_output_size, nearest_axis, pool_divisor_is_window
 from litegpu.ops.reduce import L2_EPSILON, reduction_axes
 
-from ..codegen import NodeGen, c_float, c_type, strides_of
+from ..nodegen import NodeGen, c_float, c_type, strides_of
 from . import Decline, generator
 
 _F32 = np.dtype(np.float32)
@@ -70,7 +70,7 @@ def _ldv(g: NodeGen, ptr: str, index: str, lanes: int) -> str:
     if lanes == 1:
         return g.loadv(ptr, index, 1)
     quads = [f"convert_float4({g.load4(ptr, f'{index} + {4 * j}' if j else index)})" for j in range(lanes // 4)]
-    return quads[0] if lanes == 4 else f"(float{lanes})({', '.join(quads)})"
+    return quads[0] if lanes == 4 else g.vector(f"float{lanes}", *quads)
 
 
 def _stv(g: NodeGen, index: str, var: str, lanes: int) -> str:
@@ -181,7 +181,7 @@ def _collapse(shape: tuple[int, ...], axes: tuple[int, ...]) -> list[tuple[int, 
 _ACCS = 4
 
 
-def _fold(red: list[tuple[int, int]], base: str, width: int, step: int, load, comb, init: str,
+def _fold(g: NodeGen, red: list[tuple[int, int]], base: str, width: int, step: int, load, comb, init: str,
           term=lambda v: v, side=None) -> tuple[str, str]:
     """Statements folding ``term(value)`` with ``comb`` over the reduced runs ``red``
     (``(size, stride)``, outermost first) from element ``base``; returns the code and
@@ -206,7 +206,7 @@ def _fold(red: list[tuple[int, int]], base: str, width: int, step: int, load, co
         extra = f" {side(index, 'v', scalar)}" if side else ""
         return f"{{ const {t} v = {term(load(index, scalar))};{extra} {acc} = {comb(acc, 'v')}; }}"
 
-    code = "".join(f"  {vt} acc{a} = ({vt})({init});\n" for a in range(accs))
+    code = "".join(f"  {vt} acc{a} = {g.vector(vt, init)};\n" for a in range(accs))
     code += f"  float tacc = {init};\n" if tail else ""
     index, indent = base, "  "
     for k, (sz, st) in enumerate(red[:-1]):
@@ -293,9 +293,9 @@ def reduce(g: NodeGen):
         return [_column_reduce(g, x, red, kept, n_out, init, comb, finish)]
     # Innermost run reduced and contiguous: each work-item folds its rows a vector at a time.
     step = _row_step(red[-1][0])
-    code, acc = _fold(red, "base", step, step, lambda i, scalar: _ldv(g, x, i, 1 if scalar else step),
+    code, acc = _fold(g, red, "base", step, step, lambda i, scalar: _ldv(g, x, i, 1 if scalar else step),
                       comb, init)
-    body = (f"  const int o = get_global_id(0);\n  if (o >= {n_out}) return;\n"
+    body = (f"  const int o = {g.global_id(0)};\n  if (o >= {n_out}) return;\n"
             f"  const int base = {_decompose('o', kept) if kept else '0'};\n" + code
             + f"  const float y = {finish(acc)};\n  {g.store_output('o', '(real)(y)')}")
     return [g.kernel(body, (n_out,))]
@@ -311,16 +311,16 @@ def _column_reduce(g: NodeGen, x: str, red, kept, n_out: int, init: str, comb, f
     groups = next(k for k in (4, 2, 1) if inner % (lanes * k) == 0)
     vt = _vt(lanes)
     base = _decompose("j", kept[:-1]) if len(kept) > 1 else "0"
-    head = (f"  const int c = get_global_id(0) * {lanes * groups};\n  const int j = get_global_id(1);\n"
+    head = (f"  const int c = {g.global_id(0)} * {lanes * groups};\n  const int j = {g.global_id(1)};\n"
             f"  const int o = j * {inner} + c;\n  const int base = {base} + c;\n")
     if groups == 1:
-        code, acc = _fold(red, "base", lanes, 1, lambda i, _: _ldv(g, x, i, lanes), comb, init)
+        code, acc = _fold(g, red, "base", lanes, 1, lambda i, _: _ldv(g, x, i, lanes), comb, init)
         body = head + code + f"  const {vt} y = {finish(acc)};\n  {_stv(g, 'o', 'y', lanes)}"
     else:
         def step(i: str) -> str:
             return " ".join(f"acc{k} = {comb(f'acc{k}', _ldv(g, x, f'{i} + {k * lanes}' if k else i, lanes))};"
                             for k in range(groups))
-        body = (head + "".join(f"  {vt} acc{k} = ({vt})({init});\n" for k in range(groups))
+        body = (head + "".join(f"  {vt} acc{k} = {g.vector(vt, init)};\n" for k in range(groups))
                 + _reduce_loops(red, "base", step)
                 + "".join(f"  const {vt} y{k} = {finish(f'acc{k}')};\n" for k in range(groups))
                 + "  " + " ".join(_stv(g, f"o + {k * lanes}" if k else "o", f"y{k}", lanes) for k in range(groups)))
@@ -334,7 +334,7 @@ def _int_reduce(g: NodeGen, x: str, op: str, dtype: np.dtype, kept, red, count: 
         # C division truncates toward zero, as LiteRT's integer mean does.
         octype = c_type(g.ctx.outputs[0].dtype)
         final = (lambda a: f"({octype})({a} / {max(count, 1)}L)")
-    body = (f"  const int o = get_global_id(0);\n  if (o >= {n_out}) return;\n"
+    body = (f"  const int o = {g.global_id(0)};\n  if (o >= {n_out}) return;\n"
             f"  const int base = {_decompose('o', kept) if kept else '0'};\n  {acc_t} acc = {init};\n"
             + _reduce_loops(red, "base", lambda i: f"acc = {comb('acc', f'{x}[{i}]')};")
             # Stored directly: store_output passes values through ``real``, which would
@@ -365,7 +365,7 @@ class _Rows:
 
     def fold(self, name: str, init: str, comb, term=lambda v: v, side=None) -> str:
         """Statements leaving float ``name`` = fold of ``term(v)`` over the row's values ``v``."""
-        code, acc = _fold([(self.n, 1)], "base", self.step, self.step, self.load(self.x), comb, init,
+        code, acc = _fold(self.g, [(self.n, 1)], "base", self.step, self.step, self.load(self.x), comb, init,
                           term, side)
         inner = "".join(f"  {line}\n" for line in code.splitlines())
         return f"  {{\n{inner}    {name} = {acc};\n  }}\n"
@@ -384,7 +384,7 @@ class _Rows:
         if vec_end and self.step > 1:
             vt = _vt(self.step)
             store = (_stv(self.g, "base + k", "y", self.step) if aligned else
-                     " ".join(self.g.store_output(f"base + k + {j}", f"(real)(y.s{j})") for j in range(self.step)))
+                     " ".join(self.g.store_output(f"base + k + {j}", f"(real)({self.g.lane('y', j, self.step)})") for j in range(self.step)))
             code += (f"  for (int k = 0; k < {vec_end}; k += {self.step}) {{\n"
                      f"    const {vt} v = {load('base + k', False)};\n    const {vt} y = {value('v')};\n"
                      f"    {store}\n  }}\n")
@@ -397,7 +397,7 @@ class _Rows:
 
     def kernel(self, statements: str):
         """The row kernel around ``statements`` (which see ``base``, the row's first element)."""
-        body = (f"  const int row = get_global_id(0);\n  if (row >= {self.rows}) return;\n"
+        body = (f"  const int row = {self.g.global_id(0)};\n  if (row >= {self.rows}) return;\n"
                 f"  const int base = row * {self.n};\n" + statements)
         return [self.g.kernel(body, (self.rows,))]
 
@@ -463,7 +463,7 @@ def local_response_normalization(g: NodeGen):
     bias, alpha, beta = (c_float(g.attrs[k]) for k in ("bias", "alpha", "beta"))
     # pow() is several times slower than exp2/log2 on PoCL; for a positive base they
     # agree to a few ulp (the base is bias + alpha * s, positive for any sane model).
-    body = (f"  const int c = get_global_id(0);\n  const int row = get_global_id(1) * {depth};\n"
+    body = (f"  const int c = {g.global_id(0)};\n  const int row = {g.global_id(1)} * {depth};\n"
             f"  const int lo = max(c - {r}, 0), hi = min(c + {r}, {depth - 1});\n"
             f"  float s = 0.0f;\n"
             f"  for (int k = lo; k <= hi; ++k) {{ const float v = {_ldv(g, x, 'row + k', 1)}; s += v * v; }}\n"
@@ -476,12 +476,12 @@ def local_response_normalization(g: NodeGen):
 
 # -- pooling --------------------------------------------------------------------------------------
 
-def _pixel_ids(lanes: int, oh: int, ow: int, c: int) -> str:
+def _pixel_ids(g: NodeGen, lanes: int, oh: int, ow: int, c: int) -> str:
     """Statements naming a 3-D work-item's first channel ``cc`` (dimension 0, ``lanes``
     channels each), output column ``ox`` (dimension 1), row ``oy`` and batch ``b``
     (dimension 2), and ``o``, the flat index of its first output element (NHWC)."""
-    return (f"  const int cc = get_global_id(0) * {lanes};\n  const int ox = get_global_id(1);\n"
-            f"  const int q = get_global_id(2);\n  const int oy = q % {oh}, b = q / {oh};\n"
+    return (f"  const int cc = {g.global_id(0)} * {lanes};\n  const int ox = {g.global_id(1)};\n"
+            f"  const int q = {g.global_id(2)};\n  const int oy = q % {oh}, b = q / {oh};\n"
             f"  const int o = (q * {ow} + ox) * {c} + cc;\n")
 
 
@@ -542,9 +542,9 @@ def pool2d(g: NodeGen):
         loops = (f"  if (y0 >= 0 && y0 + {fh} <= {h} && x0 >= 0 && x0 + {fw} <= {w}) {{\n"
                  + window(False, "    ") + "  } else {\n" + window(True, "    ") + "  }\n")
     result = {"MAX_POOL_2D": "{a}", "AVERAGE_POOL_2D": "{a} / cnt", "L2_POOL_2D": "sqrt({a} / cnt)"}[op]
-    body = (_pixel_ids(lanes * groups, oh, ow, c)
+    body = (_pixel_ids(g, lanes * groups, oh, ow, c)
             + f"  const int y0 = oy * {sh} - {top}, x0 = ox * {sw} - {left};\n"
-            + "".join(f"  {vt} acc{k} = ({vt})({init});\n" for k in range(groups))
+            + "".join(f"  {vt} acc{k} = {g.vector(vt, init)};\n" for k in range(groups))
             + "  float cnt;\n" + loops
             + "".join(f"  const {vt} res{k} = {result.format(a=f'acc{k}')};\n" for k in range(groups))
             + "  " + " ".join(_stv(g, f"o + {k * lanes}" if k else "o", f"res{k}", lanes) for k in range(groups)))
@@ -582,7 +582,7 @@ def resize_bilinear(g: NodeGen):
     tx0, tx1 = (g.const((t * c).astype(np.int32)) for t in (x_lo, x_hi))
     tfy = g.const(fy.astype(np.float32), storage=False)
     tfx = g.const(fx.astype(np.float32), storage=False)
-    body = (_pixel_ids(lanes, oh, ow, c)
+    body = (_pixel_ids(g, lanes, oh, ow, c)
             + f"  const int img = b * {h * w * c} + cc;\n"
             f"  const int r0 = img + {ty0}[oy], r1 = img + {ty1}[oy];\n"
             f"  const int c0 = {tx0}[ox], c1 = {tx1}[ox];\n"
@@ -607,7 +607,7 @@ def resize_nearest(g: NodeGen):
     x = g.input(0)
     trow = g.const((rows * w * c).astype(np.int32))
     tcol = g.const((cols * c).astype(np.int32))
-    body = (_pixel_ids(lanes, oh, ow, c)
+    body = (_pixel_ids(g, lanes, oh, ow, c)
             + f"  const {vt} y = {_ldv(g, x, f'b * {h * w * c} + {trow}[oy] + {tcol}[ox] + cc', lanes)};\n"
             f"  {_stv(g, 'o', 'y', lanes)}")
     return [g.kernel(body, (c // lanes, ow, n * oh))]
@@ -642,7 +642,8 @@ def arg_extreme(g: NodeGen):
         # A contiguous axis is read a float8/float4 at a time (scalar half loads are slow
         # on PoCL); lanes are compared in index order, so the first extreme still wins.
         vec_end = size // step * step
-        lanes = " ".join(f"if (v.s{j} {cmp} best) {{ best = v.s{j}; at = k + {j}; }}" for j in range(step))
+        lanes = " ".join(f"if ({g.lane('v', j, step)} {cmp} best) {{ best = {g.lane('v', j, step)}; at = k + {j}; }}"
+                         for j in range(step))
         scan = (f"  for (int k = 0; k < {vec_end}; k += {step}) {{\n"
                 f"    const {_vt(step)} v = {_ldv(g, x, 'base + k', step)};\n    {lanes}\n  }}\n"
                 f"  for (int k = {vec_end}; k < {size}; ++k) {{\n"
@@ -651,7 +652,7 @@ def arg_extreme(g: NodeGen):
         scan = (f"  for (int k = 1; k < {size}; ++k) {{\n"
                 f"    const {vt} v = {load(f'base + k * {inner}')};\n"
                 f"    if (v {cmp} best) {{ best = v; at = k; }}\n  }}\n")
-    body = (f"  const int i = get_global_id(0);\n  const int j = get_global_id(1);\n"
+    body = (f"  const int i = {g.global_id(0)};\n  const int j = {g.global_id(1)};\n"
             f"  const int base = j * {size * inner} + i;\n"
             f"  {vt} best = {load('base')};\n  int at = 0;\n" + scan
             + f"  {out}[j * {inner} + i] = at;")

@@ -1,0 +1,7 @@
+"""Every dialect by name (one module per GPU API holds its table)."""
+from __future__ import annotations
+
+from .dialect import Dialect
+from .opencl import OPENCL
+
+DIALECTS: dict[str, Dialect] = {d.name: d for d in (OPENCL,)}

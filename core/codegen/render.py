@@ -1,0 +1,73 @@
+"""The renderer: a partition's kernels as one program source of a dialect, with launch sizes.
+
+It knows no device. A GPU plugin compiles the source its own way and launches each
+:class:`~litegpu.codegen.nodegen.KernelSpec` (global and local sizes in work-items,
+as OpenCL counts them; see :func:`blocks` for APIs that launch whole groups).
+"""
+from __future__ import annotations
+
+from litegpu.backend import Partition
+from litegpu.errors import UnsupportedError
+
+from .dialect import Dialect
+from .fusion import followers
+from .kernels import Decline, load_all
+from .nodegen import KernelSpec, NodeGen, Precision
+from .opencl import OPENCL
+
+
+def generate(ctx, precision: Precision, specs, step_followers=None, out_tensor=None,
+             dialect: Dialect = OPENCL) -> list[KernelSpec]:
+    """The kernels of one node (with its followers); raises Decline or UnsupportedError."""
+    gen = load_all().get(ctx.node.op)
+    if gen is None:
+        raise Decline(f"no GPU kernel for {ctx.node.op}")
+    return gen.fn(NodeGen(ctx, precision, specs, step_followers, out_tensor, dialect))
+
+
+def partition_kernels(partition: Partition, precision: Precision, dialect: Dialect = OPENCL
+                      ) -> list[list[KernelSpec]]:
+    """The kernels of each step of ``partition`` (a node with its followers)."""
+    nodes = partition.nodes
+    step_kernels: list[list[KernelSpec]] = []
+    for step in partition.steps or [[i] for i in range(len(nodes))]:
+        ctx = nodes[step[0]]
+        out_tensor = nodes[step[-1]].node.outputs[0]
+        try:
+            kernels = generate(ctx, precision, partition.specs, followers(nodes, step), out_tensor, dialect)
+        except Decline as exc:   # supports() said yes: a disagreement is our bug, named clearly
+            raise UnsupportedError(f"node {ctx.node.index} ({ctx.node.op}): {exc}") from None
+        step_kernels.append(kernels)
+    return step_kernels
+
+
+def assemble(step_kernels: list[list[KernelSpec]], precision: Precision, dialect: Dialect = OPENCL
+             ) -> tuple[str, int]:
+    """One program source for these kernels (the dialect's prelude, one function per
+    distinct source, named ``k_<digest>``) and its number of functions."""
+    sources: dict[str, str] = {}
+    for kernels in step_kernels:
+        for k in kernels:
+            sources.setdefault(k.digest, k.source.replace("KERNEL", f"k_{k.digest}", 1))
+    return dialect.prelude(precision.name) + "\n".join(sources.values()), len(sources)
+
+
+def program_source(partition: Partition, precision: Precision, dialect: Dialect = OPENCL) -> str:
+    """The program of ``partition`` in ``precision`` and ``dialect``, as a plugin builds it."""
+    return assemble(partition_kernels(partition, precision, dialect), precision, dialect)[0]
+
+
+def blocks(spec: KernelSpec, default_block: int = 128) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+    """(grid, block) of a launch in whole groups, for APIs that launch so (CUDA).
+
+    The kernel's own local size when it has one (its global size is then a multiple);
+    else ``default_block`` work-items along axis 0 (fewer when the axis is short),
+    and the kernel's guard (``Dialect.exact_grid``) ends the surplus.
+    """
+    size = tuple(spec.global_size) + (1,) * (3 - len(spec.global_size))
+    if spec.local_size is not None:
+        block = tuple(spec.local_size) + (1,) * (3 - len(spec.local_size))
+    else:
+        block = (min(default_block, max(size[0], 1)), 1, 1)
+    grid = tuple(-(-g // b) for g, b in zip(size, block))
+    return grid, block
