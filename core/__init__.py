@@ -3,7 +3,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from .errors import (BackendUnavailableError, ExecutionError, InvalidArgumentError, LiteGpuError,
+from .errors import (BackendUnavailableError, ExecutionError, InvalidArgumentError, KernelBuildError, LiteGpuError,
                      ModelFormatError, ResourceLimitError, UnsupportedError)
 from .model import load_model
 from .executor import Limits
@@ -14,7 +14,7 @@ from .compiled_model import (CompiledModel, CpuOptions, Environment, GpuOptions,
 from .profile import Profiler, profile   # note: ``litegpu.profile`` is then this function
 
 __all__ = [
-    "__version__", "LiteGpuError", "ModelFormatError", "UnsupportedError", "BackendUnavailableError",
+    "__version__", "LiteGpuError", "ModelFormatError", "UnsupportedError", "KernelBuildError", "BackendUnavailableError",
     "InvalidArgumentError", "ExecutionError", "ResourceLimitError", "load_model", "Interpreter", "Limits",
     "SignatureRunner", "Delegate", "load_delegate", "CompiledModel", "CpuOptions", "Environment", "GpuOptions",
     "HardwareAccelerator", "Options", "TensorBuffer", "profile", "Profiler",

@@ -14,6 +14,16 @@ class UnsupportedError(LiteGpuError):
     """The model uses something no available backend can run (op, dtype, model kind)."""
 
 
+class KernelBuildError(UnsupportedError):
+    """A GPU API's compiler refused a generated kernel. The message names the node and
+    op whose kernel failed, where its source was saved, and the compiler's log."""
+
+    def __init__(self, message: str, node: int | None = None, op: str = "", source_path: str = "",
+                 log: str = "") -> None:
+        super().__init__(message)
+        self.node, self.op, self.source_path, self.log = node, op, source_path, log
+
+
 class BackendUnavailableError(LiteGpuError):
     """A backend was asked for by name but cannot be used here; the message says why."""
 

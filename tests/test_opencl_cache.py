@@ -139,7 +139,7 @@ def test_wrong_magic(device, tmp_path, caplog):
 
 
 def test_header_claims_huge_length(device, tmp_path, caplog):
-    from litegpu_opencl.cache import _HEADER
+    from litegpu.kernel_cache import _HEADER
     entry = warm(device, tmp_path)
     data = entry.read_bytes()
     magic, version, key, _, digest = _HEADER.unpack_from(data)
@@ -175,7 +175,7 @@ def test_symlinked_entry_is_not_followed(device, tmp_path, caplog):
 
 def test_verified_entry_the_driver_refuses(device, tmp_path, caplog):
     """A well-formed entry whose payload is no binary this driver takes (e.g. after a driver change)."""
-    from litegpu_opencl.cache import encode_entry
+    from litegpu.kernel_cache import encode_entry
     entry = warm(device, tmp_path)
     entry.write_bytes(encode_entry(entry.stem, b"definitely not a device binary" * 10))
     rebuilt_and_repaired(device, tmp_path, caplog, "refused by the driver")
@@ -208,16 +208,16 @@ def test_directory_of_another_user_is_not_used(device, tmp_path, caplog):
 
 
 def test_directory_choice(tmp_path, monkeypatch):
-    from litegpu_opencl.cache import cache_dir
+    from litegpu.kernel_cache import cache_dir
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.delenv("LITEGPU_CACHE_DIR", raising=False)
     monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
-    assert cache_dir({}) == tmp_path / "home" / ".cache" / "litegpu" / "opencl"
+    assert cache_dir("opencl", {}) == tmp_path / "home" / ".cache" / "litegpu" / "opencl"
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert cache_dir({}) == tmp_path / "xdg" / "litegpu" / "opencl"
+    assert cache_dir("opencl", {}) == tmp_path / "xdg" / "litegpu" / "opencl"
     monkeypatch.setenv("LITEGPU_CACHE_DIR", str(tmp_path / "lg"))
-    assert cache_dir({}) == tmp_path / "lg" / "opencl"
-    assert cache_dir({"serialization_dir": str(tmp_path / "s")}) == tmp_path / "s"
+    assert cache_dir("opencl", {}) == tmp_path / "lg" / "opencl"
+    assert cache_dir("opencl", {"serialization_dir": str(tmp_path / "s")}) == tmp_path / "s"
 
 
 # -- forbid_compile: proof that a warm run compiles nothing -----------------------------------
@@ -286,7 +286,7 @@ def test_warm_process_needs_no_driver_cache(device, tmp_path):
 # -- concurrency ------------------------------------------------------------------------------
 _WRITER = textwrap.dedent("""
     import sys
-    from litegpu_opencl.cache import KernelCache
+    from litegpu.kernel_cache import KernelCache
     cache = KernelCache(sys.argv[1])
     payload = bytes([int(sys.argv[3])]) * (1 << 20)
     for _ in range(int(sys.argv[4])):
@@ -295,9 +295,9 @@ _WRITER = textwrap.dedent("""
 
 
 def test_concurrent_writers_leave_a_valid_entry(tmp_path, caplog):
-    from litegpu_opencl.cache import KernelCache, cache_key, private_dir
+    from litegpu.kernel_cache import KernelCache, cache_key, private_dir
     assert private_dir(tmp_path / "c")
-    cache, key = KernelCache(tmp_path / "c"), cache_key("src", "", "dev")
+    cache, key = KernelCache(tmp_path / "c"), cache_key("opencl", "src", "", "dev")
     payloads = {bytes([n]) * (1 << 20) for n in (1, 2)}
     writers = [subprocess.Popen([sys.executable, "-c", _WRITER, str(cache.directory), key, str(n), "10"])
                for n in (1, 2)]
@@ -347,21 +347,21 @@ def test_warmed_pocl_binary(device, tmp_path):
 # -- size cap: least recently used entries evicted on store -----------------------------------
 def small_cache(directory: Path, cap: int):
     """A KernelCache in ``directory`` (created private) with a cap of ``cap`` bytes."""
-    from litegpu_opencl.cache import KernelCache, private_dir
+    from litegpu.kernel_cache import KernelCache, private_dir
     assert private_dir(directory)
     return KernelCache(directory, max_bytes=cap)
 
 
 def key_of(n: int) -> str:
-    from litegpu_opencl.cache import cache_key
-    return cache_key(f"source {n}", "", "dev")
+    from litegpu.kernel_cache import cache_key
+    return cache_key("opencl", f"source {n}", "", "dev")
 
 
 ENTRY = 1000    # payload bytes of the test entries
 
 
 def entry_bytes() -> int:
-    from litegpu_opencl.cache import HEADER_SIZE
+    from litegpu.kernel_cache import HEADER_SIZE
     return HEADER_SIZE + ENTRY
 
 
@@ -443,19 +443,20 @@ def test_stale_temp_files_are_evicted_fresh_ones_kept(tmp_path):
 
 def test_cap_from_option_environment_default(monkeypatch, caplog):
     from litegpu.errors import InvalidArgumentError
-    from litegpu_opencl.cache import DEFAULT_MAX_BYTES, MAX_BYTES_ENV, max_bytes
+    from litegpu.kernel_cache import DEFAULT_MAX_BYTES, max_bytes, max_bytes_env
+    MAX_BYTES_ENV = max_bytes_env("opencl")
     monkeypatch.delenv(MAX_BYTES_ENV, raising=False)
-    assert max_bytes({}) == DEFAULT_MAX_BYTES == 512 << 20
+    assert max_bytes("opencl", {}) == DEFAULT_MAX_BYTES == 512 << 20
     monkeypatch.setenv(MAX_BYTES_ENV, "12345")
-    assert max_bytes({}) == 12345
-    assert max_bytes({"kernel_cache_max_bytes": 777}) == 777        # the option wins
-    assert max_bytes({"kernel_cache_max_bytes": np.int64(0)}) == 0   # 0: no cap
+    assert max_bytes("opencl", {}) == 12345
+    assert max_bytes("opencl", {"kernel_cache_max_bytes": 777}) == 777        # the option wins
+    assert max_bytes("opencl", {"kernel_cache_max_bytes": np.int64(0)}) == 0   # 0: no cap
     for bad in (-1, "big", 1.5, True):
         with pytest.raises(InvalidArgumentError, match="kernel_cache_max_bytes"):
-            max_bytes({"kernel_cache_max_bytes": bad})
+            max_bytes("opencl", {"kernel_cache_max_bytes": bad})
     monkeypatch.setenv(MAX_BYTES_ENV, "lots")
     with caplog.at_level(logging.WARNING, logger="litegpu.opencl"):
-        assert max_bytes({}) == DEFAULT_MAX_BYTES
+        assert max_bytes("opencl", {}) == DEFAULT_MAX_BYTES
     assert MAX_BYTES_ENV in caplog.text
 
 
@@ -477,13 +478,13 @@ def test_build_program_honours_the_cap(device, tmp_path):
 
 _EVICTING_WRITER = textwrap.dedent("""
     import sys
-    from litegpu_opencl.cache import KernelCache, cache_key
+    from litegpu.kernel_cache import KernelCache, cache_key
     cache = KernelCache(sys.argv[1], max_bytes=int(sys.argv[2]))
     writer = int(sys.argv[3])
     for i in range(40):
         n = writer * 1000 + i
-        assert cache.store(cache_key(f"source {n}", "", "dev"), bytes([n % 256]) * 1000)
-        cache.load(cache_key(f"source {writer * 1000 + i // 2}", "", "dev"))   # hits too (touches)
+        assert cache.store(cache_key("opencl", f"source {n}", "", "dev"), bytes([n % 256]) * 1000)
+        cache.load(cache_key("opencl", f"source {writer * 1000 + i // 2}", "", "dev"))   # hits too (touches)
 """)
 
 

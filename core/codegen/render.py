@@ -6,8 +6,14 @@ as OpenCL counts them; see :func:`blocks` for APIs that launch whole groups).
 """
 from __future__ import annotations
 
+import hashlib
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+from litegpu import env
 from litegpu.backend import Partition
-from litegpu.errors import UnsupportedError
+from litegpu.errors import KernelBuildError, UnsupportedError
 
 from .dialect import Dialect
 from .fusion import followers
@@ -71,3 +77,43 @@ def blocks(spec: KernelSpec, default_block: int = 128) -> tuple[tuple[int, int, 
         block = (min(default_block, max(size[0], 1)), 1, 1)
     grid = tuple(-(-g // b) for g, b in zip(size, block))
     return grid, block
+
+
+def build_failure(partition: Partition, step_kernels: list[list[KernelSpec]], precision: Precision,
+                  dialect: Dialect, build: Callable[[str], None], log: str) -> KernelBuildError:
+    """The error for a program whose build failed with ``log``: names the node at fault.
+
+    Each step is built alone (the prelude and its kernels) until one fails; its source is
+    saved under the cache root (``failed-kernels/``) so the user can open it, and the
+    error carries that path, the node, the op and the compiler's log. When no step fails
+    alone (a fault of the whole program), the whole source is saved instead.
+    """
+    nodes = partition.nodes
+    for step, kernels in zip(partition.steps or [[i] for i in range(len(nodes))], step_kernels):
+        source = assemble([kernels], precision, dialect)[0]
+        try:
+            build(source)
+        except Exception as exc:   # noqa: BLE001 - whatever the API's compiler raises is the report
+            ctx = nodes[step[0]]
+            path = _save_failed(source, dialect)
+            return KernelBuildError(
+                f"the {dialect.name} kernel of node {ctx.node.index} ({ctx.node.op}) failed to build; "
+                f"its source is in {path}:\n{exc}", ctx.node.index, ctx.node.op, str(path), str(exc))
+    source = assemble(step_kernels, precision, dialect)[0]
+    path = _save_failed(source, dialect)
+    return KernelBuildError(f"the {dialect.name} program failed to build (no single node's kernel fails alone); "
+                            f"its source is in {path}:\n{log}", source_path=str(path), log=log)
+
+
+def _save_failed(source: str, dialect: Dialect) -> Path:
+    """Write a source that failed to build where the user can read it; its path."""
+    directory = env.cache_root() / "failed-kernels"
+    path = directory / f"{hashlib.sha256(source.encode()).hexdigest()[:16]}{dialect.suffix}"
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        path.write_text(source)
+    except OSError:   # an unwritable cache root: a temp file still shows the source
+        with tempfile.NamedTemporaryFile("w", suffix=dialect.suffix, delete=False) as f:
+            f.write(source)
+        path = Path(f.name)
+    return path

@@ -1,4 +1,4 @@
-"""Building OpenCL programs, through the on-disk kernel cache (see :mod:`.cache`).
+"""Building OpenCL programs, through the on-disk kernel cache (see :mod:`litegpu.kernel_cache`).
 
 A hit loads the stored binary (``clCreateProgramWithBinary`` + build, milliseconds); a
 miss builds from source and stores the binary. pyopencl's own binary cache is bypassed
@@ -14,7 +14,7 @@ build nor PoCL's own cache.
 
 Every store keeps the cache directory under its size cap (``kernel_cache_max_bytes``,
 ``$LITEGPU_OPENCL_CACHE_MAX_BYTES``, 512 MiB by default), evicting the least recently
-used entries; see :mod:`.cache`.
+used entries; see :mod:`litegpu.kernel_cache`.
 """
 from __future__ import annotations
 
@@ -23,13 +23,14 @@ import os
 from typing import Any
 
 from litegpu.backend import CompileOptions
-from litegpu.errors import ExecutionError, UnsupportedError
+from litegpu.errors import ExecutionError
+from litegpu.kernel_cache import KernelCache, cache_dir, compile_forbidden, options_key
 
-from .cache import KernelCache, cache_dir, compile_forbidden, options_key
 from .device import Device
 
 log = logging.getLogger("litegpu.opencl")
 
+API = "opencl"   # its kernel cache (litegpu.kernel_cache)
 BUILD_OPTIONS = ""   # no fast-math: results must match LiteRT's fp32
 
 
@@ -40,26 +41,34 @@ def _from_binary(device: Device, binary: bytes) -> Any:
 
 def _from_source(device: Device, source: str, options: CompileOptions, cache: KernelCache | None,
                  key: str | None) -> Any:
-    cl = device.cl
-    if compile_forbidden(options.extra):
-        where = f"{cache.path(key)}" if cache is not None else f"{cache_dir(options.extra)} (cache off or unusable)"
+    if compile_forbidden(API, options.extra):
+        where = f"{cache.path(key)}" if cache is not None else f"{cache_dir(API, options.extra)} (cache off or unusable)"
         raise ExecutionError(f"the OpenCL kernel cache had no entry for this program ({where}) and compiling "
                              "is forbidden (forbid_compile / LITEGPU_OPENCL_FORBID_COMPILE)")
+    # Built for our device only, so the program has exactly one binary to store.
+    return build_source(device, source, cache_dir=False if cache is not None else None)
+
+
+class BuildFailed(Exception):
+    """The OpenCL compiler refused a source; the message is its build log."""
+
+
+def build_source(device: Device, source: str, cache_dir: Any = False) -> Any:
+    """``source`` built for the device, bypassing every cache; BuildFailed with the log."""
+    cl = device.cl
     try:
-        # Built for our device only, so the program has exactly one binary to store.
-        return cl.Program(device.context, source).build(BUILD_OPTIONS, devices=[device.device],
-                                                        cache_dir=False if cache is not None else None)
+        return cl.Program(device.context, source).build(BUILD_OPTIONS, devices=[device.device], cache_dir=cache_dir)
     except cl.Error as exc:
-        raise UnsupportedError(f"OpenCL program failed to build: {exc}") from None
+        raise BuildFailed(str(exc)) from None
 
 
 def build_program(device: Device, source: str, options: CompileOptions) -> tuple[Any, bool]:
-    """The built program and whether it came from the cache."""
+    """The built program and whether it came from the cache; BuildFailed when it does not build."""
     cl = device.cl
-    cache = KernelCache.for_options(options.extra)
+    cache = KernelCache.for_options(API, options.extra)
     if cache is None:
         return _from_source(device, source, options, None, None), False
-    key = options_key(source, BUILD_OPTIONS, device.identity, options)
+    key = options_key(API, source, BUILD_OPTIONS, device.identity, options)
     binary = cache.load(key)
     if binary is not None:
         try:
@@ -93,9 +102,9 @@ def store_warmed_binary(device: Device, source: str, options: CompileOptions) ->
     cl = device.cl
     if device.platform.name != POCL_PLATFORM or os.environ.get("POCL_KERNEL_CACHE") == "0":
         return False   # without PoCL's cache the rebuild would be a full compile
-    if compile_forbidden(options.extra):
+    if compile_forbidden(API, options.extra):
         return False
-    cache = KernelCache.for_options(options.extra)
+    cache = KernelCache.for_options(API, options.extra)
     if cache is None:
         return False
     try:
@@ -104,4 +113,4 @@ def store_warmed_binary(device: Device, source: str, options: CompileOptions) ->
     except cl.Error as exc:
         log.warning("OpenCL kernel cache: could not refresh a PoCL binary (%s)", exc)
         return False
-    return bool(binary) and cache.store(options_key(source, BUILD_OPTIONS, device.identity, options), binary)
+    return bool(binary) and cache.store(options_key(API, source, BUILD_OPTIONS, device.identity, options), binary)

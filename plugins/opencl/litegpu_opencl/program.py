@@ -21,9 +21,10 @@ from litegpu.backend import CompileOptions, Event, Partition, Program
 from litegpu.errors import ExecutionError, InvalidArgumentError
 from litegpu.memory import Usage, plan_arena
 
-from .build import build_program, store_warmed_binary
+from .build import BuildFailed, build_program, build_source, store_warmed_binary
 from litegpu.codegen import Precision
-from litegpu.codegen.render import assemble, partition_kernels
+from litegpu.codegen.opencl import OPENCL
+from litegpu.codegen.render import assemble, build_failure, partition_kernels
 from .device import Device
 
 log = logging.getLogger("litegpu.opencl")
@@ -145,7 +146,11 @@ class ClProgram(Program):
         step_kernels = partition_kernels(partition, self.precision)
         self.kernel_count = sum(len(k) for k in step_kernels)
         source, self.function_count = assemble(step_kernels, self.precision)
-        self.program, self.cache_hit = build_program(device, source, options)
+        try:
+            self.program, self.cache_hit = build_program(device, source, options)
+        except BuildFailed as exc:
+            raise build_failure(partition, step_kernels, self.precision, OPENCL,
+                                lambda one: build_source(device, one), str(exc)) from None
         # PoCL compiles each kernel's work-group code at its first launch, after the binary
         # was cached: once the first run is done, the cache entry is refreshed to hold it.
         self._refresh = None if self.cache_hit else (source, options)

@@ -1,17 +1,19 @@
-"""The on-disk kernel cache: built OpenCL program binaries, keyed by content.
+"""The on-disk kernel cache of a GPU API: built program binaries, keyed by content.
 
-What LiteRT calls "serialization". One file per program, named by its key::
+What LiteRT calls "serialization". Each GPU plugin names its API (``"opencl"``,
+``"cuda"``) and gets its own directory, key space and switches. One file per program,
+named by its key::
 
-    key = sha256(source, build options, device identity, litegpu version,
+    key = sha256(API, source, build options, device identity, litegpu version,
                  model digest, model token)
 
 so a changed kernel, driver, device, litegpu release or model never meets an old
 binary. The model token is optional (``model_token`` as in LiteRT); the key works
 without it.
 
-Where: ``serialization_dir`` from the options, else ``$LITEGPU_CACHE_DIR/opencl``, else
-``$XDG_CACHE_HOME/litegpu/opencl`` (``~/.cache/litegpu/opencl``). ``kernel_cache=False``
-turns the cache off.
+Where: ``serialization_dir`` from the options, else ``$LITEGPU_CACHE_DIR/<api>``, else
+``$XDG_CACHE_HOME/litegpu/<api>`` (``~/.cache/litegpu/opencl``, ``.../cuda``).
+``kernel_cache=False`` turns the cache off.
 
 Why it is private: a driver binary is native code the driver will run (PoCL's binaries
 even carry shared objects it loads), so whoever can write the directory can run code
@@ -24,13 +26,13 @@ An entry is a fixed header, then the payload (the binary)::
 
     magic (8 bytes) | format version (u32) | key (32 bytes) | payload length (u64) | sha256 of payload (32 bytes)
 
-Loading checks all of it against the file before the payload is handed to OpenCL; a
+Loading checks all of it against the file before the payload is handed to the driver; a
 bad entry (wrong magic, other format version or key, truncated, wrong length, wrong
 checksum, not a regular file of ours) is logged, deleted and reported as a miss, so
 the caller rebuilds from source. Nothing in an entry is unpickled or evaluated.
 
 Size: every store checks the directory against a cap (``kernel_cache_max_bytes`` in the
-options, else ``$LITEGPU_OPENCL_CACHE_MAX_BYTES``, else 512 MiB; 0 means no cap). Over
+options, else ``$LITEGPU_<API>_CACHE_MAX_BYTES``, else 512 MiB; 0 means no cap). Over
 it, the least recently used entries go, oldest mtime first, until the directory holds
 at most 3/4 of the cap (so the next stores do not each scan and delete again). A hit
 touches its entry's mtime, which makes mtime order "least recently used". Several
@@ -56,7 +58,7 @@ import litegpu
 from litegpu import env
 from litegpu.errors import InvalidArgumentError
 
-log = logging.getLogger("litegpu.opencl")
+log = logging.getLogger("litegpu.kernel_cache")
 
 MAGIC = b"LGPUCLB\x00"
 FORMAT_VERSION = 1
@@ -67,8 +69,6 @@ HEADER_SIZE = _HEADER.size
 MAX_PAYLOAD = 1 << 30
 SUFFIX = ".clbin"
 
-FORBID_ENV = "LITEGPU_OPENCL_FORBID_COMPILE"
-MAX_BYTES_ENV = "LITEGPU_OPENCL_CACHE_MAX_BYTES"
 MAX_BYTES_OPTION = "kernel_cache_max_bytes"
 DEFAULT_MAX_BYTES = 512 << 20
 # A temp file this old is a crashed writer's leftover (a store takes milliseconds):
@@ -85,25 +85,35 @@ def _warn_once(directory: Path, message: str) -> None:
 
 
 # -- options -------------------------------------------------------------------------------
-def cache_dir(extra: dict) -> Path:
+def forbid_env(api: str) -> str:
+    """The variable that forbids building from source: ``LITEGPU_OPENCL_FORBID_COMPILE``, ..."""
+    return f"LITEGPU_{api.upper()}_FORBID_COMPILE"
+
+
+def max_bytes_env(api: str) -> str:
+    """The variable that caps the cache's size: ``LITEGPU_OPENCL_CACHE_MAX_BYTES``, ..."""
+    return f"LITEGPU_{api.upper()}_CACHE_MAX_BYTES"
+
+
+def cache_dir(api: str, extra: dict) -> Path:
     """The cache directory the options name (see the module docstring); not created here."""
     given = extra.get("serialization_dir")
     if given:
         return Path(os.path.expanduser(os.fspath(given)))
-    return env.cache_root() / "opencl"
+    return env.cache_root() / api
 
 
-def compile_forbidden(extra: dict) -> bool:
-    """True when building from source must fail (``forbid_compile`` or ``LITEGPU_OPENCL_FORBID_COMPILE=1``).
+def compile_forbidden(api: str, extra: dict) -> bool:
+    """True when building from source must fail (``forbid_compile`` or :func:`forbid_env` set to 1).
 
     A test switch: a warm run under it proves every program came from the cache.
     """
     if extra.get("forbid_compile"):
         return True
-    return env.flag(FORBID_ENV, False)
+    return env.flag(forbid_env(api), False)
 
 
-def max_bytes(extra: dict) -> int:
+def max_bytes(api: str, extra: dict) -> int:
     """The cache size cap in bytes the options ask for (see the module docstring); 0: no cap.
 
     A bad ``kernel_cache_max_bytes`` option is the caller's error (InvalidArgumentError);
@@ -119,7 +129,8 @@ def max_bytes(extra: dict) -> int:
             raise InvalidArgumentError(f"{MAX_BYTES_OPTION} must be a byte count >= 0 (0: no cap), "
                                        f"not {given!r}")
         return value
-    raw = os.environ.get(MAX_BYTES_ENV, "").strip()
+    variable = max_bytes_env(api)
+    raw = os.environ.get(variable, "").strip()
     if raw:
         try:
             value = int(raw)
@@ -127,28 +138,28 @@ def max_bytes(extra: dict) -> int:
             value = -1
         if value >= 0:
             return value
-        if MAX_BYTES_ENV not in _warned:
-            _warned.add(MAX_BYTES_ENV)
-            log.warning("%s=%r is not a byte count >= 0; using %d", MAX_BYTES_ENV, env, DEFAULT_MAX_BYTES)
+        if variable not in _warned:
+            _warned.add(variable)
+            log.warning("%s=%r is not a byte count >= 0; using %d", variable, raw, DEFAULT_MAX_BYTES)
     return DEFAULT_MAX_BYTES
 
 
-def cache_key(source: str, build_options: str, device_identity: str, model_digest: str = "",
+def cache_key(api: str, source: str, build_options: str, device_identity: str, model_digest: str = "",
               model_token: str = "") -> str:
     """Hex sha256 naming one program's entry (every field length-prefixed, so none can bleed into the next)."""
     h = hashlib.sha256()
-    for part in (b"litegpu-opencl-program", source.encode(), build_options.encode(), device_identity.encode(),
+    for part in (f"litegpu-{api}-program".encode(), source.encode(), build_options.encode(), device_identity.encode(),
                  litegpu.__version__.encode(), model_digest.encode(), model_token.encode()):
         h.update(struct.pack("<Q", len(part)))
         h.update(part)
     return h.hexdigest()
 
 
-def options_key(source: str, build_options: str, device_identity: str, options: Any) -> str:
+def options_key(api: str, source: str, build_options: str, device_identity: str, options: Any) -> str:
     """:func:`cache_key` with the model digest and token taken from ``CompileOptions``."""
     model = getattr(options, "model", None)
     token = options.extra.get("model_token")
-    return cache_key(source, build_options, device_identity, model.digest() if model is not None else "",
+    return cache_key(api, source, build_options, device_identity, model.digest() if model is not None else "",
                      "" if token is None else str(token))
 
 
@@ -216,18 +227,18 @@ def private_dir(directory: Path) -> bool:
                 pass
         st = os.stat(directory)
     except OSError as exc:
-        _warn_once(directory, f"OpenCL kernel cache disabled: cannot create {directory} ({exc})")
+        _warn_once(directory, f"kernel cache disabled: cannot create {directory} ({exc})")
         return False
     if not stat.S_ISDIR(st.st_mode):
-        _warn_once(directory, f"OpenCL kernel cache disabled: {directory} is not a directory")
+        _warn_once(directory, f"kernel cache disabled: {directory} is not a directory")
         return False
     if hasattr(os, "geteuid"):
         if st.st_uid != os.geteuid():
-            _warn_once(directory, f"OpenCL kernel cache disabled: {directory} is owned by uid {st.st_uid}, "
+            _warn_once(directory, f"kernel cache disabled: {directory} is owned by uid {st.st_uid}, "
                                   f"not this user ({os.geteuid()}); cached binaries there could be anyone's code")
             return False
         if st.st_mode & 0o022:
-            _warn_once(directory, f"OpenCL kernel cache disabled: {directory} is group- or world-writable "
+            _warn_once(directory, f"kernel cache disabled: {directory} is group- or world-writable "
                                   f"(mode {stat.S_IMODE(st.st_mode):o}); others could plant binaries there. "
                                   f"Empty it and 'chmod 700' it, or choose another serialization_dir")
             return False
@@ -237,17 +248,19 @@ def private_dir(directory: Path) -> bool:
 class KernelCache:
     """Program binaries in one private directory (see the module docstring)."""
 
-    def __init__(self, directory: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+    def __init__(self, directory: Path, max_bytes: int = DEFAULT_MAX_BYTES, api: str = "") -> None:
         self.directory = Path(directory)
         self.max_bytes = max_bytes    # 0: no cap
+        self.label = f"{api} kernel cache" if api else "kernel cache"   # for log messages
+        self.log = logging.getLogger(f"litegpu.{api}") if api else log    # the plugin's own logger
 
     @classmethod
-    def for_options(cls, extra: dict) -> KernelCache | None:
+    def for_options(cls, api: str, extra: dict) -> KernelCache | None:
         """The cache the options ask for, or None when it is off or its directory is unusable."""
         if extra.get("kernel_cache") is False:
             return None
-        directory = cache_dir(extra)
-        return cls(directory, max_bytes(extra)) if private_dir(directory) else None
+        directory = cache_dir(api, extra)
+        return cls(directory, max_bytes(api, extra), api) if private_dir(directory) else None
 
     def path(self, key: str) -> Path:
         """Where the entry for ``key`` lives."""
@@ -265,7 +278,7 @@ class KernelCache:
             if exc.errno == errno.ELOOP:   # a symlink: never followed
                 self._drop(path, None, "a symbolic link")
             else:
-                log.warning("OpenCL kernel cache: cannot read %s (%s); building from source", path, exc)
+                self.log.warning("%s: cannot read %s (%s); building from source", self.label, path, exc)
             return None
         try:
             try:
@@ -274,7 +287,7 @@ class KernelCache:
                 self._drop(path, os.fstat(fd), str(exc))
                 return None
             except OSError as exc:
-                log.warning("OpenCL kernel cache: cannot read %s (%s); building from source", path, exc)
+                self.log.warning("%s: cannot read %s (%s); building from source", self.label, path, exc)
                 return None
             _touch(fd, path)
             return payload
@@ -286,7 +299,7 @@ class KernelCache:
         self._drop(self.path(key), None, reason)
 
     def _drop(self, path: Path, seen: os.stat_result | None, reason: str) -> None:
-        log.warning("OpenCL kernel cache: %s is %s; deleting it and building from source", path, reason)
+        self.log.warning("%s: %s is %s; deleting it and building from source", self.label, path, reason)
         try:
             # Only the file we judged: a writer may have renamed a good entry into place meanwhile.
             if seen is not None:
@@ -314,7 +327,7 @@ class KernelCache:
             os.replace(tmp, self.path(key))
             tmp = ""
         except OSError as exc:
-            log.warning("OpenCL kernel cache: cannot store %s (%s)", self.path(key), exc)
+            self.log.warning("%s: cannot store %s (%s)", self.label, self.path(key), exc)
             return False
         finally:
             if fd >= 0:
@@ -348,7 +361,7 @@ class KernelCache:
                         continue
                     found.append((st.st_mtime_ns, st.st_size, name, st))
         except OSError as exc:
-            log.warning("OpenCL kernel cache: cannot list %s (%s)", self.directory, exc)
+            self.log.warning("%s: cannot list %s (%s)", self.label, self.directory, exc)
         found.sort()
         return found
 
@@ -379,12 +392,12 @@ class KernelCache:
             except FileNotFoundError:   # another process evicted it first: it is gone all the same
                 pass
             except OSError as exc:
-                log.warning("OpenCL kernel cache: cannot evict %s (%s)", path, exc)
+                self.log.warning("%s: cannot evict %s (%s)", self.label, path, exc)
                 continue
             freed += size
             count += 1
-        log.debug("OpenCL kernel cache: evicted %d files (%d bytes) from %s over its cap of %d bytes",
-                  count, freed, self.directory, cap)
+        self.log.debug("%s: evicted %d files (%d bytes) from %s over its cap of %d bytes",
+                  self.label, count, freed, self.directory, cap)
         return freed
 
 
