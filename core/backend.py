@@ -9,7 +9,7 @@ entry-point group) implements the ``litegpu_backends()`` hook of ``litegpu.hooks
 returns :class:`Backend` instances. Each is checked when the plugin loads
 (:func:`contract_problems`): an instance of :class:`Backend`; ``name`` a non-empty word
 (letters, digits, ``_ . + -``; not "GPU", which names any GPU) no other backend has;
-every method still callable; ``is_gpu`` and ``host_memory`` bools. (``supports`` and
+every method still callable; ``is_gpu`` and ``host_memory`` bools, ``gpu_priority`` an int. (``supports`` and
 ``compile`` are not checked there: a backend unavailable here is never asked; the base
 class's versions raise, naming the backend.) A backend that fails is rejected with a
 :class:`~litegpu.errors.PluginError` naming the plugin, its distribution and the fault: an
@@ -37,8 +37,10 @@ Required and optional members (an optional member's default is what the base cla
 ==========  =============================  ==========================================
 class       required                       optional, and its default
 ==========  =============================  ==========================================
-Backend     ``name``, ``supports``,        ``is_gpu`` (False), ``host_memory`` (True),
-            ``compile``                    ``available`` (yes), ``device_info`` ({}),
+Backend     ``name``, ``supports``,        ``is_gpu`` (False), ``gpu_priority`` (0),
+            ``compile``                    ``host_memory`` (True), ``dialect`` (""),
+                                           ``offline_build`` ({}),
+                                           ``available`` (yes), ``device_info`` ({}),
                                            ``schedule`` (one node per step),
                                            ``allocate``/``copy_in``/``copy_out``/
                                            ``nbytes`` (numpy host memory), ``wrap``
@@ -328,6 +330,13 @@ class Backend:
     #: True: chosen when a user asks for "GPU" (``HardwareAccelerator.GPU``), and a
     #: quantized model then runs in its float view. Read by the session.
     is_gpu: bool = False
+    #: Among available GPU backends, "GPU" prefers the highest (cuda 30, metal 20,
+    #: opencl 10; a third party's default 0 comes after them).
+    gpu_priority: int = 0
+    #: The :mod:`litegpu.codegen` dialect a codegen GPU backend renders its kernels in
+    #: ("opencl", "cuda", "metal"); "" for a backend with kernels of its own. Read by
+    #: ``litegpu compile --out``, which renders a model's programs without a device.
+    dialect: str = ""
     #: True: programs read and write host numpy arrays. False: they take the backend's own
     #: device buffers (from ``allocate``); the executor keeps tensors in device memory
     #: between partitions of the backend and inserts copy_in/copy_out at device boundaries.
@@ -373,6 +382,13 @@ class Backend:
         op. Required.
         """
         raise NotImplementedError(f"backend {self.name!r} does not implement compile(), which is required")
+
+    def offline_build(self, source: str) -> dict[str, bytes]:
+        """What building ``source`` (a program in :attr:`dialect`) yields without a
+        device, as {file name: contents} (cuda: PTX per GPU arch); raises, with the
+        compiler's log, when it does not build. Called by ``litegpu compile --out``.
+        Default: nothing (the source alone is the artifact)."""
+        return {}
 
     def bind_control(self, control: Branch | Loop) -> Callable[[], None] | None:
         """``control`` (its steps from this backend's programs) as one call of no
@@ -450,6 +466,11 @@ def contract_problems(backend: object) -> list[str]:
     for flag in _FLAGS:
         if not isinstance(getattr(backend, flag), bool):
             problems.append(f"{flag} must be a bool, got {getattr(backend, flag)!r}")
+    if not isinstance(backend.dialect, str):
+        problems.append(f"dialect must be a str, got {backend.dialect!r}")
+    priority = backend.gpu_priority
+    if not isinstance(priority, int) or isinstance(priority, bool):
+        problems.append(f"gpu_priority must be an int, got {priority!r}")
     for method in _METHODS:
         if not callable(getattr(backend, method)):
             problems.append(f"{method} must be a method, got {getattr(backend, method)!r}")

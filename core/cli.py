@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
+import json
 import logging
 import sys
 import threading
@@ -333,6 +334,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
+    if args.out is not None:
+        return _compile_offline(args)
     arrays = [_read_npy(path) for path in args.input or ()]
     interp = _make_interpreter(args)
     target = _target(interp, None)
@@ -341,6 +344,53 @@ def cmd_compile(args: argparse.Namespace) -> int:
     first = _timed(target.invoke)
     print(f"first invoke (JIT compilation + run): {first:.2f}s; the disk caches now hold this model's kernels")
     _print_placement(target.report())
+    return 0
+
+
+def _compile_offline(args: argparse.Namespace) -> int:
+    """``compile --out``: every GPU program of the model as source (and what the backend
+    builds offline, e.g. PTX) in DIR, with a manifest of launches; no device needed."""
+    from .codegen import DIALECTS, Precision
+    from .codegen.offline import render_model
+    from .codegen.render import build_failure
+    from .model import load_model
+    from .plugins import manager
+    if not args.backend:
+        raise InvalidArgumentError("compile --out needs --backend (opencl, cuda, metal or a codegen plugin)")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    with _naming_file(args.model):
+        model = load_model(args.model)
+    precisions = [Precision()] + ([Precision(True, False), Precision(True, True)] if args.fp16 else [])
+    manifest = []
+    for name in args.backend:
+        backend = manager().backend(name)
+        if backend.dialect not in DIALECTS:
+            raise InvalidArgumentError(f"backend {name!r} renders no kernel sources (only codegen GPU backends "
+                                       f"do: {', '.join(sorted(DIALECTS))})")
+        dialect = DIALECTS[backend.dialect]
+        for precision in precisions:
+            with progress(f"rendering {Path(args.model).name} for {name} ({precision.name})"):
+                programs = render_model(model, dialect, precision)
+            for n, program in enumerate(programs):
+                stem = f"{name}.{precision.name}.sg{program.subgraph}.p{n}"
+                (out / f"{stem}{dialect.suffix}").write_text(program.source)
+                with progress(f"building {stem}"):
+                    try:
+                        built = backend.offline_build(program.source)
+                    except Exception as exc:   # noqa: BLE001 - the compiler's own error is the log
+                        raise build_failure(program.partition, program.step_kernels, precision, dialect,
+                                            backend.offline_build, getattr(exc, "log", str(exc))) from None
+                for file, data in built.items():
+                    (out / f"{stem}.{file}").write_bytes(data)
+                manifest.append({"backend": name, "precision": precision.name, "subgraph": program.subgraph,
+                                 "source": f"{stem}{dialect.suffix}",
+                                 "built": [f"{stem}.{file}" for file in built], "launches": program.launches})
+                print(f"{out / stem}{dialect.suffix}: {len(program.launches)} launches"
+                      + (f"; {', '.join(built)}" if built else ""))
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    if not manifest:
+        print("no node of this model runs on a GPU backend: nothing to write")
     return 0
 
 
@@ -600,7 +650,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "trace-event file (Perfetto, chrome://tracing)")
     p.set_defaults(func=cmd_bench)
     p = model_command("compile", "compile a model and run it once, filling the disk caches so later "
-                      "processes start warm")
+                      "processes start warm; with --out, write its GPU kernels instead (no device needed)")
+    p.add_argument("--out", metavar="DIR", help="write the generated kernel sources of --backend (opencl, cuda, "
+                   "metal), what it builds without a device (cuda: PTX), and manifest.json (launch sizes) "
+                   "to DIR; with --fp16 also the F32_F16 and F16 programs")
     p.set_defaults(func=cmd_compile)
     p = sub.add_parser("backends", help="list backend plugins, availability, devices and versions")
     logging_flags(p, argparse.SUPPRESS)

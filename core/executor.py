@@ -211,8 +211,8 @@ class CompiledSubgraph:
                                      f"{limit} bytes (raise it with Limits.max_bytes)")
         for t, spec in host_specs.items():
             # A variable starts where TFLite's ResetVariableTensor puts it (int8: its zero point).
-            start = variable_initial_value(sg.tensors[t]) if sg.tensors[t].is_variable else 0
-            self.host[t] = spec.value if spec.value is not None else np.full(spec.shape, start, spec.dtype)
+            initial = variable_initial_value(sg.tensors[t]) if sg.tensors[t].is_variable else 0
+            self.host[t] = spec.value if spec.value is not None else np.full(spec.shape, initial, spec.dtype)
         log.info("subgraph %d: %d nodes planned into %d partitions (%d folded) in %.1f ms", sg_index,
                  len(contexts), len(planned), len(folded), (time.perf_counter() - start) * 1e3)
         self.steps: list[tuple[Program, list[int], list[int]]] = [

@@ -312,12 +312,6 @@ def xnn_quantize_bound(value: float, scale: float, zero_point: int, qmin: int, q
     return int(np.rint(np.clip(f, np.float32(qmin), np.float32(qmax))))
 
 
-# The real-valued clamp range of each fused activation (TANH / SIGN_BIT clamp nothing).
-_ACTIVATION_RANGE = {"NONE": (-np.inf, np.inf), "RELU": (0.0, np.inf), "RELU6": (0.0, 6.0),
-                     "RELU_N1_TO_1": (-1.0, 1.0), "RELU_0_TO_1": (0.0, 1.0), "TANH": (-np.inf, np.inf),
-                     "SIGN_BIT": (-np.inf, np.inf)}
-
-
 def activation_range(activation: str, out: QuantParams, style: str = "xnnpack") -> tuple[int, int]:
     """The quantized clamp range ``(lo, hi)`` of a fused activation on output ``out``.
 
@@ -325,7 +319,8 @@ def activation_range(activation: str, out: QuantParams, style: str = "xnnpack") 
     even); "tflite": TFLite's ``CalculateActivationRangeQuantized`` (``zp + round(v / s)``,
     ties away from zero, computed in float32), intersected with the type's range.
     """
-    low, high = _ACTIVATION_RANGE[activation]
+    from .ops.registry import ACTIVATION_RANGES   # here: litegpu.ops imports this module
+    low, high = ACTIVATION_RANGES[activation]
     scale, zp = out.scale, out.zero_point
     if style == "xnnpack":
         return (xnn_quantize_bound(low, scale, zp, out.qmin, out.qmax),

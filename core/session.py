@@ -59,13 +59,16 @@ def load_delegate(library: str, options: dict | None = None) -> Delegate:
 
 
 def resolve_backends(names: list[str]) -> list[Backend]:
-    """Backends for a preference list; "GPU" means any available non-cpu backend, with a warning if none."""
+    """Backends for a preference list; "GPU" means every available GPU backend, best first
+    (``Backend.gpu_priority``), with a warning if none."""
     pm = manager()
     out: list[Backend] = []
     for name in names:
         if name.upper() == "GPU":
-            gpus = [b for b in pm.backends.values() if b.name != CPU and b.is_gpu
-                    and b.available()[0]]
+            # The best first (cuda on NVIDIA, metal on macOS, else opencl); the rest after it
+            # take what the first cannot run.
+            gpus = sorted((b for b in pm.backends.values() if b.name != CPU and b.is_gpu and b.available()[0]),
+                          key=lambda b: -b.gpu_priority)
             if not gpus:
                 log.warning("GPU acceleration was requested but no GPU backend is available; running on cpu")
             out.extend(b for b in gpus if b not in out)

@@ -140,6 +140,7 @@ _MALFORMED = {
     "copy_out-not-callable": ([_named("nocopy", copy_out=3)], "copy_out must be a method, got 3"),
     "is_gpu-not-bool": ([_named("flag", is_gpu="yes")], "is_gpu must be a bool, got 'yes'"),
     "host_memory-not-bool": ([_named("mem", host_memory=None)], "host_memory must be a bool, got None"),
+    "gpu_priority-not-int": ([_named("prio", gpu_priority="high")], "gpu_priority must be an int, got 'high'"),
 }
 
 
@@ -459,3 +460,18 @@ def test_the_profiler_times_a_program_without_run_profiled_as_a_whole(registered
     (whole,) = [s for s in profiler.slices if s.cat == "node"]
     assert whole.thread == "binding (whole partitions)"
     assert [n.op for n in whole.nodes] == ["ADD", "MUL"]   # named from Program.partition
+
+
+def test_gpu_asks_for_the_available_gpu_backends_best_first(registered):
+    """"GPU" orders the available GPU backends by gpu_priority (cuda before metal before
+    opencl); an unavailable one is left out, and non-GPU backends never join."""
+    from litegpu.session import resolve_backends
+    registered("gpus", _named("slow-gpu", is_gpu=True, gpu_priority=-5),
+               _named("best-gpu", is_gpu=True, gpu_priority=1000),
+               _named("absent-gpu", is_gpu=True, gpu_priority=2000, available=lambda self: (False, "no driver")),
+               _named("not-a-gpu", gpu_priority=3000))
+    names = [b.name for b in resolve_backends(["GPU"])]
+    assert names[0] == "best-gpu" and names[-1] == "slow-gpu", names
+    assert "absent-gpu" not in names and "not-a-gpu" not in names and "cpu" not in names
+    priorities = [manager().backends[n].gpu_priority for n in names]
+    assert priorities == sorted(priorities, reverse=True), names

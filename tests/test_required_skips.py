@@ -69,7 +69,7 @@ def test_missing_clang_fails_when_required():
 def test_a_misspelled_need_is_a_usage_error():
     done = _pytest(CLANG_TEST, {"LITEGPU_TEST_REQUIRE": "clagn"})
     assert done.returncode == 4, done.stdout[-2000:] + done.stderr[-2000:]
-    assert "$LITEGPU_TEST_REQUIRE names ['clagn']; known needs: ['opencl', 'clang', 'models']" in done.stderr
+    assert "$LITEGPU_TEST_REQUIRE names ['clagn']; known needs: ['opencl', 'clang', 'models', 'nvrtc']" in done.stderr
 
 
 def test_missing_shared_models_fail_when_required(tmp_path):

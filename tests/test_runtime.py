@@ -287,3 +287,17 @@ def test_if_compiles_the_constant_inputs_of_its_branch_in() -> None:
         w_input = call.compiled.sg.inputs[1]
         assert call.compiled.host[w_input] is call.compiled.sg.tensors[w_input].data or \
             call.compiled.host[w_input] is interp._session.model.subgraphs[0].tensors[w].data
+
+
+def test_compile_time_is_measured_from_the_start_of_compiling():
+    """A subgraph's compile time is the time it took, not the process's clock (a variable's
+    initial value once overwrote the start time)."""
+    b = ModelBuilder()
+    x = b.input("x", (2, 3), np.float32)
+    y = b.tensor("y", (2, 3), np.float32)
+    b.op("RELU", [x], [y])
+    b.output(y)
+    interp = litegpu.Interpreter(model_content=b.build())
+    interp.allocate_tensors()
+    (compiled,) = interp._session._cache.values()
+    assert 0 <= compiled.compile_seconds < 60

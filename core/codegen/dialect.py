@@ -66,6 +66,10 @@ class Dialect:
     preludes: dict[str, str] = field(default_factory=dict)   # per precision name: types and LD/ST macros
     library: str = ""               # definitions of kernel-language functions the API lacks
     half_arith: bool = True         # F16 (half arithmetic) is rendered
+    max_buffers: int = 0            # buffer parameters a kernel may take (0: no limit that binds)
+    # {cond} {a} {b}: ``a`` where ``cond`` holds, else ``b``; lane by lane when they are vectors,
+    # as OpenCL's ``?:`` (C++ cannot overload it: CUDA spells OpenCL's ``select``)
+    choose: str = "({cond} ? {a} : {b})"
 
     def id(self, kind: str, d: int) -> str:
         """Work-item id ``kind`` ("global", "local", "group") along axis ``d``."""

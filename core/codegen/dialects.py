@@ -1,7 +1,9 @@
 """Every dialect by name (one module per GPU API holds its table)."""
 from __future__ import annotations
 
+from .cuda import CUDA
 from .dialect import Dialect
+from .metal import METAL
 from .opencl import OPENCL
 
-DIALECTS: dict[str, Dialect] = {d.name: d for d in (OPENCL,)}
+DIALECTS: dict[str, Dialect] = {d.name: d for d in (OPENCL, CUDA, METAL)}

@@ -9,7 +9,9 @@ previous one's output. A node joins the chain when:
   (nothing else will look at it, so it never needs memory);
 - everything is float32 and the output has the running tensor's shape;
 - a binary node's other operand is a scalar, a tensor of the same shape, or a vector
-  over the last axis (indexable from the output's flat index).
+  over the last axis (indexable from the output's flat index);
+- the kernel keeps within the dialect's buffer parameters (``Dialect.max_buffers``,
+  Metal's 31): each follower with a tensor operand adds one.
 """
 from __future__ import annotations
 
@@ -59,8 +61,20 @@ def follower_of(ctx: NodeContext, running: int, shape: tuple[int, ...]) -> Follo
     return None
 
 
-def chain_steps(nodes: list[NodeContext], outputs: list[int]) -> list[list[int]]:
-    """Positions grouped into steps: each producer with the followers folded into it."""
+# Buffers a producer's kernel may take beyond its tensors (packed weights, tables it uploads).
+_GENERATOR_CONSTANTS = 6
+
+
+def _buffer_cost(f: Follower) -> int:
+    """Buffer parameters follower ``f`` adds: one for a tensor operand (a constant scalar is inlined)."""
+    if f.other is None:
+        return 0
+    return 0 if f.kind == "scalar" and f.ctx.inputs[0 if f.swap else 1].value is not None else 1
+
+
+def chain_steps(nodes: list[NodeContext], outputs: list[int], max_buffers: int = 0) -> list[list[int]]:
+    """Positions grouped into steps: each producer with the followers folded into it
+    (within ``max_buffers`` buffer parameters per kernel, when not 0)."""
     readers = Counter(i for ctx in nodes for i in set(ctx.node.inputs) if i >= 0)
     keep = set(outputs)
     steps: list[list[int]] = []
@@ -72,10 +86,16 @@ def chain_steps(nodes: list[NodeContext], outputs: list[int]) -> list[list[int]]
         if gen is not None and gen.epilogue and len(ctx.node.outputs) == 1 and not ctx.dynamic \
                 and ctx.outputs[0].dtype == _F32:
             running, shape = ctx.node.outputs[0], tuple(ctx.outputs[0].shape)
+            budget = (max_buffers - len(ctx.node.inputs) - 1 - _GENERATOR_CONSTANTS) if max_buffers else None
             while pos + 1 < len(nodes) and readers[running] == 1 and running not in keep:
                 nxt = nodes[pos + 1]
-                if nxt.dynamic or follower_of(nxt, running, shape) is None:
+                f = None if nxt.dynamic else follower_of(nxt, running, shape)
+                if f is None:
                     break
+                if budget is not None:
+                    budget -= _buffer_cost(f)
+                    if budget < 0:
+                        break
                 pos += 1
                 step.append(pos)
                 running = nxt.node.outputs[0]

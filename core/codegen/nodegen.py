@@ -32,7 +32,9 @@ from typing import Callable
 import numpy as np
 
 from litegpu.backend import NodeContext
+from litegpu.errors import UnsupportedError
 from litegpu.ops import TensorSpec
+from litegpu.ops.registry import ACTIVATION_RANGES
 
 from .dialect import Dialect
 from .opencl import OPENCL
@@ -107,25 +109,33 @@ def c_float(x: float) -> str:
     return f"{x!r}f"
 
 
-#: Fused activations of LiteRT as C expressions of ``x`` (TANH and SIGN_BIT are no-ops, as in
-#: LiteRT). The scalar ``(real)`` bounds make each valid for ``real4`` too (OpenCL's fmax
-#: and clamp take a vector with scalar limits).
+def clamp_c(activation: str, x: str, ctype: str = "real", lower=None) -> str:
+    """The clamp of ``activation`` (``litegpu.ops.registry.ACTIVATION_RANGES``: TANH and
+    SIGN_BIT clamp nothing, as in LiteRT) as a C expression of ``x`` with ``ctype``
+    bounds. The scalar bounds make it valid for vectors too (the kernel language's fmax
+    and clamp take a vector with scalar limits); ``lower`` spells a lower bound alone
+    (``fmax`` for floats, ``max`` for integers)."""
+    lo, hi = ACTIVATION_RANGES[activation]
+    bound = lambda v: f"({ctype}){v:g}"   # noqa: E731 - 0, 6, -1: the literals C reads exactly
+    if lo == -np.inf and hi == np.inf:
+        return x
+    if hi == np.inf:
+        return f"{lower or 'fmax'}({x}, {bound(lo)})"
+    return f"clamp({x}, {bound(lo)}, {bound(hi)})"
+
+
+#: Fused activations of LiteRT as C expressions of ``x`` in ``real`` arithmetic.
 ACTIVATION_C: dict[str, Callable[[str], str]] = {
-    "NONE": lambda x: x,
-    "TANH": lambda x: x,
-    "SIGN_BIT": lambda x: x,
-    "RELU": lambda x: f"fmax({x}, (real)0)",
-    "RELU6": lambda x: f"clamp({x}, (real)0, (real)6)",
-    "RELU_N1_TO_1": lambda x: f"clamp({x}, (real)-1, (real)1)",
-}
+    name: (lambda x, name=name: clamp_c(name, x)) for name in ACTIVATION_RANGES}
 
 
 #: Elementwise ops that can follow a producer inside its kernel (see :mod:`.fusion`):
 #: op name -> C expression of the running value ``x`` (and ``y``, the other operand,
-#: for binary ops), valid for ``real`` and ``real4`` alike. Filled by the elementwise
-#: kernels module.
-CHAIN_UNARY: dict[str, Callable[[str, dict], str]] = {}
-CHAIN_BINARY: dict[str, Callable[[str, str, dict], str]] = {}
+#: for binary ops), valid for ``real`` and ``real4`` alike, from the op's attrs and the
+#: :class:`NodeGen` (which spells a choice, :meth:`NodeGen.choose`). Filled by the
+#: elementwise kernels module.
+CHAIN_UNARY: dict[str, Callable[[str, dict, "NodeGen"], str]] = {}
+CHAIN_BINARY: dict[str, Callable[[str, str, dict, "NodeGen"], str]] = {}
 
 
 @dataclass
@@ -334,11 +344,11 @@ class NodeGen:
         for k, f in enumerate(self.followers, start=1):
             x = f"ep{k - 1}"
             if f.other is None:
-                expr = CHAIN_UNARY[f.ctx.node.op](x, f.ctx.attrs)
+                expr = CHAIN_UNARY[f.ctx.node.op](x, f.ctx.attrs, self)
             else:
                 y = self._other(f, index, channels, vector, exact)
                 a, b = (y, x) if f.swap else (x, y)
-                expr = CHAIN_BINARY[f.ctx.node.op](a, b, f.ctx.attrs)
+                expr = CHAIN_BINARY[f.ctx.node.op](a, b, f.ctx.attrs, self)
             lines.append(f"const {ctype} ep{k} = {ACTIVATION_C[f.ctx.attrs.get('activation', 'NONE')](expr)};")
         return " ".join(lines) + " ", f"ep{len(self.followers)}"
 
@@ -347,12 +357,15 @@ class NodeGen:
         if f.kind == "scalar":
             if spec.value is not None:
                 lit = c_float(np.asarray(spec.value).reshape(-1)[0])
-                return f"(real4)({lit})" if vector else f"(real)({lit})"
+                return self.vector("real4", lit) if vector else f"(real)({lit})"
             ptr = self.tensor_param(f.other)
-            return f"(real4)({self.load(ptr, '0')})" if vector else self.load(ptr, "0")
+            return self.vector("real4", self.load(ptr, "0")) if vector else self.load(ptr, "0")
         idx = index if f.kind == "same" else f"(({index}) % {channels})"
         if exact and spec.value is not None and self.precision.half_storage:
-            ptr = self.const(np.asarray(spec.value, np.float32).reshape(-1), storage=False)
+            key = ("exact", f.other)   # uploaded once per kernel, however many stores read it
+            if key not in self._names:
+                self._names[key] = self.const(np.asarray(spec.value, np.float32).reshape(-1), storage=False)
+            ptr = self._names[key]
             return f"TO_REAL4(vload4(0, {ptr} + ({idx})))" if vector else f"(real){ptr}[{idx}]"
         ptr = self.tensor_param(f.other)
         return self.load4(ptr, idx) if vector else self.load(ptr, idx)
@@ -374,6 +387,9 @@ class NodeGen:
             params = [d.buffer_param.format(ptr=ptype, name=name, index=k)
                       for k, (ptype, name, _) in enumerate(self._params)]
             views = ""
+        if d.max_buffers and len(self._params) > d.max_buffers:
+            raise UnsupportedError(f"node {self.ctx.node.index} ({self.ctx.node.op}): its {d.name} kernel would take "
+                                   f"{len(self._params)} buffers; {d.name} allows {d.max_buffers}")
         if d.id_params:
             params.append(d.id_params)
         guard = ""
@@ -413,6 +429,11 @@ class NodeGen:
     def vector(self, vtype: str, *args: str) -> str:
         """A ``vtype`` value made of ``args`` (or one scalar broadcast to every lane)."""
         return self.dialect.make_vector(vtype, *args)
+
+    def choose(self, cond: str, a: str, b: str) -> str:
+        """``a`` where ``cond`` holds, else ``b``: lane by lane when they are vectors (the
+        condition then being a comparison's mask), as OpenCL's ``?:``."""
+        return self.dialect.choose.format(cond=cond, a=a, b=b)
 
     def lane(self, var: str, j: int, width: int) -> str:
         """Lane ``j`` of the ``width``-lane vector ``var``."""

@@ -11,6 +11,7 @@ from litegpu.backend import NodeContext, Support
 from litegpu.errors import LiteGpuError
 from litegpu.graph import Model
 
+from .dialect import Dialect
 from .fusion import chain_steps
 from .kernels import Decline, load_all
 from .nodegen import Precision
@@ -46,7 +47,8 @@ def supports(node: NodeContext, model: Model) -> Support:
     return Support(True)
 
 
-def schedule(nodes: list[NodeContext], outputs: list[int]) -> list[list[int]]:
-    """Each producer with the elementwise nodes folded into its kernel (see :mod:`.fusion`)."""
+def schedule(nodes: list[NodeContext], outputs: list[int], dialect: Dialect) -> list[list[int]]:
+    """Each producer with the elementwise nodes folded into its kernel (see :mod:`.fusion`),
+    within the dialect's buffer parameters."""
     load_all()
-    return chain_steps(nodes, outputs)
+    return chain_steps(nodes, outputs, dialect.max_buffers)

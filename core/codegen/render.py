@@ -80,13 +80,14 @@ def blocks(spec: KernelSpec, default_block: int = 128) -> tuple[tuple[int, int, 
 
 
 def build_failure(partition: Partition, step_kernels: list[list[KernelSpec]], precision: Precision,
-                  dialect: Dialect, build: Callable[[str], None], log: str) -> KernelBuildError:
+                  dialect: Dialect, build: Callable[[str], object], log: str) -> KernelBuildError:
     """The error for a program whose build failed with ``log``: names the node at fault.
 
-    Each step is built alone (the prelude and its kernels) until one fails; its source is
-    saved under the cache root (``failed-kernels/``) so the user can open it, and the
-    error carries that path, the node, the op and the compiler's log. When no step fails
-    alone (a fault of the whole program), the whole source is saved instead.
+    Each step is built alone (the prelude and its kernels) until one fails; its source
+    and the compiler's log are saved under the cache root (``failed-kernels/``) so the
+    user can open them, and the error carries the source's path, the node, the op and
+    the log (its first lines in the message). When no step fails alone (a fault of the
+    whole program), the whole source is saved instead.
     """
     nodes = partition.nodes
     for step, kernels in zip(partition.steps or [[i] for i in range(len(nodes))], step_kernels):
@@ -95,25 +96,51 @@ def build_failure(partition: Partition, step_kernels: list[list[KernelSpec]], pr
             build(source)
         except Exception as exc:   # noqa: BLE001 - whatever the API's compiler raises is the report
             ctx = nodes[step[0]]
-            path = _save_failed(source, dialect)
-            return KernelBuildError(
-                f"the {dialect.name} kernel of node {ctx.node.index} ({ctx.node.op}) failed to build; "
-                f"its source is in {path}:\n{exc}", ctx.node.index, ctx.node.op, str(path), str(exc))
+            one_log = str(getattr(exc, "log", exc))
+            path = _save_failed(source, one_log, dialect)
+            return KernelBuildError(f"the {dialect.name} kernel of node {ctx.node.index} ({ctx.node.op}) failed "
+                                    f"to build; its source is in {path}:\n{_head(one_log, path)}",
+                                    ctx.node.index, ctx.node.op, str(path), one_log)
     source = assemble(step_kernels, precision, dialect)[0]
-    path = _save_failed(source, dialect)
+    path = _save_failed(source, log, dialect)
     return KernelBuildError(f"the {dialect.name} program failed to build (no single node's kernel fails alone); "
-                            f"its source is in {path}:\n{log}", source_path=str(path), log=log)
+                            f"its source is in {path}:\n{_head(log, path)}", source_path=str(path), log=log)
 
 
-def _save_failed(source: str, dialect: Dialect) -> Path:
-    """Write a source that failed to build where the user can read it; its path."""
+def _head(log: str, path: Path, lines: int = 20) -> str:
+    """The first ``lines`` of a compiler log, saying where the rest is."""
+    all_lines = log.strip().splitlines()
+    if len(all_lines) <= lines:
+        return "\n".join(all_lines)
+    return "\n".join(all_lines[:lines] + [f"... ({len(all_lines) - lines} more lines in {path.with_suffix('.log')})"])
+
+
+def _save_failed(source: str, log: str, dialect: Dialect) -> Path:
+    """Write a source that failed to build, and its log beside it, where the user can read
+    them; the source's path."""
     directory = env.cache_root() / "failed-kernels"
     path = directory / f"{hashlib.sha256(source.encode()).hexdigest()[:16]}{dialect.suffix}"
     try:
         directory.mkdir(parents=True, exist_ok=True)
         path.write_text(source)
+        path.with_suffix(".log").write_text(log)
     except OSError:   # an unwritable cache root: a temp file still shows the source
         with tempfile.NamedTemporaryFile("w", suffix=dialect.suffix, delete=False) as f:
             f.write(source)
         path = Path(f.name)
     return path
+
+
+def lifetimes(step_kernels: list[list[KernelSpec]], io: set[int], specs) -> dict[int, tuple[int, int]]:
+    """(first step, last step) each intermediate tensor is used in: what an arena plans by.
+
+    Partition inputs and outputs (``io``, bound per run) and constants are not intermediates.
+    """
+    used: dict[int, tuple[int, int]] = {}
+    for s, kernels in enumerate(step_kernels):
+        for k in kernels:
+            for a in k.args:
+                if a.tensor is not None and a.tensor not in io and specs[a.tensor].value is None:
+                    first, _ = used.get(a.tensor, (s, s))
+                    used[a.tensor] = (first, s)
+    return used

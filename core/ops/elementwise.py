@@ -28,8 +28,8 @@ import numpy as np
 from ..errors import ExecutionError, ModelFormatError, UnsupportedError
 from ..graph import Node
 from ..quant import is_quantized
-from .registry import (OpDef, TensorSpec, activation_attr, apply_activation, broadcast_shapes,
-                       check_inputs, finite_option, register)
+from .registry import (CLAMP_ACTIVATIONS, OpDef, TensorSpec, activation_attr, apply_activation,
+                       broadcast_shapes, check_inputs, finite_option, register)
 
 F32 = np.dtype(np.float32)
 F64 = np.dtype(np.float64)
@@ -42,8 +42,6 @@ C64 = np.dtype(np.complex64)
 C128 = np.dtype(np.complex128)
 
 FLOAT_ONLY = (F32,)
-# Activations LiteRT applies to ADD/SUB/MUL/DIV outputs (as a clamp); the rest are no-ops there.
-CLAMP_ACTIVATIONS = ("NONE", "RELU", "RELU_N1_TO_1", "RELU6")
 
 
 def check_dtypes(node: Node, tensors, allowed: Iterable[np.dtype] | None, inputs: Iterable[int] = (0,)) -> None:
@@ -258,11 +256,16 @@ def _hard_swish(x: np.ndarray) -> np.ndarray:
 _erf = np.vectorize(math.erf, otypes=[np.float64])
 
 
+#: GELU's tanh form: ``x/2 * (1 + tanh(SQRT_2_OVER_PI * (x + GELU_TANH_CUBIC * x**3)))``.
+SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
+GELU_TANH_CUBIC = 0.044715
+
+
 def gelu(x: np.ndarray, approximate: bool) -> np.ndarray:
     """GELU: ``x * Phi(x)``; ``approximate`` uses the tanh form. Computed in float64."""
     v = x.astype(np.float64)
     if approximate:
-        inner = math.sqrt(2 / math.pi) * (v + 0.044715 * v ** 3)
+        inner = SQRT_2_OVER_PI * (v + GELU_TANH_CUBIC * v ** 3)
         y = 0.5 * v * (1 + np.tanh(inner))
     else:
         y = 0.5 * v * (1 + _erf(v / math.sqrt(2)))
@@ -281,10 +284,8 @@ unary("RSQRT", lambda x: np.asarray(1, x.dtype) / np.sqrt(x), dtypes=FLOAT_ONLY)
 unary("SQUARE", lambda x: x * x, dtypes=FLOAT_ONLY)
 unary("TANH", np.tanh, dtypes=FLOAT_ONLY)
 unary("LOGISTIC", _logistic, dtypes=FLOAT_ONLY)
-unary("RELU", lambda x: np.maximum(x, 0), dtypes=FLOAT_ONLY)
-unary("RELU6", lambda x: np.clip(x, 0, 6), dtypes=FLOAT_ONLY)
-unary("RELU_N1_TO_1", lambda x: np.clip(x, -1, 1), dtypes=FLOAT_ONLY)
-unary("RELU_0_TO_1", lambda x: np.clip(x, 0, 1), dtypes=FLOAT_ONLY)
+for _clamp in ("RELU", "RELU6", "RELU_N1_TO_1", "RELU_0_TO_1"):   # the activations' clamps, as ops
+    unary(_clamp, lambda x, name=_clamp: apply_activation(x, name), dtypes=FLOAT_ONLY)
 unary("ELU", _elu, dtypes=FLOAT_ONLY)
 unary("HARD_SWISH", _hard_swish, dtypes=FLOAT_ONLY, doc="HARD_SWISH: x * relu6(x + 3) / 6.")
 unary("FLOOR", np.floor, dtypes=FLOAT_ONLY)

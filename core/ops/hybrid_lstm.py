@@ -43,7 +43,7 @@ import numpy as np
 from ..errors import ModelFormatError, UnsupportedError
 from ..graph import Node, Tensor
 from .hybrid import tflite_quantize_rows
-from .nn import (LSTM_ACTIVATIONS, LSTM_INPUT_NAMES, LstmMath, _lstm_sequence, _lstm_step, _lstm_weights,
+from .nn import (LAYER_NORM_EPSILON, LSTM_ACTIVATIONS, LSTM_INPUT_NAMES, LstmMath, _lstm_sequence, _lstm_step, _lstm_weights,
                  _write_back_state)
 from .registry import get_op
 
@@ -148,7 +148,7 @@ def _mean_stddev_normalization(z: np.ndarray) -> np.ndarray:
     for i in range(z.shape[-1]):
         diff = z[..., i] - mean
         squares = squares + diff * diff
-    inv = F32(1) / np.sqrt(squares / n + F32(1e-8))
+    inv = F32(1) / np.sqrt(squares / n + F32(LAYER_NORM_EPSILON))
     return (z - mean[..., None]) * inv[..., None]
 
 

@@ -36,8 +36,8 @@ from ..errors import ExecutionError, ModelFormatError, UnsupportedError
 from ..graph import Node, Tensor
 from ..model.schema import PADDING
 from ..quant import is_quantized
-from .registry import (OpDef, TensorSpec, activation_attr, apply_activation, broadcast_shapes,
-                       check_inputs, need_rank, register, value_of)
+from .registry import (CLAMP_ACTIVATIONS, OpDef, TensorSpec, activation_attr, apply_activation,
+                       broadcast_shapes, check_inputs, need_rank, register, value_of)
 
 # -- padding arithmetic (the one source of truth) ----------------------------------------
 
@@ -136,7 +136,7 @@ def _dilation(options: dict) -> tuple[int, int]:
 # LiteRT's float kernels turn a fused activation into a clamp range
 # (CalculateActivationRange); TANH and SIGN_BIT have no range there, so conv, depthwise,
 # transpose conv and pooling silently ignore them. The normalized attr says what runs.
-_CLAMP_ACTIVATIONS = ("NONE", "RELU", "RELU_N1_TO_1", "RELU6")
+_CLAMP_ACTIVATIONS = CLAMP_ACTIVATIONS
 
 
 def _clamp_activation(options: dict) -> str:
@@ -949,14 +949,11 @@ _LSTM_STATE_WRITEBACK = ((1, 18), (2, 19))
 # NONE is the identity; LiteRT's kernel leaves its scratch buffer unwritten for NONE, so
 # its result is undefined there and no conformance case can pin it down.
 LSTM_ACTIVATIONS = {
-    "NONE": lambda x: x,
-    "RELU": lambda x: np.maximum(x, 0),
-    "RELU_N1_TO_1": lambda x: np.clip(x, -1, 1),
-    "RELU6": lambda x: np.clip(x, 0, 6),
+    **{name: (lambda x, name=name: apply_activation(x, name)) for name in CLAMP_ACTIVATIONS},
     "TANH": np.tanh,
     "SIGN_BIT": lambda x: np.signbit(x).astype(np.float32),
 }
-_LAYER_NORM_EPSILON = 1e-8  # TFLite's kLayerNormEpsilon
+LAYER_NORM_EPSILON = 1e-8  # TFLite's kLayerNormEpsilon (the LSTM's layer norm)
 
 
 def _lstm_attrs_common(node: Node, tensors: Sequence[Tensor], seq: bool) -> dict:
@@ -1024,7 +1021,7 @@ def _layer_norm(z: np.ndarray) -> np.ndarray:
     """Normalize each row to mean 0 and variance 1 (TFLite's MeanStddevNormalization)."""
     mean = z.mean(axis=-1, keepdims=True)
     var = (z * z).mean(axis=-1, keepdims=True) - mean * mean
-    return (z - mean) / np.sqrt(np.maximum(var, 0) + _LAYER_NORM_EPSILON)
+    return (z - mean) / np.sqrt(np.maximum(var, 0) + LAYER_NORM_EPSILON)
 
 
 def _sigmoid(z: np.ndarray) -> np.ndarray:

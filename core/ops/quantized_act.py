@@ -30,7 +30,7 @@ from ..graph import Node, Tensor
 from ..quant import (QuantParams, multiply_by_quantized_multiplier, quantize_multiplier,
                      round_half_away, rounding_divide_by_pot, saturating_rounding_doubling_high_mul)
 from .quantized import I8, I16, U8, _attach, _high_mul16, _params
-from .registry import const_input, get_op
+from .registry import ACTIVATION_RANGES, const_input, get_op
 
 F32 = np.float32
 
@@ -517,7 +517,7 @@ def _requantize(x, zp_in: int, multiplier: int, shift: int, zp_out: int) -> np.n
     return multiply_by_quantized_multiplier(np.asarray(x, np.int64) - zp_in, multiplier, shift) + zp_out
 
 
-_RELU_RANGES = {"RELU": (0.0, np.inf), "RELU6": (0.0, 6.0), "RELU_N1_TO_1": (-1.0, 1.0), "RELU_0_TO_1": (0.0, 1.0)}
+_RELU_OPS = ("RELU", "RELU6", "RELU_N1_TO_1", "RELU_0_TO_1")
 
 
 def _relu_attrs(op: str):
@@ -529,7 +529,7 @@ def _relu_attrs(op: str):
         out = _params(q, 0, "the output", (x.dtype,), output=True)
         if x.dtype == I16 and (x.zero_point != 0 or out.zero_point != 0):
             raise UnsupportedError(f"int16 {op} needs zero points 0 (symmetric int16)")
-        low, high = _RELU_RANGES[op]
+        low, high = ACTIVATION_RANGES[op]
         # roundf(bound / scale) in float32, ties away from zero, intersected with the type's range.
         lo = max(out.qmin, out.zero_point + int(round_half_away(F32(F32(low) / F32(out.scale)))))
         hi = out.qmax if np.isinf(high) else \
@@ -547,7 +547,7 @@ def _relu_q(inputs: list, attrs: dict) -> list[np.ndarray]:
     return [np.clip(_requantize(inputs[0], zp_in, m, shift, zp_out), lo, hi).astype(attrs["dtype"])]
 
 
-for _op in _RELU_RANGES:
+for _op in _RELU_OPS:
     _attach(_op, _relu_q, _relu_attrs(_op))
 
 

@@ -219,16 +219,22 @@ def value_of(spec: TensorSpec | None) -> np.ndarray:
     return spec.value
 
 
-# LiteRT applies a fused activation as an output clamp range; TANH and SIGN_BIT have
-# none, so as fused activations they leave values unchanged (probed against LiteRT).
-ACTIVATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
-    "NONE": lambda x: x,
-    "RELU": lambda x: np.maximum(x, 0),
-    "RELU_N1_TO_1": lambda x: np.clip(x, -1, 1),
-    "RELU6": lambda x: np.clip(x, 0, 6),
-    "TANH": lambda x: x,
-    "SIGN_BIT": lambda x: x,
+#: The clamp ``(lo, hi)`` of each activation: the one table every backend's activations
+#: come from. LiteRT applies a fused activation as an output clamp range
+#: (CalculateActivationRange); TANH and SIGN_BIT have none, so as fused activations they
+#: leave values unchanged (probed against LiteRT). The clamp ops of the same names
+#: (RELU, RELU6, RELU_N1_TO_1, and RELU_0_TO_1, which is no fused activation) clamp alike.
+ACTIVATION_RANGES: dict[str, tuple[float, float]] = {
+    "NONE": (-np.inf, np.inf),
+    "RELU": (0.0, np.inf),
+    "RELU_N1_TO_1": (-1.0, 1.0),
+    "RELU6": (0.0, 6.0),
+    "RELU_0_TO_1": (0.0, 1.0),
+    "TANH": (-np.inf, np.inf),
+    "SIGN_BIT": (-np.inf, np.inf),
 }
+#: The fused activations that clamp (the codes of ``fused_activation_function`` but TANH, SIGN_BIT).
+CLAMP_ACTIVATIONS = ("NONE", "RELU", "RELU_N1_TO_1", "RELU6")
 
 
 def activation_attr(options: dict) -> str:
@@ -241,8 +247,14 @@ def activation_attr(options: dict) -> str:
 
 
 def apply_activation(x: np.ndarray, activation: str) -> np.ndarray:
-    """Apply a fused activation by name."""
-    return ACTIVATIONS[activation](x)
+    """Apply a fused activation (or a clamp op) by name: its clamp, bounds in ``x``'s dtype."""
+    lo, hi = ACTIVATION_RANGES[activation]
+    x = np.asarray(x)
+    if lo != -np.inf:
+        x = np.maximum(x, x.dtype.type(lo))
+    if hi != np.inf:
+        x = np.minimum(x, x.dtype.type(hi))
+    return x
 
 
 def as_dtype(x: Any, dtype: np.dtype) -> np.ndarray:

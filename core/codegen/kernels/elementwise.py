@@ -25,7 +25,10 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from ..nodegen import ACTIVATION_C, CHAIN_BINARY, CHAIN_UNARY, KernelSpec, NodeGen, c_float, c_type, strides_of
+from litegpu.ops.elementwise import GELU_TANH_CUBIC, SQRT_2_OVER_PI
+from litegpu.ops.registry import CLAMP_ACTIVATIONS
+
+from ..nodegen import CHAIN_BINARY, CHAIN_UNARY, KernelSpec, NodeGen, c_float, c_type, clamp_c, strides_of
 from . import Decline, generator
 
 _F32 = np.dtype(np.float32)
@@ -74,29 +77,29 @@ _TANH_P = (0.9999999883967433, 0.1294940942054203, 0.002952604031026913, 9.54172
 _TANH_Q = (1.0, 0.4628272889421511, 0.023895277916024946, 0.00023239962829071925)
 
 
-def _tanh(z: str) -> str:
+def _tanh(z: str, g: NodeGen) -> str:
     """tanh of the C expression ``z`` by the rational approximation above (NaN stays NaN,
     which the clamp alone would turn into -1)."""
     c = f"clamp({z}, (real)-9, (real)9)"
     t = f"({c} * {c})"
-    return f"(isnan({z}) ? {z} : {c} * {_horner(_TANH_P, t)} / {_horner(_TANH_Q, t)})"
+    return g.choose(f"isnan({z})", z, f"{c} * {_horner(_TANH_P, t)} / {_horner(_TANH_Q, t)}")
 
 
-def _gelu(x: str, attrs: dict) -> str:
+def _gelu(x: str, attrs: dict, g: NodeGen) -> str:
     """GELU: the tanh form with ``approximate``, else ``x * Phi(x)`` through erf."""
     if attrs.get("approximate", False):
-        inner = f"{_r(0.7978845608028654)} * ({x} + {_r(0.044715)} * {x} * {x} * {x})"
-        return f"({_r(0.5)} * {x} * ((real)1 + {_tanh(inner)}))"
+        inner = f"{_r(SQRT_2_OVER_PI)} * ({x} + {_r(GELU_TANH_CUBIC)} * {x} * {x} * {x})"
+        return f"({_r(0.5)} * {x} * ((real)1 + {_tanh(inner, g)}))"
     return f"({_r(0.5)} * {x} * ((real)1 + {_erf(f'{x} * {_r(0.7071067811865476)}')}))"
 
 
-def _floor_mod(x: str, y: str, attrs: dict) -> str:
+def _floor_mod(x: str, y: str, attrs: dict, g: NodeGen) -> str:
     """FLOOR_MOD on floats: fmod moved to the divisor's sign when they differ."""
     r = f"fmod({x}, {y})"
-    return f"((({r} != (real)0) && (({r} < (real)0) != ({y} < (real)0))) ? {r} + {y} : {r})"
+    return g.choose(f"(({r} != (real)0) && (({r} < (real)0) != ({y} < (real)0)))", f"{r} + {y}", r)
 
 
-def _quant_sim(x: str, a: dict) -> str:
+def _quant_sim(x: str, a: dict, g: NodeGen) -> str:
     """QUANT_SIM (the float view of quantized models, litegpu.float_view): onto the
     tensor's integer grid (``x`` times the reciprocal input step, rounded to nearest
     even, half up, or half away from zero as C's ``round``, plus the zero point,
@@ -112,44 +115,43 @@ def _quant_sim(x: str, a: dict) -> str:
 
 
 CHAIN_UNARY.update({
-    "ABS": lambda x, a: f"fabs({x})",
-    "NEG": lambda x, a: f"(-{x})",
-    "EXP": lambda x, a: f"exp({x})",
-    "LOG": lambda x, a: f"log({x})",
-    "SQRT": lambda x, a: f"sqrt({x})",
-    "RSQRT": lambda x, a: f"rsqrt({x})",
-    "SQUARE": lambda x, a: f"({x} * {x})",
-    "SIN": lambda x, a: f"sin({x})",
-    "COS": lambda x, a: f"cos({x})",
-    "TANH": lambda x, a: _tanh(x),
-    "LOGISTIC": lambda x, a: f"((real)1 / ((real)1 + exp(-{x})))",
-    "HARD_SWISH": lambda x, a: f"({x} * clamp({x} + (real)3, (real)0, (real)6) / (real)6)",
+    "ABS": lambda x, a, g: f"fabs({x})",
+    "NEG": lambda x, a, g: f"(-{x})",
+    "EXP": lambda x, a, g: f"exp({x})",
+    "LOG": lambda x, a, g: f"log({x})",
+    "SQRT": lambda x, a, g: f"sqrt({x})",
+    "RSQRT": lambda x, a, g: f"rsqrt({x})",
+    "SQUARE": lambda x, a, g: f"({x} * {x})",
+    "SIN": lambda x, a, g: f"sin({x})",
+    "COS": lambda x, a, g: f"cos({x})",
+    "TANH": lambda x, a, g: _tanh(x, g),
+    "LOGISTIC": lambda x, a, g: f"((real)1 / ((real)1 + exp(-{x})))",
+    "HARD_SWISH": lambda x, a, g: f"({x} * clamp({x} + (real)3, (real)0, (real)6) / (real)6)",
     "GELU": _gelu,
-    "LEAKY_RELU": lambda x, a: f"(({x} > (real)0) ? {x} : {x} * {_r(a['alpha'])})",
-    "ELU": lambda x, a: f"(({x} < (real)0) ? expm1({x}) : {x})",
-    "RELU_0_TO_1": lambda x, a: f"clamp({x}, (real)0, (real)1)",
-    "FLOOR": lambda x, a: f"floor({x})",
-    "CEIL": lambda x, a: f"ceil({x})",
-    "ROUND": lambda x, a: f"rint({x})",     # rint rounds half to even (the default rounding mode)
-    "SIGN": lambda x, a: f"sign({x})",
+    "LEAKY_RELU": lambda x, a, g: g.choose(f"({x} > (real)0)", x, f"{x} * {_r(a['alpha'])}"),
+    "ELU": lambda x, a, g: g.choose(f"({x} < (real)0)", f"expm1({x})", x),
+    "FLOOR": lambda x, a, g: f"floor({x})",
+    "CEIL": lambda x, a, g: f"ceil({x})",
+    "ROUND": lambda x, a, g: f"rint({x})",     # rint rounds half to even (the default rounding mode)
+    "SIGN": lambda x, a, g: f"sign({x})",
     "QUANT_SIM": _quant_sim,
 })
-for _op in ("RELU", "RELU6", "RELU_N1_TO_1"):   # the same clamps as the fused activations
-    CHAIN_UNARY[_op] = lambda x, a, act=ACTIVATION_C[_op]: act(x)
+for _op in ("RELU", "RELU6", "RELU_N1_TO_1", "RELU_0_TO_1"):   # the same clamps as the fused activations
+    CHAIN_UNARY[_op] = lambda x, a, g, op=_op: clamp_c(op, x)
 CHAIN_BINARY.update({
-    "ADD": lambda x, y, a: f"({x} + {y})",
-    "GRID_ADD": lambda x, y, a: f"({x} * {_r(a['a_multiplier'])} + {y} * {_r(a['b_multiplier'])})",
-    "GRID_MUL": lambda x, y, a: f"(({x} * {y}) * {_r(a['scale'])})",
-    "SUB": lambda x, y, a: f"({x} - {y})",
-    "MUL": lambda x, y, a: f"({x} * {y})",
-    "DIV": lambda x, y, a: f"({x} / {y})",
-    "MAXIMUM": lambda x, y, a: f"(({x} > {y}) ? {x} : {y})",
-    "MINIMUM": lambda x, y, a: f"(({x} < {y}) ? {x} : {y})",
-    "POW": lambda x, y, a: f"pow({x}, {y})",
-    "SQUARED_DIFFERENCE": lambda x, y, a: f"(({x} - {y}) * ({x} - {y}))",
-    "FLOOR_DIV": lambda x, y, a: f"floor({x} / {y})",
+    "ADD": lambda x, y, a, g: f"({x} + {y})",
+    "GRID_ADD": lambda x, y, a, g: f"({x} * {_r(a['a_multiplier'])} + {y} * {_r(a['b_multiplier'])})",
+    "GRID_MUL": lambda x, y, a, g: f"(({x} * {y}) * {_r(a['scale'])})",
+    "SUB": lambda x, y, a, g: f"({x} - {y})",
+    "MUL": lambda x, y, a, g: f"({x} * {y})",
+    "DIV": lambda x, y, a, g: f"({x} / {y})",
+    "MAXIMUM": lambda x, y, a, g: g.choose(f"({x} > {y})", x, y),
+    "MINIMUM": lambda x, y, a, g: g.choose(f"({x} < {y})", x, y),
+    "POW": lambda x, y, a, g: f"pow({x}, {y})",
+    "SQUARED_DIFFERENCE": lambda x, y, a, g: f"(({x} - {y}) * ({x} - {y}))",
+    "FLOOR_DIV": lambda x, y, a, g: f"floor({x} / {y})",
     "FLOOR_MOD": _floor_mod,
-    "PRELU": lambda x, y, a: f"(({x} >= (real)0) ? {x} : {x} * {y})",   # y is alpha
+    "PRELU": lambda x, y, a, g: g.choose(f"({x} >= (real)0)", x, f"{x} * {y}"),   # y is alpha
 })
 
 # Integer and bool forms, of scalar operands a0, a1 (already loaded into variables).
@@ -175,11 +177,7 @@ _COMPARE = {"EQUAL": "==", "NOT_EQUAL": "!=", "LESS": "<", "LESS_EQUAL": "<=", "
             "GREATER_EQUAL": ">=", "LOGICAL_AND": "&&", "LOGICAL_OR": "||"}
 # LiteRT's fused activations on integer outputs: clamps in the output type.
 _INT_ACTIVATION: dict[str, Callable[[str, str], str]] = {
-    "NONE": lambda v, t: v,
-    "RELU": lambda v, t: f"max({v}, ({t})0)",
-    "RELU6": lambda v, t: f"clamp({v}, ({t})0, ({t})6)",
-    "RELU_N1_TO_1": lambda v, t: f"clamp({v}, ({t})-1, ({t})1)",
-}
+    name: (lambda v, t, name=name: clamp_c(name, v, t, lower="max")) for name in CLAMP_ACTIVATIONS}
 _INT_MAX = {"int": "INT_MAX", "long": "LONG_MAX", "uchar": "UCHAR_MAX", "char": "CHAR_MAX", "short": "SHRT_MAX"}
 
 
@@ -357,7 +355,7 @@ def unary(g: NodeGen) -> list[KernelSpec]:
     if dtype == _F32:
         if op not in CHAIN_UNARY:
             raise Decline(f"{op} on float tensors")
-        return [pointwise(g, [0], lambda v: CHAIN_UNARY[op](v[0], g.attrs), width=_float_width(g, [0]))]
+        return [pointwise(g, [0], lambda v: CHAIN_UNARY[op](v[0], g.attrs, g), width=_float_width(g, [0]))]
     _check_int(g, dtype)
     if op not in _INT_UNARY:
         raise Decline(f"{op} on {dtype} tensors")
@@ -378,7 +376,7 @@ def binary(g: NodeGen) -> list[KernelSpec]:
     activation as a clamp."""
     op, dtype = g.ctx.node.op, _dtype(g, 0)
     if dtype == _F32:
-        return [pointwise(g, [0, 1], lambda v: CHAIN_BINARY[op](v[0], v[1], g.attrs),
+        return [pointwise(g, [0, 1], lambda v: CHAIN_BINARY[op](v[0], v[1], g.attrs, g),
                           width=_float_width(g, [0, 1]))]
     _check_int(g, dtype)
     ctype = c_type(dtype)

@@ -352,7 +352,7 @@ def _element_lines(g: NodeGen, w: Walk, cut: _Shape, io: _Access, s0: str = "s0"
             body.append(f"const {io.type} a{r} = {io.load(f's + {r * w.src[last]}' if r else 's', ok)};")
         for r, lane in enumerate("xyzw"):
             body.append(io.store(f"d + {r * step_t}" if r else "d",
-                                 f"({io.type})(a0.{lane}, a1.{lane}, a2.{lane}, a3.{lane})"))
+                                 g.vector(io.type, *(f"a{k}.{lane}" for k in range(4)))))
     else:
         body += [f"const {io.type} v = {io.load('s', ok)};", io.store("d", "v")]
     return body

@@ -31,15 +31,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from litegpu.ops.nn import LSTM_INPUT_NAMES
+from litegpu.ops.nn import LAYER_NORM_EPSILON, LSTM_INPUT_NAMES
+from litegpu.ops.registry import CLAMP_ACTIVATIONS
 
-from ..nodegen import NodeGen, c_float
+from ..nodegen import NodeGen, c_float, clamp_c
 from . import Decline, generator
 
 _F32 = np.dtype(np.float32)
 _GATES = ("input", "forget", "cell", "output")
 _OUTPUT_STATE, _CELL_STATE = 18, 19
-_LN_EPSILON = 1e-8            # TFLite's kLayerNormEpsilon
 _MAX_LOCAL_BYTES = 32 << 10   # the least local memory an OpenCL full-profile device has
 
 #: Work-items per batch row (see the module docstring). Any value is correct.
@@ -49,10 +49,7 @@ LANES = 1
 # ApplyActivationToVector), not a fused output clamp: TANH really is tanh here. Each
 # takes and returns a float4.
 _ACT = {
-    "NONE": lambda g, v: v,
-    "RELU": lambda g, v: f"fmax({v}, 0.0f)",
-    "RELU6": lambda g, v: f"clamp({v}, 0.0f, 6.0f)",
-    "RELU_N1_TO_1": lambda g, v: f"clamp({v}, -1.0f, 1.0f)",
+    **{name: (lambda g, v, name=name: clamp_c(name, v, "float")) for name in CLAMP_ACTIVATIONS},
     "TANH": lambda g, v: f"tanh({v})",
     "SIGN_BIT": lambda g, v: f"select({g.vector('float4', '0.0f')}, {g.vector('float4', '1.0f')}, signbit({v}))",
 }
@@ -357,7 +354,7 @@ class _Writer:
                 f"      for (int c = 0; c < {n}; ++c) sum += zr[c];",
                 f"      const float mean = sum / {n};",
                 f"      for (int c = 0; c < {n}; ++c) {{ const float d = zr[c] - mean; sq += d * d; }}",
-                f"      st[{2 * k}] = mean; st[{2 * k + 1}] = 1.0f / sqrt(sq / {n} + {c_float(_LN_EPSILON)});",
+                f"      st[{2 * k}] = mean; st[{2 * k + 1}] = 1.0f / sqrt(sq / {n} + {c_float(LAYER_NORM_EPSILON)});",
                 "    }",
             ]
         return lines + [f"    {self.g.barrier()}"]

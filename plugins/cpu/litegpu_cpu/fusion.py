@@ -29,6 +29,7 @@ import numpy as np
 
 from litegpu import env
 from litegpu.backend import NodeContext
+from litegpu.ops.registry import ACTIVATION_RANGES, CLAMP_ACTIVATIONS
 
 from .generated import load_generated
 from .kernels import mathfn
@@ -45,10 +46,6 @@ MIN_COLS, MAX_COLS = 256, 4096
 # Scalar expressions over float32 values; {a}, {b} are operands. Constants are float32
 # globals of the generated module so no value is promoted to float64.
 _UNARY = {
-    "RELU": "max({a}, _0)",
-    "RELU6": "min(max({a}, _0), _6)",
-    "RELU_N1_TO_1": "min(max({a}, -_1), _1)",
-    "RELU_0_TO_1": "min(max({a}, _0), _1)",
     "LOGISTIC": "_sigmoid32({a})",
     "TANH": "_tanh64(np.float64({a}))",
     "EXP": "_exp32({a})",
@@ -80,9 +77,19 @@ _BINARY = {
 # unlike np.exp and np.tanh per element); the import line names that module's digest, so
 # editing it changes every source using it.
 
+
+
+def _clamp(name: str) -> str:
+    """The clamp of activation ``name`` (litegpu.ops.registry.ACTIVATION_RANGES) as an expression."""
+    lo, hi = ACTIVATION_RANGES[name]
+    expr = "{a}" if lo == -np.inf else f"max({{a}}, np.float32({lo!r}))"
+    return expr if hi == np.inf else f"min({expr}, np.float32({hi!r}))"
+
+
+# The clamp ops (RELU, RELU6, RELU_N1_TO_1, RELU_0_TO_1).
+_UNARY.update({op: _clamp(op) for op in ("RELU", "RELU6", "RELU_N1_TO_1", "RELU_0_TO_1")})
 # Fused activations are clamps in LiteRT; TANH and SIGN_BIT have no range and change nothing.
-_ACTIVATION = {"NONE": None, "RELU": "RELU", "RELU6": "RELU6", "RELU_N1_TO_1": "RELU_N1_TO_1", "TANH": None,
-               "SIGN_BIT": None}
+_ACTIVATION = {name: None if name == "NONE" else name for name in CLAMP_ACTIVATIONS} | {"TANH": None, "SIGN_BIT": None}
 
 # Value kinds by dtype: float32, int32 and bool.
 _KIND = {F32: "f", np.dtype(np.int32): "i", np.dtype(np.bool_): "b"}
@@ -174,7 +181,7 @@ def fusion_runs(nodes: list[NodeContext], outputs=()) -> list[list[int]]:
 
 # Ops whose cpu kernels clamp on store, and the standalone ops that are such a clamp.
 _CLAMPING = {"CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED"}
-_CLAMPS = {"RELU", "RELU6", "RELU_N1_TO_1"}
+_CLAMPS = set(CLAMP_ACTIVATIONS) - {"NONE"}
 
 
 def folded_activation(producer: NodeContext, clamp: NodeContext) -> NodeContext | None:

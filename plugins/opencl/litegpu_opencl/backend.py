@@ -12,10 +12,12 @@ import numpy as np
 
 from litegpu.backend import COMPLETE, Backend, CompileOptions, Event, NodeContext, Partition, Program, Support
 from litegpu.codegen import Precision, planning
+from litegpu.codegen.opencl import OPENCL
 from litegpu.errors import BackendUnavailableError, InvalidArgumentError
 from litegpu.graph import Model
 from litegpu.ops import TensorSpec
 
+from .build import build_source
 from .device import Device, default_device
 from .program import ClEvent, ClProgram, ClTensor, new_tensor, precision_for, read, write
 
@@ -25,6 +27,8 @@ class OpenClBackend(Backend):
 
     name = "opencl"
     is_gpu = True
+    gpu_priority = 10   # after cuda and metal, where those are available
+    dialect = "opencl"
     host_memory = False
 
     def _default(self) -> Device:
@@ -56,10 +60,18 @@ class OpenClBackend(Backend):
 
     def schedule(self, nodes: list[NodeContext], outputs: list[int]) -> list[list[int]]:
         """Each producer with the elementwise nodes folded into its kernel (see litegpu.codegen.fusion)."""
-        return planning.schedule(nodes, outputs)
+        return planning.schedule(nodes, outputs, OPENCL)
 
     def compile(self, partition: Partition, options: CompileOptions) -> Program:
         return ClProgram(self.device_for(options), partition, options)
+
+    def offline_build(self, source: str) -> dict[str, bytes]:
+        """Builds ``source`` on the default device when there is one that can (an F16 program
+        needs ``cl_khr_fp16``), so a kernel that does not build is reported; the source is
+        the artifact, so nothing is returned."""
+        if self.available()[0] and (self._default().fp16 or "cl_khr_fp16" not in source):
+            build_source(self._default(), source)
+        return {}
 
     # -- device memory ---------------------------------------------------------------------
     def allocate(self, spec: TensorSpec, options: CompileOptions) -> ClTensor:

@@ -24,7 +24,7 @@ from litegpu.memory import Usage, plan_arena
 from .build import BuildFailed, build_program, build_source, store_warmed_binary
 from litegpu.codegen import Precision
 from litegpu.codegen.opencl import OPENCL
-from litegpu.codegen.render import assemble, build_failure, partition_kernels
+from litegpu.codegen.render import assemble, build_failure, lifetimes, partition_kernels
 from .device import Device
 
 log = logging.getLogger("litegpu.opencl")
@@ -156,13 +156,7 @@ class ClProgram(Program):
         self._refresh = None if self.cache_hit else (source, options)
         # Memory: intermediates at offsets of one arena; I/O buffers bound per run; constants uploaded.
         io = set(self.inputs) | set(self.outputs)
-        used: dict[int, tuple[int, int]] = {}
-        for s, kernels in enumerate(step_kernels):
-            for k in kernels:
-                for a in k.args:
-                    if a.tensor is not None and a.tensor not in io and specs[a.tensor].value is None:
-                        first, _ = used.get(a.tensor, (s, s))
-                        used[a.tensor] = (first, s)
+        used = lifetimes(step_kernels, io, specs)
         plan = plan_arena([Usage(t, self._nbytes(specs[t]), f, l) for t, (f, l) in used.items()],
                           alignment=device.base_alignment)
         self.arena_bytes = plan.size

@@ -2,8 +2,8 @@
 
 A fused activation is an output clamp, as in LiteRT's float kernels
 (CalculateActivationRange): RELU, RELU6, RELU_N1_TO_1 clamp, NONE does nothing, and
-TANH / SIGN_BIT have no range there, so they do nothing either (the op definitions
-normalize them the same way). Numba kernels take the clamp ``(lo, hi)`` and apply it as
+TANH / SIGN_BIT have no range there, so they do nothing either (the ranges are
+``litegpu.ops.registry.ACTIVATION_RANGES``). Numba kernels take the clamp ``(lo, hi)`` and apply it as
 they store; numpy/BLAS kernels take one in-place function.
 """
 from __future__ import annotations
@@ -14,26 +14,17 @@ import numpy as np
 
 from litegpu.backend import NodeContext
 from litegpu.ops.nn import conv_output_size, transpose_conv_padding
+from litegpu.ops.registry import ACTIVATION_RANGES
 
 F32 = np.dtype(np.float32)
 INF = np.float32(np.inf)
-
-# name -> (lo, hi) for the activations that are a clamp.
-_CLAMPS: dict[str, tuple[float, float]] = {
-    "NONE": (-np.inf, np.inf),
-    "RELU": (0.0, np.inf),
-    "RELU6": (0.0, 6.0),
-    "RELU_N1_TO_1": (-1.0, 1.0),
-    "TANH": (-np.inf, np.inf),       # no range in LiteRT: a no-op
-    "SIGN_BIT": (-np.inf, np.inf),   # no range in LiteRT: a no-op
-}
 
 InPlace = Callable[[np.ndarray], None]
 
 
 def clamp_bounds(activation: str) -> tuple[np.float32, np.float32]:
     """The float32 clamp a numba kernel applies on store for ``activation``."""
-    lo, hi = _CLAMPS[activation]
+    lo, hi = ACTIVATION_RANGES[activation]
     return np.float32(lo), np.float32(hi)
 
 
@@ -43,7 +34,7 @@ def _relu(out: np.ndarray) -> None:
 
 def activation_in_place(activation: str) -> InPlace | None:
     """One in-place function applying ``activation`` to an array, or None for NONE."""
-    lo, hi = _CLAMPS[activation]
+    lo, hi = ACTIVATION_RANGES[activation]
     if lo == -np.inf and hi == np.inf:
         return None
     if activation == "RELU":

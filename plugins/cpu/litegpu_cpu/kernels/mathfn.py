@@ -16,6 +16,8 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from litegpu.ops.elementwise import GELU_TANH_CUBIC, SQRT_2_OVER_PI
+
 from .packed import NR, carried_loop, load_vector, splat_vector
 
 # 2**e for e in [-220, 190]: n = round(x / ln 2) over the clamped argument range below.
@@ -289,8 +291,8 @@ def gelu32(x):
 
 
 # gelu_tanh32: 0.5 * (1 + tanh(u)) = 1 / (1 + exp(-2u)), 2u = x * (C1 + C3 * x*x).
-_TANH_C1 = 1.5957691216057308          # 2 * sqrt(2 / pi)
-_TANH_C3 = 0.07135481627260025         # 2 * sqrt(2 / pi) * 0.044715
+_TANH_C1 = 2 * SQRT_2_OVER_PI
+_TANH_C3 = 2 * SQRT_2_OVER_PI * GELU_TANH_CUBIC
 
 
 @njit(cache=True, inline="always")

@@ -1,0 +1,287 @@
+"""A compiled cuda partition: one CUDA module, an arena, a flat list of launches.
+
+Compile time does everything, as on opencl: the partition is rendered as one CUDA C++
+program (:mod:`litegpu.codegen.render`), compiled by NVRTC to a cubin for the device's
+arch (or loaded from the kernel cache), intermediates get offsets in one device
+allocation planned by lifetime, constants are uploaded, and each launch gets an
+argument block: one device pointer per kernel parameter, already at its tensor's
+offset. A run writes the bound input and output pointers into those blocks,
+enqueues every launch on the stream and returns an event recorded after the last.
+"""
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from litegpu.backend import CompileOptions, Event, Partition, Program
+from litegpu.codegen import Precision
+from litegpu.codegen.cuda import CUDA
+from litegpu.codegen.render import assemble, blocks, build_failure, lifetimes, partition_kernels
+from litegpu.errors import ExecutionError, InvalidArgumentError
+from litegpu.kernel_cache import KernelCache, compile_forbidden, options_key
+from litegpu.memory import Usage, plan_arena
+
+from . import nvrtc
+from .device import Device, Memory, check
+
+log = logging.getLogger("litegpu.cuda")
+API = "cuda"
+ALIGNMENT = 256   # cuMemAlloc's own alignment: every tensor's pointer is as aligned as an allocation
+
+
+@dataclass
+class CudaTensor:
+    """A tensor in device memory: its address, shape, dtype and storage dtype.
+
+    ``owner`` keeps the memory alive (our :class:`Memory`, or the user's array we wrap).
+    ``__cuda_array_interface__`` lets CuPy, PyTorch and numba use it without a copy.
+    """
+
+    ptr: int
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    storage: np.dtype
+    device: Device
+    owner: Any = None
+
+    @property
+    def size(self) -> int:
+        """Number of elements."""
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes in device memory."""
+        return self.size * self.storage.itemsize
+
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        """Version 3 of the CUDA array interface (C-contiguous, in its storage dtype)."""
+        return {"shape": self.shape, "typestr": self.storage.str, "data": (self.ptr, False), "version": 3,
+                "strides": None, "stream": int(self.device.stream) or None}
+
+
+class CudaEvent(Event):
+    """Completion of work enqueued on a stream (a ``CUevent`` recorded after it)."""
+
+    def __init__(self, device: Device, event: Any) -> None:
+        self.device, self.event = device, event
+
+    def wait(self, wait_type: str = "passive") -> None:
+        """Block until the work is done: in the driver ("passive") or by polling ("active")."""
+        self.device.activate()
+        if wait_type == "active":
+            while not self.is_complete():
+                pass
+        check(self.device.cu.cuEventSynchronize(self.event), "cuEventSynchronize")
+
+    def is_complete(self) -> bool:
+        """True when the work is done."""
+        self.device.activate()
+        err, = self.device.cu.cuEventQuery(self.event)
+        return err == self.device.cu.CUresult.CUDA_SUCCESS
+
+    def __del__(self) -> None:
+        try:
+            self.device.cu.cuEventDestroy(self.event)
+        except Exception:   # noqa: BLE001 - at interpreter exit the driver may be gone
+            pass
+
+
+def order_after(device: Device, events: Sequence[Event]) -> None:
+    """Make the stream wait for ``events``: on the device for CUDA events, here for others."""
+    for e in events:
+        if isinstance(e, CudaEvent):
+            check(device.cu.cuStreamWaitEvent(device.stream, e.event, 0), "cuStreamWaitEvent")
+        else:
+            e.wait()
+
+
+def new_tensor(device: Device, precision: Precision, shape, dtype, full_precision: bool = False) -> CudaTensor:
+    """A device tensor of ``shape``/``dtype`` stored as ``precision`` stores it."""
+    storage = precision.storage_dtype(dtype, full_precision)
+    shape = tuple(int(d) for d in shape)
+    memory = device.alloc(math.prod(shape) * storage.itemsize)
+    return CudaTensor(memory.ptr, shape, np.dtype(dtype), storage, device, memory)
+
+
+def write(tensor: CudaTensor, array: np.ndarray, wait_for: Sequence[Event] = ()) -> None:
+    """Copy a host array into a device tensor, converting to its storage dtype.
+
+    Ordered on the stream after ``wait_for``. From pageable host memory the driver stages
+    the bytes before the call returns, so the caller may reuse ``array`` at once.
+    """
+    host = np.ascontiguousarray(array, dtype=tensor.storage)
+    if host.size != tensor.size:
+        raise InvalidArgumentError(f"cannot write {host.size} elements into a device tensor of {tensor.size}")
+    device = tensor.device
+    device.activate()
+    order_after(device, wait_for)
+    if host.nbytes:
+        check(device.cu.cuMemcpyHtoDAsync(tensor.ptr, host.ctypes.data, host.nbytes, device.stream), "cuMemcpyHtoD")
+
+
+def read(tensor: CudaTensor, out: np.ndarray, wait_for: Sequence[Event] = ()) -> None:
+    """Copy a device tensor into a host array (blocking), converting from its storage dtype."""
+    if out.size != tensor.size:
+        raise InvalidArgumentError(f"cannot read a device tensor of {tensor.size} elements into {out.size}")
+    device = tensor.device
+    device.activate()
+    order_after(device, wait_for)
+    if tensor.size == 0:
+        return
+    direct = out.dtype == tensor.storage and out.flags.c_contiguous
+    host = out if direct else np.empty(tensor.shape, tensor.storage)
+    check(device.cu.cuMemcpyDtoHAsync(host.ctypes.data, tensor.ptr, tensor.nbytes, device.stream), "cuMemcpyDtoH")
+    device.synchronize()
+    if not direct:
+        out[...] = host.reshape(out.shape).astype(out.dtype)
+
+
+def precision_for(device: Device, options: CompileOptions) -> Precision:
+    """F32 unless precision loss is allowed; then half storage and half arithmetic (as on opencl)."""
+    if not options.precision_loss_allowed:
+        return Precision()
+    return Precision(half_storage=True, half_arith=device.fp16)
+
+
+def build_cubin(device: Device, source: str, options: CompileOptions) -> tuple[bytes, bool]:
+    """The cubin of ``source`` for the device, and whether it came from the kernel cache."""
+    cache = KernelCache.for_options(API, options.extra)
+    build_options = " ".join(nvrtc.OPTIONS) + f" sm_{device.arch} nvrtc {nvrtc.version()}"
+    key = options_key(API, source, build_options, device.identity, options)
+    if cache is not None:
+        cubin = cache.load(key)
+        if cubin is not None:
+            return cubin, True
+    if compile_forbidden(API, options.extra):
+        raise ExecutionError("the cuda kernel cache had no entry for this program and compiling is forbidden "
+                             "(forbid_compile / LITEGPU_CUDA_FORBID_COMPILE)")
+    cubin = nvrtc.compile_source(source, device.arch, cubin=True)
+    if cache is not None:
+        cache.store(key, cubin)
+    return cubin, False
+
+
+class _Launch:
+    __slots__ = ("function", "grid", "block", "values", "pointers", "io", "nodes", "name")
+
+    def __init__(self, function, grid, block, values: np.ndarray, io, nodes, name) -> None:
+        self.function, self.grid, self.block = function, grid, block
+        self.values = values   # one uint64 per parameter: the device pointer passed
+        # cuLaunchKernel takes an array of pointers to the parameter values.
+        self.pointers = np.array([values.ctypes.data + 8 * i for i in range(len(values))], np.uint64)
+        self.io = io           # [(parameter position, tensor index)] bound per run
+        self.nodes, self.name = nodes, name
+
+
+class CudaProgram(Program):
+    """See the module docstring."""
+
+    def __init__(self, device: Device, partition: Partition, options: CompileOptions) -> None:
+        self.device = device
+        cu = device.cu
+        device.activate()
+        self.precision = precision_for(device, options)
+        self.inputs, self.outputs = list(partition.inputs), list(partition.outputs)
+        specs = partition.specs
+        step_kernels = partition_kernels(partition, self.precision, CUDA)
+        source, self.function_count = assemble(step_kernels, self.precision, CUDA)
+        try:
+            cubin, self.cache_hit = build_cubin(device, source, options)
+        except nvrtc.CompileError as exc:
+            raise build_failure(partition, step_kernels, self.precision, CUDA,
+                                lambda one: nvrtc.compile_source(one, device.arch), exc.log) from None
+        self.module = check(cu.cuModuleLoadData(cubin), "cuModuleLoadData")
+        # Memory: intermediates at offsets of one allocation; I/O bound per run; constants uploaded.
+        io = set(self.inputs) | set(self.outputs)
+        plan = plan_arena([Usage(t, self._nbytes(specs[t]), f, l)
+                           for t, (f, l) in lifetimes(step_kernels, io, specs).items()], alignment=ALIGNMENT)
+        self.arena_bytes = plan.size
+        self.arena = device.alloc(plan.size)
+        self.io_layout = {t: (int(np.prod(specs[t].shape, dtype=np.int64)), self.precision.storage_of(specs[t]))
+                          for t in io}
+        self.const_bytes = 0
+        self._memory: list[Memory] = [self.arena]
+        consts: dict[int, int] = {}
+        self.launches: list[_Launch] = []
+        functions: dict[str, Any] = {}
+        steps = partition.steps or [[i] for i in range(len(partition.nodes))]
+        for step, kernels in zip(steps, step_kernels):
+            for k in kernels:
+                if any(g == 0 for g in k.global_size):
+                    continue
+                name = f"k_{k.digest}"
+                if name not in functions:
+                    functions[name] = check(cu.cuModuleGetFunction(self.module, name.encode()), "cuModuleGetFunction")
+                values = np.zeros(len(k.args), np.uint64)
+                io_args = []
+                for n, a in enumerate(k.args):
+                    if a.tensor is not None and a.tensor in io:
+                        io_args.append((n, a.tensor))
+                    elif a.tensor is not None and specs[a.tensor].value is not None:
+                        if a.tensor not in consts:
+                            spec = specs[a.tensor]
+                            consts[a.tensor] = self._upload(np.asarray(spec.value).astype(self.precision.storage_of(spec)))
+                        values[n] = consts[a.tensor]
+                    elif a.tensor is not None:
+                        values[n] = self.arena.ptr + plan.offsets[a.tensor]
+                    else:
+                        values[n] = self._upload(a.const)
+                grid, block = blocks(k)
+                self.launches.append(_Launch(functions[name], grid, block, values, io_args,
+                                             [partition.nodes[p] for p in step], name))
+        self._bound: dict[int, CudaTensor] = {}
+
+    def _nbytes(self, spec) -> int:
+        return int(np.prod(spec.shape, dtype=np.int64)) * self.precision.storage_of(spec).itemsize
+
+    def _upload(self, array: np.ndarray) -> int:
+        array = np.ascontiguousarray(array)
+        memory = self.device.alloc(array.nbytes)
+        if array.nbytes:
+            check(self.device.cu.cuMemcpyHtoD(memory.ptr, array.ctypes.data, array.nbytes), "cuMemcpyHtoD")
+        self._memory.append(memory)
+        self.const_bytes += array.nbytes
+        return memory.ptr
+
+    @property
+    def summary(self) -> str:
+        """Precision, kernels and memory, for the delegation report."""
+        p = self.precision
+        return (f"{p.name} ({p.storage} storage, {p.arithmetic} arithmetic), {len(self.launches)} launches of "
+                f"{self.function_count} kernels, arena {self.arena_bytes / 1e6:.2f} MB, constants "
+                f"{self.const_bytes / 1e6:.2f} MB, sm_{self.device.arch} cubin "
+                f"{'from cache' if self.cache_hit else 'built'}")
+
+    def run(self, inputs: Sequence[CudaTensor], outputs: Sequence[CudaTensor], wait_for: Sequence[Event] = ()
+            ) -> Event:
+        """Enqueue the partition on device tensors (inputs and outputs in partition order);
+        returns at once with an event recorded after the last launch."""
+        device = self.device
+        device.activate()
+        order_after(device, wait_for)
+        for t, x in (*zip(self.inputs, inputs), *zip(self.outputs, outputs)):
+            self._bind(t, x)
+        launch_kernel, stream = device.cu.cuLaunchKernel, device.stream
+        for launch in self.launches:
+            check(launch_kernel(launch.function, *launch.grid, *launch.block, 0, stream,
+                                launch.pointers.ctypes.data, 0), f"cuLaunchKernel ({launch.name})")
+        return device.record()
+
+    def _bind(self, t: int, tensor: CudaTensor) -> None:
+        if self._bound.get(t) is tensor:
+            return
+        size, storage = self.io_layout[t]
+        if not isinstance(tensor, CudaTensor) or tensor.storage != storage or tensor.size != size:
+            got = f"{tensor.size} x {tensor.storage}" if isinstance(tensor, CudaTensor) else type(tensor).__name__
+            raise InvalidArgumentError(f"tensor {t}: the device buffer holds {got}, the program needs {size} x {storage}")
+        for launch in self.launches:
+            for pos, tt in launch.io:
+                if tt == t:
+                    launch.values[pos] = tensor.ptr
+        self._bound[t] = tensor
