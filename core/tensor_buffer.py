@@ -85,6 +85,16 @@ class TensorBuffer:
         return self._device is not None
 
     @property
+    def __cuda_array_interface__(self) -> dict:
+        """The CUDA array interface of a cuda device buffer (CuPy, PyTorch and numba then use
+        the memory without a copy), once its pending work is done; other buffers have none."""
+        native = self._device[1] if self._device is not None else None
+        if not hasattr(native, "__cuda_array_interface__"):
+            raise AttributeError("only a cuda device buffer has __cuda_array_interface__")
+        self.wait()
+        return native.__cuda_array_interface__
+
+    @property
     def device(self) -> tuple[Backend, Any] | None:
         """(backend, backend buffer) for device memory, else None."""
         return self._device
