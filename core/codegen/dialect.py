@@ -65,7 +65,6 @@ class Dialect:
     swizzles: bool                  # OpenCL's ``.sN`` lanes; else wide vectors are structs of quads
     preludes: dict[str, str] = field(default_factory=dict)   # per precision name: types and LD/ST macros
     library: str = ""               # definitions of kernel-language functions the API lacks
-    half_arith: bool = True         # F16 (half arithmetic) is rendered
     max_buffers: int = 0            # buffer parameters a kernel may take (0: no limit that binds)
     # {cond} {a} {b}: ``a`` where ``cond`` holds, else ``b``; lane by lane when they are vectors,
     # as OpenCL's ``?:`` (C++ cannot overload it: CUDA spells OpenCL's ``select``)

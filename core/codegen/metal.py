@@ -31,6 +31,7 @@ The generated programs assume ``MTLCompileOptions.fastMathEnabled = NO`` (math m
 from __future__ import annotations
 
 from .dialect import Dialect
+from .opencl import OPENCL
 
 # -- the library: generated from small tables ---------------------------------------------------
 _SCALARS = ("float", "half", "int", "uint", "long", "ulong", "short", "ushort", "char", "uchar")
@@ -185,23 +186,10 @@ def _library() -> str:
 
 
 # -- the table ----------------------------------------------------------------------------------
-_PRELUDES = {
-    "F32": ("typedef float real; typedef float4 real4; typedef float FT;\n"
-            "#define LD(p, i) ((p)[i])\n#define ST(p, i, v) ((p)[i] = (v))\n"
-            "#define LD4(p, i) vload4(0, (p) + (i))\n#define ST4(p, i, v) vstore4((v), 0, (p) + (i))\n"
-            "#define TO_REAL4(v) convert_float4(v)\n"),
-    # half storage, float arithmetic: half <-> float conversions round to nearest even as OpenCL's
-    "F32_F16": ("typedef float real; typedef float4 real4; typedef half FT;\n"
-                "#define LD(p, i) vload_half((i), (p))\n#define ST(p, i, v) vstore_half((float)(v), (i), (p))\n"
-                "#define LD4(p, i) vload_half4(0, (p) + (i))\n"
-                "#define ST4(p, i, v) vstore_half4(convert_float4(v), 0, (p) + (i))\n"
-                "#define TO_REAL4(v) convert_float4(v)\n"),
-    # half arithmetic: every Apple GPU has it, no extension to enable
-    "F16": ("typedef half real; typedef half4 real4; typedef half FT;\n"
-            "#define LD(p, i) ((p)[i])\n#define ST(p, i, v) ((p)[i] = (real)(v))\n"
-            "#define LD4(p, i) vload4(0, (p) + (i))\n#define ST4(p, i, v) vstore4(convert_half4(v), 0, (p) + (i))\n"
-            "#define TO_REAL4(v) convert_half4(v)\n"),
-}
+# The kernel language's half loads and stores are the library's, so the precision preludes
+# are OpenCL's, less F16's extension pragma (every Apple GPU computes in half).
+_PRELUDES = {name: "".join(line for line in text.splitlines(keepends=True) if not line.startswith("#pragma"))
+             for name, text in OPENCL.preludes.items()}
 
 METAL = Dialect(
     name="metal", suffix=".metal",

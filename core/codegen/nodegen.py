@@ -26,6 +26,7 @@ Integer and bool tensors are plain C arrays (``int``, ``long``, ``uchar``).
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass
 from typing import Callable
 
@@ -77,6 +78,24 @@ class Precision:
         if dtype == np.bool_:
             return np.dtype(np.uint8)
         return dtype
+
+
+class StoredTensor:
+    """Mixin of a GPU plugin's device tensor: its ``size`` and ``nbytes`` from its ``shape``
+    and ``storage`` (the dtype it has in device memory, see :meth:`Precision.storage_of`)."""
+
+    shape: tuple[int, ...]
+    storage: np.dtype
+
+    @property
+    def size(self) -> int:
+        """Number of elements."""
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes in device memory."""
+        return self.size * self.storage.itemsize
 
 
 def prelude(precision: Precision, dialect: Dialect = OPENCL) -> str:

@@ -12,55 +12,44 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from litegpu.backend import COMPLETE, Backend, CompileOptions, Event, NodeContext, Partition, Program, Support
-from litegpu.codegen import Precision, planning
-from litegpu.codegen.cuda import CUDA
-from litegpu.errors import BackendUnavailableError, InvalidArgumentError
-from litegpu.graph import Model
+from litegpu.backend import COMPLETE, CompileOptions, Event, Partition, Program
+from litegpu.codegen import Precision
+from litegpu.codegen.backend import CodegenBackend
+from litegpu.errors import InvalidArgumentError
 from litegpu.ops import TensorSpec
 
 from . import nvrtc
-from .device import Device, default_device
+from .device import Device, default_device, stream_handle
 from .program import CudaProgram, CudaTensor, new_tensor, precision_for, read, write
 
 
 ARCHS_ENV = "LITEGPU_CUDA_ARCHS"
 
 
-class CudaBackend(Backend):
+class CudaBackend(CodegenBackend):
     """See the module docstring."""
 
     name = "cuda"
-    is_gpu = True
     gpu_priority = 30   # "GPU" picks cuda first where it is available
     dialect = "cuda"
-    host_memory = False
 
-    def available(self) -> tuple[bool, str]:
-        try:
-            default_device()
-        except BackendUnavailableError as exc:
-            return False, str(exc)
-        return True, ""
+    def __init__(self) -> None:
+        self._user_devices: dict[tuple, Device] = {}
 
-    def device_info(self) -> dict:
-        try:
-            return default_device().info()
-        except BackendUnavailableError as exc:
-            return {"error": str(exc)}
+    def open_device(self) -> Device:
+        return default_device()
 
     def device_for(self, options: CompileOptions) -> Device:
-        """The default device, on the user's stream when the environment gives one (``cuda_stream``)."""
-        stream = options.extra.get("cuda_stream")
-        device = default_device()
-        return device if stream is None else device.with_stream(stream)
-
-    def supports(self, node: NodeContext, model: Model) -> Support:
-        return planning.supports(node, model)
-
-    def schedule(self, nodes: list[NodeContext], outputs: list[int]) -> list[list[int]]:
-        """Each producer with the elementwise nodes folded into its kernel (see litegpu.codegen.fusion)."""
-        return planning.schedule(nodes, outputs, CUDA)
+        """The default device, on the user's stream and in the user's context when the
+        environment gives them (``cuda_stream``, ``cuda_context``)."""
+        stream, context = options.extra.get("cuda_stream"), options.extra.get("cuda_context")
+        if stream is None and context is None:
+            return default_device()
+        # One Device per (stream, context): programs and buffers of one environment share it.
+        key = (None if stream is None else stream_handle(stream), None if context is None else int(context))
+        if key not in self._user_devices:
+            self._user_devices[key] = default_device().with_user(stream, context)
+        return self._user_devices[key]
 
     def compile(self, partition: Partition, options: CompileOptions) -> Program:
         return CudaProgram(self.device_for(options), partition, options)

@@ -5,7 +5,8 @@ process on its primary context (the one the CUDA runtime, CuPy and PyTorch share
 their pointers are valid here) with a stream of its own. A user who already has a
 stream hands it over through the ``Environment`` (``cuda_stream=``: an int handle, or an
 object with ``__cuda_stream__``, ``cuda_stream`` or ``ptr`` as CuPy's and PyTorch's
-streams have), and the work is ordered on it.
+streams have), and the work is ordered on it; ``cuda_context=`` (a ``CUcontext`` handle)
+puts it in the user's own context instead of the primary one.
 """
 from __future__ import annotations
 
@@ -57,7 +58,7 @@ def stream_handle(stream: Any) -> int:
 class Device:
     """One CUDA device: its primary context and the stream the backend works on."""
 
-    def __init__(self, ordinal: int = 0, stream: Any = None) -> None:
+    def __init__(self, ordinal: int = 0, stream: Any = None, context: Any = None) -> None:
         cu = self.cu = import_driver()
         try:
             check(cu.cuInit(0), "cuInit", BackendUnavailableError)
@@ -72,8 +73,8 @@ class Device:
             raise InvalidArgumentError(f"{DEVICE_ENV}={ordinal}: there are {count} CUDA devices (0..{count - 1})")
         self.ordinal = ordinal
         self.device = check(cu.cuDeviceGet(ordinal), "cuDeviceGet", BackendUnavailableError)
-        self.context = check(cu.cuDevicePrimaryCtxRetain(self.device), "cuDevicePrimaryCtxRetain",
-                             BackendUnavailableError)
+        self.context = cu.CUcontext(int(context)) if context is not None else check(
+            cu.cuDevicePrimaryCtxRetain(self.device), "cuDevicePrimaryCtxRetain", BackendUnavailableError)
         self.activate()
         self.own_stream = stream is None
         self.stream = check(cu.cuStreamCreate(0), "cuStreamCreate") if stream is None else \
@@ -83,9 +84,9 @@ class Device:
         """Make the context current on the calling thread (driver calls act on the current one)."""
         check(self.cu.cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
 
-    def with_stream(self, stream: Any) -> "Device":
-        """The same device working on a user's stream."""
-        return Device(self.ordinal, stream)
+    def with_user(self, stream: Any = None, context: Any = None) -> "Device":
+        """The same device working on a user's stream and/or in a user's context."""
+        return Device(self.ordinal, stream, context)
 
     # -- what the device is -----------------------------------------------------------------
     def attribute(self, name: str) -> int:

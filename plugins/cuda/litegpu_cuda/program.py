@@ -19,6 +19,7 @@ import numpy as np
 
 from litegpu.backend import CompileOptions, Event, Partition, Program
 from litegpu.codegen import Precision
+from litegpu.codegen.nodegen import StoredTensor
 from litegpu.codegen.cuda import CUDA
 from litegpu.codegen.render import assemble, blocks, build_failure, lifetimes, partition_kernels
 from litegpu.errors import ExecutionError, InvalidArgumentError
@@ -34,7 +35,7 @@ ALIGNMENT = 256   # cuMemAlloc's own alignment: every tensor's pointer is as ali
 
 
 @dataclass
-class CudaTensor:
+class CudaTensor(StoredTensor):
     """A tensor in device memory: its address, shape, dtype and storage dtype.
 
     ``owner`` keeps the memory alive (our :class:`Memory`, or the user's array we wrap).
@@ -48,15 +49,6 @@ class CudaTensor:
     device: Device
     owner: Any = None
 
-    @property
-    def size(self) -> int:
-        """Number of elements."""
-        return math.prod(self.shape)
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes in device memory."""
-        return self.size * self.storage.itemsize
 
     @property
     def __cuda_array_interface__(self) -> dict:

@@ -10,45 +10,25 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from litegpu.backend import COMPLETE, Backend, CompileOptions, Event, NodeContext, Partition, Program, Support
-from litegpu.codegen import Precision, planning
-from litegpu.codegen.metal import METAL
-from litegpu.errors import BackendUnavailableError, InvalidArgumentError
-from litegpu.graph import Model
+from litegpu.backend import COMPLETE, CompileOptions, Event, Partition, Program
+from litegpu.codegen import Precision
+from litegpu.codegen.backend import CodegenBackend
+from litegpu.errors import InvalidArgumentError
 from litegpu.ops import TensorSpec
 
 from .program import MetalProgram, MetalTensor, new_tensor, precision_for, read, write
-from .runtime import default_device
+from .runtime import MetalDevice, default_device
 
 
-class MetalBackend(Backend):
+class MetalBackend(CodegenBackend):
     """See the module docstring."""
 
     name = "metal"
-    is_gpu = True
     gpu_priority = 20   # "GPU" on a Mac: metal before opencl
     dialect = "metal"
-    host_memory = False
 
-    def available(self) -> tuple[bool, str]:
-        try:
-            default_device()
-        except BackendUnavailableError as exc:
-            return False, str(exc)
-        return True, ""
-
-    def device_info(self) -> dict:
-        try:
-            return default_device().info()
-        except BackendUnavailableError as exc:
-            return {"error": str(exc)}
-
-    def supports(self, node: NodeContext, model: Model) -> Support:
-        return planning.supports(node, model)
-
-    def schedule(self, nodes: list[NodeContext], outputs: list[int]) -> list[list[int]]:
-        """Each producer with the elementwise nodes folded into its kernel (see litegpu.codegen.fusion)."""
-        return planning.schedule(nodes, outputs, METAL)
+    def open_device(self) -> MetalDevice:
+        return default_device()
 
     def compile(self, partition: Partition, options: CompileOptions) -> Program:
         return MetalProgram(default_device(), partition, options)

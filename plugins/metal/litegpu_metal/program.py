@@ -16,6 +16,7 @@ import numpy as np
 
 from litegpu.backend import CompileOptions, Event, Partition, Program
 from litegpu.codegen import Precision
+from litegpu.codegen.nodegen import StoredTensor
 from litegpu.codegen.metal import METAL
 from litegpu.codegen.render import assemble, build_failure, lifetimes, partition_kernels
 from litegpu.errors import InvalidArgumentError
@@ -27,7 +28,7 @@ ALIGNMENT = 256   # every tensor's offset is as aligned as a buffer's start
 
 
 @dataclass
-class MetalTensor:
+class MetalTensor(StoredTensor):
     """A tensor in a shared-storage buffer: host and GPU see the same bytes."""
 
     buffer: Any
@@ -37,15 +38,6 @@ class MetalTensor:
     device: MetalDevice
     offset: int = 0
 
-    @property
-    def size(self) -> int:
-        """Number of elements."""
-        return math.prod(self.shape)
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes in the buffer."""
-        return self.size * self.storage.itemsize
 
     def numpy(self) -> np.ndarray:
         """The tensor's bytes as a numpy view in its storage dtype (no copy)."""

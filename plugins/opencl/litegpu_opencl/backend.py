@@ -10,11 +10,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from litegpu.backend import COMPLETE, Backend, CompileOptions, Event, NodeContext, Partition, Program, Support
-from litegpu.codegen import Precision, planning
-from litegpu.codegen.opencl import OPENCL
-from litegpu.errors import BackendUnavailableError, InvalidArgumentError
-from litegpu.graph import Model
+from litegpu.backend import COMPLETE, CompileOptions, Event, Partition, Program
+from litegpu.codegen import Precision
+from litegpu.codegen.backend import CodegenBackend
+from litegpu.errors import InvalidArgumentError
 from litegpu.ops import TensorSpec
 
 from .build import build_source
@@ -22,45 +21,23 @@ from .device import Device, default_device
 from .program import ClEvent, ClProgram, ClTensor, new_tensor, precision_for, read, write
 
 
-class OpenClBackend(Backend):
+class OpenClBackend(CodegenBackend):
     """See the module docstring."""
 
     name = "opencl"
-    is_gpu = True
     gpu_priority = 10   # after cuda and metal, where those are available
     dialect = "opencl"
-    host_memory = False
 
-    def _default(self) -> Device:
+    def open_device(self) -> Device:
+        """The default device; a device variable naming nothing raises InvalidArgumentError."""
         return default_device()
-
-    def available(self) -> tuple[bool, str]:
-        """Whether the default device opens; a device variable naming nothing raises instead."""
-        try:
-            self._default()
-        except BackendUnavailableError as exc:
-            return False, str(exc)
-        return True, ""
-
-    def device_info(self) -> dict:
-        try:
-            return self._default().info()
-        except BackendUnavailableError as exc:
-            return {"error": str(exc)}
 
     def device_for(self, options: CompileOptions) -> Device:
         """The user's device from the environment (``opencl_context``/``opencl_queue``), else the default."""
         context = options.extra.get("opencl_context")
         if context is not None:
             return Device.from_user(context, options.extra.get("opencl_queue"))
-        return self._default()
-
-    def supports(self, node: NodeContext, model: Model) -> Support:
-        return planning.supports(node, model)
-
-    def schedule(self, nodes: list[NodeContext], outputs: list[int]) -> list[list[int]]:
-        """Each producer with the elementwise nodes folded into its kernel (see litegpu.codegen.fusion)."""
-        return planning.schedule(nodes, outputs, OPENCL)
+        return self.open_device()
 
     def compile(self, partition: Partition, options: CompileOptions) -> Program:
         return ClProgram(self.device_for(options), partition, options)
@@ -69,8 +46,8 @@ class OpenClBackend(Backend):
         """Builds ``source`` on the default device when there is one that can (an F16 program
         needs ``cl_khr_fp16``), so a kernel that does not build is reported; the source is
         the artifact, so nothing is returned."""
-        if self.available()[0] and (self._default().fp16 or "cl_khr_fp16" not in source):
-            build_source(self._default(), source)
+        if self.available()[0] and (self.open_device().fp16 or "cl_khr_fp16" not in source):
+            build_source(self.open_device(), source)
         return {}
 
     # -- device memory ---------------------------------------------------------------------

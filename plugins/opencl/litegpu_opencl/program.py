@@ -10,7 +10,6 @@ on the in-order queue; it returns the event of the last launch.
 from __future__ import annotations
 
 import logging
-import math
 import time
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -23,6 +22,7 @@ from litegpu.memory import Usage, plan_arena
 
 from .build import BuildFailed, build_program, build_source, store_warmed_binary
 from litegpu.codegen import Precision
+from litegpu.codegen.nodegen import StoredTensor
 from litegpu.codegen.opencl import OPENCL
 from litegpu.codegen.render import assemble, build_failure, lifetimes, partition_kernels
 from .device import Device
@@ -33,7 +33,7 @@ _COMPLETE = 0   # CL_COMPLETE
 
 
 @dataclass
-class ClTensor:
+class ClTensor(StoredTensor):
     """A tensor in device memory: a pyopencl buffer with its shape, dtype and storage dtype.
 
     ``dtype`` is the tensor's type as the model sees it; ``storage`` is what the device
@@ -45,16 +45,6 @@ class ClTensor:
     dtype: np.dtype
     storage: np.dtype
     device: Device | None = None
-
-    @property
-    def size(self) -> int:
-        """Number of elements."""
-        return math.prod(self.shape)
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes in device memory."""
-        return self.size * self.storage.itemsize
 
 
 class ClEvent(Event):

@@ -1,0 +1,49 @@
+"""The part of a GPU backend that is the same for every API whose kernels codegen renders."""
+from __future__ import annotations
+
+from typing import Any
+
+from litegpu.backend import Backend, NodeContext, Support
+from litegpu.errors import BackendUnavailableError
+from litegpu.graph import Model
+
+from . import planning
+from .dialects import DIALECTS
+
+
+class CodegenBackend(Backend):
+    """A GPU backend whose kernels :mod:`litegpu.codegen` renders in its :attr:`dialect`.
+
+    It takes the nodes the kernels render and groups them as the kernels fuse
+    (:mod:`.planning`); it is available when :meth:`open_device` opens the device. A
+    subclass sets ``name``, ``dialect`` and ``gpu_priority`` and adds the runtime:
+    ``open_device``, ``compile``, device memory and copies.
+    """
+
+    is_gpu = True
+    host_memory = False
+
+    def open_device(self) -> Any:
+        """The default device (opened once, lazily; it has an ``info()`` dict), or
+        BackendUnavailableError saying why there is none."""
+        raise BackendUnavailableError(f"backend {self.name!r} does not say how to open its device")
+
+    def available(self) -> tuple[bool, str]:
+        try:
+            self.open_device()
+        except BackendUnavailableError as exc:
+            return False, str(exc)
+        return True, ""
+
+    def device_info(self) -> dict:
+        try:
+            return self.open_device().info()
+        except BackendUnavailableError as exc:
+            return {"error": str(exc)}
+
+    def supports(self, node: NodeContext, model: Model) -> Support:
+        return planning.supports(node, model)
+
+    def schedule(self, nodes: list[NodeContext], outputs: list[int]) -> list[list[int]]:
+        """Each producer with the elementwise nodes folded into its kernel (see :mod:`.fusion`)."""
+        return planning.schedule(nodes, outputs, DIALECTS[self.dialect])
