@@ -15,7 +15,8 @@ How a batch meets the model's batch dimension:
   repeating its last row, and the padding's outputs are dropped.
 
 A record of the wrong shape or a value that does not convert to the input's dtype fails
-with :class:`~litegpu.errors.InvalidArgumentError` naming the column and the row.
+with :class:`RecordError` (an :class:`~litegpu.errors.InvalidArgumentError`) naming the
+column and the row.
 """
 from __future__ import annotations
 
@@ -25,6 +26,15 @@ from typing import Any, Mapping
 import numpy as np
 
 from .errors import InvalidArgumentError
+
+
+class RecordError(InvalidArgumentError):
+    """A batch's record does not fit the model; ``row`` is its position in the batch
+    (None when the whole column is wrong) and ``column`` its column."""
+
+    def __init__(self, message: str, column: str, row: int | None = None) -> None:
+        super().__init__(message)
+        self.column, self.row = column, row
 
 def _load(model: Any, backend: str | None, options: dict | None, num_threads: int | None):
     from .interpreter import Interpreter
@@ -75,14 +85,15 @@ class BatchPredictor:
     # -- one batch ------------------------------------------------------------------------
     def predict(self, batch: Mapping[str, Any]) -> dict[str, np.ndarray]:
         """The outputs for a batch of columns (a mapping of column name to rows)."""
-        arrays = {name: self._column(batch, name) for name in self.input_names}
+        arrays = {name: self.column(batch, name) for name in self.input_names}
         rows = {len(a) for a in arrays.values()}
         if len(rows) > 1:
             raise InvalidArgumentError(f"the input columns have different numbers of rows: "
                                        f"{ {self.columns[n]: len(a) for n, a in arrays.items()} }")
         n = rows.pop() if rows else 0
         if n == 0:
-            return {name: np.zeros((0,), np.float32) for name in self.output_names}
+            records = self.output_records({name: a.shape[1:] for name, a in arrays.items()})
+            return {name: np.zeros((0, *record), dtype) for name, (record, dtype) in records.items()}
         step = self._step(n)
         parts = []
         for start in range(0, n, step):
@@ -103,29 +114,55 @@ class BatchPredictor:
             steps.add(n if signature and signature[0] == -1 else shape[0])
         return min(steps)
 
-    def _column(self, batch: Mapping[str, Any], name: str) -> np.ndarray:
-        """Column ``name``'s rows as one array of the input's record shape and dtype; a row
-        that does not fit fails naming the column and the row."""
+    def input_record(self, name: str) -> tuple[tuple[int, ...], np.dtype]:
+        """The record shape (-1 where a dimension is dynamic) and dtype of input ``name``."""
+        shape, signature, dtype, _ = self._inputs[name]
+        return tuple(d if s != -1 else -1 for d, s in zip(shape[1:], (signature or shape)[1:])), dtype
+
+    def output_records(self, records: Mapping[str, tuple[int, ...]]) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+        """Each output's (record shape, dtype) when the inputs' records are ``records`` (by
+        input name): inputs with dynamic record dimensions are resized first; nothing runs."""
+        resize = {name: (shape[0], *records[name]) for name, (shape, sig, _, _) in self._inputs.items()
+                  if name in records and -1 in sig[1:]}
+        if self._runner is not None:
+            for name, shape in resize.items():
+                self._runner.resize_input(name, shape)
+            if resize:
+                self._runner.allocate_tensors()
+            details = self._runner.get_output_details()
+        else:
+            for name, shape in resize.items():
+                self.interpreter.resize_tensor_input(self._inputs[name][3], shape)
+            if resize:
+                self.interpreter.allocate_tensors()
+                self._size = None
+            details = {d["name"]: d for d in self.interpreter.get_output_details()}
+        return {name: (tuple(int(d) for d in details[name]["shape"][1:]), np.dtype(details[name]["dtype"]))
+                for name in self.output_names}
+
+    def column(self, batch: Mapping[str, Any], name: str) -> np.ndarray:
+        """The rows of input ``name``'s column of ``batch`` as one array of the input's record
+        shape and dtype; a row that does not fit raises :class:`RecordError`."""
         column = self.columns[name]
         if column not in batch:
             raise InvalidArgumentError(f"the batch has no column {column!r} for input {name!r}; its columns are "
                                        f"{sorted(batch)}")
-        shape, signature, dtype, _ = self._inputs[name]
-        record = tuple(d if s != -1 else -1 for d, s in zip(shape[1:], (signature or shape)[1:]))
+        shape = self._inputs[name][0]
+        record, dtype = self.input_record(name)
         values = batch[column]
         values = values.to_numpy() if hasattr(values, "to_numpy") else values
         rows = values if isinstance(values, np.ndarray) and values.dtype != object else list(values)
         if isinstance(rows, np.ndarray):
             if not _fits(rows.shape[1:], record):
-                raise InvalidArgumentError(f"column {column!r}: records of shape {list(rows.shape[1:])}, input "
-                                           f"{name!r} takes {list(shape[1:])} (row 0 and on)")
+                raise RecordError(f"column {column!r}: records of shape {list(rows.shape[1:])}, input "
+                                  f"{name!r} takes {list(shape[1:])} (row 0 and on)", column)
             return _convert(rows, dtype, column, None)
         out = []
         for i, row in enumerate(rows):
             arr = np.asarray(row)
             if not _fits(arr.shape, record):
-                raise InvalidArgumentError(f"row {i} of column {column!r}: a record of shape {list(arr.shape)}, "
-                                           f"input {name!r} takes {list(shape[1:])}")
+                raise RecordError(f"row {i} of column {column!r}: a record of shape {list(arr.shape)}, "
+                                  f"input {name!r} takes {list(shape[1:])}", column, i)
             out.append(_convert(arr, dtype, column, i))
         return np.stack(out) if out else np.zeros((0, *[max(d, 0) for d in record]), dtype)
 
@@ -150,10 +187,12 @@ def _fits(got: tuple[int, ...], want: tuple[int, ...]) -> bool:
 
 
 def _convert(rows: np.ndarray, dtype: np.dtype, column: str, row: int | None) -> np.ndarray:
-    """``rows`` as ``dtype``: exact conversions only (ints to floats, narrower to wider)."""
+    """``rows`` as ``dtype`` when that keeps their kind: a narrower or wider float or int
+    (pandas gives float64 and int64), an int to a float; never a float to an int, a
+    complex to a real or a string to a number."""
     if rows.dtype == dtype:
         return rows
     if np.can_cast(rows.dtype, dtype, "same_kind") and not (rows.dtype.kind == "f" and dtype.kind in "iu"):
         return rows.astype(dtype)
-    raise InvalidArgumentError(f"{'' if row is None else f'row {row} of '}column {column!r}: values of dtype "
-                               f"{rows.dtype}, the input takes {dtype}")
+    raise RecordError(f"{'' if row is None else f'row {row} of '}column {column!r}: values of dtype "
+                      f"{rows.dtype}, the input takes {dtype}", column, row)
