@@ -36,6 +36,9 @@ class RecordError(InvalidArgumentError):
         super().__init__(message)
         self.column, self.row = column, row
 
+    def __reduce__(self):   # pickled between processes (Ray, Dask); the default calls RecordError(message), a TypeError
+        return type(self), (str(self), self.column, self.row)
+
 def _load(model: Any, backend: str | None, options: dict | None, num_threads: int | None):
     from .interpreter import Interpreter
     from .session import load_delegate
