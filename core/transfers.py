@@ -98,7 +98,6 @@ class DeviceRunner:
         seen_device = False
 
         def have(t: int, place: str, backend: Backend | None) -> None:
-            nonlocal seen_device
             places = valid.setdefault(t, {HOST: None})
             if place in places:
                 return
