@@ -1,7 +1,9 @@
 """The part of a GPU backend that is the same for every API whose kernels codegen renders."""
 from __future__ import annotations
 
-from typing import Any
+import functools
+import threading
+from typing import Any, Callable, TypeVar
 
 from litegpu.backend import Backend, NodeContext, Support
 from litegpu.errors import BackendUnavailableError
@@ -9,6 +11,22 @@ from litegpu.graph import Model
 
 from . import planning
 from .dialects import DIALECTS
+
+T = TypeVar("T")
+
+
+def once(open_device: Callable[[], T]) -> Callable[[], T]:
+    """``open_device`` called at most once per process, under a lock (two threads never
+    open two devices); a call that raises is not remembered, so the next one tries again."""
+    lock, opened = threading.Lock(), []
+
+    @functools.wraps(open_device)
+    def default() -> T:
+        with lock:
+            if not opened:
+                opened.append(open_device())
+            return opened[0]
+    return default
 
 
 class CodegenBackend(Backend):

@@ -22,6 +22,7 @@ pointers the runtime has already offset. CUDA launches whole blocks (see
 from __future__ import annotations
 
 from .dialect import Dialect
+from .opencl import portable_preludes
 
 _FN = "__device__ inline"
 
@@ -234,21 +235,9 @@ def _memory() -> list[str]:
 #: Definitions of every kernel-language function and type CUDA lacks (see the module doc).
 LIBRARY = "\n".join([_HEADER.rstrip("\n"), *_types(), *_half_mixing(), *_arithmetic(), *_math(), *_memory()]) + "\n"
 
-_CUDA_PRELUDES = {
-    "F32": ("typedef float real; typedef float4 real4; typedef float FT;\n#define make_real4 make_float4\n"
-            "#define LD(p, i) ((p)[i])\n#define ST(p, i, v) ((p)[i] = (v))\n"
-            "#define LD4(p, i) vload4(0, (p) + (i))\n#define ST4(p, i, v) vstore4((v), 0, (p) + (i))\n"
-            "#define TO_REAL4(v) convert_float4(v)\n"),
-    "F32_F16": ("typedef float real; typedef float4 real4; typedef half FT;\n#define make_real4 make_float4\n"
-                "#define LD(p, i) vload_half((i), (p))\n#define ST(p, i, v) vstore_half((float)(v), (i), (p))\n"
-                "#define LD4(p, i) vload_half4(0, (p) + (i))\n"
-                "#define ST4(p, i, v) vstore_half4(convert_float4(v), 0, (p) + (i))\n"
-                "#define TO_REAL4(v) convert_float4(v)\n"),
-    "F16": ("typedef half real; typedef half4 real4; typedef half FT;\n#define make_real4 make_half4\n"
-            "#define LD(p, i) ((p)[i])\n#define ST(p, i, v) ((p)[i] = (real)(v))\n"
-            "#define LD4(p, i) vload4(0, (p) + (i))\n#define ST4(p, i, v) vstore4(convert_half4(v), 0, (p) + (i))\n"
-            "#define TO_REAL4(v) convert_half4(v)\n"),
-}
+# OpenCL's preludes, and ``make_real4`` (the constructor ``Dialect.vector`` spells for real4).
+_CUDA_PRELUDES = {name: text + f"#define make_real4 make_{'half' if name == 'F16' else 'float'}4\n"
+                  for name, text in portable_preludes().items()}
 
 CUDA = Dialect(
     name="cuda", suffix=".cu",

@@ -31,7 +31,7 @@ The generated programs assume ``MTLCompileOptions.fastMathEnabled = NO`` (math m
 from __future__ import annotations
 
 from .dialect import Dialect
-from .opencl import OPENCL
+from .opencl import portable_preludes
 
 # -- the library: generated from small tables ---------------------------------------------------
 _SCALARS = ("float", "half", "int", "uint", "long", "ulong", "short", "ushort", "char", "uchar")
@@ -188,8 +188,7 @@ def _library() -> str:
 # -- the table ----------------------------------------------------------------------------------
 # The kernel language's half loads and stores are the library's, so the precision preludes
 # are OpenCL's, less F16's extension pragma (every Apple GPU computes in half).
-_PRELUDES = {name: "".join(line for line in text.splitlines(keepends=True) if not line.startswith("#pragma"))
-             for name, text in OPENCL.preludes.items()}
+_PRELUDES = portable_preludes()
 
 METAL = Dialect(
     name="metal", suffix=".metal",

@@ -33,7 +33,7 @@ from typing import Callable
 import numpy as np
 
 from litegpu.backend import NodeContext
-from litegpu.errors import UnsupportedError
+from litegpu.errors import InvalidArgumentError, UnsupportedError
 from litegpu.ops import TensorSpec
 from litegpu.ops.registry import ACTIVATION_RANGES
 
@@ -58,6 +58,15 @@ class Precision:
     def storage_of(self, spec: TensorSpec) -> np.dtype:
         """The dtype tensor ``spec`` has in device memory."""
         return self.storage_dtype(spec.dtype, spec.full_precision)
+
+    def layout_of(self, spec: TensorSpec) -> tuple[int, np.dtype]:
+        """(elements, storage dtype) of tensor ``spec`` in device memory."""
+        return int(np.prod(spec.shape, dtype=np.int64)), self.storage_of(spec)
+
+    def nbytes_of(self, spec: TensorSpec) -> int:
+        """Bytes tensor ``spec`` takes in device memory."""
+        size, storage = self.layout_of(spec)
+        return size * storage.itemsize
 
     @property
     def storage(self) -> str:
@@ -96,6 +105,16 @@ class StoredTensor:
     def nbytes(self) -> int:
         """Bytes in device memory."""
         return self.size * self.storage.itemsize
+
+    @classmethod
+    def check_binding(cls, t: int, tensor: object, layout: tuple[int, np.dtype]) -> None:
+        """Raise InvalidArgumentError unless ``tensor`` is one of ``cls`` holding ``layout``
+        (elements, storage dtype): what a program needs bound as its tensor ``t``."""
+        size, storage = layout
+        if not isinstance(tensor, cls) or tensor.storage != storage or tensor.size != size:
+            got = f"{tensor.size} x {tensor.storage}" if isinstance(tensor, cls) else type(tensor).__name__
+            raise InvalidArgumentError(f"tensor {t}: the device buffer holds {got}, "
+                                       f"the program needs {size} x {storage}")
 
 
 def prelude(precision: Precision, dialect: Dialect = OPENCL) -> str:

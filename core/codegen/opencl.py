@@ -34,3 +34,10 @@ OPENCL = Dialect(
     exact_grid=True, swizzles=True,
     preludes=_OPENCL_PRELUDES,
 )
+
+
+def portable_preludes() -> dict[str, str]:
+    """The precision preludes without OpenCL's fp16 extension pragma: a dialect whose
+    library defines the kernel language's half loads and stores (CUDA, Metal) uses them."""
+    return {name: "".join(line for line in text.splitlines(keepends=True) if not line.startswith("#pragma"))
+            for name, text in _OPENCL_PRELUDES.items()}

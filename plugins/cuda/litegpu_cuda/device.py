@@ -11,12 +11,12 @@ puts it in the user's own context instead of the primary one.
 from __future__ import annotations
 
 import os
-import threading
 import weakref
 from functools import cached_property
 from typing import Any
 
 from litegpu.backend import Event
+from litegpu.codegen.backend import once
 from litegpu.errors import BackendUnavailableError, ExecutionError, InvalidArgumentError
 
 DEVICE_ENV = "LITEGPU_CUDA_DEVICE"
@@ -173,17 +173,10 @@ def _free(cu, ptr) -> None:
         pass
 
 
-_default: Device | None = None
-_lock = threading.Lock()
-
-
+@once
 def default_device() -> Device:
     """The process's default device (opened once; see the module docstring)."""
-    global _default
-    with _lock:
-        if _default is None:
-            raw = os.environ.get(DEVICE_ENV, "0").strip() or "0"
-            if not raw.isdigit():
-                raise InvalidArgumentError(f"{DEVICE_ENV}={raw!r} is not a device ordinal")
-            _default = Device(int(raw))
-        return _default
+    raw = os.environ.get(DEVICE_ENV, "0").strip() or "0"
+    if not raw.isdigit():
+        raise InvalidArgumentError(f"{DEVICE_ENV}={raw!r} is not a device ordinal")
+    return Device(int(raw))

@@ -191,12 +191,11 @@ class CudaProgram(Program):
         self.module = check(cu.cuModuleLoadData(cubin), "cuModuleLoadData")
         # Memory: intermediates at offsets of one allocation; I/O bound per run; constants uploaded.
         io = set(self.inputs) | set(self.outputs)
-        plan = plan_arena([Usage(t, self._nbytes(specs[t]), f, l)
+        plan = plan_arena([Usage(t, self.precision.nbytes_of(specs[t]), f, l)
                            for t, (f, l) in lifetimes(step_kernels, io, specs).items()], alignment=ALIGNMENT)
         self.arena_bytes = plan.size
         self.arena = device.alloc(plan.size)
-        self.io_layout = {t: (int(np.prod(specs[t].shape, dtype=np.int64)), self.precision.storage_of(specs[t]))
-                          for t in io}
+        self.io_layout = {t: self.precision.layout_of(specs[t]) for t in io}
         self.const_bytes = 0
         self._memory: list[Memory] = [self.arena]
         consts: dict[int, int] = {}
@@ -228,9 +227,6 @@ class CudaProgram(Program):
                 self.launches.append(_Launch(functions[name], grid, block, values, io_args,
                                              [partition.nodes[p] for p in step], name))
         self._bound: dict[int, CudaTensor] = {}
-
-    def _nbytes(self, spec) -> int:
-        return int(np.prod(spec.shape, dtype=np.int64)) * self.precision.storage_of(spec).itemsize
 
     def _upload(self, array: np.ndarray) -> int:
         array = np.ascontiguousarray(array)
@@ -268,10 +264,7 @@ class CudaProgram(Program):
     def _bind(self, t: int, tensor: CudaTensor) -> None:
         if self._bound.get(t) is tensor:
             return
-        size, storage = self.io_layout[t]
-        if not isinstance(tensor, CudaTensor) or tensor.storage != storage or tensor.size != size:
-            got = f"{tensor.size} x {tensor.storage}" if isinstance(tensor, CudaTensor) else type(tensor).__name__
-            raise InvalidArgumentError(f"tensor {t}: the device buffer holds {got}, the program needs {size} x {storage}")
+        CudaTensor.check_binding(t, tensor, self.io_layout[t])
         for launch in self.launches:
             for pos, tt in launch.io:
                 if tt == t:

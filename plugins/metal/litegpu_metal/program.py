@@ -103,12 +103,11 @@ class MetalProgram(Program):
         except CompileError as exc:
             raise build_failure(partition, step_kernels, self.precision, METAL, device.library, str(exc)) from None
         io = set(self.inputs) | set(self.outputs)
-        plan = plan_arena([Usage(t, self._nbytes(specs[t]), f, l)
+        plan = plan_arena([Usage(t, self.precision.nbytes_of(specs[t]), f, l)
                            for t, (f, l) in lifetimes(step_kernels, io, specs).items()], alignment=ALIGNMENT)
         self.arena_bytes = plan.size
         self.arena = device.buffer(plan.size)
-        self.io_layout = {t: (int(np.prod(specs[t].shape, dtype=np.int64)), self.precision.storage_of(specs[t]))
-                          for t in io}
+        self.io_layout = {t: self.precision.layout_of(specs[t]) for t in io}
         self.const_bytes = 0
         self._constants: list[Any] = []
         consts: dict[int, Any] = {}
@@ -141,9 +140,6 @@ class MetalProgram(Program):
                                                  args, io_args, name))
         self._bound: dict[int, MetalTensor] = {}
 
-    def _nbytes(self, spec) -> int:
-        return int(np.prod(spec.shape, dtype=np.int64)) * self.precision.storage_of(spec).itemsize
-
     def _upload(self, array: np.ndarray) -> Any:
         array = np.ascontiguousarray(array)
         buf = self.device.buffer(array.nbytes)
@@ -171,7 +167,7 @@ class MetalProgram(Program):
         _wait([e for e in wait_for if not isinstance(e, MetalEvent)])
         bound = dict(zip(self.inputs, inputs)) | dict(zip(self.outputs, outputs))
         for t, x in bound.items():
-            self._check(t, x)
+            MetalTensor.check_binding(t, x, self.io_layout[t])
         command_buffer = self.device.queue.commandBuffer()
         encoder = command_buffer.computeCommandEncoder()
         for d in self.dispatches:
@@ -184,9 +180,3 @@ class MetalProgram(Program):
         encoder.endEncoding()
         command_buffer.commit()
         return MetalEvent(command_buffer)
-
-    def _check(self, t: int, tensor: MetalTensor) -> None:
-        size, storage = self.io_layout[t]
-        if not isinstance(tensor, MetalTensor) or tensor.storage != storage or tensor.size != size:
-            got = f"{tensor.size} x {tensor.storage}" if isinstance(tensor, MetalTensor) else type(tensor).__name__
-            raise InvalidArgumentError(f"tensor {t}: the buffer holds {got}, the program needs {size} x {storage}")

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from litegpu.backend import Event
+from litegpu.codegen.backend import once
 from litegpu.errors import BackendUnavailableError, ExecutionError
 
 
@@ -123,14 +124,7 @@ class MetalEvent(Event):
         return self.command_buffer.status() >= Metal.MTLCommandBufferStatusCompleted
 
 
-_default: MetalDevice | None = None
-_lock = threading.Lock()
-
-
+@once
 def default_device() -> MetalDevice:
     """The process's Metal device (opened once)."""
-    global _default
-    with _lock:
-        if _default is None:
-            _default = MetalDevice()
-        return _default
+    return MetalDevice()

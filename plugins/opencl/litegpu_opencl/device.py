@@ -12,10 +12,10 @@ around them.
 from __future__ import annotations
 
 import os
-import threading
 from functools import cached_property
 from typing import Any
 
+from litegpu.codegen.backend import once
 from litegpu.errors import BackendUnavailableError, InvalidArgumentError
 
 PLATFORM_ENV = "LITEGPU_OPENCL_PLATFORM"
@@ -156,14 +156,7 @@ class Device:
         }
 
 
-_default: Device | None = None
-_lock = threading.Lock()
-
-
+@once
 def default_device() -> Device:
     """The process's default device (chosen once; see the module docstring)."""
-    global _default
-    with _lock:
-        if _default is None:
-            _default = Device.choose(os.environ.get(PLATFORM_ENV), os.environ.get(DEVICE_ENV))
-        return _default
+    return Device.choose(os.environ.get(PLATFORM_ENV), os.environ.get(DEVICE_ENV))

@@ -147,7 +147,7 @@ class ClProgram(Program):
         # Memory: intermediates at offsets of one arena; I/O buffers bound per run; constants uploaded.
         io = set(self.inputs) | set(self.outputs)
         used = lifetimes(step_kernels, io, specs)
-        plan = plan_arena([Usage(t, self._nbytes(specs[t]), f, l) for t, (f, l) in used.items()],
+        plan = plan_arena([Usage(t, self.precision.nbytes_of(specs[t]), f, l) for t, (f, l) in used.items()],
                           alignment=device.base_alignment)
         self.arena_bytes = plan.size
         mf = cl.mem_flags
@@ -156,8 +156,7 @@ class ClProgram(Program):
         arena_at = {t: np.int32(off // self.precision.storage_of(specs[t]).itemsize)
                     for t, off in plan.offsets.items()}
         # What each input/output buffer must hold: (elements, storage dtype).
-        self.io_layout = {t: (int(np.prod(specs[t].shape, dtype=np.int64)),
-                              self.precision.storage_of(specs[t])) for t in io}
+        self.io_layout = {t: self.precision.layout_of(specs[t]) for t in io}
         # Float tensors a half-storage program keeps in float32 (see TensorSpec.full_precision).
         self.full_precision = sum(1 for t in set(used) | io if self.precision.half_storage
                                   and specs[t].dtype == np.float32 and specs[t].full_precision)
@@ -200,9 +199,6 @@ class ClProgram(Program):
                 f"{'+'.join(f'{c.node.index} {c.node.op}' for c in launch.nodes)}" for launch in self.launches))
 
     # -- memory ---------------------------------------------------------------------------
-    def _nbytes(self, spec) -> int:
-        return int(np.prod(spec.shape, dtype=np.int64)) * self.precision.storage_of(spec).itemsize
-
     def _upload(self, array: np.ndarray, convert: bool = True) -> Any:
         if convert:
             array = array.astype(self.precision.storage_dtype(array.dtype))
@@ -293,11 +289,7 @@ class ClProgram(Program):
     def _bind(self, t: int, tensor: ClTensor) -> None:
         if self._bound.get(t) is tensor:
             return
-        size, storage = self.io_layout[t]
-        if not isinstance(tensor, ClTensor) or tensor.storage != storage or tensor.size != size:
-            got = f"{tensor.size} x {tensor.storage}" if isinstance(tensor, ClTensor) else type(tensor).__name__
-            raise InvalidArgumentError(f"tensor {t}: the device buffer holds {got}, "
-                                       f"the program needs {size} x {storage}")
+        ClTensor.check_binding(t, tensor, self.io_layout[t])
         for launch in self.launches:
             for pos, tt in launch.io:
                 if tt == t:
