@@ -38,6 +38,7 @@ from __future__ import annotations
 import logging
 import os
 import platform
+import threading
 from functools import partial
 
 import numpy as np
@@ -74,6 +75,7 @@ def _register_noalias() -> bool:
 
 
 NOALIAS = _register_noalias()
+_COMPILE_LOCK = threading.RLock()    # numba compiles one function at a time anyway
 
 
 class TaskFunction:
@@ -90,12 +92,17 @@ class TaskFunction:
     def address(self) -> int:
         """The callback's address (compiles it, or loads it from numba's cache, once)."""
         if not self._address:
-            options = {"noalias": True} if NOALIAS else {}
-            # error_model="numpy": a callback cannot raise, so x / 0 is inf as in numpy.
-            compiled = cfunc(TASK_SIGNATURE, cache=True, fastmath=self.fastmath, error_model="numpy",
-                             **options)(self.fn)
-            self._compiled = compiled
-            self._address = compiled.address
+            # One compile per function even when threads build models at once: a second
+            # compile would replace ``_compiled`` and free the code at an address already
+            # handed out.
+            with _COMPILE_LOCK:
+                if not self._address:
+                    options = {"noalias": True} if NOALIAS else {}
+                    # error_model="numpy": a callback cannot raise, so x / 0 is inf as in numpy.
+                    compiled = cfunc(TASK_SIGNATURE, cache=True, fastmath=self.fastmath, error_model="numpy",
+                                     **options)(self.fn)
+                    self._compiled = compiled
+                    self._address = compiled.address
         return self._address
 
 
