@@ -1,10 +1,10 @@
 """Building OpenCL programs, through the on-disk kernel cache (see :mod:`litegpu.kernel_cache`).
 
 A hit loads the stored binary (``clCreateProgramWithBinary`` + build, milliseconds); a
-miss builds from source and stores the binary. pyopencl's own binary cache is bypassed
-while ours is on (``cache_dir=False``), so entries are not kept twice and our hits
-never depend on it; PoCL's cache (``POCL_CACHE_DIR``) is the driver's business and
-works underneath either way.
+miss builds from source and stores the binary. pyopencl's own binary cache is never
+used (``cache_dir=False``), with ours on or off: entries are not kept twice, our hits
+never depend on it, and its files (a pickle among them) cannot break a run. PoCL's cache
+is scratch for one process (see :mod:`.driver_caches`): ours is the one that lasts.
 
 PoCL compiles each kernel's work-group function lazily, at its first enqueue (seconds
 for a whole model), and the binary it hands out is a snapshot of its cache directory
@@ -27,6 +27,7 @@ from litegpu.errors import ExecutionError
 from litegpu.kernel_cache import KernelCache, cache_dir, compile_forbidden, options_key
 
 from .device import Device
+from .driver_caches import POCL_PLATFORM
 
 log = logging.getLogger("litegpu.opencl")
 
@@ -46,18 +47,18 @@ def _from_source(device: Device, source: str, options: CompileOptions, cache: Ke
         raise ExecutionError(f"the OpenCL kernel cache had no entry for this program ({where}) and compiling "
                              "is forbidden (forbid_compile / LITEGPU_OPENCL_FORBID_COMPILE)")
     # Built for our device only, so the program has exactly one binary to store.
-    return build_source(device, source, cache_dir=False if cache is not None else None)
+    return build_source(device, source)
 
 
 class BuildFailed(Exception):
     """The OpenCL compiler refused a source; the message is its build log."""
 
 
-def build_source(device: Device, source: str, cache_dir: Any = False) -> Any:
-    """``source`` built for the device, bypassing every cache; BuildFailed with the log."""
+def build_source(device: Device, source: str) -> Any:
+    """``source`` built for the device, bypassing pyopencl's cache; BuildFailed with the log."""
     cl = device.cl
     try:
-        return cl.Program(device.context, source).build(BUILD_OPTIONS, devices=[device.device], cache_dir=cache_dir)
+        return cl.Program(device.context, source).build(BUILD_OPTIONS, devices=[device.device], cache_dir=False)
     except cl.Error as exc:
         raise BuildFailed(str(exc)) from None
 
@@ -86,9 +87,6 @@ def build_program(device: Device, source: str, options: CompileOptions) -> tuple
     if binaries and binaries[0]:
         cache.store(key, bytes(binaries[0]))
     return program, False
-
-
-POCL_PLATFORM = "Portable Computing Language"
 
 
 def store_warmed_binary(device: Device, source: str, options: CompileOptions) -> bool:

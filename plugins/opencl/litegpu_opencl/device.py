@@ -7,7 +7,8 @@ A variable that names nothing here raises InvalidArgumentError listing what ther
 (never a fallback to another device or to the cpu).
 A user who already has a pyopencl context and queue hands them over through the
 ``Environment`` (``opencl_context=``, ``opencl_queue=``) and gets a :class:`Device`
-around them.
+around them. PoCL's and pyopencl's own caches are made safe as the device is opened
+(see :mod:`.driver_caches`).
 """
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ from typing import Any
 
 from litegpu.codegen.backend import once
 from litegpu.errors import BackendUnavailableError, InvalidArgumentError
+
+from . import driver_caches
 
 PLATFORM_ENV = "LITEGPU_OPENCL_PLATFORM"
 DEVICE_ENV = "LITEGPU_OPENCL_DEVICE"
@@ -62,6 +65,8 @@ class Device:
         self.queue = queue
         self.device = queue.device
         self.platform = self.device.platform
+        # Before the first kernel object, which opens pyopencl's own cache.
+        driver_caches.check_pyopencl_cache(self.cl)
 
     @classmethod
     def choose(cls, platform: str | None = None, device: str | None = None) -> "Device":
@@ -76,14 +81,18 @@ class Device:
             raise BackendUnavailableError("no OpenCL platform found; install an OpenCL driver "
                                           "(e.g. Debian's pocl-opencl-icd)")
         chosen_platform = _pick(platforms, platform, "platform", PLATFORM_ENV)
+        listed = [chosen_platform] if chosen_platform else platforms
         candidates = []
-        for p in [chosen_platform] if chosen_platform else platforms:
-            try:
-                candidates.extend(p.get_devices())
-            except cl.Error:
-                continue
+        # PoCL reads its cache directory when its devices are first listed (see driver_caches).
+        with driver_caches.pocl_cache(listed) as cache_problem:
+            for p in listed:
+                try:
+                    candidates.extend(p.get_devices())
+                except cl.Error:
+                    continue
         if not candidates:
-            raise BackendUnavailableError("the OpenCL platforms have no devices")
+            raise BackendUnavailableError("the OpenCL platforms have no devices"
+                                          + (f" ({cache_problem})" if cache_problem else ""))
         chosen = _pick(candidates, device, "device", DEVICE_ENV)
         if chosen is None:
             gpus = [d for d in candidates if d.type & cl.device_type.GPU]

@@ -26,6 +26,7 @@ from litegpu.codegen.nodegen import StoredTensor
 from litegpu.codegen.opencl import OPENCL
 from litegpu.codegen.render import assemble, build_failure, lifetimes, partition_kernels
 from .device import Device
+from .driver_caches import new_kernel
 
 log = logging.getLogger("litegpu.opencl")
 _ZERO = np.int32(0)
@@ -170,7 +171,7 @@ class ClProgram(Program):
             for k in kernels:
                 if any(g == 0 for g in k.global_size):
                     continue
-                kernel = cl.Kernel(self.program, f"k_{k.digest}")
+                kernel = new_kernel(cl, self.program, f"k_{k.digest}")
                 io_args = []
                 for n, a in enumerate(k.args):
                     pos, offset = 2 * n, _ZERO

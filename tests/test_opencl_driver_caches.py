@@ -1,0 +1,293 @@
+"""PoCL's and pyopencl's own caches, damaged or read-only, never break a run (see
+``litegpu_opencl.driver_caches``).
+
+Each probe is a new process with its own cache directories (``LITEGPU_CACHE_DIR``,
+``XDG_CACHE_HOME``, ``POCL_CACHE_DIR``), because PoCL and pyopencl read them once per
+process. Before the fix, these probes ended in SIGABRT (a damaged PoCL cache, in this
+run and every later one), "no devices" or a KernelBuildError blaming the kernel (a
+read-only PoCL cache), a raw OSError (read-only ``XDG_CACHE_HOME``) or a raw
+``sqlite3.DatabaseError`` (damaged pytools cache).
+
+Read-only directories: permission bits do not bind root, so as root the directory is
+made a read-only bind mount (skipped, saying why, where mounting is not allowed).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import textwrap
+import types
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from litegpu_opencl import driver_caches
+
+CHILD = textwrap.dedent("""
+    import json, logging, os, sys
+    import numpy as np
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(name)s %(levelname)s %(message)s")
+    from litegpu.testing.builder import ModelBuilder
+    from litegpu.compiled_model import CompiledModel
+    from litegpu_opencl import driver_caches
+    b = ModelBuilder()
+    x = b.input("x", (1, 4, 4, 8))
+    k = b.const("c", np.full((1, 4, 4, 8), 3.0, np.float32))
+    y, z = b.tensor("y", (1, 4, 4, 8)), b.tensor("z", (1, 4, 4, 8))
+    b.op("ADD", [x, k], [y])
+    b.op("MUL", [y, y], [z])
+    b.output(z)
+    cm = CompiledModel.from_buffer(b.build(), backend="opencl")
+    assert cm.is_fully_accelerated()
+    ins, outs = cm.create_input_buffers(), cm.create_output_buffers()
+    ins[0].write(np.arange(128, dtype=np.float32).reshape(1, 4, 4, 8))
+    cm.run_by_index(0, ins, outs)
+    print(json.dumps({"out": outs[0].array.ravel().tolist(), "pocl_env": os.environ.get("POCL_CACHE_DIR"),
+                      "scratch": driver_caches._scratch and driver_caches._scratch[0]}))
+""")
+
+EXPECTED = ((np.arange(128, dtype=np.float32) + 3) ** 2).tolist()
+CACHE_VARS = ("LITEGPU_CACHE_DIR", "XDG_CACHE_HOME", "POCL_CACHE_DIR", "PYOPENCL_NO_CACHE", "POCL_KERNEL_CACHE")
+
+
+def run_child(lg: Path | None, xdg: Path, pocl: Path | None = None) -> tuple[dict, str]:
+    """The model run in a new process with these cache directories (None: variable unset);
+    its JSON result and its stderr. Fails unless it exited cleanly."""
+    env = {k: v for k, v in os.environ.items() if k not in CACHE_VARS}
+    env["XDG_CACHE_HOME"] = str(xdg)
+    if lg is not None:
+        env["LITEGPU_CACHE_DIR"] = str(lg)
+    if pocl is not None:
+        env["POCL_CACHE_DIR"] = str(pocl)
+    proc = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, timeout=120)
+    if proc.returncode < 0:
+        pytest.fail(f"killed by {signal.Signals(-proc.returncode).name}:\n{proc.stderr[-3000:]}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr, proc.stderr
+    if result["scratch"]:
+        assert not os.path.exists(result["scratch"]), "the PoCL scratch directory outlived its process"
+    return result, proc.stderr
+
+
+def works(result: dict, normal: list) -> None:
+    assert result["out"] == normal
+
+
+@pytest.fixture(scope="module")
+def device(opencl):
+    from litegpu_opencl.device import default_device
+    return default_device()
+
+
+@pytest.fixture(scope="module")
+def pocl(device):
+    if device.platform.name != driver_caches.POCL_PLATFORM:
+        pytest.skip(f"PoCL is not the OpenCL device here ({device.platform.name.strip()})")
+
+
+@pytest.fixture(scope="module")
+def normal(opencl, tmp_path_factory) -> tuple[list, Path]:
+    """A normal run's output, in fresh directories, and the XDG_CACHE_HOME it left (with
+    pyopencl's invoker cache in it, and PoCL's own cache at its default place there,
+    made by a run that named that place in POCL_CACHE_DIR, as PoCL's default)."""
+    root = tmp_path_factory.mktemp("normal")
+    result, _ = run_child(root / "lg", root / "xdg", root / "xdg" / "pocl" / "kcache")
+    assert result["out"] == EXPECTED
+    assert list((root / "xdg" / "pytools").glob("*.sqlite")), "pyopencl made no invoker cache"
+    return result["out"], root / "xdg"
+
+
+def damage(files: list[Path], kind: str) -> None:
+    for f in files:
+        if kind == "truncated":
+            os.truncate(f, f.stat().st_size // 2)
+        else:
+            f.write_bytes(os.urandom(max(f.stat().st_size, 64)))
+
+
+def dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+@contextmanager
+def read_only(directory: Path):
+    """``directory`` read-only for the block (a read-only bind mount when we are root)."""
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        mode = directory.stat().st_mode
+        directory.chmod(0o555)
+        try:
+            yield
+        finally:
+            directory.chmod(mode)
+        return
+    d = str(directory)
+    bind = subprocess.run(["mount", "--bind", d, d], capture_output=True, text=True)
+    if bind.returncode:
+        pytest.skip(f"as root, a read-only directory needs a read-only mount, and mount failed: {bind.stderr.strip()}")
+    try:
+        ro = subprocess.run(["mount", "-o", "remount,bind,ro", d], capture_output=True, text=True)
+        if ro.returncode:
+            pytest.skip(f"could not remount {d} read-only: {ro.stderr.strip()}")
+        yield
+    finally:
+        subprocess.run(["umount", d], check=True)
+
+
+# -- PoCL ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("kind", ["truncated", "garbage"])
+def test_damaged_pocl_caches_are_never_read(pocl, normal, tmp_path, kind):
+    """PoCL's files at its default place, and in the scratch directory of a litegpu process
+    that was killed, all damaged: the run works (before: SIGABRT in pocl_llvm_build.cc), and
+    so does the next; the dead process's directory is gone."""
+    out, xdg_normal = normal
+    xdg, lg = tmp_path / "xdg", tmp_path / "lg"
+    shutil.copytree(xdg_normal / "pocl", xdg / "pocl")
+    leftover = lg / "pocl" / f"{driver_caches.SCRATCH_PREFIX}{dead_pid()}-{driver_caches.host_tag()}-x"
+    shutil.copytree(xdg / "pocl" / "kcache", leftover)
+    files = [f for f in (tmp_path).rglob("*") if f.is_file() and f.suffix in (".bc", ".so")]
+    assert len(files) >= 4, files
+    damage(files, kind)
+    for _ in range(2):   # built from source, then loaded from litegpu's kernel cache
+        result, _ = run_child(lg, xdg)
+        works(result, out)
+        assert result["pocl_env"] is None   # the user's environment, as it was
+        assert not leftover.exists()
+
+
+@pytest.mark.parametrize("exists", [True, False], ids=["existing", "missing"])
+def test_read_only_pocl_cache_dir(pocl, normal, tmp_path, exists):
+    """A POCL_CACHE_DIR that cannot be written (before: a KernelBuildError blaming the
+    kernel, or no devices) is named in one warning and the run works."""
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    given = ro if exists else ro / "pocl"
+    with read_only(ro):
+        result, stderr = run_child(tmp_path / "lg", tmp_path / "xdg", given)
+    works(result, normal[0])
+    assert f"POCL_CACHE_DIR={given} is not usable" in stderr
+    assert result["pocl_env"] == str(given)   # left as the user set it
+
+
+def test_read_only_xdg_cache_home(opencl, normal, tmp_path):
+    """Every default cache under a read-only XDG_CACHE_HOME (litegpu's, PoCL's, pytools'):
+    before, no devices (PoCL) or a raw OSError (pytools); now it works, saying so."""
+    xdg = tmp_path / "xdg"
+    xdg.mkdir()
+    with read_only(xdg):
+        result, stderr = run_child(None, xdg)
+    works(result, normal[0])
+    assert f"kernel-invoker cache directory {xdg / 'pytools'} is not writable" in stderr
+
+
+# -- pyopencl ------------------------------------------------------------------------------
+@pytest.mark.parametrize("kind", ["truncated", "garbage"])
+def test_damaged_pyopencl_caches(opencl, normal, tmp_path, kind):
+    """pyopencl's invoker cache (pytools' sqlite file) damaged, garbage in its binary cache:
+    before, a raw sqlite3.DatabaseError; now one warning naming the file, and the run works."""
+    out, xdg_normal = normal
+    xdg = tmp_path / "xdg"
+    shutil.copytree(xdg_normal / "pytools", xdg / "pytools")
+    (db,) = (xdg / "pytools").glob("*pyopencl-invoker*.sqlite")
+    if kind == "truncated":
+        os.truncate(db, 1000)
+    else:
+        db.write_bytes(os.urandom(4096))
+    binaries = xdg / "pyopencl" / "pyopencl-compiler-cache-v2-py" / "0123"
+    binaries.mkdir(parents=True)
+    for name in ("info", "binary", "source.cl"):
+        (binaries / name).write_bytes(os.urandom(256))
+    for _ in range(2):
+        result, stderr = run_child(tmp_path / "lg", xdg)
+        works(result, out)
+        assert f"kernel-invoker cache {db} is unusable (DatabaseError" in stderr
+
+
+# -- the pieces, in this process -----------------------------------------------------------
+class _Platform:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+def test_pocl_gets_a_scratch_directory_only_while_its_devices_are_listed(tmp_path, monkeypatch):
+    monkeypatch.setattr(driver_caches, "_scratch", None)
+    monkeypatch.setenv("LITEGPU_CACHE_DIR", str(tmp_path / "lg"))
+    monkeypatch.delenv("POCL_CACHE_DIR", raising=False)
+    with driver_caches.pocl_cache([_Platform("Other")]) as problem:
+        assert problem == "" and "POCL_CACHE_DIR" not in os.environ
+    assert driver_caches._scratch is None   # nothing made where there is no PoCL
+    with driver_caches.pocl_cache([_Platform("Other"), _Platform(driver_caches.POCL_PLATFORM)]) as problem:
+        scratch = Path(os.environ["POCL_CACHE_DIR"])
+        assert problem == "" and scratch.parent == tmp_path / "lg" / "pocl" and scratch.is_dir()
+        assert scratch.stat().st_mode & 0o077 == 0
+    assert "POCL_CACHE_DIR" not in os.environ
+    monkeypatch.setenv("POCL_CACHE_DIR", str(tmp_path / "mine"))   # the user's, writable: untouched
+    with driver_caches.pocl_cache([_Platform(driver_caches.POCL_PLATFORM)]):
+        assert os.environ["POCL_CACHE_DIR"] == str(tmp_path / "mine")
+    shutil.rmtree(scratch)
+
+
+def test_no_writable_directory_is_said_in_the_error(tmp_path, monkeypatch, caplog):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setattr(driver_caches, "_scratch", None)
+    monkeypatch.delenv("POCL_CACHE_DIR", raising=False)
+    monkeypatch.setenv("LITEGPU_CACHE_DIR", str(blocker / "lg"))
+    # Only the litegpu root unusable: a private temp directory, with one warning.
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    with caplog.at_level(logging.WARNING, logger="litegpu.opencl"):
+        path, why = driver_caches.make_scratch_dir()
+    assert why == "" and Path(path).parent == tmp_path / "tmp" and "using" in caplog.text
+    # Both unusable: no directory, and the reason for the "no devices" error.
+    monkeypatch.setattr(tempfile, "tempdir", str(blocker / "tmp"))
+    with driver_caches.pocl_cache([_Platform(driver_caches.POCL_PLATFORM)]) as problem:
+        assert "POCL_CACHE_DIR" not in os.environ
+    assert str(blocker / "lg" / "pocl") in problem and "set POCL_CACHE_DIR to a writable directory" in problem
+
+
+def test_sweep_removes_only_dead_processes_directories_of_this_machine(tmp_path):
+    host, dead = driver_caches.host_tag(), dead_pid()
+    names = {f"run-{dead}-{host}-a": False, f"run-{os.getpid()}-{host}-b": True,
+             f"run-{dead}-00000000-c": True, "other": True, f"litegpu-pocl-run-{dead}-{host}-d": False}
+    for name in names:
+        (tmp_path / name / "k").mkdir(parents=True)
+    (tmp_path / f"run-{dead}-{host}-file").write_text("")   # not a directory: left alone
+    assert driver_caches.sweep(tmp_path) == 2
+    assert {n: (tmp_path / n).exists() for n in names} == names
+    assert (tmp_path / f"run-{dead}-{host}-file").exists()
+
+
+def _fake_cl(fails: list[BaseException]):
+    """A pyopencl stand-in whose Kernel raises the exceptions in ``fails``, one per call."""
+    cl = types.SimpleNamespace(_PYOPENCL_NO_CACHE=False, Error=type("Error", (Exception,), {}))
+
+    def kernel(program, name):
+        if fails:
+            raise fails.pop(0)
+        return (program, name, cl._PYOPENCL_NO_CACHE)
+    cl.Kernel = kernel
+    return cl
+
+
+def test_kernel_made_again_without_a_failing_invoker_cache(caplog):
+    cl = _fake_cl([sqlite3.DatabaseError("database disk image is malformed")])
+    with caplog.at_level(logging.WARNING, logger="litegpu.opencl"):
+        assert driver_caches.new_kernel(cl, "prg", "k") == ("prg", "k", True)
+    assert "kernel-invoker cache" in caplog.text and "malformed" in caplog.text
+    cl = _fake_cl([])
+    cl.Kernel = lambda program, name: (_ for _ in ()).throw(cl.Error("INVALID_KERNEL_NAME"))
+    with pytest.raises(cl.Error):   # the driver's own errors are not the cache's
+        driver_caches.new_kernel(cl, "prg", "k")
+    assert cl._PYOPENCL_NO_CACHE is False
