@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 import os
+import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -140,9 +141,10 @@ class CompiledModel:
                       {model.subgraphs[0].tensors[t].name: t for t in model.subgraphs[0].outputs})]
         self._shapes: dict[int, dict[int, tuple[int, ...]]] = {}
         self._compiled = [session.compile(s.subgraph_index) for s in self._signatures]
-        # Asynchronous runs of host-only models: one worker thread, created by the first.
+        # Asynchronous runs that would block the caller: one worker thread, created by the first.
         self._worker: ThreadPoolExecutor | None = None
         self._pending: Future | None = None   # the last run submitted to the worker, until done
+        self._queue_lock = threading.Lock()   # the choice between worker and caller, per run
 
     @classmethod
     def from_file(cls, model_path: str | os.PathLike, hardware_accel: HardwareAccelerator | None = None,
@@ -307,8 +309,10 @@ class CompiledModel:
                 s != -1 and s != d for s, d in zip(tensor.shape_signature, dims))):
             raise InvalidArgumentError(f"input {input_index} has signature {list(tensor.shape_signature)}; "
                                        f"{list(dims)} changes a static dimension (pass strict=False)")
-        self._shapes.setdefault(signature_index, {})[t] = dims
-        self._compiled[signature_index] = self._session.compile(sig.subgraph_index, self._shapes[signature_index])
+        with self._session.guard.serialized("resize_input_tensor"):
+            self._shapes.setdefault(signature_index, {})[t] = dims
+            self._compiled[signature_index] = self._session.compile(sig.subgraph_index,
+                                                                    self._shapes[signature_index])
 
     def resize_input_tensor_by_name(self, signature_key: str, input_name: str, dims: Sequence[int],
                                     strict: bool = True) -> None:
@@ -337,46 +341,90 @@ class CompiledModel:
 
         Reading an output waits for it. Input buffers that carry an event are waited for
         by the run (on the device when both are on one device). The host blocks only
-        when it reads. A model that runs on the host alone runs on this model's worker
-        thread: its inputs are copied before this returns (write them again at once if
-        you like), consecutive runs are serialized in call order, and a run's error is
-        raised by ``wait()`` on its event or by reading one of its outputs.
+        when it reads. A run that needs the host (a model that runs on the host alone,
+        or host work after device work) runs on this model's worker thread: its inputs
+        are copied before this returns (write them again at once if you like), runs are
+        served in call order, and a run's error is raised by ``wait()`` on its event or
+        by reading one of its outputs.
+
+        Runs from several threads are serialized: each caller gets the outputs of its
+        own inputs.
         """
         return self._start(signature_index, input_buffers, output_buffers, asynchronous=True)
 
     def _start(self, signature_index: int, input_buffers: Sequence[TensorBuffer],
                output_buffers: Sequence[TensorBuffer], asynchronous: bool) -> Event:
+        """Start a run (see :meth:`run_async`). Every run holds the model's guard from
+        writing its inputs to copying its outputs into the caller's buffers, so runs from
+        several threads are serialized and each caller gets its own outputs. Nothing
+        waits on another event while holding the guard: a run queued behind this model's
+        worker would need it."""
         sig = self._signature(signature_index)
         if len(input_buffers) != len(sig.inputs) or len(output_buffers) != len(sig.outputs):
             raise InvalidArgumentError(f"signature {sig.key!r} takes {len(sig.inputs)} input and "
                                        f"{len(sig.outputs)} output buffers, got {len(input_buffers)} and "
                                        f"{len(output_buffers)}")
         compiled: CompiledSubgraph = self._compiled[signature_index]
-        if compiled.runner is None and (asynchronous or self._pending is not None):
-            return self._start_on_worker(sig, compiled, input_buffers, output_buffers, asynchronous)
         bound: dict[int, tuple] = {}
         wait_for: list[Event] = []
+        host_inputs: list[tuple[int, np.ndarray]] = []
         for t, buf in zip(sig.inputs.values(), input_buffers):
-            if buf.is_device and compiled.runner is not None and compiled.device_of(t) is buf.device[0]:
+            if self._on_device(compiled, t, buf):
                 bound[t] = buf.device
                 if buf.event is not None:
                     wait_for.append(buf.event)
             else:
-                compiled.set_input(t, buf.array)
+                array = buf.array   # waits for the run that writes it, if any
+                _check_input(compiled, t, array)
+                host_inputs.append((t, array))
         host_outputs = []
         for t, buf in zip(sig.outputs.values(), output_buffers):
             self._check_output(sig, compiled, t, buf)
-            if buf.is_device and compiled.runner is not None and compiled.device_of(t) is buf.device[0]:
+            if self._on_device(compiled, t, buf):
                 bound[t] = buf.device
             else:
-                host_outputs.append((t, buf))
-        event = compiled.submit(bound, wait_for, asynchronous)
+                host_outputs.append(_output_copier(compiled, t, buf))
+        call = f"run of signature {sig.key!r}"
+
+        def run() -> Event:
+            with self._session.guard.serialized(call):
+                for t, array in host_inputs:
+                    compiled.set_input(t, array)
+                event = compiled.submit(bound, wait_for)
+                for copy in host_outputs:   # host outputs are final once submit returns
+                    copy()
+            return event
+
+        # A run that would block the caller (host work, or host work after device work) goes
+        # to this model's worker when asynchronous, and so does any run queued behind one.
+        blocking = compiled.runner is None or compiled.runner.plan(bound).host_after_device
+        with self._queue_lock:
+            if self._pending is not None or (asynchronous and blocking):
+                # The caller may write its input buffers once this returns: take a snapshot.
+                host_inputs = [(t, array.copy()) for t, array in host_inputs]
+                if self._worker is None:
+                    self._worker = ThreadPoolExecutor(1, thread_name_prefix="litegpu-run")
+                future = self._pending = self._worker.submit(lambda: run().wait())
+            else:
+                future = None
+        if future is None:
+            event = run()
+        else:   # outside the lock: a finished future calls _forget at once, which takes it
+            future.add_done_callback(self._forget)
+            event = FutureEvent(future)
         for t, buf in zip(sig.outputs.values(), output_buffers):
             if t in bound:
                 buf.device_written(event)
-        for t, buf in host_outputs:
-            buf.host_pending(event, _output_copier(compiled, t, buf))
+            else:
+                buf.set_event(event)
+        if not asynchronous:
+            event.wait()
         return event
+
+    @staticmethod
+    def _on_device(compiled: CompiledSubgraph, t: int, buf: TensorBuffer) -> bool:
+        """True when the run reads or writes ``buf``'s device memory in place."""
+        return buf.is_device and compiled.runner is not None and compiled.device_of(t) is buf.device[0]
 
     @staticmethod
     def _check_output(sig: Signature, compiled: CompiledSubgraph, t: int, buf: TensorBuffer) -> None:
@@ -386,48 +434,11 @@ class CompiledModel:
             raise InvalidArgumentError(f"output buffer for {sig.key!r} holds {buf.size} elements, "
                                        f"the output has {value_size}")
 
-    def _start_on_worker(self, sig: Signature, compiled: CompiledSubgraph, input_buffers: Sequence[TensorBuffer],
-                         output_buffers: Sequence[TensorBuffer], asynchronous: bool) -> Event:
-        """A run of a host-only model on this model's worker thread, so the caller returns at once.
-
-        Inputs are checked and copied now (a snapshot), so the caller may write its input
-        buffers as soon as this returns; the run and the copies into the output buffers
-        happen on the worker, so each run's outputs are its own. One worker serializes
-        the runs of this model in call order: they share its arrays and variables.
-        A synchronous run behind pending ones goes the same way and waits.
-        """
-        inputs = []
-        for t, buf in zip(sig.inputs.values(), input_buffers):
-            array = buf.array   # waits for the run that writes it, if any
-            _check_input(compiled, t, array)
-            inputs.append((t, array.copy()))
-        for t, buf in zip(sig.outputs.values(), output_buffers):
-            self._check_output(sig, compiled, t, buf)
-        copiers = [_output_copier(compiled, t, buf) for t, buf in zip(sig.outputs.values(), output_buffers)]
-
-        def run() -> None:
-            for t, array in inputs:
-                compiled.set_input(t, array)
-            compiled.run()
-            for copy in copiers:
-                copy()
-
-        if self._worker is None:
-            self._worker = ThreadPoolExecutor(1, thread_name_prefix="litegpu-cpu-run")
-        future = self._worker.submit(run)
-        self._pending = future
-        future.add_done_callback(self._forget)
-        event = FutureEvent(future)
-        for buf in output_buffers:
-            buf.set_event(event)
-        if not asynchronous:
-            event.wait()
-        return event
-
     def _forget(self, future: Future) -> None:
         """Drop the pending run once it is the last one and done: synchronous runs go direct again."""
-        if self._pending is future:
-            self._pending = None
+        with self._queue_lock:
+            if self._pending is future:
+                self._pending = None
 
     def run_by_name(self, signature_key: str, input_map: dict[str, TensorBuffer],
                     output_map: dict[str, TensorBuffer]) -> None:

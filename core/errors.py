@@ -42,6 +42,12 @@ class ExecutionError(LiteGpuError, RuntimeError):
     """A kernel or control-flow op failed while the model ran."""
 
 
+class ConcurrentUseError(ExecutionError):
+    """A call on an Interpreter overlapped a call on the same interpreter from another
+    thread; the message names both calls and threads. An Interpreter is used by one
+    thread at a time (a ``RuntimeError`` too, as LiteRT raises for overlapping calls)."""
+
+
 class ResourceLimitError(LiteGpuError):
     """A configured limit (memory, loop iterations, rank) would be exceeded."""
 

@@ -230,7 +230,6 @@ class CompiledSubgraph:
                                         in zip(planned, self.steps)], self.host, specs,
                                        [*sg.outputs, *state], options)
             self.report.bytes_moved = self.runner.plan().bytes_moved
-        self._worker = None   # the thread of asynchronous runs that need the host mid-run
         # Subgraph outputs that were folded to constants, and pass-through inputs.
         self.compile_seconds = time.perf_counter() - start
 
@@ -290,12 +289,10 @@ class CompiledSubgraph:
             for o, arr in zip(outs, out_arrays):
                 host[o] = arr
 
-    def submit(self, bound: dict[int, tuple[Backend, Any]] | None = None, wait_for: Sequence[Event] = (),
-               asynchronous: bool = False) -> Event:
-        """Start a run; ``bound`` supplies device buffers for subgraph inputs/outputs as
-        (backend, buffer). Returns the run's event. Synchronous runs are done, up to the
-        device work whose results stay on the device, when this returns; an asynchronous
-        run whose plan needs the host after device work runs on a worker thread."""
+    def submit(self, bound: dict[int, tuple[Backend, Any]] | None = None, wait_for: Sequence[Event] = ()) -> Event:
+        """Run; ``bound`` supplies device buffers for subgraph inputs/outputs as
+        (backend, buffer). Returns the run's event: when this returns, the run is done
+        up to the device work whose results stay on the device (host outputs are final)."""
         if _PROFILING.active is not None:   # profiled runs are synchronous, step by step
             return run_profiled(self, bound, wait_for)
         if self.runner is None:
@@ -303,14 +300,7 @@ class CompiledSubgraph:
                 e.wait()
             self.run()
             return COMPLETE
-        runner = self.runner
-        plan = runner.plan(bound)
-        if (asynchronous and plan.host_after_device) or self._worker is not None:
-            if self._worker is None:
-                from concurrent.futures import ThreadPoolExecutor
-                self._worker = ThreadPoolExecutor(1, thread_name_prefix="litegpu-run")
-            return FutureEvent(self._worker.submit(lambda: runner.run(plan, bound, wait_for).wait()))
-        return runner.run(plan, bound, wait_for)
+        return self.runner.run(self.runner.plan(bound), bound, wait_for)
 
     def device_of(self, t: int) -> Backend | None:
         """The device backend (not host memory) that produces tensor ``t``, else the one

@@ -129,8 +129,20 @@ class Interpreter:
             raise InvalidArgumentError(f"tensor {index} is not an input of the model; inputs are "
                                        f"{list(self._sg.inputs)}")
 
+    def _check_settable(self, index: int) -> None:
+        """Inputs, and outputs as in LiteRT (the next invoke overwrites what is set there)."""
+        if index in self._sg.outputs and index in self._compiled.host:
+            return
+        if index not in self._sg.inputs:
+            raise InvalidArgumentError(f"tensor {index} is not an input or an output of the model; inputs "
+                                       f"are {list(self._sg.inputs)}, outputs {list(self._sg.outputs)}")
+
     def resize_tensor_input(self, input_index: int, tensor_size: Sequence[int], strict: bool = False) -> None:
         """Change an input's shape; call :meth:`allocate_tensors` before the next invoke."""
+        with self._session.guard.exclusive("resize_tensor_input"):
+            self._resize(input_index, tensor_size, strict)
+
+    def _resize(self, input_index: int, tensor_size: Sequence[int], strict: bool) -> None:
         self._check_input_index(input_index)
         shape = tuple(int(d) for d in np.asarray(tensor_size).reshape(-1))
         t = self._sg.tensors[input_index]
@@ -148,24 +160,34 @@ class Interpreter:
 
     def allocate_tensors(self) -> None:
         """Plan memory and compile for the current input shapes."""
-        self._compiled = self._session.compile(0, self._shapes)
-        self._allocated = True
+        with self._session.guard.exclusive("allocate_tensors"):
+            self._compiled = self._session.compile(0, self._shapes)
+            self._allocated = True
 
     def set_tensor(self, tensor_index: int, value: Any) -> None:
-        """Copy ``value`` into input ``tensor_index`` (dtype and shape must match exactly)."""
-        self._check_input_index(tensor_index)
-        self._require_allocated("set_tensor")
+        """Copy ``value`` into input ``tensor_index`` (dtype and shape must match exactly).
+
+        As in LiteRT, an output may be set too; the next :meth:`invoke` overwrites it."""
         value = np.asarray(value)
-        self._compiled.set_input(tensor_index, value)
+        with self._session.guard.exclusive("set_tensor"):
+            self._require_allocated("set_tensor")
+            self._check_settable(tensor_index)
+            self._compiled.set_input(tensor_index, value)
 
     def get_tensor(self, tensor_index: int, subgraph_index: int = 0) -> np.ndarray:
-        """A copy of a tensor's value (inputs, outputs and constants)."""
+        """A copy of a tensor's value (inputs, outputs and constants), after :meth:`allocate_tensors`
+        as in LiteRT."""
         if not 0 <= tensor_index < len(self._sg.tensors):
             raise InvalidArgumentError(f"tensor index {tensor_index} out of range ({len(self._sg.tensors)} tensors)")
-        return np.array(self._compiled.output(tensor_index))
+        with self._session.guard.exclusive("get_tensor"):
+            self._require_allocated("get_tensor")
+            return np.array(self._compiled.output(tensor_index))
 
     def tensor(self, tensor_index: int) -> Callable[[], np.ndarray]:
-        """A function returning a writable view of an input or output (no copy)."""
+        """A function returning a writable view of an input or output (no copy).
+
+        Unlike LiteRT, :meth:`invoke` is allowed while such a view is held: the view stays
+        valid and shows the latest run's values (until the shapes change)."""
         if not 0 <= tensor_index < len(self._sg.tensors):
             raise InvalidArgumentError(f"tensor index {tensor_index} out of range")
         return lambda: self._compiled.output(tensor_index)
@@ -176,12 +198,14 @@ class Interpreter:
 
     def invoke(self) -> None:
         """Run the model on the current inputs."""
-        self._require_allocated("invoke")
-        self._compiled.run()
+        with self._session.guard.exclusive("invoke"):
+            self._require_allocated("invoke")
+            self._compiled.run()
 
     def reset_all_variables(self) -> None:
         """Reset resource variables to their initial state."""
-        self._session.reset_variables()
+        with self._session.guard.exclusive("reset_all_variables"):
+            self._session.reset_variables()
 
     # -- signatures ------------------------------------------------------------------
     def get_signature_list(self) -> dict[str, dict[str, list[str]]]:
@@ -210,7 +234,8 @@ class SignatureRunner:
         self._sig = signature
         self._sg = session.model.subgraphs[signature.subgraph_index]
         self._shapes = shapes
-        self._compiled = session.compile(signature.subgraph_index, shapes)
+        with session.guard.serialized("get_signature_runner"):
+            self._compiled = session.compile(signature.subgraph_index, shapes)
 
     def get_input_details(self) -> dict[str, dict]:
         """Input details keyed by signature name."""
@@ -233,7 +258,8 @@ class SignatureRunner:
 
     def allocate_tensors(self) -> None:
         """Compile for the current input shapes."""
-        self._compiled = self._session.compile(self._sig.subgraph_index, self._shapes)
+        with self._session.guard.serialized("SignatureRunner.allocate_tensors"):
+            self._compiled = self._session.compile(self._sig.subgraph_index, self._shapes)
 
     def get_delegation_report(self) -> DelegationReport:
         """Which backend runs each node of the signature's subgraph (as compiled for the last
@@ -253,8 +279,10 @@ class SignatureRunner:
         values = {self._tensor(name): np.asarray(v) for name, v in kwargs.items()}
         shapes = dict(self._shapes)
         shapes.update({t: v.shape for t, v in values.items()})
-        self._compiled = self._session.compile(self._sig.subgraph_index, shapes)
-        for t, v in values.items():
-            self._compiled.set_input(t, v)
-        self._compiled.run()
-        return {name: np.array(self._compiled.output(t)) for name, t in self._sig.outputs.items()}
+        # Self-contained (inputs in, outputs out): callers from several threads wait their turn.
+        with self._session.guard.serialized(f"signature {self._sig.key!r}"):
+            compiled = self._compiled = self._session.compile(self._sig.subgraph_index, shapes)
+            for t, v in values.items():
+                compiled.set_input(t, v)
+            compiled.run()
+            return {name: np.array(compiled.output(t)) for name, t in self._sig.outputs.items()}

@@ -22,6 +22,7 @@ from .backend import Backend, Branch, CompileOptions, Copy, Loop, Runtime, run_s
 from .errors import InvalidArgumentError, LiteGpuError, ModelFormatError, ResourceLimitError
 from .executor import CompiledSubgraph, Limits, infer_subgraph, make_runtime
 from .float_view import MODE as FLOAT_VIEW, float_view, is_quantized_model
+from .guard import UseGuard
 from .quant import quantization_mode, variable_initial_value
 from .graph import Model
 from .ops import TensorSpec, get_op
@@ -105,6 +106,7 @@ class Session:
                                       precision_loss_allowed=precision_loss_allowed,
                                       runtime=self._runtime(),
                                       model=model, extra=dict(extra or {}))
+        self.guard = UseGuard()   # one thread at a time in this model's state (see litegpu.guard)
         self._cache: dict[tuple, CompiledSubgraph] = {}
         self._calls: dict[tuple, _SubgraphCall] = {}   # control flow's fast path, keyed by input shapes
         self._constants: dict[int, np.ndarray] | None = None   # the model's constant arrays by id

@@ -8,7 +8,7 @@ waits for it, and a run that takes the buffer as input waits for it first.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -25,7 +25,6 @@ class TensorBuffer:
         self._device = device
         self._event: Event | None = None
         self._host_stale = device is not None     # the device holds newer data than ``_array``
-        self._on_complete: Callable[[], None] | None = None   # finishes an async run's host output
 
     @classmethod
     def create_from_host_memory(cls, data_array: np.ndarray) -> "TensorBuffer":
@@ -66,12 +65,9 @@ class TensorBuffer:
         return self._event is not None
 
     def wait(self, wait_type: str = "passive") -> None:
-        """Wait for the attached event, then finish any pending host copy."""
+        """Wait for the attached event."""
         if self._event is not None:
             self._event.wait(wait_type)
-        if self._on_complete is not None:
-            finish, self._on_complete = self._on_complete, None
-            finish()
 
     # -- data -------------------------------------------------------------------------------
     @property
@@ -135,11 +131,6 @@ class TensorBuffer:
         """Note that a run wrote the device memory (the host copy is now stale)."""
         self._event = event
         self._host_stale = True
-
-    def host_pending(self, event: Event, finish: Callable[[], None]) -> None:
-        """Note that an asynchronous run will fill the host array: ``finish`` copies it once ``event`` is done."""
-        self._event = event
-        self._on_complete = finish
 
     def destroy(self) -> None:
         """Release the buffer."""
