@@ -147,24 +147,40 @@ def c_float(x: float) -> str:
     return f"{x!r}f"
 
 
-def clamp_c(activation: str, x: str, ctype: str = "real", lower=None) -> str:
+def clamp_c(activation: str, x: str, ctype: str = "real", lower=None, g: "NodeGen | None" = None,
+            vtype: str | None = None) -> str:
     """The clamp of ``activation`` (``litegpu.ops.registry.ACTIVATION_RANGES``: TANH and
     SIGN_BIT clamp nothing, as in LiteRT) as a C expression of ``x`` with ``ctype``
     bounds. The scalar bounds make it valid for vectors too (the kernel language's fmax
     and clamp take a vector with scalar limits); ``lower`` spells a lower bound alone
-    (``fmax`` for floats, ``max`` for integers)."""
+    for integers (``max``).
+
+    On floats a NaN passes through, as LiteRT's clamps let it (XNNPACK's ``max(lo, x)``
+    then ``min(hi, x)``: on x86 the second operand wins when either is NaN), where
+    ``fmax``/``clamp`` alone would turn it into a bound. ``g`` (the :class:`NodeGen`)
+    spells that choice for its dialect; ``x`` appears more than once, so pass a variable.
+    Given ``x``'s type ``vtype`` (``real``, ``real4``), the clamp is spelled as XNNPACK's
+    compares and selects (``lo > x ? lo : x``: one x86 max instruction, as fast as
+    ``fmax``); without it, as ``isnan(x) ? x : clamp(x, ...)``, valid for either type."""
     lo, hi = ACTIVATION_RANGES[activation]
     bound = lambda v: f"({ctype}){v:g}"   # noqa: E731 - 0, 6, -1: the literals C reads exactly
     if lo == -np.inf and hi == np.inf:
         return x
-    if hi == np.inf:
-        return f"{lower or 'fmax'}({x}, {bound(lo)})"
-    return f"clamp({x}, {bound(lo)}, {bound(hi)})"
+    if lower is not None:
+        return f"{lower}({x}, {bound(lo)})" if hi == np.inf else f"clamp({x}, {bound(lo)}, {bound(hi)})"
+    if vtype is not None:
+        lo_v, hi_v = g.vector(vtype, bound(lo)), g.vector(vtype, bound(hi))
+        y = g.choose(f"({lo_v} > {x})", lo_v, x)
+        return y if hi == np.inf else g.choose(f"({hi_v} < {y})", hi_v, y)
+    clamped = f"fmax({x}, {bound(lo)})" if hi == np.inf else f"clamp({x}, {bound(lo)}, {bound(hi)})"
+    return g.choose(f"isnan({x})", x, clamped)
 
 
-#: Fused activations of LiteRT as C expressions of ``x`` in ``real`` arithmetic.
-ACTIVATION_C: dict[str, Callable[[str], str]] = {
-    name: (lambda x, name=name: clamp_c(name, x)) for name in ACTIVATION_RANGES}
+#: Fused activations of LiteRT as C expressions of the variable ``x`` in ``real``
+#: arithmetic, spelled by the :class:`NodeGen` ``g`` for ``x`` of type ``vtype`` (when
+#: known): NaN passes through, see :func:`clamp_c`.
+ACTIVATION_C: dict[str, Callable[..., str]] = {
+    name: (lambda x, g, vtype=None, name=name: clamp_c(name, x, g=g, vtype=vtype)) for name in ACTIVATION_RANGES}
 
 
 #: Elementwise ops that can follow a producer inside its kernel (see :mod:`.fusion`):
@@ -374,7 +390,7 @@ class NodeGen:
         ctype = "real4" if vector else "real"
         out_shape = self.specs[self.out_tensor].shape
         channels = int(out_shape[-1]) if out_shape else 1
-        lines = [f"const {ctype} ep0 = {ACTIVATION_C[self.attrs.get('activation', 'NONE')](value)};"]
+        lines = self._stage(ctype, 0, value, self.attrs.get("activation", "NONE"))
         # A chain that ends on a quantization grid (the float view's requantization) reads
         # its constants in float32 even in half storage: scales and integer biases must
         # not round to 11 bits.
@@ -387,8 +403,16 @@ class NodeGen:
                 y = self._other(f, index, channels, vector, exact)
                 a, b = (y, x) if f.swap else (x, y)
                 expr = CHAIN_BINARY[f.ctx.node.op](a, b, f.ctx.attrs, self)
-            lines.append(f"const {ctype} ep{k} = {ACTIVATION_C[f.ctx.attrs.get('activation', 'NONE')](expr)};")
+            lines += self._stage(ctype, k, expr, f.ctx.attrs.get("activation", "NONE"))
         return " ".join(lines) + " ", f"ep{len(self.followers)}"
+
+    def _stage(self, ctype: str, k: int, expr: str, activation: str) -> list[str]:
+        """Declarations leaving ``ep{k}`` = ``expr`` after ``activation``: the clamp reads
+        its operand twice (to let a NaN through), so that operand is a variable first."""
+        if ACTIVATION_RANGES[activation] == (-np.inf, np.inf):
+            return [f"const {ctype} ep{k} = {expr};"]
+        return [f"const {ctype} pre{k} = {expr};",
+                f"const {ctype} ep{k} = {ACTIVATION_C[activation](f'pre{k}', self, ctype)};"]
 
     def _other(self, f: Follower, index: str, channels: int, vector: bool, exact: bool) -> str:
         spec = self.specs[f.other]

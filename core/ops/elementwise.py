@@ -10,7 +10,8 @@ Semantics follow LiteRT's builtin CPU kernels, checked against ``ai_edge_litert`
   sign. A zero divisor is an error where LiteRT reports one (integer DIV, FLOOR_DIV of
   any dtype, integer FLOOR_MOD).
 - MAXIMUM is ``a > b ? a : b`` and MINIMUM ``a < b ? a : b``: with a NaN, the second
-  operand wins, as in LiteRT.
+  operand wins, as in LiteRT (x86's max/min). Which operand is second is XNNPACK's
+  choice: see :func:`max_min_swapped` (the ``swapped`` attr).
 - CAST from float to an integer truncates and saturates (NaN becomes the maximum);
   integer to integer wraps; anything to bool is ``!= 0``; complex to real keeps the
   real part.
@@ -213,6 +214,36 @@ def _minimum(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.where(a < b, a, b)
 
 
+def max_min_swapped(a_shape, b_shape, a_const: bool, b_const: bool) -> bool:
+    """Whether LiteRT computes MAXIMUM / MINIMUM of ``(a, b)`` with ``b`` as the first
+    operand, ``b > a ? b : a``, which decides which NaN survives (probed against
+    ai_edge_litert 2.3 on x86-64). XNNPACK puts an operand it broadcasts along the
+    innermost axis second (its kernels with one operand per row), except a constant of
+    one element, which the delegate turns into a clamp of the other operand: first.
+    Otherwise ``a`` is first."""
+    a_size, b_size = int(np.prod(a_shape, dtype=np.int64)), int(np.prod(b_shape, dtype=np.int64))
+    if a_const and a_size == 1 and b_size != 1:
+        return False
+    if b_const and b_size == 1 and a_size != 1:
+        return True
+    out = broadcast_shapes(tuple(a_shape), tuple(b_shape))
+    inner = max((i for i, d in enumerate(out) if d != 1), default=None)
+    if inner is None:
+        return False
+
+    def dim(shape) -> int:
+        k = inner - (len(out) - len(shape))
+        return int(shape[k]) if k >= 0 else 1
+    return dim(a_shape) == 1 and dim(b_shape) != 1
+
+
+def _max_min_attrs(node: Node, tensors) -> dict:
+    """MAXIMUM / MINIMUM: the dtypes, and ``swapped`` (:func:`max_min_swapped`)."""
+    _binary_attrs_for(False, (F32, I32, I64, I8, U8))(node, tensors)
+    a, b = (tensors[i] for i in node.inputs[:2])
+    return {"swapped": max_min_swapped(a.shape, b.shape, a.data is not None, b.data is not None)}
+
+
 def _squared_difference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     d = a - b
     return d * d
@@ -223,8 +254,11 @@ binary("ADD", np.add, fused=True, dtypes=NUMERIC)
 binary("SUB", np.subtract, fused=True, dtypes=NUMERIC)
 binary("MUL", np.multiply, fused=True, dtypes=(F32, I32, I64, C64))
 binary("DIV", _div, fused=True, dtypes=(F32, I32), doc="DIV; integers truncate toward zero.")
-binary("MAXIMUM", _maximum, dtypes=(F32, I32, I64, I8, U8))
-binary("MINIMUM", _minimum, dtypes=(F32, I32, I64, I8, U8))
+for _name, _fn in (("MAXIMUM", _maximum), ("MINIMUM", _minimum)):
+    register(OpDef(name=_name, attrs=_max_min_attrs, infer=_binary_infer(None),
+                   reference=lambda inputs, attrs, fn=_fn: [fn(*(inputs[::-1] if attrs.get("swapped") else inputs))],
+                   doc=f"{_name}: the first operand where it wins the comparison, else the second "
+                       "(which wins on NaN; see max_min_swapped)."))
 binary("POW", _pow, dtypes=(F32, I32))
 binary("SQUARED_DIFFERENCE", _squared_difference, dtypes=(F32, I32))
 binary("FLOOR_DIV", _floor_div, dtypes=(F32, I32, I8), doc="FLOOR_DIV: floor(a / b), toward -inf.")

@@ -27,6 +27,7 @@ TANH and SIGN_BIT become NONE (see :func:`_clamp_activation`).
 """
 from __future__ import annotations
 
+import functools
 import struct
 from typing import Sequence
 
@@ -36,7 +37,7 @@ from ..errors import ExecutionError, ModelFormatError, UnsupportedError
 from ..graph import Node, Tensor
 from ..model.schema import PADDING
 from ..quant import is_quantized
-from .registry import (CLAMP_ACTIVATIONS, OpDef, TensorSpec, activation_attr, apply_activation,
+from .registry import (ACTIVATION_RANGES, CLAMP_ACTIVATIONS, OpDef, TensorSpec, activation_attr, apply_activation,
                        broadcast_shapes, check_inputs, need_rank, register, value_of)
 
 # -- padding arithmetic (the one source of truth) ----------------------------------------
@@ -580,10 +581,80 @@ def _pool_attrs(node: Node, tensors: Sequence[Tensor]) -> dict:
     # the same data only when the fifth dim is 1 (see pool_input_4d).
     # LiteRT's default path for float AVERAGE/MAX pools with a clamp activation is XNNPACK.
     xnnpack = node.op != "L2_POOL_2D" and activation_attr(o) in _CLAMP_ACTIVATIONS
-    return {"padding": padding, "stride": _stride(o),
-            "filter": _positive(o, ("filter_height", "filter_width"), 0, "filter size"),
+    stride = _stride(o)
+    filt = _positive(o, ("filter_height", "filter_width"), 0, "filter size")
+    return {"padding": padding, "stride": stride, "filter": filt,
             "activation": _clamp_activation(o), "window_clamped": xnnpack and padding == "VALID",
-            "rank5_tail_ok": node.op == "MAX_POOL_2D" and xnnpack}
+            "rank5_tail_ok": node.op == "MAX_POOL_2D" and xnnpack,
+            "litert_kernel": _pool_kernel(xnnpack, filt, stride)}
+
+
+# -- NaN in pools -----------------------------------------------------------------------
+#
+# Which of LiteRT's kernels runs a float pool decides what a NaN does (probed against
+# ai_edge_litert 2.3 on x86-64, the oracle here; on ARM XNNPACK's max/min keep NaN):
+#
+# - "builtin": a stride larger than the filter along an axis, which XNNPACK refuses, so
+#   TFLite's own kernel runs: a NaN never wins a max (which starts from the lowest float)
+#   and passes through an average and the activation, whose range is finite even
+#   without one (+-inf become +-FLT_MAX: :func:`builtin_pool_range`).
+# - "xnnpack_clamp": a 1x1 filter with stride 1, which the XNNPACK delegate runs as its
+#   clamp: NaN passes through.
+# - "xnnpack": XNNPACK's pooling kernels. Their output clamp is ``max(v, lo)`` then
+#   ``min(v, hi)`` with x86's max/min (the second operand whenever either is NaN), so an
+#   average that is NaN comes out as ``lo`` (-inf without an activation). A max pool
+#   reads its taps column by column (kx outer, ky inner), coordinates clamped into the
+#   image instead of skipping padding, in passes of 9 (a short pass repeats its first
+#   tap) combined by a fixed tree of x86 maxes (:func:`xnn_max9`): whether a NaN tap
+#   survives depends on its place. The first pass is clamped as above (NaN -> lo);
+#   each later pass is ``min(max(previous, pass), hi)`` (NaN -> hi).
+
+def _pool_kernel(xnnpack: bool, filt: tuple[int, int], stride: tuple[int, int]) -> str:
+    if not xnnpack or stride[0] > filt[0] or stride[1] > filt[1]:
+        return "builtin"
+    return "xnnpack_clamp" if filt == (1, 1) else "xnnpack"
+
+
+def builtin_pool_range(activation: str) -> tuple[float, float]:
+    """The clamp TFLite's own pooling kernels apply (CalculateActivationRange): the
+    activation's range within the finite floats."""
+    lo, hi = ACTIVATION_RANGES[activation]
+    big = float(np.finfo(np.float32).max)
+    return max(lo, -big), min(hi, big)
+
+
+#: Taps per pass of XNNPACK's max pool kernel.
+XNN_MAX_PASS = 9
+
+
+def x86_max(a, b):
+    """x86's ``maxps(a, b)``: ``a > b ? a : b``, so ``b`` whenever either is NaN (numpy)."""
+    return np.where(a > b, a, b)
+
+
+def x86_min(a, b):
+    """x86's ``minps(a, b)``: ``a < b ? a : b`` (numpy)."""
+    return np.where(a < b, a, b)
+
+
+def xnn_max9(v: Sequence, mx):
+    """XNNPACK's max of the 9 taps ``v`` of one pass, as its tree of ``mx(a, b)`` (x86 max:
+    the order of the operands decides which NaN survives). Generic over what ``mx``
+    combines: numpy arrays here, C expressions in the GPU kernel."""
+    m018 = mx(mx(v[0], v[1]), v[8])
+    m2345 = mx(mx(v[2], v[3]), mx(v[4], v[5]))
+    return mx(m2345, mx(m018, mx(v[6], v[7])))
+
+
+def xnn_max_pool_passes(fh: int, fw: int) -> list[list[tuple[int, int]]]:
+    """The window taps ``(ky, kx)`` of each pass of XNNPACK's max pool, 9 per pass (a short
+    pass repeats its first tap), in the order :func:`xnn_max9` reads them."""
+    taps = [(ky, kx) for kx in range(fw) for ky in range(fh)]
+    passes = []
+    for start in range(0, len(taps), XNN_MAX_PASS):
+        chunk = taps[start:start + XNN_MAX_PASS]
+        passes.append(chunk + [chunk[0]] * (XNN_MAX_PASS - len(chunk)))
+    return passes
 
 
 def pool_input_4d(shape: Sequence[int], attrs: dict) -> tuple[int, ...]:
@@ -627,18 +698,53 @@ def pool_divisor_is_window(attrs: dict) -> bool:
 
 def _avg_pool_reference(inputs: list, attrs: dict) -> list[np.ndarray]:
     """Average over each window; padded pixels are not counted (as TF does), except that a
-    VALID window larger than the input divides by its whole area (as XNNPACK does)."""
+    VALID window larger than the input divides by its whole area (as XNNPACK does). A NaN
+    average leaves XNNPACK's kernel as the activation's lower bound (see "NaN in pools")."""
     taps, count = _pool_taps(inputs[0], attrs, 0.0)
     if pool_divisor_is_window(attrs):
         count = np.float32(attrs["filter"][0] * attrs["filter"][1])
-    return [_finish(sum(taps) / np.maximum(count, 1), None, attrs["activation"])]
+    y = sum(taps) / np.maximum(count, 1)
+    kernel = attrs.get("litert_kernel", "builtin")
+    if kernel == "builtin":
+        return [_builtin_clamp(y, attrs["activation"])]
+    y = _finish(y, None, attrs["activation"])
+    if kernel == "xnnpack":
+        y = np.where(np.isnan(y), np.float32(ACTIVATION_RANGES[attrs["activation"]][0]), y)
+    return [y]
+
+
+def _builtin_clamp(y: np.ndarray, activation: str) -> np.ndarray:
+    lo, hi = (np.float32(b) for b in builtin_pool_range(activation))
+    return np.minimum(np.maximum(y, lo), hi).astype(np.float32, copy=False)
 
 
 def _max_pool_reference(inputs: list, attrs: dict) -> list[np.ndarray]:
-    """Maximum over each window; padding never wins."""
+    """Maximum over each window, padding never winning; NaN as the kernel LiteRT runs
+    treats it (see "NaN in pools")."""
     x = inputs[0]
-    taps, _ = _pool_taps(x.reshape(pool_input_4d(x.shape, attrs)), attrs, -np.inf)
-    return [_finish(np.maximum.reduce(taps), None, attrs["activation"])]
+    x = x.reshape(pool_input_4d(x.shape, attrs))
+    kernel = attrs.get("litert_kernel", "builtin")
+    if kernel == "xnnpack":
+        return [_xnn_max_pool(x, attrs)]
+    if kernel == "xnnpack_clamp":
+        return [_finish(x[:, ::attrs["stride"][0], ::attrs["stride"][1]], None, attrs["activation"])]
+    taps, _ = _pool_taps(x, attrs, -np.inf)
+    lowest = np.full(taps[0].shape, np.finfo(np.float32).min, np.float32)
+    return [_builtin_clamp(functools.reduce(lambda m, t: np.where(m < t, t, m), taps, lowest), attrs["activation"])]
+
+
+def _xnn_max_pool(x: np.ndarray, attrs: dict) -> np.ndarray:
+    """XNNPACK's max pool: passes of :func:`xnn_max9` over taps at clamped coordinates."""
+    (oh, ow), (top, left) = _spatial_plan(x.shape, attrs["filter"], attrs)
+    sh, sw = attrs["stride"]
+    rows = lambda ky: np.clip(np.arange(oh) * sh + ky - top, 0, x.shape[1] - 1)   # noqa: E731
+    cols = lambda kx: np.clip(np.arange(ow) * sw + kx - left, 0, x.shape[2] - 1)  # noqa: E731
+    lo, hi = (np.float32(b) for b in ACTIVATION_RANGES[attrs["activation"]])
+    y = None
+    for taps in xnn_max_pool_passes(*attrs["filter"]):
+        m = xnn_max9([x[:, rows(ky)][:, :, cols(kx)] for ky, kx in taps], x86_max)
+        y = x86_min(x86_max(m, lo), hi) if y is None else x86_min(x86_max(y, m), hi)
+    return y.astype(np.float32, copy=False)
 
 
 def _l2_pool_reference(inputs: list, attrs: dict) -> list[np.ndarray]:

@@ -121,9 +121,11 @@ def dot(g: NodeGen, pixels: int, n: int, x: str, xaddr: list[str], wload, vec: i
 
     ``x_p[k]`` is element ``xaddr[p] + k * xstride`` of ``x``; ``wload(k)`` is the
     ``float{vec}`` of the output channels' weights at reduction step ``k`` (a C
-    expression of ``k``); ``masks[p]`` (a float 0/1) zeroes pixel ``p``'s input where
-    its window leaves the image. With a contiguous input the loop takes four steps at
-    a time: one ``LD4`` per pixel feeds four weight vectors.
+    expression of ``k``); ``masks[p]`` (an int, false where pixel ``p``'s window
+    leaves the image) selects 0 for its input there: a select, not a multiply by 0,
+    which would turn an infinite neighbour read at the clamped address into NaN. With
+    a contiguous input the loop takes four steps at a time: one ``LD4`` per pixel feeds
+    four weight vectors.
     """
     lines = []
     step4 = n - n % 4 if xstride == 1 else 0
@@ -133,7 +135,8 @@ def dot(g: NodeGen, pixels: int, n: int, x: str, xaddr: list[str], wload, vec: i
         for p in range(pixels):
             v = g.loadv(x, f"{xaddr[p]} + k", 4)
             if masks:
-                v = f"{v} * {masks[p]}"
+                zero = g.vector("float4", "0.0f")
+                v = f"({masks[p]} ? {v} : {zero})"
             lines.append(f"  {{ const float4 v = {v}; acc{p} += " + " + ".join(f"{g.lane('v', j, 4)} * w{j}" for j in range(4)) + "; }")
         lines.append("}")
     rest = n - step4
@@ -148,7 +151,7 @@ def dot(g: NodeGen, pixels: int, n: int, x: str, xaddr: list[str], wload, vec: i
                 xs = f"{k} * {xstride}" if xstride != 1 else k
                 v = g.loadv(x, f"{xaddr[p]} + {xs}", 1)
                 if masks:
-                    v = f"{v} * {masks[p]}"
+                    v = f"({masks[p]} ? {v} : 0.0f)"
                 lines.append(f"    acc{p} += {v} * w;")
             lines.append("  }")
         if rest > 4:
@@ -163,13 +166,13 @@ def window_dot(g: NodeGen, pixels: int, n: int, x: str, cols: list[str], width: 
     ``addr(col)`` is the element index of the window's first input at column ``col``.
     Columns grow with ``p``, so a tile is inside when its first and last are; inside
     tiles (nearly all) run the plain loop, border tiles a copy with clamped addresses
-    and 0/1 masks. ``may_leave`` False (checked at compile time) keeps the plain loop only.
+    and masks selecting 0. ``may_leave`` False (checked at compile time) keeps the plain loop only.
     """
     inside = dot(g, pixels, n, x, [addr(c) for c in cols], wload, vec)
     if not may_leave:
         return inside
     clamp = "".join(f"const int q{p} = clamp({c}, 0, {width - 1});\n"
-                    f"const float m{p} = {c} == q{p} ? 1.0f : 0.0f;\n" for p, c in enumerate(cols))
+                    f"const int m{p} = {c} == q{p};\n" for p, c in enumerate(cols))
     border = dot(g, pixels, n, x, [addr(f"q{p}") for p in range(pixels)], wload, vec,
                  masks=[f"m{p}" for p in range(pixels)])
     return (f"if ({cols[0]} >= 0 && {cols[-1]} < {width}) {{\n{_indent(inside, 2)}\n}} else {{\n"
@@ -365,7 +368,9 @@ def depthwise_conv2d(g: NodeGen) -> list[KernelSpec]:
         for j in used:
             if masked:
                 out.append(f"const int q{j} = clamp(iw + {j}, 0, {wd - 1});")
-                out.append(f"const float{vec} x{j} = {load(f'q{j}')} * (iw + {j} == q{j} ? 1.0f : 0.0f);")
+                # a select, not a multiply by 0: inf * 0 would be NaN
+                zero = g.vector(f"float{vec}", "0.0f")
+                out.append(f"const float{vec} x{j} = iw + {j} == q{j} ? {load(f'q{j}')} : {zero};")
             else:
                 out.append(f"const float{vec} x{j} = {load(f'iw + {j}')};")
         for p in range(pixels):

@@ -14,7 +14,8 @@ element per work-item (see :func:`_width` for the measurements behind this).
 TANH and exact GELU use rational approximations that vectorize (see ``_tanh``/``_erf``).
 
 LiteRT's quirks, as in ``litegpu.ops.elementwise``: MAXIMUM is ``a > b ? a : b`` and
-MINIMUM ``a < b ? a : b`` (the second operand wins on NaN), integer DIV truncates,
+MINIMUM ``a < b ? a : b`` (the second operand wins on NaN; the ``swapped`` attr says
+which is first), integer DIV truncates,
 FLOOR_DIV floors the rounded quotient, FLOOR_MOD takes the divisor's sign, ROUND is
 half to even, CAST from float to an integer truncates and saturates with NaN becoming
 the maximum.
@@ -114,6 +115,14 @@ def _quant_sim(x: str, a: dict, g: NodeGen) -> str:
     return f"({code} - {zp})" if a["out_scale"] == 1.0 else f"(({code} - {zp}) * {_r(a['out_scale'])})"
 
 
+def _first_unless(op: str, x: str, y: str, a: dict, g: NodeGen) -> str:
+    """MAXIMUM (``op`` ``>``) / MINIMUM (``<``) as LiteRT: the first operand where it wins
+    the comparison, else the second (NaN too); ``y`` is first when the ``swapped`` attr
+    says so (:func:`litegpu.ops.elementwise.max_min_swapped`)."""
+    first, second = (y, x) if a.get("swapped") else (x, y)
+    return g.choose(f"({first} {op} {second})", first, second)
+
+
 CHAIN_UNARY.update({
     "ABS": lambda x, a, g: f"fabs({x})",
     "NEG": lambda x, a, g: f"(-{x})",
@@ -137,7 +146,7 @@ CHAIN_UNARY.update({
     "QUANT_SIM": _quant_sim,
 })
 for _op in ("RELU", "RELU6", "RELU_N1_TO_1", "RELU_0_TO_1"):   # the same clamps as the fused activations
-    CHAIN_UNARY[_op] = lambda x, a, g, op=_op: clamp_c(op, x)
+    CHAIN_UNARY[_op] = lambda x, a, g, op=_op: clamp_c(op, x, g=g)
 CHAIN_BINARY.update({
     "ADD": lambda x, y, a, g: f"({x} + {y})",
     "GRID_ADD": lambda x, y, a, g: f"({x} * {_r(a['a_multiplier'])} + {y} * {_r(a['b_multiplier'])})",
@@ -145,8 +154,8 @@ CHAIN_BINARY.update({
     "SUB": lambda x, y, a, g: f"({x} - {y})",
     "MUL": lambda x, y, a, g: f"({x} * {y})",
     "DIV": lambda x, y, a, g: f"({x} / {y})",
-    "MAXIMUM": lambda x, y, a, g: g.choose(f"({x} > {y})", x, y),
-    "MINIMUM": lambda x, y, a, g: g.choose(f"({x} < {y})", x, y),
+    "MAXIMUM": lambda x, y, a, g: _first_unless(">", x, y, a, g),
+    "MINIMUM": lambda x, y, a, g: _first_unless("<", x, y, a, g),
     "POW": lambda x, y, a, g: f"pow({x}, {y})",
     "SQUARED_DIFFERENCE": lambda x, y, a, g: f"(({x} - {y}) * ({x} - {y}))",
     "FLOOR_DIV": lambda x, y, a, g: f"floor({x} / {y})",

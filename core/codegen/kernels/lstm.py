@@ -49,7 +49,7 @@ LANES = 1
 # ApplyActivationToVector), not a fused output clamp: TANH really is tanh here. Each
 # takes and returns a float4.
 _ACT = {
-    **{name: (lambda g, v, name=name: clamp_c(name, v, "float")) for name in CLAMP_ACTIVATIONS},
+    **{name: (lambda g, v, name=name: clamp_c(name, v, "float", g=g)) for name in CLAMP_ACTIVATIONS},
     "TANH": lambda g, v: f"tanh({v})",
     "SIGN_BIT": lambda g, v: f"select({g.vector('float4', '0.0f')}, {g.vector('float4', '1.0f')}, signbit({v}))",
 }

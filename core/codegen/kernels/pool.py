@@ -17,7 +17,9 @@ ARG_MIN are scalar.
 from __future__ import annotations
 
 import numpy as np
-from litegpu.ops.nn import bilinear_axis, conv_output_size, nearest_axis, pool_divisor_is_window
+from litegpu.ops.nn import (bilinear_axis, builtin_pool_range, conv_output_size, nearest_axis, pool_divisor_is_window,
+                            xnn_max9, xnn_max_pool_passes)
+from litegpu.ops.registry import ACTIVATION_RANGES
 from litegpu.ops.reduce import L2_EPSILON, reduction_axes
 
 from ..nodegen import NodeGen, c_float, c_type, strides_of
@@ -490,7 +492,12 @@ def pool2d(g: NodeGen):
     """A 3-D range over (channel groups, output columns, batch x output rows); each
     work-item loops over its window with constant trip counts, skipping taps outside
     the image: padded pixels never win a max and are not counted in an average
-    (LiteRT's rule). Windows that can never leave the image skip the checks."""
+    (LiteRT's rule). Windows that can never leave the image skip the checks.
+
+    NaN and infinities come out as from the kernel LiteRT runs (``litert_kernel``, see
+    "NaN in pools" in :mod:`litegpu.ops.nn`): XNNPACK's max pool is its own kernel
+    (:func:`_xnn_max_pool`), its average turns a NaN into the lower bound, and TFLite's
+    own kernels clamp to the finite floats."""
     _require_float(g)
     _check_indexable(g)
     if len(g.ctx.inputs[0].shape) != 4:
@@ -505,6 +512,9 @@ def pool2d(g: NodeGen):
     _, left = conv_output_size(w, fw, sw, 1, g.attrs["padding"])
     inside = top == 0 and left == 0 and (oh - 1) * sh + fh <= h and (ow - 1) * sw + fw <= w
     op = g.ctx.node.op
+    kernel = g.attrs.get("litert_kernel", "builtin")
+    if op == "MAX_POOL_2D" and kernel == "xnnpack":
+        return [_xnn_max_pool(g, (h, w, c), (oh, ow), (top, left))]
     lanes = _lanes(c)
     # Big windows (a global pool) are long accumulation chains: then a work-item keeps
     # up to 4 channel groups in flight, as the spatial mean does. Small windows are
@@ -512,7 +522,9 @@ def pool2d(g: NodeGen):
     groups = next(k for k in (4, 2, 1) if c % (lanes * k) == 0) if fh * fw >= 16 else 1
     vt = _vt(lanes)
     x = g.input(0)
-    if op == "MAX_POOL_2D":
+    if op == "MAX_POOL_2D" and kernel == "xnnpack_clamp":    # 1x1, stride 1: a copy, NaN kept
+        init, update = "0.0f", lambda a, v: f"{a} = {v};"
+    elif op == "MAX_POOL_2D":       # TFLite's own: a NaN never wins, the lowest float to start
         init, update = "-FLT_MAX", lambda a, v: f"{a} = fmax({a}, {v});"
     elif op == "AVERAGE_POOL_2D":
         init, update = "0.0f", lambda a, v: f"{a} += {v};"
@@ -546,9 +558,70 @@ def pool2d(g: NodeGen):
             + f"  const int y0 = oy * {sh} - {top}, x0 = ox * {sw} - {left};\n"
             + "".join(f"  {vt} acc{k} = {g.vector(vt, init)};\n" for k in range(groups))
             + "  float cnt;\n" + loops
-            + "".join(f"  const {vt} res{k} = {result.format(a=f'acc{k}')};\n" for k in range(groups))
+            + "".join(f"  const {vt} pool{k} = {result.format(a=f'acc{k}')};\n"
+                      f"  const {vt} res{k} = {_pool_nan(g, op, kernel, f'pool{k}', vt)};\n" for k in range(groups))
             + "  " + " ".join(_stv(g, f"o + {k * lanes}" if k else "o", f"res{k}", lanes) for k in range(groups)))
     return [g.kernel(body, (c // (lanes * groups), ow, n * oh))]
+
+
+def _pool_nan(g: NodeGen, op: str, kernel: str, v: str, vt: str) -> str:
+    """The pooled variable ``v`` as the kernel LiteRT runs leaves it, before the fused
+    activation (which lets NaN through): XNNPACK's average clamp turns NaN into the
+    lower bound, TFLite's own kernels clamp to the finite floats (a max never is NaN)."""
+    if op == "L2_POOL_2D" or kernel == "xnnpack_clamp":
+        return v
+    if vt == "float8":      # lane-wise choices by quads, which every dialect has
+        return g.vector(vt, *(_pool_nan(g, op, kernel, f"{v}.{q}", "float4") for q in ("lo", "hi")))
+    if kernel == "xnnpack":
+        lo = ACTIVATION_RANGES[g.attrs["activation"]][0]
+        return g.choose(f"isnan({v})", g.vector(vt, c_float(lo)), v)
+    lo, hi = builtin_pool_range(g.attrs["activation"])
+    clamped = f"clamp({v}, {c_float(lo)}, {c_float(hi)})"
+    return clamped if op == "MAX_POOL_2D" else g.choose(f"isnan({v})", v, clamped)
+
+
+#: Window taps XNNPACK's max pool is unrolled for here (its NaN order is a fixed tree per pass).
+_XNN_MAX_TAPS = 256
+
+
+def _xnn_max_pool(g: NodeGen, hwc: tuple[int, int, int], ohw: tuple[int, int], pad: tuple[int, int]):
+    """MAX_POOL_2D as XNNPACK computes it, NaN and all (see "NaN in pools" in
+    :mod:`litegpu.ops.nn`): each work-item loads its window's taps at coordinates clamped
+    into the image, folds each pass of 9 by :func:`xnn_max9` with x86's max
+    (``a > b ? a : b``), clamps the first pass ``min(max(m, lo), hi)`` and each later one
+    ``min(max(acc, m), hi)``. The choices are lane-wise ``?:``, made by quads (which
+    every dialect has) in a float8."""
+    (h, w, c), (oh, ow), (top, left) = hwc, ohw, pad
+    fh, fw = g.attrs["filter"]
+    sh, sw = g.attrs["stride"]
+    if fh * fw > _XNN_MAX_TAPS:
+        raise Decline(f"a {fh}x{fw} max pool window (XNNPACK's NaN order is unrolled up to {_XNN_MAX_TAPS} taps)")
+    n = int(g.ctx.inputs[0].shape[0])
+    lanes = _lanes(c)
+    vt = _vt(lanes)
+    x = g.input(0)
+    lines = [_pixel_ids(g, lanes, oh, ow, c) + f"  const int y0 = oy * {sh} - {top}, x0 = ox * {sw} - {left};"]
+    lines += [f"  const int row{ky} = (b * {h} + clamp(y0 + {ky}, 0, {h - 1})) * {w};" for ky in range(fh)]
+    lines += [f"  const int col{kx} = clamp(x0 + {kx}, 0, {w - 1});" for kx in range(fw)]
+    lines += [f"  const {vt} v{ky}_{kx} = {_ldv(g, x, f'(row{ky} + col{kx}) * {c} + cc', lanes)};"
+              for kx in range(fw) for ky in range(fh)]
+    temps = iter(range(1 << 30))
+
+    def x86_max(a: str, b: str, op: str = ">") -> str:
+        t = f"mx{next(temps)}"
+        if vt == "float8":   # by quads, which every dialect can choose between lane by lane
+            value = g.vector(vt, *(g.choose(f"({a}.{q} {op} {b}.{q})", f"{a}.{q}", f"{b}.{q}") for q in ("lo", "hi")))
+        else:
+            value = g.choose(f"({a} {op} {b})", a, b)
+        lines.append(f"  const {vt} {t} = {value};")
+        return t
+    lo, hi = (g.vector(vt, c_float(b)) for b in ACTIVATION_RANGES[g.attrs["activation"]])
+    acc = None
+    for taps in xnn_max_pool_passes(fh, fw):
+        m = xnn_max9([f"v{ky}_{kx}" for ky, kx in taps], x86_max)
+        acc = x86_max(x86_max(m, lo), hi, "<") if acc is None else x86_max(x86_max(acc, m), hi, "<")
+    lines.append(f"  {_stv(g, 'o', acc, lanes)}")
+    return g.kernel("\n".join(lines), (c // lanes, ow, n * oh))
 
 
 # -- resize -------------------------------------------------------------------------------------

@@ -240,6 +240,8 @@ class CpuProgram(Program):
             args = [slots[i] for i in ins]
             try:
                 if dynamic:
+                    if not ctx.opdef.stateful and self._run_settled(n, args, outs):
+                        continue
                     self._store(outs, kernel(args))
                     continue
                 results = [slots[o] for o in outs]
@@ -251,6 +253,26 @@ class CpuProgram(Program):
                 cached[1]()
             except (LiteGpuError, *_RUNTIME_ERRORS) as exc:
                 raise _fail(ctx, exc) from None
+
+    def _run_settled(self, n: int, args: list, outs: list[int]) -> bool:
+        """Run run-time-shaped step ``n`` with the kernel later runs are bound to
+        (:meth:`_bind_fixed`) when its output shapes follow from its operands' shapes, so
+        the first run gives the bits every later run gives (the reference it would run
+        otherwise sums in another order). False when they do not: run the reference."""
+        specs = _inferred_outputs(self.steps[n][4], args)
+        if specs is None:
+            return False
+        # Written in place into the slots' arrays only while the program still binds (as
+        # _store copies into them then); else new arrays, as _store keeps results.
+        slots, settling = self.slots, self._binds < _MAX_BINDS or self._fixed is not None
+        results = [slots[o] if settling and slots[o] is not None and slots[o].shape == tuple(s.shape)
+                   and slots[o].dtype == s.dtype else np.empty(s.shape, s.dtype) for o, s in zip(outs, specs)]
+        kernel = self._settled_kernel(n, args, results)
+        if kernel is None:
+            return False
+        _bind_step(kernel, args, results)()
+        self._store(outs, results)
+        return True
 
     def _store(self, outs: list[int], results: Sequence) -> None:
         """Put a run-time-shaped step's results in its output slots: copied into the arrays
@@ -319,6 +341,8 @@ class CpuProgram(Program):
         factory may re-lay out weights)."""
         key = (n, *(None if a is None else (a.shape, a.dtype) for a in (*args, *results)))
         if key not in self._settled:
+            if len(self._settled) >= _MAX_SETTLED:   # shapes that keep changing: start over
+                self._settled.clear()
             self._settled[key] = _settled_kernel(self.steps[n][4], args, results)
         return self._settled[key]
 
@@ -404,6 +428,8 @@ class CpuProgram(Program):
 
 # Bindings a program with run-time-shaped steps makes before it stops re-binding.
 _MAX_BINDS = 8
+# Kernels kept for run-time shapes (per step and shapes); made again, identical, if dropped.
+_MAX_SETTLED = 64
 
 
 class _Reshaped(Exception):
@@ -440,15 +466,33 @@ def _run_in_place(program: CpuProgram, n: int, kernel, args: list, outs: list[in
         dst[...] = r
 
 
+def _operand_specs(ctx: NodeContext, args: list) -> list:
+    """``ctx``'s input specs for operands of these arrays' shapes: constants keep their
+    values (kernels precompute from them); the rest are shapes only."""
+    return [s if a is None or (s is not None and s.value is not None) else TensorSpec(a.shape, a.dtype)
+            for a, s in zip(args, ctx.inputs)]
+
+
+def _inferred_outputs(ctx: NodeContext, args: list) -> list | None:
+    """The output specs of run-time-shaped node ``ctx`` on operands of these arrays'
+    shapes, or None when they depend on operand values (``infer`` raises) or an operand
+    is missing."""
+    if any(a is None and s is not None for a, s in zip(args, ctx.inputs)):
+        return None
+    try:
+        outputs = ctx.opdef.infer(_operand_specs(ctx, args), ctx.attrs)
+    except Exception:  # noqa: BLE001  (DynamicShape, or an error the step-by-step run reports)
+        return None
+    return outputs if len(outputs) == len(ctx.outputs) else None
+
+
 def _settled_kernel(ctx: NodeContext, args: list, results: list):
     """The kernel of run-time-shaped node ``ctx`` for operands of these arrays' shapes, or
     None when its output shapes depend on operand values (``infer`` says so by raising)
     or differ from ``results``'."""
     if any(r is None for r in results) or any(a is None and s is not None for a, s in zip(args, ctx.inputs)):
         return None
-    # Constants keep their values (kernels precompute from them); the rest are shapes only.
-    inputs = [s if a is None or (s is not None and s.value is not None) else TensorSpec(a.shape, a.dtype)
-              for a, s in zip(args, ctx.inputs)]
+    inputs = _operand_specs(ctx, args)
     try:
         outputs = ctx.opdef.infer(inputs, ctx.attrs)
     except Exception:  # noqa: BLE001  (DynamicShape, or an error the step-by-step run reports)

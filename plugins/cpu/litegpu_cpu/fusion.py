@@ -68,8 +68,10 @@ _BINARY = {
     "SUB": "{a} - {b}",
     "MUL": "{a} * {b}",
     "DIV": "{a} / {b}",
-    "MAXIMUM": "max({a}, {b})",
-    "MINIMUM": "min({a}, {b})",
+    # LiteRT's: the first operand where it wins, else the second (NaN too); with the
+    # ``swapped`` attr b is first (litegpu.ops.elementwise.max_min_swapped).
+    "MAXIMUM": "{a} if {a} > {b} else {b}",
+    "MINIMUM": "{a} if {a} < {b} else {b}",
     "SQUARED_DIFFERENCE": "({a} - {b}) * ({a} - {b})",
     "PRELU": "{a} if {a} >= _0 else {a} * {b}",
 }
@@ -77,6 +79,15 @@ _BINARY = {
 # unlike np.exp and np.tanh per element); the import line names that module's digest, so
 # editing it changes every source using it.
 
+
+
+def _binary_formula(ctx: NodeContext) -> str:
+    """The expression of binary ``ctx``: ``_BINARY``'s, operands exchanged for a swapped
+    MAXIMUM / MINIMUM."""
+    formula = _BINARY[ctx.node.op]
+    if ctx.attrs.get("swapped"):
+        formula = formula.replace("{a}", "{_}").replace("{b}", "{a}").replace("{_}", "{b}")
+    return formula
 
 
 def _clamp(name: str) -> str:
@@ -115,7 +126,7 @@ def _expression(ctx: NodeContext) -> str | None:
     if op in _UNARY or op in _BINARY:
         arity = 1 if op in _UNARY else 2
         if kinds == "f" * (arity + 1) and ctx.attrs.get("activation", "NONE") in _ACTIVATION:
-            return _UNARY[op] if arity == 1 else _BINARY[op]
+            return _UNARY[op] if arity == 1 else _binary_formula(ctx)
         if kinds == "i" * (arity + 1) and op in _INT_OPS and ctx.attrs.get("activation", "NONE") == "NONE":
             return _UNARY[op] if arity == 1 else _BINARY[op]
         return None

@@ -72,8 +72,42 @@ kernel("ADD")(_binary(np.add))
 kernel("SUB")(_binary(np.subtract))
 kernel("MUL")(_binary(np.multiply))
 kernel("DIV")(_binary(np.divide, _FLOATS))
-kernel("MAXIMUM")(_binary(np.maximum))
-kernel("MINIMUM")(_binary(np.minimum))
+
+
+def _max_min(compare):
+    """MAXIMUM / MINIMUM as LiteRT: the first operand where ``compare(first, second)``
+    holds, else the second, so a NaN in either gives the second (``np.maximum`` keeps
+    any NaN); the ``swapped`` attr says which is first
+    (:func:`litegpu.ops.elementwise.max_min_swapped`). Integers take the ufunc."""
+    ufunc_factory = _binary(np.maximum if compare is np.greater else np.minimum)
+
+    def factory(ctx: NodeContext):
+        dtype = _dtypes(ctx, _NUMERIC)
+        if dtype is None or len(ctx.inputs) != 2:
+            return None
+        if dtype not in _FLOATS:
+            return ufunc_factory(ctx)
+        swapped = bool(ctx.attrs.get("swapped"))
+
+        def bind(inputs, outputs):
+            first, second = (inputs[1], inputs[0]) if swapped else (inputs[0], inputs[1])
+            out = outputs[0]
+            if any(np.shares_memory(out, x) for x in (first, second)):
+                return lambda: np.copyto(out, np.where(compare(first, second), first, second))
+            mask = np.empty(out.shape, np.bool_)
+
+            def call() -> None:
+                compare(first, second, out=mask)
+                np.copyto(out, second)
+                np.copyto(out, first, where=mask)
+            return call
+        return bindable(bind)
+    factory.__doc__ = _max_min.__doc__
+    return factory
+
+
+kernel("MAXIMUM")(_max_min(np.greater))
+kernel("MINIMUM")(_max_min(np.less))
 
 
 _BOOL = np.dtype(np.bool_)
