@@ -59,11 +59,13 @@ EXPECTED = ((np.arange(128, dtype=np.float32) + 3) ** 2).tolist()
 CACHE_VARS = ("LITEGPU_CACHE_DIR", "XDG_CACHE_HOME", "POCL_CACHE_DIR", "PYOPENCL_NO_CACHE", "POCL_KERNEL_CACHE")
 
 
-def run_child(lg: Path | None, xdg: Path, pocl: Path | None = None) -> tuple[dict, str]:
-    """The model run in a new process with these cache directories (None: variable unset);
-    its JSON result and its stderr. Fails unless it exited cleanly."""
+def run_child(lg: Path | None, xdg: Path, pocl: Path | None = None, tmp: Path | None = None) -> tuple[dict, str]:
+    """The model run in a new process with these cache directories (None: variable unset)
+    and temp directory; its JSON result and its stderr. Fails unless it exited cleanly."""
     env = {k: v for k, v in os.environ.items() if k not in CACHE_VARS}
     env["XDG_CACHE_HOME"] = str(xdg)
+    if tmp is not None:
+        env["TMPDIR"] = str(tmp)
     if lg is not None:
         env["LITEGPU_CACHE_DIR"] = str(lg)
     if pocl is not None:
@@ -152,15 +154,16 @@ def test_damaged_pocl_caches_are_never_read(pocl, normal, tmp_path, kind):
     that was killed, all damaged: the run works (before: SIGABRT in pocl_llvm_build.cc), and
     so does the next; the dead process's directory is gone."""
     out, xdg_normal = normal
-    xdg, lg = tmp_path / "xdg", tmp_path / "lg"
+    xdg, lg, tmp = tmp_path / "xdg", tmp_path / "lg", tmp_path / "tmp"
     shutil.copytree(xdg_normal / "pocl", xdg / "pocl")
-    leftover = lg / "pocl" / f"{driver_caches.SCRATCH_PREFIX}{dead_pid()}-{driver_caches.host_tag()}-x"
+    leftover = tmp / (f"{driver_caches.TEMP_PREFIX}{driver_caches.SCRATCH_PREFIX}{dead_pid()}-"
+                      f"{driver_caches.host_tag()}-x")
     shutil.copytree(xdg / "pocl" / "kcache", leftover)
     files = [f for f in (tmp_path).rglob("*") if f.is_file() and f.suffix in (".bc", ".so")]
     assert len(files) >= 4, files
     damage(files, kind)
     for _ in range(2):   # built from source, then loaded from litegpu's kernel cache
-        result, _ = run_child(lg, xdg)
+        result, _ = run_child(lg, xdg, tmp=tmp)
         works(result, out)
         assert result["pocl_env"] is None   # the user's environment, as it was
         assert not leftover.exists()
@@ -224,12 +227,14 @@ def test_pocl_gets_a_scratch_directory_only_while_its_devices_are_listed(tmp_pat
     monkeypatch.setattr(driver_caches, "_scratch", None)
     monkeypatch.setenv("LITEGPU_CACHE_DIR", str(tmp_path / "lg"))
     monkeypatch.delenv("POCL_CACHE_DIR", raising=False)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
     with driver_caches.pocl_cache([_Platform("Other")]) as problem:
         assert problem == "" and "POCL_CACHE_DIR" not in os.environ
     assert driver_caches._scratch is None   # nothing made where there is no PoCL
     with driver_caches.pocl_cache([_Platform("Other"), _Platform(driver_caches.POCL_PLATFORM)]) as problem:
         scratch = Path(os.environ["POCL_CACHE_DIR"])
-        assert problem == "" and scratch.parent == tmp_path / "lg" / "pocl" and scratch.is_dir()
+        assert problem == "" and scratch.parent == tmp_path / "tmp" and scratch.is_dir()
         assert scratch.stat().st_mode & 0o077 == 0
     assert "POCL_CACHE_DIR" not in os.environ
     monkeypatch.setenv("POCL_CACHE_DIR", str(tmp_path / "mine"))   # the user's, writable: untouched
@@ -243,15 +248,15 @@ def test_no_writable_directory_is_said_in_the_error(tmp_path, monkeypatch, caplo
     blocker.write_text("")
     monkeypatch.setattr(driver_caches, "_scratch", None)
     monkeypatch.delenv("POCL_CACHE_DIR", raising=False)
-    monkeypatch.setenv("LITEGPU_CACHE_DIR", str(blocker / "lg"))
-    # Only the litegpu root unusable: a private temp directory, with one warning.
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
-    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(blocker / "tmp"))
+    # Only the temp directory unusable: one under litegpu's root, with one warning.
+    monkeypatch.setenv("LITEGPU_CACHE_DIR", str(tmp_path / "lg"))
     with caplog.at_level(logging.WARNING, logger="litegpu.opencl"):
         path, why = driver_caches.make_scratch_dir()
-    assert why == "" and Path(path).parent == tmp_path / "tmp" and "using" in caplog.text
+    assert why == "" and Path(path).parent == tmp_path / "lg" / "pocl" and "using" in caplog.text
+    shutil.rmtree(path)
     # Both unusable: no directory, and the reason for the "no devices" error.
-    monkeypatch.setattr(tempfile, "tempdir", str(blocker / "tmp"))
+    monkeypatch.setenv("LITEGPU_CACHE_DIR", str(blocker / "lg"))
     with driver_caches.pocl_cache([_Platform(driver_caches.POCL_PLATFORM)]) as problem:
         assert "POCL_CACHE_DIR" not in os.environ
     assert str(blocker / "lg" / "pocl") in problem and "set POCL_CACHE_DIR to a writable directory" in problem

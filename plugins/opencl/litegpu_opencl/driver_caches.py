@@ -18,8 +18,8 @@ What they do when left alone (measured with PoCL 3.1 and pyopencl 2026.1):
 What litegpu does instead:
 
 - **PoCL's cache is scratch.** Unless the user set ``POCL_CACHE_DIR``, each process gives
-  PoCL a fresh private directory under ``cache_root()/pocl`` (a private temp directory
-  when that is unusable), removed at exit; one left by a process that died is removed by
+  PoCL a fresh private directory in the system's temp directory (under
+  ``cache_root()/pocl`` when that is unusable), removed at exit; one left by a process that died is removed by
   the next. So no damaged PoCL file outlives the process that wrote it. Nothing is lost:
   litegpu's kernel cache already keeps each program's PoCL binary, verified, with its
   compiled kernels inside (see ``store_warmed_binary``), which PoCL unpacks into the
@@ -156,24 +156,31 @@ def _private_base(base: Path) -> None:
 def make_scratch_dir() -> tuple[str | None, str]:
     """A new PoCL directory for this process and ""; or None and why there can be none.
 
-    Under ``cache_root()/pocl``; where that is unusable, in the system's temp directory,
-    with one warning. Leftovers of dead processes in the chosen place are removed first.
+    In the system's temp directory (``$TMPDIR``): scratch needs no lasting place, and there
+    it shares nothing with litegpu's cache root, which may be read-only or full (a
+    directory that can be made on a full disk still fails PoCL's builds). Where that is
+    unusable, under ``cache_root()/pocl``, with one warning. Leftovers of dead processes
+    in the chosen place are removed first.
     """
-    base = env.cache_root() / "pocl"
     name = f"{SCRATCH_PREFIX}{os.getpid()}-{host_tag()}-"
-    try:
-        _private_base(base)
-        sweep(base)
-        return tempfile.mkdtemp(prefix=name, dir=base), ""
-    except OSError as exc:
-        first = f"{base}: {exc.strerror}" if exc.strerror else str(exc)
     temp = tempfile.gettempdir()
     try:
         sweep(temp)
         # mkdtemp makes a fresh name, 0700: safe in a shared temp directory.
         path = tempfile.mkdtemp(prefix=TEMP_PREFIX + name, dir=temp)
+        if writable(path) is None:
+            return path, ""
+        shutil.rmtree(path, ignore_errors=True)
+        first = f"{temp}: {writable(temp) or 'cannot write'}"
     except OSError as exc:
-        return None, (f"PoCL needs a writable cache directory and there is none ({first}; {temp}: "
+        first = f"{temp}: {exc.strerror or exc}"
+    base = env.cache_root() / "pocl"
+    try:
+        _private_base(base)
+        sweep(base)
+        path = tempfile.mkdtemp(prefix=name, dir=base)
+    except OSError as exc:
+        return None, (f"PoCL needs a writable cache directory and there is none ({first}; {base}: "
                       f"{exc.strerror or exc}); set {POCL_CACHE_ENV} to a writable directory")
     log.warning("PoCL cache: %s; using %s for this process instead", first, path)
     return path, ""
