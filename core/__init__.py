@@ -3,8 +3,8 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from .errors import (BackendUnavailableError, ExecutionError, InvalidArgumentError, KernelBuildError, LiteGpuError,
-                     ModelFormatError, ResourceLimitError, UnsupportedError)
+from .errors import (BackendUnavailableError, ConcurrentUseError, ExecutionError, InvalidArgumentError,
+                     KernelBuildError, LiteGpuError, ModelFormatError, ResourceLimitError, UnsupportedError)
 from .model import load_model
 from .executor import Limits
 from .interpreter import Interpreter, SignatureRunner
@@ -15,7 +15,7 @@ from .profile import Profiler, profile   # note: ``litegpu.profile`` is then thi
 
 __all__ = [
     "__version__", "LiteGpuError", "ModelFormatError", "UnsupportedError", "KernelBuildError", "BackendUnavailableError",
-    "InvalidArgumentError", "ExecutionError", "ResourceLimitError", "load_model", "Interpreter", "Limits",
+    "InvalidArgumentError", "ExecutionError", "ConcurrentUseError", "ResourceLimitError", "load_model", "Interpreter", "Limits",
     "SignatureRunner", "Delegate", "load_delegate", "CompiledModel", "CpuOptions", "Environment", "GpuOptions",
     "HardwareAccelerator", "Options", "TensorBuffer", "profile", "Profiler",
 ]
