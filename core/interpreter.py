@@ -96,6 +96,7 @@ class Interpreter:
         # ops and model kinds fail here, naming the op and node.
         self._compiled: CompiledSubgraph = self._session.compile(0, self._shapes)
         self._allocated = False
+        self._guard = self._session.guard
 
     # -- details ---------------------------------------------------------------------
     def _shape_of(self, t: int) -> tuple[int, ...]:
@@ -139,7 +140,7 @@ class Interpreter:
 
     def resize_tensor_input(self, input_index: int, tensor_size: Sequence[int], strict: bool = False) -> None:
         """Change an input's shape; call :meth:`allocate_tensors` before the next invoke."""
-        with self._session.guard.exclusive("resize_tensor_input"):
+        with self._guard.exclusive("resize_tensor_input"):
             self._resize(input_index, tensor_size, strict)
 
     def _resize(self, input_index: int, tensor_size: Sequence[int], strict: bool) -> None:
@@ -160,7 +161,7 @@ class Interpreter:
 
     def allocate_tensors(self) -> None:
         """Plan memory and compile for the current input shapes."""
-        with self._session.guard.exclusive("allocate_tensors"):
+        with self._guard.exclusive("allocate_tensors"):
             self._compiled = self._session.compile(0, self._shapes)
             self._allocated = True
 
@@ -169,7 +170,7 @@ class Interpreter:
 
         As in LiteRT, an output may be set too; the next :meth:`invoke` overwrites it."""
         value = np.asarray(value)
-        with self._session.guard.exclusive("set_tensor"):
+        with self._guard.exclusive("set_tensor"):
             self._require_allocated("set_tensor")
             self._check_settable(tensor_index)
             self._compiled.set_input(tensor_index, value)
@@ -179,7 +180,7 @@ class Interpreter:
         as in LiteRT."""
         if not 0 <= tensor_index < len(self._sg.tensors):
             raise InvalidArgumentError(f"tensor index {tensor_index} out of range ({len(self._sg.tensors)} tensors)")
-        with self._session.guard.exclusive("get_tensor"):
+        with self._guard.exclusive("get_tensor"):
             self._require_allocated("get_tensor")
             return np.array(self._compiled.output(tensor_index))
 
@@ -198,13 +199,13 @@ class Interpreter:
 
     def invoke(self) -> None:
         """Run the model on the current inputs."""
-        with self._session.guard.exclusive("invoke"):
+        with self._guard.exclusive("invoke"):
             self._require_allocated("invoke")
             self._compiled.run()
 
     def reset_all_variables(self) -> None:
         """Reset resource variables to their initial state."""
-        with self._session.guard.exclusive("reset_all_variables"):
+        with self._guard.exclusive("reset_all_variables"):
             self._session.reset_variables()
 
     # -- signatures ------------------------------------------------------------------
