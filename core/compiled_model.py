@@ -386,9 +386,9 @@ class CompiledModel:
                 host_outputs.append(_output_copier(compiled, t, buf))
         call = f"run of signature {sig.key!r}"
 
-        def run() -> Event:
+        def run(inputs: list[tuple[int, np.ndarray]]) -> Event:
             with self._session.guard.serialized(call):
-                for t, array in host_inputs:
+                for t, array in inputs:
                     compiled.set_input(t, array)
                 event = compiled.submit(bound, wait_for)
                 for copy in host_outputs:   # host outputs are final once submit returns
@@ -401,14 +401,14 @@ class CompiledModel:
         with self._queue_lock:
             if self._pending is not None or (asynchronous and blocking):
                 # The caller may write its input buffers once this returns: take a snapshot.
-                host_inputs = [(t, array.copy()) for t, array in host_inputs]
+                snapshot = [(t, array.copy()) for t, array in host_inputs]
                 if self._worker is None:
                     self._worker = ThreadPoolExecutor(1, thread_name_prefix="litegpu-run")
-                future = self._pending = self._worker.submit(lambda: run().wait())
+                future = self._pending = self._worker.submit(lambda: run(snapshot).wait())
             else:
                 future = None
         if future is None:
-            event = run()
+            event = run(host_inputs)
         else:   # outside the lock: a finished future calls _forget at once, which takes it
             future.add_done_callback(self._forget)
             event = FutureEvent(future)
@@ -417,8 +417,6 @@ class CompiledModel:
                 buf.device_written(event)
             else:
                 buf.set_event(event)
-        if not asynchronous:
-            event.wait()
         return event
 
     @staticmethod

@@ -324,3 +324,16 @@ def test_threads_building_interpreters_on_a_cold_cache(warm, tmp_path):
     child = run_child(tmp_path / "cache", threads=16)
     assert child.result["digests"] == [warm.digest] * 16
     assert not list((tmp_path / "cache").glob("numba/*/generated/*.tmp"))
+
+
+def test_processes_building_on_a_cold_cache(warm, tmp_path):
+    """Three processes start on one cold cache at once: all succeed with the same outputs,
+    and the cache they leave serves a fourth with no miss."""
+    from concurrent.futures import ThreadPoolExecutor
+    cache = tmp_path / "cache"
+    with ThreadPoolExecutor(3) as pool:
+        children = list(pool.map(lambda _: run_child(cache), range(3)))
+    assert all(c.digests == {warm.digest} for c in children)
+    after = run_child(cache)
+    assert after.digests == {warm.digest} and after.loads["miss"] == 0, after.loads
+    assert " is damaged (" not in after.log, after.log

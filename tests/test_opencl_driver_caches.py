@@ -169,6 +169,23 @@ def test_damaged_pocl_caches_are_never_read(pocl, normal, tmp_path, kind):
         assert not leftover.exists()
 
 
+def test_full_cache_disk(opencl, normal, tmp_path):
+    """litegpu's cache root on a full 64 KiB tmpfs: the run works (PoCL's scratch used to sit
+    there: its directory could be made, its builds then failed as a KernelBuildError)."""
+    out, _ = normal
+    full = tmp_path / "full"
+    full.mkdir()
+    mount = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(full)], capture_output=True,
+                           text=True)
+    if mount.returncode:
+        pytest.skip(f"a full disk needs a small tmpfs, and mount failed: {mount.stderr.strip()}")
+    try:
+        result, _ = run_child(full / "lg", tmp_path / "xdg")
+        works(result, out)
+    finally:
+        subprocess.run(["umount", str(full)], check=True)
+
+
 @pytest.mark.parametrize("exists", [True, False], ids=["existing", "missing"])
 def test_read_only_pocl_cache_dir(pocl, normal, tmp_path, exists):
     """A POCL_CACHE_DIR that cannot be written (before: a KernelBuildError blaming the

@@ -287,3 +287,23 @@ def test_interpreter_api_choices_against_litert() -> None:
     np.testing.assert_array_equal(view, it.get_tensor(y["index"]))
     with pytest.raises(LiteGpuError, match="not an input or an output"):
         it.set_tensor(3, np.zeros(1, np.float32))
+
+
+@pytest.mark.slow
+def test_shared_interpreter_stress(backend, skip_unless_required) -> None:
+    """The long variant: mobilenet_v2 shared by 4 threads, 500 unlocked sequences each."""
+    path = SHARED / "mobilenet_v2.tflite"
+    if not path.exists():
+        skip_unless_required("models", f"no shared model at {path} (set LITEGPU_SHARED_MODELS)")
+    it = _interpreter(path.read_bytes(), backend)
+    feeds = [_inputs(it.get_input_details(), 600 + k) for k in range(THREADS)]
+    answers = [[a.copy() for a in _sequence(it, f)] for f in feeds]
+
+    def work(k: int) -> None:
+        for _ in range(500):
+            try:
+                got = _sequence(it, feeds[k])
+            except ConcurrentUseError:
+                continue
+            assert any(all(np.array_equal(g, a) for g, a in zip(got, ans)) for ans in answers)
+    assert _in_threads(work) == [None] * THREADS
