@@ -14,6 +14,7 @@ import collections
 import contextlib
 import json
 import logging
+import os
 import sys
 import threading
 import time
@@ -674,6 +675,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except LiteGpuError as exc:
         log.debug("litegpu error", exc_info=True)
         fail(str(exc))
+    except BrokenPipeError:
+        # The reader went away (``litegpu backends | head``): stop quietly, as Python's docs
+        # advise, pointing stdout at devnull so the flush at exit cannot fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     except OSError as exc:   # the file system, not litegpu: say which file and why
         log.debug("OS error", exc_info=True)
         fail(f"{exc.filename}: {exc.strerror}" if exc.filename and exc.strerror else str(exc))

@@ -226,3 +226,13 @@ def test_bench_compare_litert(files: Path, capsys) -> None:
     out = capsys.readouterr().out
     assert "median" in out and "ratio litegpu/LiteRT" in out
     assert "max abs error relative to output scale: 0" in out
+
+
+def test_closed_pipe_is_quiet() -> None:
+    """``litegpu backends | head``: the reader is gone before the first line; no message, no traceback."""
+    proc = subprocess.Popen([sys.executable, "-m", "litegpu.cli", "backends"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()   # before the child's imports are done: its first print meets a closed pipe
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1
+    assert "Broken pipe" not in err and "Traceback" not in err, err

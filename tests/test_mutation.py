@@ -21,12 +21,18 @@ from litegpu.testing.builder import ModelBuilder
 SMALL_MODELS = ("dynamic_batch_mlp", "elementwise_200", "stateful_counter", "lstm_classifier", "unet_small")
 
 
-@pytest.fixture(scope="module")
-def models():
+def _shared(names, skip_unless_required) -> list[Path]:
+    """The shared models ``names``; a skip saying so where they are missing (a failure where
+    this run requires them)."""
     try:
-        return mutation.resolve_models(SMALL_MODELS)
+        return mutation.resolve_models(names)
     except FileNotFoundError as exc:
-        pytest.skip(str(exc))
+        skip_unless_required("models", f"{exc} (set LITEGPU_SHARED_MODELS)")
+
+
+@pytest.fixture(scope="module")
+def models(skip_unless_required):
+    return _shared(SMALL_MODELS, skip_unless_required)
 
 
 def _assert_clean(report: mutation.Report) -> None:
@@ -143,9 +149,11 @@ def _quantized_model(tmp_path: Path) -> Path:
     return path
 
 
-def test_field_map_finds_the_quantization_fields(tmp_path) -> None:
+@pytest.mark.parametrize("source", ["built", "unet_small_int16x8"])
+def test_field_map_finds_the_quantization_fields(tmp_path, skip_unless_required, source) -> None:
     built = _quantized_model(tmp_path)
-    for path in [built, *mutation.resolve_models(["unet_small_int16x8"])]:
+    paths = [built] if source == "built" else _shared([source], skip_unless_required)
+    for path in paths:
         data = path.read_bytes()
         fm = mutation.field_map(data)
         quants = [t.quantization for sg in litegpu.load_model(data).subgraphs for t in sg.tensors if t.quantization]
@@ -174,11 +182,8 @@ def test_quantization_mutations_edit_their_fields(tmp_path) -> None:
         assert changed >= 15, kind
 
 
-def test_quantization_mutation_run(tmp_path) -> None:
-    try:
-        models = [_quantized_model(tmp_path), *mutation.resolve_models(["unet_small_int16x8"])]
-    except FileNotFoundError as exc:
-        pytest.skip(str(exc))
+def test_quantization_mutation_run(tmp_path, skip_unless_required) -> None:
+    models = [_quantized_model(tmp_path), *_shared(["unet_small_int16x8"], skip_unless_required)]
     report = mutation.run_mutations(models, cases=120, seed=11, timeout=30, kinds=mutation.QUANT_MUTATIONS)
     _assert_clean(report)
     assert set(report.by_mutation) == set(mutation.QUANT_MUTATIONS)
