@@ -460,6 +460,8 @@ def _peak_rss_mb() -> float:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    if args.compare_litert:   # before the benchmark, not after it
+        _litert_interpreter()
     arrays = [_read_npy(path) for path in args.input or ()]
     start = time.perf_counter()
     interp = _make_interpreter(args)
@@ -504,6 +506,16 @@ def _profile_runs(args: argparse.Namespace, invoke) -> None:
 _COMPARE_ROUNDS = 3  # alternating blocks per runtime in bench --compare-litert
 
 
+def _litert_interpreter():
+    """LiteRT's Interpreter class; an error saying how to install it where it is missing."""
+    try:
+        from ai_edge_litert.interpreter import Interpreter
+    except ImportError:
+        raise InvalidArgumentError("--compare-litert needs ai-edge-litert: pip install ai-edge-litert "
+                                   "(or, from a clone, pip install -e '.[litert]')") from None
+    return Interpreter
+
+
 def _compare_litert(args: argparse.Namespace, target, inputs, ours: float) -> int:
     """Time LiteRT (XNNPACK, same thread count) against litegpu on the same inputs and print
     both medians, their ratio and the output error.
@@ -515,11 +527,7 @@ def _compare_litert(args: argparse.Namespace, target, inputs, ours: float) -> in
     ``_COMPARE_ROUNDS`` blocks, and each figure is its best block median, the least
     disturbed by whatever else runs on the machine.
     """
-    try:
-        from ai_edge_litert.interpreter import Interpreter as LiteRT
-    except ImportError:
-        raise InvalidArgumentError("--compare-litert needs ai-edge-litert (pip install litegpu[litert])") from None
-    ref = LiteRT(model_path=args.model, num_threads=max(args.num_threads, 1))
+    ref = _litert_interpreter()(model_path=args.model, num_threads=max(args.num_threads, 1))
     ref.allocate_tensors()
     if isinstance(target, _Signature):
         runner = ref.get_signature_runner(target.key)

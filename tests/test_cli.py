@@ -228,6 +228,14 @@ def test_bench_compare_litert(files: Path, capsys) -> None:
     assert "max abs error relative to output scale: 0" in out
 
 
+def test_bench_compare_litert_without_litert_fails_before_benchmarking(files: Path, capsys, monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "ai_edge_litert.interpreter", None)   # import fails: not installed
+    assert main(["bench", str(files / "add.tflite"), "--num-runs", "20", "--compare-litert"]) == 1
+    captured = capsys.readouterr()
+    assert "steady state" not in captured.out   # no benchmark ran first
+    assert "--compare-litert needs ai-edge-litert: pip install ai-edge-litert" in captured.err
+
+
 def test_closed_pipe_is_quiet() -> None:
     """``litegpu backends | head``: the reader is gone before the first line; no message, no traceback."""
     proc = subprocess.Popen([sys.executable, "-m", "litegpu.cli", "backends"], stdout=subprocess.PIPE,
