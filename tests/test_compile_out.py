@@ -87,3 +87,22 @@ def test_a_kernel_that_fails_names_its_node(tmp_path, monkeypatch, capsys, nvrtc
 def test_a_backend_without_kernel_sources_is_refused(tmp_path, capsys):
     assert main(["compile", _model(tmp_path), "--backend", "cpu", "--out", str(tmp_path / "out")]) == 1
     assert "backend 'cpu' renders no kernel sources" in capsys.readouterr().err
+
+
+def test_no_compiler_here_writes_the_sources_and_says_so(tmp_path, monkeypatch, capsys):
+    """Where a backend cannot build (cuda without NVIDIA's cuda-bindings, metal off macOS),
+    the sources are still written and the output says why nothing was built, instead of a
+    kernel "failed to build" (cuda) or a "building ...: done" that built nothing (metal)."""
+    import sys
+    monkeypatch.setitem(sys.modules, "cuda.bindings", None)   # as if cuda-bindings were not installed
+    for name, reason in (("cuda", "cuda-bindings is not installed"), ("metal", "Metal compiles on a Mac")):
+        from litegpu.plugins import manager
+        if name == "metal" and manager().backends["metal"].available()[0]:
+            continue   # a Mac with Metal builds for real
+        out = tmp_path / name
+        assert main(["compile", _model(tmp_path), "--backend", name, "--out", str(out)]) == 0
+        printed = capsys.readouterr().out
+        assert "not built here: " in printed and reason in printed, printed
+        assert "building" not in printed and "failed to build" not in printed
+        manifest = json.loads((out / "manifest.json").read_text())
+        assert manifest and all((out / p["source"]).is_file() and p["built"] == [] for p in manifest)

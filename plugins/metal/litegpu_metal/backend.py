@@ -13,7 +13,7 @@ import numpy as np
 from litegpu.backend import COMPLETE, CompileOptions, Event, Partition, Program
 from litegpu.codegen import Precision
 from litegpu.codegen.backend import CodegenBackend
-from litegpu.errors import InvalidArgumentError
+from litegpu.errors import BackendUnavailableError, InvalidArgumentError
 from litegpu.ops import TensorSpec
 
 from .program import MetalProgram, MetalTensor, new_tensor, precision_for, read, write
@@ -34,10 +34,12 @@ class MetalBackend(CodegenBackend):
         return MetalProgram(default_device(), partition, options)
 
     def offline_build(self, source: str) -> dict[str, bytes]:
-        """Compiles ``source`` with Metal when this is a Mac with a Metal device (so a kernel
-        that does not build is reported); the source is the artifact."""
-        if self.available()[0]:
-            default_device().library(source)
+        """Compiles ``source`` with Metal (so a kernel that does not build is reported); the
+        source is the artifact. BackendUnavailableError where there is no Metal device."""
+        ok, why = self.available()
+        if not ok:
+            raise BackendUnavailableError(f"Metal compiles on a Mac with a Metal device ({why})")
+        default_device().library(source)
         return {}
 
     # -- memory: shared storage, so host copies are plain numpy copies --------------------------
