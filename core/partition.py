@@ -125,8 +125,11 @@ class DelegationReport:
     def _own_lines(self) -> list[str]:
         """This subgraph's block of :meth:`__str__`, without the subgraphs it calls."""
         role = f" ({self.role})" if self.role else ""
+        # The arena planned here is host memory; a device partition plans its own and says
+        # so on its line (an "arena 0.00 MB" here read as the whole model's).
+        where = "arena" if all(b == CPU for b, _ in self.partitions) else "host arena"
         lines = [f"subgraph {self.subgraph}{role}: {self.counts()} (requested {', '.join(self.requested) or 'cpu'}); "
-                 f"arena {self.arena_bytes / 1e6:.2f} MB (unshared {self.arena_naive_bytes / 1e6:.2f} MB)"]
+                 f"{where} {self.arena_bytes / 1e6:.2f} MB (unshared {self.arena_naive_bytes / 1e6:.2f} MB)"]
         if self.placement:
             lines.append(f"  {self.placement}")
         if self.quantization:

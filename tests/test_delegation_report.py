@@ -104,3 +104,22 @@ def test_fp16_on_cpu_is_reported_as_f32(monkeypatch, caplog) -> None:
     assert len(warnings) == 1
     plain = _report("lstm_classifier.tflite", [])
     assert "fp16" not in str(plain)
+
+
+def test_the_top_line_names_the_host_arena_when_a_device_plans_its_own(opencl) -> None:
+    """A fully delegated model's top line said "arena 0.00 MB" while its partition line
+    said 1.1 MB: the top line counts host memory only, and says so beside a device."""
+    from litegpu.testing.builder import ModelBuilder
+    b = ModelBuilder()
+    x = b.input("x", (1, 64, 64, 8))
+    y, z = b.tensor("y", (1, 64, 64, 8)), b.tensor("z", (1, 64, 64, 8))
+    b.op("LOGISTIC", [x], [y])
+    b.op("MUL", [y, x], [z])
+    b.output(z)
+    lines = {}
+    for name, delegates in (("cpu", []), ("opencl", [litegpu.load_delegate("opencl")])):
+        interp = litegpu.Interpreter(model_content=b.build(), experimental_delegates=delegates)
+        lines[name] = str(interp.get_delegation_report()).splitlines()
+    assert "; arena " in lines["cpu"][0] and "host arena" not in lines["cpu"][0]
+    assert "; host arena 0.00 MB" in lines["opencl"][0]
+    assert any(line.startswith("  partition 0 on opencl") and "arena" in line for line in lines["opencl"])
