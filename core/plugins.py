@@ -60,6 +60,7 @@ class PluginManager:
                 self.records.append(rec)
                 try:
                     plugin = ep.load()
+                    _check_not_shadowed(plugin, ep.value)
                     self.pm.register(plugin, name=ep.name)
                 except Exception as exc:  # a broken plugin must not break litegpu
                     rec.error = f"{type(exc).__name__}: {exc}"
@@ -175,6 +176,17 @@ class PluginManager:
         if not ok:
             raise BackendUnavailableError(f"backend {name!r} is unavailable: {why}")
         return backend
+
+
+def _check_not_shadowed(plugin: object, value: str) -> None:
+    """Raise PluginError when the entry point loaded a namespace package: a folder of the
+    plugin's name without ``__init__.py`` found first on ``sys.path`` (files an older
+    install left behind, such as a numba cache in the package's ``__pycache__``), which
+    hides the real package and would load as a plugin that provides nothing."""
+    if getattr(plugin, "__file__", None) is None and hasattr(plugin, "__path__"):
+        folders = ", ".join(str(p) for p in plugin.__path__)
+        raise PluginError(f"{value} is hidden by {folders}: a folder of that name without __init__.py (left "
+                          f"behind by an earlier install?) comes first on sys.path; delete that folder")
 
 
 def _who(rec: PluginRecord) -> str:

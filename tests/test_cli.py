@@ -244,3 +244,19 @@ def test_closed_pipe_is_quiet() -> None:
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 1
     assert "Broken pipe" not in err and "Traceback" not in err, err
+
+
+def test_a_shadowed_plugin_is_named_with_the_folder_to_delete(tmp_path) -> None:
+    """A folder ``litegpu_cpu`` without __init__.py first on sys.path (what an older
+    install's caches left behind) hid the cpu backend: "no backend named 'cpu'" and nothing
+    more. Now the failed plugin names the folder to delete."""
+    leftover = tmp_path / "litegpu_cpu" / "kernels" / "__pycache__"
+    leftover.mkdir(parents=True)
+    (leftover / "conv._pad.py311.nbi").write_bytes(b"")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    code = "import litegpu.plugins as p; p.manager().backend('cpu')"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode != 0
+    message = proc.stderr.splitlines()[-1]
+    assert "no backend named 'cpu'" in message and f"hidden by {tmp_path / 'litegpu_cpu'}" in message
+    assert "delete that folder" in message
