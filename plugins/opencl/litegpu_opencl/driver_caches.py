@@ -168,10 +168,11 @@ def make_scratch_dir() -> tuple[str | None, str]:
         sweep(temp)
         # mkdtemp makes a fresh name, 0700: safe in a shared temp directory.
         path = tempfile.mkdtemp(prefix=TEMP_PREFIX + name, dir=temp)
-        if writable(path) is None:
+        why = writable(path)
+        if why is None:
             return path, ""
         shutil.rmtree(path, ignore_errors=True)
-        first = f"{temp}: {writable(temp) or 'cannot write'}"
+        first = f"{temp}: {why}"
     except OSError as exc:
         first = f"{temp}: {exc.strerror or exc}"
     base = env.cache_root() / "pocl"
