@@ -354,7 +354,13 @@ class Backend:
     def device_info(self) -> dict:
         """Device, driver, library versions and features: shown by ``litegpu backends``
         and part of the measured placement's cache key; called only when available.
-        Default: nothing known."""
+        Default: nothing known.
+
+        Two keys are read by the core: ``"device"`` (the device's name, shown in the
+        delegation report) and ``"type"`` (``"GPU"``, ``"CPU"`` or ``"accelerator"``): a
+        request for "GPU" passes over a GPU backend whose device is a ``"CPU"`` (PoCL's
+        OpenCL), which users then ask for by name.
+        """
         return {}
 
     def supports(self, node: NodeContext, model: Model) -> Support:
@@ -443,6 +449,22 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
 _FLAGS = ("is_gpu", "host_memory")
 # Every method of the contract: a subclass may override each, but not with a non-callable.
 _METHODS = tuple(n for n, v in vars(Backend).items() if callable(v) and not n.startswith("_"))
+
+
+def device_is_cpu(backend: Backend) -> bool:
+    """True when a GPU backend's :meth:`Backend.device_info` says its device is a CPU
+    (OpenCL on PoCL): a request for "GPU" passes over it."""
+    return backend.is_gpu and str(backend.device_info().get("type", "")).upper() == "CPU"
+
+
+def device_label(backend: Backend) -> str:
+    """A backend with its device, as the delegation report names it: ``opencl
+    (pthread-skylake-avx512-AMD EPYC, a CPU)``; the bare name for a host backend or an
+    unnamed device."""
+    device = str(backend.device_info().get("device", "")).strip() if backend.is_gpu else ""
+    if not device:
+        return backend.name
+    return f"{backend.name} ({device}, a CPU)" if device_is_cpu(backend) else f"{backend.name} ({device})"
 
 
 def contract_problems(backend: object) -> list[str]:

@@ -25,6 +25,7 @@ from typing import Iterator, NoReturn, Sequence
 import numpy as np
 
 from . import __version__
+from .env import install_hint
 from .errors import BackendUnavailableError, InvalidArgumentError, LiteGpuError, ModelFormatError
 from .partition import DelegationReport
 from .placement import PLACEMENTS
@@ -517,8 +518,7 @@ def _litert_interpreter():
     try:
         from ai_edge_litert.interpreter import Interpreter
     except ImportError:
-        raise InvalidArgumentError("--compare-litert needs ai-edge-litert: pip install ai-edge-litert "
-                                   "(or, from a clone, pip install -e '.[litert]')") from None
+        raise InvalidArgumentError(f"--compare-litert needs ai-edge-litert: {install_hint('litert')}") from None
     return Interpreter
 
 

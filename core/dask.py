@@ -25,7 +25,7 @@ graph once, as one key that each worker fetches once; a path is read by each wor
 A record that does not fit the model fails with :class:`~litegpu.errors.InvalidArgumentError`
 naming the block or partition and the row.
 
-This module needs dask (``pip install 'litegpu[dask]'``); ``import litegpu`` never imports it.
+This module needs dask (litegpu's ``[dask]`` extra); ``import litegpu`` never imports it.
 """
 from __future__ import annotations
 
@@ -39,12 +39,14 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from litegpu.env import install_hint
+
 try:
     # Absolute imports are the default, so this is the real dask, not this module.
     import dask
     import dask.array as da
 except ImportError as exc:  # pragma: no cover - depends on the environment
-    raise ImportError(f"litegpu.dask needs dask ({exc}): pip install 'litegpu[dask]'") from exc
+    raise ImportError(f"litegpu.dask needs dask ({exc}): {install_hint('dask')}") from exc
 
 from litegpu.batch import BatchPredictor, RecordError
 from litegpu.errors import InvalidArgumentError

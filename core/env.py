@@ -7,6 +7,8 @@ spellings and anything else is an :class:`InvalidArgumentError` naming the varia
 from __future__ import annotations
 
 import os
+import re
+from importlib import metadata
 from pathlib import Path
 
 from .errors import InvalidArgumentError
@@ -40,3 +42,17 @@ def cache_root() -> Path:
     # The XDG spec says a relative XDG_CACHE_HOME is invalid and must be ignored.
     base = Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".cache"
     return base / "litegpu"
+
+
+def install_hint(extra: str) -> str:
+    """The pip command that installs litegpu's optional ``extra``: its packages by name, read
+    from the installed metadata, so the hint works whether litegpu came from a wheel or a
+    clone (``pip install 'litegpu[cuda]'`` needs litegpu on an index)."""
+    marker = re.compile(r"""extra\s*==\s*["']""" + re.escape(extra) + r"""["']""")
+    try:
+        wanted = [r.split(";")[0].strip() for r in metadata.requires("litegpu") or () if marker.search(r)]
+    except metadata.PackageNotFoundError:
+        wanted = []
+    if not wanted:
+        return f"pip install 'litegpu[{extra}]'"
+    return "pip install " + " ".join(f"'{w}'" for w in wanted) + f" (litegpu's [{extra}] extra)"

@@ -11,7 +11,7 @@ import logging
 from collections import Counter
 from dataclasses import dataclass, field
 
-from .backend import Backend, NodeContext, Support
+from .backend import Backend, NodeContext, Support, device_label
 from .errors import UnsupportedError
 from .graph import Model
 
@@ -61,6 +61,8 @@ class DelegationReport:
     # sim"; "" for float), and the nodes the float view added (DEQUANTIZE/QUANT_SIM/QUANTIZE).
     quantization: str = ""
     added_nodes: int = 0
+    # Each device backend's device, as partition lines name it ("opencl (<device>, a CPU)").
+    devices: dict[str, str] = field(default_factory=dict)
 
     def nodes_on(self, backend: str) -> int:
         """How many nodes of this subgraph run on ``backend`` (see :meth:`all_assignments` for
@@ -111,7 +113,7 @@ class DelegationReport:
             # Node numbers are the file's; folded nodes inside the range explain a gap.
             gap = sum(first <= n <= last for n in skipped)
             span = f"node {first}" if first == last else f"nodes {first}..{last}"
-            lines.append(f"partition {i}: {backend}, {len(positions)} node{'s' if len(positions) != 1 else ''} "
+            lines.append(f"partition {i}: {self.devices.get(backend, backend)}, {len(positions)} node{'s' if len(positions) != 1 else ''} "
                          f"({span}" + (f", {gap} folded in between)" if gap else ")"))
         return lines
 
@@ -214,7 +216,8 @@ def assign(nodes: list[NodeContext], model: Model, backends: list[Backend], cpu:
     see :mod:`litegpu.placement`); cpu must support them.
     """
     moved = moved or {}
-    report = DelegationReport(subgraph, [b.name for b in backends])
+    report = DelegationReport(subgraph, [b.name for b in backends],
+                              devices={b.name: device_label(b) for b in backends if b.is_gpu})
     if 0 <= subgraph < len(model.subgraphs):
         report.folded_at_load = [(n.index, n.op) for n in model.subgraphs[subgraph].folded_at_load]
     _explain_dynamic(nodes)

@@ -46,7 +46,7 @@ Ray's tensor extension type (pyarrow), which Ray reads back as ndarrays.
   a restart needs to still be there (ray-project/ray#53727).
 
 ``import litegpu`` never imports Ray; this module is imported explicitly and needs
-``pip install 'litegpu[ray]'``.
+litegpu's ``[ray]`` extra (Ray Data, pandas, pyarrow).
 """
 from __future__ import annotations
 
@@ -55,6 +55,8 @@ from typing import Any
 
 import numpy as np
 
+from litegpu.env import install_hint
+
 try:
     # An absolute import is the real Ray, not this module (litegpu.ray), whatever the file name.
     import pandas as pd
@@ -62,7 +64,7 @@ try:
     import ray
     from ray.data.block import BlockAccessor
 except ImportError as err:
-    raise ImportError(f"litegpu.ray needs Ray Data ({err}): pip install 'litegpu[ray]'") from err
+    raise ImportError(f"litegpu.ray needs Ray Data ({err}): {install_hint('ray')}") from err
 
 from litegpu.batch import BatchPredictor, RecordError
 from litegpu.errors import InvalidArgumentError

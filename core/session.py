@@ -18,7 +18,7 @@ from typing import Callable
 import numpy as np
 
 from . import __version__
-from .backend import Backend, Branch, CompileOptions, Copy, Loop, Runtime, run_steps
+from .backend import Backend, Branch, CompileOptions, Copy, Loop, Runtime, device_is_cpu, run_steps
 from .errors import InvalidArgumentError, LiteGpuError, ModelFormatError, ResourceLimitError
 from .executor import CompiledSubgraph, Limits, infer_subgraph, make_runtime
 from .float_view import MODE as FLOAT_VIEW, float_view, is_quantized_model
@@ -60,24 +60,34 @@ def load_delegate(library: str, options: dict | None = None) -> Delegate:
 
 
 def resolve_backends(names: list[str]) -> list[Backend]:
-    """Backends for a preference list; "GPU" means every available GPU backend, best first
-    (``Backend.gpu_priority``), with a warning if none."""
+    """Backends for a preference list; "GPU" means every available GPU backend whose device
+    is not a CPU, best first (``Backend.gpu_priority``), with a warning if none."""
     pm = manager()
     out: list[Backend] = []
     for name in names:
         if name.upper() == "GPU":
-            # The best first (cuda on NVIDIA, metal on macOS, else opencl); the rest after it
-            # take what the first cannot run.
-            gpus = sorted((b for b in pm.backends.values() if b.name != CPU and b.is_gpu and b.available()[0]),
-                          key=lambda b: -b.gpu_priority)
-            if not gpus:
-                log.warning("GPU acceleration was requested but no GPU backend is available; running on cpu")
-            out.extend(b for b in gpus if b not in out)
+            out.extend(b for b in _gpu_backends(pm.backends.values()) if b not in out)
             continue
         backend = pm.available_backend(name)
         if backend not in out:
             out.append(backend)
     return out
+
+
+def _gpu_backends(backends) -> list[Backend]:
+    """What "GPU" means here: the available GPU backends, best first (cuda on NVIDIA, metal
+    on macOS, else opencl; the rest after it take what the first cannot run), without those
+    whose device is a CPU. PoCL's OpenCL on a CPU runs models slower than the cpu backend,
+    and a user who asked for a GPU would otherwise read "fully accelerated" about a CPU;
+    asking for the backend by name still uses it."""
+    usable = sorted((b for b in backends if b.name != CPU and b.is_gpu and b.available()[0]),
+                    key=lambda b: -b.gpu_priority)
+    gpus = [b for b in usable if not device_is_cpu(b)]
+    if not gpus:
+        on_cpu = "".join(f" ({b.name} runs on {b.device_info().get('device', 'a CPU device')}, a CPU, where the "
+                         f"cpu backend is faster: ask for {b.name!r} by name to use it)" for b in usable[:1])
+        log.warning("GPU acceleration was requested but no GPU backend is available; running on cpu%s", on_cpu)
+    return gpus
 
 
 class Session:

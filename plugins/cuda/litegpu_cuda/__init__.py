@@ -1,6 +1,6 @@
 """litegpu's CUDA backend: kernels rendered as CUDA C++ by :mod:`litegpu.codegen`,
 compiled at run time with NVRTC and launched through the CUDA driver API
-(NVIDIA's ``cuda-bindings``; ``pip install 'litegpu[cuda]'``).
+(NVIDIA's ``cuda-bindings``; litegpu's ``[cuda]`` extra).
 
 Registered under the ``litegpu.backends`` entry-point group like any third-party
 backend. Without an NVIDIA driver it is listed as unavailable, saying why; NVRTC

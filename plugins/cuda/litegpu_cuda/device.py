@@ -17,6 +17,7 @@ from typing import Any
 
 from litegpu.backend import Event
 from litegpu.codegen.backend import once
+from litegpu.env import install_hint
 from litegpu.errors import BackendUnavailableError, ExecutionError, InvalidArgumentError
 
 DEVICE_ENV = "LITEGPU_CUDA_DEVICE"
@@ -28,7 +29,7 @@ def import_driver():
         from cuda.bindings import driver
     except ImportError as exc:
         raise BackendUnavailableError(f"NVIDIA's cuda-bindings is not installed ({exc}); "
-                                      "pip install 'litegpu[cuda]'") from None
+                                      f"{install_hint('cuda')}") from None
     return driver
 
 

@@ -14,6 +14,7 @@ import os
 from dataclasses import dataclass
 
 from litegpu.errors import BackendUnavailableError
+from litegpu.env import install_hint
 
 #: Build options: fp32 as LiteRT computes it (no fast math: no flush to zero, exact
 #: division and square root), C++17.
@@ -36,7 +37,7 @@ def import_nvrtc():
         from cuda.bindings import nvrtc
     except ImportError as exc:
         raise BackendUnavailableError(f"NVIDIA's cuda-bindings is not installed ({exc}); "
-                                      "pip install 'litegpu[cuda]'") from None
+                                      f"{install_hint('cuda')}") from None
     return nvrtc
 
 

@@ -1,6 +1,6 @@
 """litegpu's Metal backend: kernels rendered as Metal Shading Language by
 :mod:`litegpu.codegen`, compiled at run time through PyObjC's Metal bindings
-(``pip install 'litegpu[metal]'`` on macOS).
+(litegpu's ``[metal]`` extra, on macOS).
 
 Registered under the ``litegpu.backends`` entry-point group like any third-party
 backend. Anywhere but macOS with a Metal device it is listed as unavailable, saying why.

@@ -14,6 +14,7 @@ import numpy as np
 
 from litegpu.backend import Event
 from litegpu.codegen.backend import once
+from litegpu.env import install_hint
 from litegpu.errors import BackendUnavailableError, ExecutionError
 
 
@@ -23,7 +24,7 @@ def import_metal():
         import Metal
     except ImportError as exc:
         raise BackendUnavailableError(f"PyObjC's Metal bindings are not installed ({exc}); Metal runs on macOS: "
-                                      "pip install 'litegpu[metal]'") from None
+                                      f"{install_hint('metal')}") from None
     return Metal
 
 

@@ -17,6 +17,7 @@ from functools import cached_property
 from typing import Any
 
 from litegpu.codegen.backend import once
+from litegpu.env import install_hint
 from litegpu.errors import BackendUnavailableError, InvalidArgumentError
 
 from . import driver_caches
@@ -30,7 +31,7 @@ def import_pyopencl():
     try:
         import pyopencl
     except ImportError as exc:
-        raise BackendUnavailableError(f"pyopencl is not installed ({exc}); pip install 'litegpu[opencl]'") from None
+        raise BackendUnavailableError(f"pyopencl is not installed ({exc}); {install_hint('opencl')}") from None
     return pyopencl
 
 
