@@ -233,7 +233,7 @@ def test_bench_compare_litert_without_litert_fails_before_benchmarking(files: Pa
     assert main(["bench", str(files / "add.tflite"), "--num-runs", "20", "--compare-litert"]) == 1
     captured = capsys.readouterr()
     assert "steady state" not in captured.out   # no benchmark ran first
-    assert "--compare-litert needs ai-edge-litert: pip install ai-edge-litert" in captured.err
+    assert "--compare-litert needs ai-edge-litert: pip install 'ai-edge-litert>=" in captured.err
 
 
 def test_closed_pipe_is_quiet() -> None:

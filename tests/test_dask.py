@@ -110,7 +110,7 @@ def test_without_dask_the_import_says_what_to_install() -> None:
             raise SystemExit("imported")
     """)
     assert run.returncode == 0, run.stderr
-    assert "pip install 'litegpu[dask]'" in run.stdout
+    assert "pip install 'dask[array,dataframe]>=" in run.stdout
 
 
 # -- arrays --------------------------------------------------------------------------------

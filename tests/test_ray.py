@@ -268,7 +268,7 @@ def test_import_litegpu_does_not_import_ray():
 def test_without_ray_importing_litegpu_ray_says_what_to_install():
     done = _python("import sys; sys.modules['ray'] = None\n"   # None in sys.modules: import ray fails
                    "try:\n    import litegpu.ray\nexcept ImportError as err:\n    print(err)")
-    assert done.returncode == 0 and "pip install 'litegpu[ray]'" in done.stdout, done.stdout + done.stderr
+    assert done.returncode == 0 and "pip install 'ray[data]>=" in done.stdout, done.stdout + done.stderr
 
 
 @needs_ray
