@@ -1,0 +1,79 @@
+"""The README's code runs as written: every Python block, each in a fresh process, and the
+quick start's command lines (all but the installs, which the suite already stands on).
+
+A block names the real models it uses with ``fetch("name")``; they are fetched first through
+the ``real_model`` fixture, so an offline machine without them skips, saying so, instead of
+failing inside the block.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
+
+
+def _blocks(language: str) -> list[tuple[str, str]]:
+    """(heading above it, code) of each fenced block in ``language``."""
+    text = README.read_text()
+    out = []
+    for match in FENCE.finditer(text):
+        if match.group(1) == language:
+            heading = re.findall(r"^#+ (.+)$", text[:match.start()], re.M)[-1]
+            out.append((heading, match.group(2)))
+    return out
+
+
+PYTHON = _blocks("python")
+# The engines a block needs beyond the test extras' core, as module names.
+ENGINES = {"ray": "ray", "dask": "dask", "distributed": "distributed"}
+
+
+def _ids() -> list[str]:
+    seen: dict[str, int] = {}
+    ids = []
+    for heading, _ in PYTHON:
+        slug = re.sub(r"\W+", "-", heading.lower()).strip("-")
+        seen[slug] = seen.get(slug, 0) + 1
+        ids.append(f"{slug}-{seen[slug]}")
+    return ids
+
+
+def test_the_readme_has_python_blocks():
+    assert len(PYTHON) >= 5, [h for h, _ in PYTHON]
+
+
+@pytest.mark.parametrize("index", range(len(PYTHON)), ids=_ids())
+def test_python_block_runs_as_written(index, real_model, tmp_path):
+    heading, code = PYTHON[index]
+    for module in re.findall(r"^\s*(?:import|from)\s+(\w+)", code, re.M):
+        if module in ENGINES and importlib.util.find_spec(ENGINES[module]) is None:
+            pytest.skip(f"the README's block under '{heading}' needs {module}, which is not installed")
+    for name in re.findall(r'fetch\("(\w+)"\)', code):
+        real_model(name)
+    script = tmp_path / "block.py"
+    script.write_text(code)
+    run = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, f"the block under '{heading}' failed:\n{code}\n{run.stderr[-3000:]}"
+    assert run.stdout.strip(), f"the block under '{heading}' printed nothing"
+
+
+def test_the_quick_start_commands_run_as_written(real_model, tmp_path):
+    (heading, first), *rest = [(h, c) for h, c in _blocks("bash") if h == "Quick start"]
+    lines = [line for _, code in ((heading, first), *rest) for line in code.splitlines()
+             if line.startswith(("litegpu ", "MODEL="))]
+    assert any(line.startswith("MODEL=") for line in lines) and len(lines) >= 4, lines
+    model = re.search(r"fetch (\w+)", next(line for line in lines if line.startswith("MODEL="))).group(1)
+    real_model(model)
+    script = "set -euo pipefail\n" + "\n".join(lines) + "\n"
+    run = subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=900,
+                         env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"})
+    assert run.returncode == 0, f"{script}\n{run.stdout[-2000:]}\n{run.stderr[-2000:]}"
+    assert "litegpu: error" not in run.stderr
