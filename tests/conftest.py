@@ -19,7 +19,7 @@ from litegpu.plugins import manager
 from litegpu.testing.pytest_plugin import requested_backends
 
 REQUIRE_ENV = "LITEGPU_TEST_REQUIRE"
-KNOWN_NEEDS = ("opencl", "clang", "models", "nvrtc")
+KNOWN_NEEDS = ("opencl", "clang", "models", "nvrtc", "webgpu")
 
 
 def required(config: pytest.Config) -> set[str]:

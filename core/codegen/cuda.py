@@ -174,6 +174,7 @@ def _math() -> list[str]:
            f"{_FN} int clamp(int x, int lo, int hi) {{ return min(max(x, lo), hi); }}",
            f"{_FN} long clamp(long x, long lo, long hi) {{ return min(max(x, lo), hi); }}",
            f"{_FN} int isnan(half x) {{ return __hisnan(x); }}",
+           f"{_FN} int isinf(half x) {{ return __hisinf(x) != 0; }}",
            f"{_FN} int signbit(half x) {{ return signbit((float)x); }}"]
     # half computes each function in float: exact for the rounding ones, and within
     # half's precision for the others.
@@ -191,8 +192,9 @@ def _math() -> list[str]:
         out += [f"{_FN} {v} clamp({v} x, {s} lo, {s} hi) {{ return {_each(v, lambda f: f'clamp(x.{f}, lo, hi)')}; }}",
                 f"{_FN} {v} clamp({v} x, {v} lo, {v} hi) {{ return {_each(v, lambda f: f'clamp(x.{f}, lo.{f}, hi.{f})')}; }}"]
     for v, m in _MASKS.items():   # per-lane tests give masks; select reads their sign bits
-        out += [f"{_FN} {m} isnan({v} a) {{ return make_{m}(" + ", ".join(f"-isnan(a.{f})" for f in _QUAD_FIELDS) + "); }",
-                f"{_FN} {m} signbit({v} a) {{ return make_{m}("
+        out += [f"{_FN} {m} {test}({v} a) {{ return make_{m}(" + ", ".join(f"-{test}(a.{f})" for f in _QUAD_FIELDS)
+                + "); }" for test in ("isnan", "isinf")]
+        out += [f"{_FN} {m} signbit({v} a) {{ return make_{m}("
                 + ", ".join(f"-(signbit(a.{f}) != 0)" for f in _QUAD_FIELDS) + "); }",
                 f"{_FN} {v} select({v} a, {v} b, {m} c) {{ return make_{v}("
                 + ", ".join(f"c.{f} < 0 ? b.{f} : a.{f}" for f in _QUAD_FIELDS) + "); }"]

@@ -37,6 +37,7 @@ from litegpu.errors import InvalidArgumentError, UnsupportedError
 from litegpu.ops import TensorSpec
 from litegpu.ops.registry import ACTIVATION_RANGES
 
+from .crender import c_float
 from .dialect import Dialect
 from .opencl import OPENCL
 
@@ -135,16 +136,6 @@ def c_type(dtype: np.dtype) -> str:
     if dtype not in _C_TYPES:
         raise KeyError(f"no OpenCL type for {dtype}")
     return _C_TYPES[dtype]
-
-
-def c_float(x: float) -> str:
-    """A float literal that reads back as the same float32."""
-    x = float(np.float32(x))
-    if np.isnan(x):
-        return "NAN"
-    if np.isinf(x):
-        return "INFINITY" if x > 0 else "(-INFINITY)"
-    return f"{x!r}f"
 
 
 def clamp_c(activation: str, x: str, ctype: str = "real", lower=None, g: "NodeGen | None" = None,

@@ -1,0 +1,199 @@
+"""The C-family renderer: a :class:`~litegpu.codegen.ir.Kernel` as OpenCL C, CUDA C++ or MSL.
+
+The three APIs differ only in spellings, which their :class:`~litegpu.codegen.dialect.Dialect`
+tables hold: the kernel is written in the kernel language (OpenCL C's statements, types and
+builtins), the dialect spells its signature, ids, local memory, barriers, vectors and
+choices, and the dialect's prelude defines what its API lacks (CUDA's vector arithmetic,
+MSL's ``vload``...) and the precision macros (``real``, ``LD``/``ST``...).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import ir
+from .dialect import Dialect
+
+
+def c_float(x: float) -> str:
+    """A float literal that reads back as the same float32."""
+    x = float(np.float32(x))
+    if np.isnan(x):
+        return "NAN"
+    if np.isinf(x):
+        return "INFINITY" if x > 0 else "(-INFINITY)"
+    return f"{x!r}f"
+
+
+def ctype(t: ir.Type) -> str:
+    """A value type's C name (a scalar condition is an ``int``, as C's comparisons give)."""
+    if t.is_bool:
+        if t.lanes != 1:
+            raise TypeError("a vector condition has no declared type in C (OpenCL's mask type depends "
+                            "on the operands); use it inline")
+        return "int"
+    return str(t)
+
+
+def pointee(buffer: ir.Buffer) -> str:
+    """The element type of ``buffer``'s pointer: ``FT`` (float or half storage, by the
+    precision prelude), ``float`` for a full-precision float tensor, else the integer type."""
+    if buffer.is_float:
+        return "float" if buffer.full_precision else "FT"
+    return ir.scalar_of(buffer.dtype)
+
+
+class CRenderer:
+    """Renders kernels and expressions in one dialect."""
+
+    def __init__(self, dialect: Dialect, precision) -> None:
+        self.d = dialect
+        self.precision = precision   # a litegpu.codegen.Precision
+        # Full-precision tensors are plain float pointers only when others are half.
+        self.half_storage = precision.half_storage
+
+    # -- expressions -----------------------------------------------------------------------------
+    def expr(self, e: ir.Expr) -> str:
+        """``e`` as a C expression."""
+        method = getattr(self, f"_{type(e).__name__.lower()}")
+        return method(e)
+
+    def _lit(self, e: ir.Lit) -> str:
+        s = e.type.scalar
+        if s == "float":
+            return c_float(e.value)
+        if s in ("real", "half"):
+            return f"(({s}){c_float(e.value)})"
+        if s == "bool":
+            return "1" if e.value else "0"
+        if s == "long":
+            return f"{e.value}L" if e.value >= 0 else f"({e.value}L)"
+        if s == "uint":
+            return f"{e.value}u"
+        if s == "int":
+            return str(e.value) if e.value >= 0 else f"({e.value})"
+        return f"(({s}){e.value})"
+
+    def _sym(self, e: ir.Sym) -> str:
+        return e.name
+
+    def _bin(self, e: ir.Bin) -> str:
+        return f"({self.expr(e.a)} {e.op} {self.expr(e.b)})"
+
+    def _un(self, e: ir.Un) -> str:
+        return f"({e.op}{self.expr(e.a)})"
+
+    def _call(self, e: ir.Call) -> str:
+        return f"{e.fn}({', '.join(self.expr(a) for a in e.args)})"
+
+    def _select(self, e: ir.Select) -> str:
+        return self.d.choose.format(cond=self.expr(e.cond), a=self.expr(e.a), b=self.expr(e.b))
+
+    def _cast(self, e: ir.Cast) -> str:
+        if e.type.lanes == 1:
+            return f"(({ctype(e.type)})({self.expr(e.a)}))"
+        return f"convert_{e.type}({self.expr(e.a)})"
+
+    def _lane(self, e: ir.Lane) -> str:
+        return self.d.vector_lane(f"({self.expr(e.a)})", e.j, e.a.type.lanes)
+
+    def _vec(self, e: ir.Vec) -> str:
+        return self.d.make_vector(str(e.type), *(self.expr(p) for p in e.parts))
+
+    def _id(self, e: ir.Id) -> str:
+        return f"((int){self.d.id(e.kind, e.axis)})"
+
+    def _load(self, e: ir.Load) -> str:
+        p, i, n = e.buffer.name, self.expr(e.index), e.type.lanes
+        if not e.buffer.is_float:
+            return f"{p}[{i}]" if n == 1 else f"vload{n}(0, ({p}) + ({i}))"
+        full = e.buffer.full_precision and self.half_storage
+        if e.as_float:
+            if n == 1:
+                return f"((float)({p}[{i}]))" if full else f"((float)(LD({p}, {i})))"
+            if full or not self.half_storage:
+                return f"vload{n}(0, ({p}) + ({i}))"
+            if self.precision.half_arith:
+                return f"convert_float{n}(vload{n}(0, ({p}) + ({i})))"
+            return f"vload_half{n}(0, ({p}) + ({i}))"
+        if n == 1:
+            return f"((real)({p})[{i}])" if full else f"LD({p}, {i})"
+        if n != 4:
+            raise TypeError(f"a float load of {n} lanes in the arithmetic type; load 4, or as_float")
+        return f"TO_REAL4(vload4(0, ({p}) + ({i})))" if full else f"LD4({p}, {i})"
+
+    def _localload(self, e: ir.LocalLoad) -> str:
+        return f"{e.array.name}[{self.expr(e.index)}]"
+
+    # -- statements -------------------------------------------------------------------------------
+    def stmts(self, body: list[ir.Stmt], indent: str = "  ") -> list[str]:
+        """The lines of ``body``."""
+        lines: list[str] = []
+        for s in body:
+            lines.extend(self.stmt(s, indent))
+        return lines
+
+    def stmt(self, s: ir.Stmt, indent: str) -> list[str]:
+        """The lines of one statement."""
+        if isinstance(s, ir.Let):
+            return [f"{indent}const {ctype(s.sym.type)} {s.sym.name} = {self.expr(s.value)};"]
+        if isinstance(s, ir.Var):
+            return [f"{indent}{ctype(s.sym.type)} {s.sym.name} = {self.expr(s.value)};"]
+        if isinstance(s, ir.Assign):
+            return [f"{indent}{s.target.name} {s.op}= {self.expr(s.value)};"]
+        if isinstance(s, ir.Store):
+            return [indent + self._store(s)]
+        if isinstance(s, ir.LocalStore):
+            return [f"{indent}{s.array.name}[{self.expr(s.index)}] = {self.expr(s.value)};"]
+        if isinstance(s, ir.If):
+            lines = [f"{indent}if ({self.expr(s.cond)}) {{", *self.stmts(s.body, indent + "  ")]
+            if s.orelse:
+                lines += [f"{indent}}} else {{", *self.stmts(s.orelse, indent + "  ")]
+            return lines + [f"{indent}}}"]
+        if isinstance(s, ir.For):
+            i = s.sym.name
+            return [f"{indent}for (int {i} = {self.expr(s.start)}; {i} < {self.expr(s.stop)}; {i} += {s.step}) {{",
+                    *self.stmts(s.body, indent + "  "), f"{indent}}}"]
+        if isinstance(s, ir.Barrier):
+            return [indent + self.d.barrier]
+        if isinstance(s, ir.Return):
+            return [f"{indent}return;"]
+        raise TypeError(f"no C rendering of {type(s).__name__}")
+
+    def _store(self, s: ir.Store) -> str:
+        p, i, v, n = s.buffer.name, self.expr(s.index), self.expr(s.value), s.value.type.lanes
+        if not s.buffer.is_float:
+            return f"{p}[{i}] = {v};" if n == 1 else f"vstore{n}({v}, 0, ({p}) + ({i}));"
+        if s.buffer.full_precision and self.half_storage:
+            return f"({p})[{i}] = (float)({v});" if n == 1 else f"vstore{n}(convert_float{n}({v}), 0, ({p}) + ({i}));"
+        if n == 1:
+            return f"ST({p}, {i}, {v});"
+        if n != 4:
+            raise TypeError(f"a float store of {n} lanes; store 4 at a time")
+        return f"ST4({p}, {i}, {v});"
+
+    # -- the kernel ---------------------------------------------------------------------------------
+    def kernel(self, k: ir.Kernel) -> str:
+        """One kernel definition named ``KERNEL`` (the program builder renames it)."""
+        d = self.d
+        typed = [(f"{d.global_space}{'' if b.writes else 'const '}{pointee(b)}*", b.name) for b in k.params]
+        if d.max_buffers and len(typed) > d.max_buffers:
+            raise TypeError(f"a {d.name} kernel takes at most {d.max_buffers} buffers, this one {len(typed)}")
+        if d.offset_param is not None:
+            # (buffer, element offset) pairs: intermediates live at offsets of one arena buffer.
+            params = [p for j, (ptr, name) in enumerate(typed) for p in (
+                d.buffer_param.format(ptr=ptr, name=f"{name}_b", index=2 * j),
+                d.offset_param.format(name=f"{name}_o", index=2 * j + 1))]
+            views = [f"  {ptr} {d.restrict} {name} = {name}_b + {name}_o;" for ptr, name in typed]
+        else:
+            params = [d.buffer_param.format(ptr=ptr, name=name, index=j) for j, (ptr, name) in enumerate(typed)]
+            views = []
+        if d.id_params:
+            params.append(d.id_params)
+        guard = []
+        if k.local_size is None and not d.exact_grid:
+            # This API runs whole groups: work-items past the global size leave at once.
+            guard = ["  if (" + " || ".join(f"{d.id('global', a)} >= {n}" for a, n in enumerate(k.global_size))
+                     + ") return;"]
+        arrays = ["  " + d.local_array.format(type=ctype(a.type), name=a.name, size=a.size) for a in k.locals]
+        body = [*guard, *views, *arrays, *self.stmts(k.body)]
+        return f"{d.kernel_prefix} KERNEL({', '.join(params)})\n{{\n" + "\n".join(body) + "\n}\n"

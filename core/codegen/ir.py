@@ -1,0 +1,611 @@
+"""Kernels as a small typed tree, rendered per GPU API.
+
+A generator builds a kernel with a :class:`KernelBuilder`: declarations, loops, ifs,
+tensor loads and stores through :class:`Buffer` accessors (which know each tensor's
+storage: float, half, or float32 kept at full precision in half storage; integers),
+vectors, local memory and barriers, and the kernel language's math library
+(:data:`MATH`). Every value is an :class:`Expr` with a :class:`Type`, so a renderer
+never guesses: one C-family renderer (:mod:`.crender`: OpenCL C, CUDA C++ and MSL,
+which differ only in spellings, see :mod:`.dialect`) and one WGSL renderer
+(:mod:`.wgsl`) turn the same tree into source.
+
+Types are C's scalar names plus ``real``, the arithmetic type of the precision mode
+(``float``, or ``half`` in F16), with 1, 2, 4, 8 or 16 lanes. Operators follow the
+kernel language: arithmetic takes operands of one type (a Python number becomes a
+literal of the other operand's type; a scalar operand of a vector operation is
+broadcast), a comparison gives a ``bool`` of the operands' lanes, and a choice
+between values is :func:`select`. Integer ``/`` and ``%`` truncate, as in C and WGSL.
+
+Python's ``==`` stays object identity (the nodes are hashed and compared as objects);
+equality of values is :meth:`Expr.eq` / :meth:`Expr.ne`.
+"""
+from __future__ import annotations
+
+import contextlib
+import re
+from dataclasses import dataclass, field
+from typing import Iterator, Sequence, Union
+
+import numpy as np
+
+FLOATS = ("float", "half", "real")
+INTS = ("int", "uint", "long", "short", "char", "uchar")
+SCALARS = FLOATS + INTS + ("bool",)
+LANES = (1, 2, 4, 8, 16)
+# Names a kernel's own variables never take: parameters (``t0``, and ``t0_b``/``t0_o`` in C),
+# the renderers' builtins (``lg_*``), and the keywords and builtins of the APIs.
+_RESERVED = re.compile(r"t\d+(_[bo])?|lg_.*|main|KERNEL|real4?|FT|LD4?|ST4?|TO_REAL4|"
+                       r"(let|var|fn|for|if|else|loop|return|const|int|uint|float|half|bool|char|uchar|short|long|"
+                       r"device|kernel|thread|threadgroup|constant|global|local|private|select|clamp|min|max|"
+                       r"struct|switch|case|default|break|continue|while|do|true|false|vec[234]|array|ptr)")
+
+
+@dataclass(frozen=True)
+class Type:
+    """A scalar type (see :data:`SCALARS`) with ``lanes`` lanes."""
+
+    scalar: str
+    lanes: int = 1
+
+    def __post_init__(self) -> None:
+        if self.scalar not in SCALARS or self.lanes not in LANES:
+            raise ValueError(f"no kernel type {self.scalar} x {self.lanes}")
+
+    @property
+    def is_float(self) -> bool:
+        """A floating-point type."""
+        return self.scalar in FLOATS
+
+    @property
+    def is_bool(self) -> bool:
+        """The result type of a comparison."""
+        return self.scalar == "bool"
+
+    def with_lanes(self, lanes: int) -> "Type":
+        """This scalar type with ``lanes`` lanes."""
+        return Type(self.scalar, lanes)
+
+    def __str__(self) -> str:
+        return self.scalar if self.lanes == 1 else f"{self.scalar}{self.lanes}"
+
+
+FLOAT, HALF, REAL, INT, UINT, LONG, BOOL = (Type(s) for s in ("float", "half", "real", "int", "uint", "long", "bool"))
+UCHAR, CHAR, SHORT = Type("uchar"), Type("char"), Type("short")
+REAL4, FLOAT4 = Type("real", 4), Type("float", 4)
+
+# numpy dtype -> the scalar type of a tensor of that dtype (bool tensors are bytes).
+_DTYPE_SCALARS = {np.dtype(np.float32): "float", np.dtype(np.float16): "half", np.dtype(np.int32): "int",
+                  np.dtype(np.int64): "long", np.dtype(np.uint8): "uchar", np.dtype(np.int8): "char",
+                  np.dtype(np.int16): "short", np.dtype(np.uint32): "uint", np.dtype(np.bool_): "uchar"}
+
+
+def scalar_of(dtype: np.dtype) -> str:
+    """The kernel scalar type of a tensor element of ``dtype``."""
+    try:
+        return _DTYPE_SCALARS[np.dtype(dtype)]
+    except KeyError:
+        raise KeyError(f"no kernel type for tensors of {np.dtype(dtype)}") from None
+
+
+# -- expressions ----------------------------------------------------------------------------------
+
+Operand = Union["Expr", int, float, bool]
+
+
+class Expr:
+    """A typed value. Arithmetic, comparison and bitwise operators build new nodes."""
+
+    type: Type
+
+    def _bin(self, op: str, other: Operand, reverse: bool = False) -> "Expr":
+        a, b = unify(self, other)
+        if reverse:
+            a, b = b, a
+        result = a.type if a.type.lanes >= b.type.lanes else b.type
+        if op in _COMPARISONS:
+            result = BOOL.with_lanes(result.lanes)
+        return Bin(op, a, b, result)
+
+    def __add__(self, o): return self._bin("+", o)
+    def __radd__(self, o): return self._bin("+", o, True)
+    def __sub__(self, o): return self._bin("-", o)
+    def __rsub__(self, o): return self._bin("-", o, True)
+    def __mul__(self, o): return self._bin("*", o)
+    def __rmul__(self, o): return self._bin("*", o, True)
+    def __truediv__(self, o): return self._bin("/", o)
+    def __rtruediv__(self, o): return self._bin("/", o, True)
+    def __mod__(self, o): return self._bin("%", o)
+    def __rmod__(self, o): return self._bin("%", o, True)
+    def __lt__(self, o): return self._bin("<", o)
+    def __le__(self, o): return self._bin("<=", o)
+    def __gt__(self, o): return self._bin(">", o)
+    def __ge__(self, o): return self._bin(">=", o)
+    def __and__(self, o): return self._bin("&", o)
+    def __or__(self, o): return self._bin("|", o)
+    def __xor__(self, o): return self._bin("^", o)
+    def __lshift__(self, o): return self._bin("<<", o)
+    def __rshift__(self, o): return self._bin(">>", o)
+    def __neg__(self): return Un("-", self, self.type)
+    def __invert__(self): return Un("~", self, self.type)
+
+    def eq(self, other: Operand) -> "Expr":
+        """``self == other``, lane by lane (a ``bool``)."""
+        return self._bin("==", other)
+
+    def ne(self, other: Operand) -> "Expr":
+        """``self != other``, lane by lane (a ``bool``)."""
+        return self._bin("!=", other)
+
+    def lane(self, j: int) -> "Expr":
+        """Lane ``j`` of a vector."""
+        if not 0 <= j < self.type.lanes:
+            raise IndexError(f"lane {j} of a {self.type}")
+        return Lane(self, j, self.type.with_lanes(1))
+
+    def cast(self, type_: Type) -> "Expr":
+        """This value converted to ``type_`` (C's conversion: float to integer truncates)."""
+        if isinstance(type_, str):
+            type_ = Type(type_, self.type.lanes)
+        return self if type_ == self.type else Cast(self, type_)
+
+
+_COMPARISONS = ("<", "<=", ">", ">=", "==", "!=")
+
+
+@dataclass(frozen=True, eq=False)
+class Lit(Expr):
+    """A literal of ``type`` (a float literal reads back as the same float32)."""
+
+    value: float | int | bool
+    type: Type
+
+
+@dataclass(frozen=True, eq=False)
+class Sym(Expr):
+    """A named value: a declared variable or loop counter."""
+
+    name: str
+    type: Type
+
+
+@dataclass(frozen=True, eq=False)
+class Bin(Expr):
+    op: str
+    a: Expr
+    b: Expr
+    type: Type
+
+
+@dataclass(frozen=True, eq=False)
+class Un(Expr):
+    op: str          # "-", "~", "!"
+    a: Expr
+    type: Type
+
+
+@dataclass(frozen=True, eq=False)
+class Call(Expr):
+    """A function of the math library (:data:`MATH`)."""
+
+    fn: str
+    args: tuple[Expr, ...]
+    type: Type
+
+
+@dataclass(frozen=True, eq=False)
+class Select(Expr):
+    """``a`` where ``cond`` holds, else ``b`` (lane by lane for vectors)."""
+
+    cond: Expr
+    a: Expr
+    b: Expr
+    type: Type
+
+
+@dataclass(frozen=True, eq=False)
+class Cast(Expr):
+    a: Expr
+    type: Type
+
+
+@dataclass(frozen=True, eq=False)
+class Lane(Expr):
+    a: Expr
+    j: int
+    type: Type
+
+
+@dataclass(frozen=True, eq=False)
+class Vec(Expr):
+    """A vector from lanes (or smaller vectors), or one scalar broadcast to every lane."""
+
+    parts: tuple[Expr, ...]
+    type: Type
+
+
+@dataclass(frozen=True, eq=False)
+class Id(Expr):
+    """This work-item's ``kind`` id ("global", "local", "group") along ``axis``, an ``int``."""
+
+    kind: str
+    axis: int
+    type: Type = INT
+
+
+@dataclass(frozen=True, eq=False)
+class Load(Expr):
+    """``lanes`` consecutive elements of ``buffer`` from element ``index``.
+
+    A float tensor's elements load as ``real`` (the arithmetic type); ``as_float`` loads
+    them as ``float`` whatever the mode (accumulators). Integer tensors load as their own
+    type."""
+
+    buffer: "Buffer"
+    index: Expr
+    type: Type
+    as_float: bool = False
+
+
+@dataclass(frozen=True, eq=False)
+class LocalLoad(Expr):
+    array: "LocalArray"
+    index: Expr
+    type: Type
+
+
+def lit(value: float | int | bool, type_: Type) -> Lit:
+    """A literal of ``type_`` (a vector type broadcasts it)."""
+    scalar = type_.with_lanes(1)
+    if scalar.is_float:
+        value = float(np.float32(value))
+    elif scalar.is_bool:
+        value = bool(value)
+    else:
+        value = int(value)
+    return Lit(value, scalar) if type_.lanes == 1 else Vec((Lit(value, scalar),), type_)
+
+
+def as_expr(x: Operand, like: Type) -> Expr:
+    """``x`` as an expression: a Python number becomes a literal of ``like``'s scalar type."""
+    if isinstance(x, Expr):
+        return x
+    if isinstance(x, (bool, int, float, np.number)):
+        return lit(x, like.with_lanes(1))
+    raise TypeError(f"not a kernel value: {x!r}")
+
+
+def unify(a: Operand, b: Operand) -> tuple[Expr, Expr]:
+    """``a`` and ``b`` as expressions of one scalar type, or a TypeError naming both."""
+    if not isinstance(a, Expr) and not isinstance(b, Expr):
+        raise TypeError("at least one operand must be a kernel value")
+    a = as_expr(a, b.type if isinstance(b, Expr) else a.type)
+    b = as_expr(b, a.type)
+    if a.type.scalar != b.type.scalar:
+        raise TypeError(f"operands of different types: {a.type} and {b.type}; cast one")
+    if a.type.lanes != b.type.lanes and 1 not in (a.type.lanes, b.type.lanes):
+        raise TypeError(f"operands of different widths: {a.type} and {b.type}")
+    return a, b
+
+
+# -- the math library -------------------------------------------------------------------------------
+
+#: The kernel language's functions by name: (arity, result). ``same``: the first
+#: argument's type; ``mask``: a bool of its lanes. Names and semantics are OpenCL's
+#: (``rint`` rounds half to even, ``round`` half away from zero, ``fmax``/``fmin`` return
+#: the other operand when one is NaN); a renderer spells each for its API.
+MATH: dict[str, tuple[int, str]] = {
+    **{fn: (1, "same") for fn in ("exp", "exp2", "expm1", "log", "log2", "sqrt", "rsqrt", "sin", "cos", "tanh",
+                                    "fabs", "floor", "ceil", "rint", "round", "trunc", "sign", "abs")},
+    **{fn: (2, "same") for fn in ("fmax", "fmin", "fmod", "pow", "min", "max")},
+    "clamp": (3, "same"),
+    "isnan": (1, "mask"),
+    "isinf": (1, "mask"),
+}
+
+
+def call(fn: str, *args: Operand) -> Call:
+    """``fn(args)`` from :data:`MATH`; numbers take the first value's type."""
+    if fn not in MATH:
+        raise KeyError(f"no kernel function {fn!r}")
+    arity, result = MATH[fn]
+    if len(args) != arity:
+        raise TypeError(f"{fn} takes {arity} arguments, got {len(args)}")
+    first = next(a for a in args if isinstance(a, Expr))
+    exprs = tuple(as_expr(a, first.type) for a in args)
+    type_ = BOOL.with_lanes(first.type.lanes) if result == "mask" else exprs[0].type
+    if result == "same" and exprs[0] is not first:
+        type_ = first.type
+    return Call(fn, exprs, type_)
+
+
+def select(cond: Expr, a: Operand, b: Operand) -> Expr:
+    """``a`` where ``cond`` holds, else ``b`` (lane by lane when they are vectors)."""
+    a, b = unify(a, b)
+    type_ = a.type if a.type.lanes >= b.type.lanes else b.type
+    if not cond.type.is_bool:
+        raise TypeError(f"a choice needs a bool condition, got {cond.type}")
+    return Select(cond, a, b, type_)
+
+
+def logical_and(a: Expr, b: Expr) -> Expr:
+    """Both conditions, lane by lane."""
+    return Bin("&&", a, b, a.type)
+
+
+def logical_or(a: Expr, b: Expr) -> Expr:
+    """Either condition, lane by lane."""
+    return Bin("||", a, b, a.type)
+
+
+def logical_not(a: Expr) -> Expr:
+    """The negated condition."""
+    return Un("!", a, a.type)
+
+
+def vector(type_: Type, *parts: Operand) -> Expr:
+    """A ``type_`` vector of ``parts`` (lanes or smaller vectors), or of one scalar broadcast."""
+    exprs = tuple(as_expr(p, type_.with_lanes(1)) for p in parts)
+    if sum(p.type.lanes for p in exprs) not in (1, type_.lanes):
+        raise TypeError(f"{len(exprs)} parts do not make a {type_}")
+    return Vec(exprs, type_)
+
+
+# -- buffers and local memory ---------------------------------------------------------------------------
+
+@dataclass(eq=False)
+class Buffer:
+    """A tensor or constant the kernel takes as a parameter: its element dtype, whether the
+    kernel writes it, and whether a float tensor stays float32 in half storage
+    (``full_precision``, see :class:`litegpu.ops.TensorSpec`)."""
+
+    name: str
+    dtype: np.dtype
+    writes: bool = False
+    full_precision: bool = False
+
+    @property
+    def is_float(self) -> bool:
+        """A float tensor (its storage depends on the precision mode)."""
+        return np.dtype(self.dtype) == np.float32
+
+    def element(self) -> Type:
+        """The type an element loads as (``real`` for float tensors)."""
+        return REAL if self.is_float else Type(scalar_of(self.dtype))
+
+    def load(self, index: Operand, lanes: int = 1, as_float: bool = False) -> Load:
+        """``lanes`` consecutive elements from ``index`` (see :class:`Load`)."""
+        base = FLOAT if (as_float and self.is_float) else self.element()
+        return Load(self, as_expr(index, INT), base.with_lanes(lanes), as_float and self.is_float)
+
+
+@dataclass(eq=False)
+class LocalArray:
+    """An array in local (work-group) memory."""
+
+    name: str
+    type: Type
+    size: int
+
+    def load(self, index: Operand) -> LocalLoad:
+        """Element ``index``."""
+        return LocalLoad(self, as_expr(index, INT), self.type)
+
+
+# -- statements ---------------------------------------------------------------------------------------------
+
+class Stmt:
+    """A statement of a kernel body."""
+
+
+@dataclass(eq=False)
+class Let(Stmt):
+    """A constant: ``sym`` is ``value`` from here on."""
+
+    sym: Sym
+    value: Expr
+
+
+@dataclass(eq=False)
+class Var(Stmt):
+    """A mutable variable, initialized."""
+
+    sym: Sym
+    value: Expr
+
+
+@dataclass(eq=False)
+class Assign(Stmt):
+    """``target = value`` (``op``: ``+``, ``*``... for ``target op= value``)."""
+
+    target: Sym
+    value: Expr
+    op: str = ""
+
+
+@dataclass(eq=False)
+class Store(Stmt):
+    """Store ``value`` (``lanes`` consecutive elements) at element ``index`` of ``buffer``."""
+
+    buffer: Buffer
+    index: Expr
+    value: Expr
+
+
+@dataclass(eq=False)
+class LocalStore(Stmt):
+    array: LocalArray
+    index: Expr
+    value: Expr
+
+
+@dataclass(eq=False)
+class If(Stmt):
+    cond: Expr
+    body: list[Stmt]
+    orelse: list[Stmt] = field(default_factory=list)
+
+
+@dataclass(eq=False)
+class For(Stmt):
+    """``for (int sym = start; sym < stop; sym += step)``."""
+
+    sym: Sym
+    start: Expr
+    stop: Expr
+    step: int
+    body: list[Stmt]
+
+
+@dataclass(eq=False)
+class Barrier(Stmt):
+    """Every work-item of the group waits here; local memory stores are visible after it."""
+
+
+@dataclass(eq=False)
+class Return(Stmt):
+    """This work-item is done."""
+
+
+@dataclass(eq=False)
+class Kernel:
+    """A kernel: its parameters in order, local arrays, body, and launch sizes (global and
+    local sizes in work-items, as OpenCL counts them)."""
+
+    params: list[Buffer]
+    locals: list[LocalArray]
+    body: list[Stmt]
+    global_size: tuple[int, ...]
+    local_size: tuple[int, ...] | None = None
+
+
+class KernelBuilder:
+    """Builds a kernel body statement by statement (see the module docstring).
+
+    ``with b.if_(cond):`` / ``with b.else_():`` / ``with b.for_("i", 0, n) as i:`` open
+    blocks; every other method appends to the innermost open block."""
+
+    def __init__(self) -> None:
+        self.params: list[Buffer] = []
+        self.locals: list[LocalArray] = []
+        self._blocks: list[list[Stmt]] = [[]]
+        self._names: set[str] = set()
+
+    # -- parameters and memory --------------------------------------------------------------
+    def buffer(self, dtype: np.dtype, writes: bool = False, full_precision: bool = False) -> Buffer:
+        """A new parameter (named ``t<position>``)."""
+        buf = Buffer(f"t{len(self.params)}", np.dtype(dtype), writes, full_precision)
+        self.params.append(buf)
+        return buf
+
+    def local_array(self, name: str, type_: Type, size: int) -> LocalArray:
+        """An array of ``size`` elements in local memory."""
+        array = LocalArray(self._fresh(name), type_, int(size))
+        self.locals.append(array)
+        return array
+
+    # -- statements ------------------------------------------------------------------------------
+    def _fresh(self, name: str) -> str:
+        if _RESERVED.fullmatch(name):
+            name += "_"
+        base, k = name, 1
+        while name in self._names:
+            name, k = f"{base}_{k}", k + 1
+        self._names.add(name)
+        return name
+
+    def _add(self, stmt: Stmt) -> None:
+        self._blocks[-1].append(stmt)
+
+    def let(self, name: str, value: Operand, type_: Type = INT) -> Sym:
+        """A constant named after ``name`` holding ``value``."""
+        value = as_expr(value, type_)
+        sym = Sym(self._fresh(name), value.type)
+        self._add(Let(sym, value))
+        return sym
+
+    def var(self, name: str, value: Operand, type_: Type = INT) -> Sym:
+        """A mutable variable named after ``name``, initialized to ``value``."""
+        value = as_expr(value, type_)
+        sym = Sym(self._fresh(name), value.type)
+        self._add(Var(sym, value))
+        return sym
+
+    def assign(self, target: Sym, value: Operand, op: str = "") -> None:
+        """``target = value``, or ``target op= value``."""
+        value = as_expr(value, target.type)
+        if value.type.scalar != target.type.scalar:
+            raise TypeError(f"assigning a {value.type} to {target.name}, a {target.type}")
+        self._add(Assign(target, value, op))
+
+    def store(self, buffer: Buffer, index: Operand, value: Operand) -> None:
+        """Store ``value`` (one element, or a vector's lanes) at ``index`` of ``buffer``."""
+        value = as_expr(value, buffer.element())
+        if not buffer.writes:
+            raise TypeError(f"{buffer.name} is read-only")
+        self._add(Store(buffer, as_expr(index, INT), value))
+
+    def local_store(self, array: LocalArray, index: Operand, value: Operand) -> None:
+        """Store ``value`` at ``index`` of a local array."""
+        self._add(LocalStore(array, as_expr(index, INT), as_expr(value, array.type)))
+
+    def barrier(self) -> None:
+        """See :class:`Barrier`."""
+        self._add(Barrier())
+
+    def ret(self) -> None:
+        """See :class:`Return`."""
+        self._add(Return())
+
+    @contextlib.contextmanager
+    def _block(self) -> Iterator[list[Stmt]]:
+        self._blocks.append([])
+        try:
+            yield self._blocks[-1]
+        finally:
+            self._blocks.pop()
+
+    @contextlib.contextmanager
+    def if_(self, cond: Expr) -> Iterator[None]:
+        """The statements of the block run where ``cond`` holds."""
+        if not cond.type.is_bool or cond.type.lanes != 1:
+            raise TypeError(f"an if needs a scalar bool condition, got {cond.type}")
+        with self._block() as body:
+            yield
+        self._add(If(cond, body))
+
+    @contextlib.contextmanager
+    def else_(self) -> Iterator[None]:
+        """The other branch of the if just closed."""
+        block = self._blocks[-1]
+        if not block or not isinstance(block[-1], If) or block[-1].orelse:
+            raise TypeError("else_ must follow an if_ block")
+        with self._block() as body:
+            yield
+        block[-1].orelse = body
+
+    @contextlib.contextmanager
+    def for_(self, name: str, start: Operand, stop: Operand, step: int = 1) -> Iterator[Sym]:
+        """A counted loop; yields the counter (an ``int``)."""
+        sym = Sym(self._fresh(name), INT)
+        with self._block() as body:
+            yield sym
+        self._add(For(sym, as_expr(start, INT), as_expr(stop, INT), int(step), body))
+
+    def global_id(self, axis: int = 0) -> Id:
+        """This work-item's global id along ``axis``."""
+        return Id("global", axis)
+
+    def local_id(self, axis: int = 0) -> Id:
+        """This work-item's id in its group along ``axis``."""
+        return Id("local", axis)
+
+    def group_id(self, axis: int = 0) -> Id:
+        """This work-item's group's id along ``axis``."""
+        return Id("group", axis)
+
+    def kernel(self, global_size: Sequence[int], local_size: Sequence[int] | None = None) -> Kernel:
+        """The kernel built so far, launched over ``global_size`` work-items."""
+        if len(self._blocks) != 1:
+            raise TypeError("a block is still open")
+        return Kernel(list(self.params), list(self.locals), list(self._blocks[0]),
+                      tuple(int(g) for g in global_size), None if local_size is None else tuple(int(x) for x in local_size))

@@ -1,0 +1,311 @@
+"""The WGSL renderer: a :class:`~litegpu.codegen.ir.Kernel` as one WebGPU compute shader.
+
+WGSL is not a spelling of C, so it renders the tree itself (the C-family renderer is
+:mod:`.crender`). What differs, and where it is handled:
+
+- Declarations: ``let`` / ``var`` with types after the name; module-scope storage
+  bindings (``@group(0) @binding(j)``) instead of pointer parameters — a tensor's
+  offset inside an arena is the binding's offset, so no offset parameters; local
+  memory is a module-scope ``var<workgroup>`` array; ids are builtins.
+- Types: ``f32``, ``f16`` (half storage and F16 arithmetic need the ``shader-f16``
+  feature), ``i32``, ``u32``, ``vec2/3/4<T>``; no 8- or 16-lane vectors, no 64-bit
+  integers. Storage holds 32-bit integers only: ``uchar`` (and bool) tensors are
+  ``u32`` per element, ``char`` and ``short`` tensors ``i32`` per element (the runtime
+  widens them when it copies: :data:`STORAGE`).
+- Operators: a comparison of a vector with a scalar splats the scalar; ``&&``/``||``
+  of vectors are ``&``/``|``; a shift amount is ``u32``; ``select(b, a, cond)``.
+- Constants: a NaN or infinite value is an error in a constant expression, so those
+  come from a function of their bits (evaluated at run time).
+- Math: OpenCL's names map to WGSL's (``fabs`` to ``abs``, ``rint`` to ``round``, which
+  rounds half to even, ``rsqrt`` to ``inverseSqrt``); ``isnan``/``isinf`` test the bits
+  (implementations may assume no NaN in float comparisons); ``expm1`` and ``round``
+  (half away from zero) are helper functions.
+- Launches: a kernel without a local size runs in groups of :data:`GROUP` along axis 0,
+  each work-item past the global size leaving at once; more groups than one dimension
+  allows are folded into a second dispatch dimension.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import ir
+
+GROUP = 64                 # work-items per group when the kernel has no local size
+MAX_GROUPS = 65535         # groups per dispatch dimension (WebGPU's default limit)
+
+#: Storage element type of a tensor of each kernel scalar type (float tensors: see :meth:`WgslRenderer.storage`).
+STORAGE = {"int": "i32", "uint": "u32", "uchar": "u32", "char": "i32", "short": "i32"}
+_VALUES = {"float": "f32", "half": "f16", "int": "i32", "uint": "u32", "uchar": "u32", "char": "i32",
+           "short": "i32", "bool": "bool"}
+_RENAMED = {"fabs": "abs", "rint": "round", "rsqrt": "inverseSqrt", "fmax": "max", "fmin": "min"}
+
+
+@dataclass(frozen=True)
+class WgslKernel:
+    """A rendered kernel: the shader module's source, its group size and the groups to
+    dispatch along each axis."""
+
+    source: str
+    workgroup_size: tuple[int, int, int]
+    dispatch: tuple[int, int, int]
+
+
+class WgslRenderer:
+    """Renders kernels in one precision mode (``precision``: a :class:`litegpu.codegen.Precision`)."""
+
+    def __init__(self, precision) -> None:
+        self.precision = precision
+        self._helpers: dict[str, str] = {}
+        self._fold = 0
+
+    # -- types ------------------------------------------------------------------------------------
+    def scalar(self, scalar: str) -> str:
+        """The WGSL type of a value of kernel scalar type ``scalar``."""
+        if scalar == "real":
+            return "f16" if self.precision.half_arith else "f32"
+        if scalar not in _VALUES:
+            raise TypeError(f"WGSL has no {scalar} values (no 64-bit integers)")
+        return _VALUES[scalar]
+
+    def type(self, t: ir.Type) -> str:
+        """The WGSL type of ``t``."""
+        s = self.scalar(t.scalar)
+        if t.lanes == 1:
+            return s
+        if t.lanes > 4:
+            raise TypeError(f"WGSL has no {t.lanes}-lane vectors ({t}); use 4 lanes")
+        return f"vec{t.lanes}<{s}>"
+
+    def storage(self, buffer: ir.Buffer) -> str:
+        """The element type of ``buffer``'s storage array."""
+        if buffer.is_float:
+            return "f16" if self.precision.half_storage and not buffer.full_precision else "f32"
+        scalar = ir.scalar_of(buffer.dtype)
+        if scalar not in STORAGE:
+            raise TypeError(f"WGSL storage has no {np.dtype(buffer.dtype)} tensors")
+        return STORAGE[scalar]
+
+    def _uses_f16(self, k: ir.Kernel) -> bool:
+        return self.precision.half_arith or any(self.storage(b) == "f16" for b in k.params)
+
+    # -- expressions --------------------------------------------------------------------------------
+    def expr(self, e: ir.Expr) -> str:
+        """``e`` as a WGSL expression."""
+        return getattr(self, f"_{type(e).__name__.lower()}")(e)
+
+    def _lit(self, e: ir.Lit) -> str:
+        t = self.scalar(e.type.scalar)
+        if t in ("f32", "f16"):
+            v = float(e.value)
+            if t == "f16" and np.isfinite(v) and abs(v) >= 65520.0:
+                v = float(np.copysign(np.inf, v))   # half rounds it to infinity anyway
+            if not np.isfinite(v):
+                bits = "0x7fc00000u" if np.isnan(v) else "0x7f800000u" if v > 0 else "0xff800000u"
+                value = f"{self._helper('bits_f32')}({bits})"
+                return value if t == "f32" else f"f16({value})"
+            text = repr(float(np.float16(v) if t == "f16" else np.float32(v))) + ("h" if t == "f16" else "f")
+            return text if v >= 0 else f"({text})"
+        if t == "bool":
+            return "true" if e.value else "false"
+        if t == "u32":
+            return f"{int(e.value)}u"
+        if e.value == -2**31:
+            return "(-2147483647i - 1i)"
+        return f"{e.value}i" if e.value >= 0 else f"({e.value}i)"
+
+    def _sym(self, e: ir.Sym) -> str:
+        return e.name
+
+    def _splat(self, e: ir.Expr, lanes: int) -> str:
+        """``e`` widened to ``lanes`` lanes (a scalar is splatted)."""
+        text = self.expr(e)
+        if e.type.lanes == lanes:
+            return text
+        return f"{self.type(e.type.with_lanes(lanes))}({text})"
+
+    def _bin(self, e: ir.Bin) -> str:
+        lanes = max(e.a.type.lanes, e.b.type.lanes)
+        op = e.op
+        if op in ("&&", "||") and lanes > 1:
+            op = op[0]
+        if op in ("<<", ">>"):
+            return f"({self.expr(e.a)} {op} {self._as_u32(e.b)})"
+        if op in ("+", "-", "*", "/", "%") and not (e.a.type.lanes == 1 and e.b.type.lanes == 1):
+            a, b = self.expr(e.a), self.expr(e.b)   # WGSL mixes a vector with a scalar in arithmetic
+        else:
+            a, b = self._splat(e.a, lanes), self._splat(e.b, lanes)
+        return f"({a} {op} {b})"
+
+    def _as_u32(self, e: ir.Expr) -> str:
+        text = self.expr(e)
+        return text if self.scalar(e.type.scalar) == "u32" else f"{self.type(ir.UINT.with_lanes(e.type.lanes))}({text})"
+
+    def _un(self, e: ir.Un) -> str:
+        return f"({e.op}{self.expr(e.a)})"
+
+    def _call(self, e: ir.Call) -> str:
+        lanes = e.args[0].type.lanes
+        if e.fn in ("isnan", "isinf"):
+            return f"{self._helper(e.fn, e.args[0].type)}({self.expr(e.args[0])})"
+        if e.fn in ("expm1", "round"):
+            return f"{self._helper(e.fn, e.args[0].type)}({self.expr(e.args[0])})"
+        if e.fn == "fmod":
+            return f"({self.expr(e.args[0])} % {self._splat(e.args[1], lanes)})"
+        fn = _RENAMED.get(e.fn, e.fn)
+        return f"{fn}({', '.join(self._splat(a, lanes) for a in e.args)})"
+
+    def _select(self, e: ir.Select) -> str:
+        lanes = e.type.lanes
+        cond = self.expr(e.cond)
+        return f"select({self._splat(e.b, lanes)}, {self._splat(e.a, lanes)}, {cond})"
+
+    def _cast(self, e: ir.Cast) -> str:
+        return f"{self.type(e.type)}({self.expr(e.a)})"
+
+    def _lane(self, e: ir.Lane) -> str:
+        return f"({self.expr(e.a)}).{'xyzw'[e.j]}"
+
+    def _vec(self, e: ir.Vec) -> str:
+        return f"{self.type(e.type)}({', '.join(self.expr(p) for p in e.parts)})"
+
+    def _id(self, e: ir.Id) -> str:
+        var = {"global": "lg_gid", "local": "lg_lid", "group": "lg_wid"}[e.kind]
+        if e.kind == "global" and e.axis == 0 and self._fold:
+            # Groups beyond one dispatch dimension continue along the second.
+            return f"(i32(lg_wid.y) * {self._fold} + i32(lg_gid.x))"
+        return f"i32({var}.{'xyz'[e.axis]})"
+
+    def _load(self, e: ir.Load) -> str:
+        buf, n = e.buffer, e.type.lanes
+        if n == 1:
+            return self._convert(f"{buf.name}[{self.expr(e.index)}]", self.storage(buf), e.type)
+        return f"{self._access('ld', buf, e.type)}({self.expr(e.index)})"
+
+    def _convert(self, text: str, have: str, want: ir.Type) -> str:
+        target = self.type(want)
+        return text if target == have else f"{target}({text})"
+
+    def _localload(self, e: ir.LocalLoad) -> str:
+        return f"{e.array.name}[{self.expr(e.index)}]"
+
+    # -- helper functions ------------------------------------------------------------------------------
+    def _helper(self, name: str, t: ir.Type | None = None) -> str:
+        """The name of a helper function, defined once per module (and value type)."""
+        if name == "bits_f32":
+            self._helpers.setdefault(name, "fn bits_f32(b: u32) -> f32 { return bitcast<f32>(b); }")
+            return name
+        wt = self.type(t)
+        key = f"{name}_{wt.replace('<', '_').replace('>', '')}"
+        if key in self._helpers:
+            return key
+        scalar = self.scalar(t.scalar)
+        if name in ("isnan", "isinf"):
+            # The bits decide: a comparison might be folded away where an implementation assumes
+            # no NaN. A half is widened first (exact, NaN and infinity included).
+            u = f"vec{t.lanes}<u32>" if t.lanes > 1 else "u32"
+            wide = "x" if scalar == "f32" else (f"vec{t.lanes}<f32>(x)" if t.lanes > 1 else "f32(x)")
+            test = ">" if name == "isnan" else "=="
+            out = f"vec{t.lanes}<bool>" if t.lanes > 1 else "bool"
+            self._helpers[key] = (f"fn {key}(x: {wt}) -> {out} {{ "
+                                  f"return (bitcast<{u}>({wide}) & {u}(0x7fffffffu)) {test} {u}(0x7f800000u); }}")
+        elif name == "expm1":
+            # exp(x) - 1 loses every digit near 0; (u - 1) * x / log(u) keeps them (Kahan).
+            self._helpers[key] = (f"fn {key}(x: {wt}) -> {wt} {{ let u = exp(x); "
+                                  f"let near = (u - 1.0) * x / log(u); "
+                                  f"return select(select(near, u - 1.0, abs(x) > {wt}(1.0)), x, u == {wt}(1.0)); }}")
+        elif name == "round":
+            self._helpers[key] = (f"fn {key}(x: {wt}) -> {wt} {{ let t = trunc(x); "
+                                  f"return select(t, t + sign(x), abs(x - t) >= {wt}(0.5)); }}")
+        else:
+            raise KeyError(name)
+        return key
+
+    def _access(self, kind: str, buf: ir.Buffer, t: ir.Type) -> str:
+        """A function loading (``ld``) or storing (``st``) ``t.lanes`` consecutive elements of ``buf``."""
+        name = f"{kind}{t.lanes}_{buf.name}"
+        if name not in self._helpers:
+            lanes, have = t.lanes, self.storage(buf)
+            if kind == "ld":
+                parts = ", ".join(self._convert(f"{buf.name}[i + {j}]", have, t.with_lanes(1)) for j in range(lanes))
+                self._helpers[name] = f"fn {name}(i: i32) -> {self.type(t)} {{ return {self.type(t)}({parts}); }}"
+            else:
+                sets = " ".join(f"{buf.name}[i + {j}] = {have}(v.{'xyzw'[j]});" for j in range(lanes))
+                self._helpers[name] = f"fn {name}(i: i32, v: {self.type(t)}) {{ {sets} }}"
+        return name
+
+    # -- statements ---------------------------------------------------------------------------------------
+    def stmts(self, body: list[ir.Stmt], indent: str = "  ") -> list[str]:
+        """The lines of ``body``."""
+        return [line for s in body for line in self.stmt(s, indent)]
+
+    def stmt(self, s: ir.Stmt, indent: str) -> list[str]:
+        """The lines of one statement."""
+        if isinstance(s, ir.Let):
+            return [f"{indent}let {s.sym.name}: {self.type(s.sym.type)} = {self.expr(s.value)};"]
+        if isinstance(s, ir.Var):
+            return [f"{indent}var {s.sym.name}: {self.type(s.sym.type)} = {self.expr(s.value)};"]
+        if isinstance(s, ir.Assign):
+            return [f"{indent}{s.target.name} {s.op}= {self.expr(s.value)};"]
+        if isinstance(s, ir.Store):
+            buf, n = s.buffer, s.value.type.lanes
+            if n == 1:
+                have = self.storage(buf)
+                value = self.expr(s.value)
+                if self.type(s.value.type) != have:
+                    value = f"{have}({value})"
+                return [f"{indent}{buf.name}[{self.expr(s.index)}] = {value};"]
+            return [f"{indent}{self._access('st', buf, s.value.type)}({self.expr(s.index)}, {self.expr(s.value)});"]
+        if isinstance(s, ir.LocalStore):
+            return [f"{indent}{s.array.name}[{self.expr(s.index)}] = {self.expr(s.value)};"]
+        if isinstance(s, ir.If):
+            lines = [f"{indent}if ({self.expr(s.cond)}) {{", *self.stmts(s.body, indent + "  ")]
+            if s.orelse:
+                lines += [f"{indent}}} else {{", *self.stmts(s.orelse, indent + "  ")]
+            return lines + [f"{indent}}}"]
+        if isinstance(s, ir.For):
+            i = s.sym.name
+            return [f"{indent}for (var {i}: i32 = {self.expr(s.start)}; {i} < {self.expr(s.stop)}; {i} += {s.step}) {{",
+                    *self.stmts(s.body, indent + "  "), f"{indent}}}"]
+        if isinstance(s, ir.Barrier):
+            return [f"{indent}workgroupBarrier();"]
+        if isinstance(s, ir.Return):
+            return [f"{indent}return;"]
+        raise TypeError(f"no WGSL rendering of {type(s).__name__}")
+
+    # -- the kernel -------------------------------------------------------------------------------------------
+    def kernel(self, k: ir.Kernel) -> WgslKernel:
+        """The shader module of ``k`` (entry point ``main``) and how to dispatch it."""
+        self._helpers = {}
+        size = tuple(k.global_size) + (1,) * (3 - len(k.global_size))
+        if k.local_size is not None:
+            group = tuple(k.local_size) + (1,) * (3 - len(k.local_size))
+            dispatch = tuple(-(-g // w) for g, w in zip(size, group))
+            self._fold = 0
+            guard: list[str] = []
+        else:
+            group = (min(GROUP, max(size[0], 1)), 1, 1)
+            dispatch = tuple(-(-g // w) for g, w in zip(size, group))
+            self._fold = 0
+            if dispatch[0] > MAX_GROUPS:
+                if size[1] != 1 or size[2] != 1:
+                    raise TypeError(f"{size}: too many groups along axis 0 of a 2-D or 3-D launch")
+                self._fold = MAX_GROUPS * group[0]
+                dispatch = (MAX_GROUPS, -(-dispatch[0] // MAX_GROUPS), 1)
+            ids = [self._id(ir.Id("global", a)) for a in range(3)]
+            guard = ["  if (" + " || ".join(f"{ids[a]} >= {n}" for a, n in enumerate(size) if n > 1 or a == 0)
+                     + ") { return; }"]
+        if any(d > MAX_GROUPS for d in dispatch):
+            raise TypeError(f"dispatch {dispatch} exceeds {MAX_GROUPS} groups along an axis")
+        body = self.stmts(k.body)
+        bindings = [f"@group(0) @binding({j}) var<storage, {'read_write' if b.writes else 'read'}> "
+                    f"{b.name}: array<{self.storage(b)}>;" for j, b in enumerate(k.params)]
+        arrays = [f"var<workgroup> {a.name}: array<{self.type(a.type)}, {a.size}>;" for a in k.locals]
+        header = ["enable f16;"] if self._uses_f16(k) else []
+        entry = [f"@compute @workgroup_size({group[0]}, {group[1]}, {group[2]})",
+                 "fn main(@builtin(global_invocation_id) lg_gid: vec3<u32>, "
+                 "@builtin(local_invocation_id) lg_lid: vec3<u32>, @builtin(workgroup_id) lg_wid: vec3<u32>) {",
+                 *guard, *body, "}"]
+        source = "\n".join([*header, *bindings, *arrays, *self._helpers.values(), *entry]) + "\n"
+        return WgslKernel(source, group, dispatch)
