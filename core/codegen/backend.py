@@ -60,7 +60,7 @@ class CodegenBackend(Backend):
             return {"error": str(exc)}
 
     def supports(self, node: NodeContext, model: Model) -> Support:
-        return planning.supports(node, model)
+        return planning.supports(node, model, DIALECTS[self.dialect])
 
     def schedule(self, nodes: list[NodeContext], outputs: list[int]) -> list[list[int]]:
         """Each producer with the elementwise nodes folded into its kernel (see :mod:`.fusion`)."""

@@ -5,5 +5,7 @@ from .cuda import CUDA
 from .dialect import Dialect
 from .metal import METAL
 from .opencl import OPENCL
+from .wgsl import WGSL, WgslDialect
 
-DIALECTS: dict[str, Dialect] = {d.name: d for d in (OPENCL, CUDA, METAL)}
+#: Every dialect by name: the C family's tables, and WGSL.
+DIALECTS: dict[str, Dialect | WgslDialect] = {d.name: d for d in (OPENCL, CUDA, METAL, WGSL)}

@@ -37,9 +37,11 @@ from litegpu.errors import InvalidArgumentError, UnsupportedError
 from litegpu.ops import TensorSpec
 from litegpu.ops.registry import ACTIVATION_RANGES
 
-from .crender import c_float
+from . import ir
+from .crender import CRenderer, c_float
 from .dialect import Dialect
 from .opencl import OPENCL
+from .wgsl import WgslDialect, WgslRenderer
 
 
 @dataclass(frozen=True)
@@ -453,6 +455,61 @@ class NodeGen:
         source = f"{d.kernel_prefix} KERNEL({', '.join(params)})\n{{\n{guard}{views}{body}\n}}\n"
         return KernelSpec(source, global_size, None if local_size is None else tuple(int(x) for x in local_size),
                           [arg for _, _, arg in self._params])
+
+    # -- kernels written as a tree (litegpu.codegen.ir), rendered for any dialect ---------
+    def new_kernel(self) -> ir.KernelBuilder:
+        """A builder for one kernel of this node. Its parameters are taken through
+        :meth:`ir_input`, :meth:`ir_output`, :meth:`ir_tensor` and :meth:`ir_const`, which
+        record what the runtime binds; :meth:`ir_kernel` renders it."""
+        self._ir_args: dict[str, Arg] = {}
+        self._ir_tensors: dict[int, ir.Buffer] = {}
+        return ir.KernelBuilder()
+
+    def ir_tensor(self, b: ir.KernelBuilder, t: int, writes: bool = False) -> ir.Buffer:
+        """Tensor ``t`` of the partition as a parameter of ``b``'s kernel (once per tensor)."""
+        if t not in self._ir_tensors:
+            spec = self.specs[t]
+            buf = b.buffer(spec.dtype, writes, bool(spec.full_precision))
+            self._ir_args[buf.name] = Arg(tensor=t)
+            self._ir_tensors[t] = buf
+        return self._ir_tensors[t]
+
+    def ir_input(self, b: ir.KernelBuilder, pos: int) -> ir.Buffer:
+        """The node's input ``pos``."""
+        return self.ir_tensor(b, self.ctx.node.inputs[pos])
+
+    def ir_output(self, b: ir.KernelBuilder, pos: int = 0) -> ir.Buffer:
+        """The node's output ``pos``; output 0 is the step's final output (see :meth:`output`)."""
+        return self.ir_tensor(b, self.out_tensor if pos == 0 else self.ctx.node.outputs[pos], writes=True)
+
+    def ir_const(self, b: ir.KernelBuilder, array: np.ndarray, storage: bool = True) -> ir.Buffer:
+        """A constant the generator made, as :meth:`const` uploads it (float arrays in the
+        tensors' storage unless ``storage`` is False, when they stay float32)."""
+        array = np.ascontiguousarray(array)
+        full = array.dtype == np.float32 and not storage
+        buf = b.buffer(array.dtype, full_precision=full)
+        stored = array if full else array.astype(self.precision.storage_dtype(array.dtype))
+        if isinstance(self.dialect, WgslDialect):
+            stored = stored.astype(self.dialect.storage_dtype(stored.dtype))
+        self._ir_args[buf.name] = Arg(const=stored)
+        return buf
+
+    def ir_kernel(self, b: ir.KernelBuilder, global_size: tuple[int, ...],
+                  local_size: tuple[int, ...] | None = None) -> KernelSpec:
+        """The kernel ``b`` built, rendered in this node's dialect and precision."""
+        k = b.kernel(global_size, local_size)
+        d = self.dialect
+        if d.max_buffers and len(k.params) > d.max_buffers:
+            raise UnsupportedError(f"node {self.ctx.node.index} ({self.ctx.node.op}): its {d.name} kernel would take "
+                                   f"{len(k.params)} buffers; {d.name} allows {d.max_buffers}")
+        try:
+            if isinstance(d, WgslDialect):
+                source = WgslRenderer(self.precision).kernel(k).source
+            else:
+                source = CRenderer(d, self.precision).kernel(k)
+        except TypeError as exc:   # a type or size this API has not (WGSL: int64, 8 lanes)
+            raise UnsupportedError(f"no {d.name} kernel for this variant: {exc}") from None
+        return KernelSpec(source, k.global_size, k.local_size, [self._ir_args[p.name] for p in k.params])
 
     # -- dialect spellings ----------------------------------------------------------------
     def global_ptr(self, ctype: str, const: bool = False) -> str:

@@ -30,7 +30,7 @@ class _Planner(Backend):
         self.partitions: list[Partition] = []
 
     def supports(self, node, model):
-        return planning.supports(node, model)
+        return planning.supports(node, model, self.dialect_table)
 
     def schedule(self, nodes, outputs):
         return planning.schedule(nodes, outputs, self.dialect_table)

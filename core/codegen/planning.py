@@ -13,6 +13,7 @@ from litegpu.graph import Model
 
 from .dialect import Dialect
 from .fusion import chain_steps
+from .opencl import OPENCL
 from .kernels import Decline, load_all
 from .nodegen import Precision
 from .render import generate
@@ -21,8 +22,8 @@ from .render import generate
 DTYPES = frozenset(np.dtype(t) for t in (np.float32, np.int32, np.int64, np.bool_, np.uint8, np.int8, np.int16))
 
 
-def supports(node: NodeContext, model: Model) -> Support:
-    """Whether a kernel renders for ``node``, and why not."""
+def supports(node: NodeContext, model: Model, dialect: Dialect = OPENCL) -> Support:
+    """Whether a kernel renders for ``node`` in ``dialect``, and why not."""
     if node.dynamic:
         # The core names the node an unknown shape comes from; without it the shape
         # depends on this node's own input values.
@@ -39,7 +40,7 @@ def supports(node: NodeContext, model: Model) -> Support:
     specs = {t: s for t, s in zip(node.node.inputs, node.inputs) if t >= 0 and s is not None}
     specs.update(zip(node.node.outputs, node.outputs))
     try:
-        generate(node, Precision(), specs)
+        generate(node, Precision(), specs, dialect=dialect)
     except Decline as exc:
         return Support(False, str(exc))
     except (KeyError, LiteGpuError) as exc:

@@ -43,6 +43,53 @@ _RENAMED = {"fabs": "abs", "rint": "round", "rsqrt": "inverseSqrt", "fmax": "max
 
 
 @dataclass(frozen=True)
+class WgslDialect:
+    """WGSL as a dialect of :mod:`litegpu.codegen`: its name, a source file's suffix and the
+    storage buffers a kernel may bind (``maxStorageBuffersPerShaderStage``: 8 is what every
+    WebGPU device offers; a runtime that asked its device for more uses its own copy).
+    Kernels render through :class:`WgslRenderer`; there is no C text in this dialect, so a
+    generator not yet written with :mod:`litegpu.codegen.ir` declines (the node runs on cpu)."""
+
+    name: str = "wgsl"
+    suffix: str = ".wgsl"
+    max_buffers: int = 8
+
+    def storage_dtype(self, dtype: np.dtype) -> np.dtype:
+        """The dtype a tensor stored as ``dtype`` (see :meth:`litegpu.codegen.Precision.storage_dtype`)
+        has in WGSL storage: 8- and 16-bit integers widen to 32 bits (:data:`STORAGE`)."""
+        dtype = np.dtype(dtype)
+        if dtype.kind in "iub" and dtype.itemsize < 4:
+            return np.dtype(np.uint32 if dtype.kind in "ub" else np.int32)
+        return dtype
+
+
+WGSL = WgslDialect()
+
+
+def launch(global_size: tuple[int, ...], local_size: tuple[int, ...] | None
+           ) -> tuple[tuple[int, int, int], tuple[int, int, int], int]:
+    """(workgroup size, groups to dispatch per axis, fold) of a kernel's launch: its local
+    size, else :data:`GROUP` along axis 0; ``fold`` (0: none) is the number of work-items
+    per row of groups when axis 0 needs more than :data:`MAX_GROUPS` groups and continues
+    along the second dispatch axis. A launch that cannot fit raises TypeError."""
+    size = tuple(int(g) for g in global_size) + (1,) * (3 - len(global_size))
+    if local_size is not None:
+        group = tuple(int(x) for x in local_size) + (1,) * (3 - len(local_size))
+    else:
+        group = (min(GROUP, max(size[0], 1)), 1, 1)
+    dispatch = tuple(-(-g // w) for g, w in zip(size, group))
+    fold = 0
+    if local_size is None and dispatch[0] > MAX_GROUPS:
+        if size[1] != 1 or size[2] != 1:
+            raise TypeError(f"{size}: too many groups along axis 0 of a 2-D or 3-D launch")
+        fold = MAX_GROUPS * group[0]
+        dispatch = (MAX_GROUPS, -(-dispatch[0] // MAX_GROUPS), 1)
+    if any(d > MAX_GROUPS for d in dispatch):
+        raise TypeError(f"dispatch {dispatch} exceeds {MAX_GROUPS} groups along an axis")
+    return group, dispatch, fold
+
+
+@dataclass(frozen=True)
 class WgslKernel:
     """A rendered kernel: the shader module's source, its group size and the groups to
     dispatch along each axis."""
@@ -279,25 +326,12 @@ class WgslRenderer:
         """The shader module of ``k`` (entry point ``main``) and how to dispatch it."""
         self._helpers = {}
         size = tuple(k.global_size) + (1,) * (3 - len(k.global_size))
-        if k.local_size is not None:
-            group = tuple(k.local_size) + (1,) * (3 - len(k.local_size))
-            dispatch = tuple(-(-g // w) for g, w in zip(size, group))
-            self._fold = 0
-            guard: list[str] = []
-        else:
-            group = (min(GROUP, max(size[0], 1)), 1, 1)
-            dispatch = tuple(-(-g // w) for g, w in zip(size, group))
-            self._fold = 0
-            if dispatch[0] > MAX_GROUPS:
-                if size[1] != 1 or size[2] != 1:
-                    raise TypeError(f"{size}: too many groups along axis 0 of a 2-D or 3-D launch")
-                self._fold = MAX_GROUPS * group[0]
-                dispatch = (MAX_GROUPS, -(-dispatch[0] // MAX_GROUPS), 1)
+        group, dispatch, self._fold = launch(k.global_size, k.local_size)
+        guard: list[str] = []
+        if k.local_size is None:
             ids = [self._id(ir.Id("global", a)) for a in range(3)]
             guard = ["  if (" + " || ".join(f"{ids[a]} >= {n}" for a, n in enumerate(size) if n > 1 or a == 0)
                      + ") { return; }"]
-        if any(d > MAX_GROUPS for d in dispatch):
-            raise TypeError(f"dispatch {dispatch} exceeds {MAX_GROUPS} groups along an axis")
         body = self.stmts(k.body)
         bindings = [f"@group(0) @binding({j}) var<storage, {'read_write' if b.writes else 'read'}> "
                     f"{b.name}: array<{self.storage(b)}>;" for j, b in enumerate(k.params)]

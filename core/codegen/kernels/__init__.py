@@ -22,20 +22,23 @@ class Decline(Exception):
 
 @dataclass(frozen=True)
 class Generator:
-    """A registered generator and whether it honours followers (see module docstring)."""
+    """A registered generator, whether it honours followers (see module docstring), and
+    whether it writes its kernels with :mod:`litegpu.codegen.ir` (``ir``: every dialect
+    renders them; the others are C text, which WGSL cannot take)."""
 
     fn: Callable[[NodeGen], list[KernelSpec]]
     epilogue: bool = False
+    ir: bool = False
 
 
 GENERATORS: dict[str, Generator] = {}
 
 
-def generator(*ops: str, epilogue: bool = False):
+def generator(*ops: str, epilogue: bool = False, ir: bool = False):
     """Register the decorated function as the generator of ``ops``."""
     def wrap(fn: Callable[[NodeGen], list[KernelSpec]]):
         for op in ops:
-            GENERATORS[op] = Generator(fn, epilogue)
+            GENERATORS[op] = Generator(fn, epilogue, ir)
         return fn
     return wrap
 
