@@ -15,6 +15,7 @@ import contextlib
 import json
 import logging
 import os
+import shutil
 import sys
 import threading
 import time
@@ -29,6 +30,7 @@ from .env import install_hint
 from .errors import BackendUnavailableError, InvalidArgumentError, LiteGpuError, ModelFormatError
 from .partition import DelegationReport
 from .placement import PLACEMENTS
+from .progress import listening
 from .quant import describe, quantization_mode
 
 log = logging.getLogger("litegpu")
@@ -45,34 +47,97 @@ def fail(message: str) -> None:
 
 
 @contextlib.contextmanager
-def progress(message: str) -> Iterator[None]:
+def progress(message: str, done_line: bool = True) -> Iterator[None]:
     """Show ``message`` with a spinner on a terminal's stderr while the body runs, then
-    print ``message: done in Ns`` on stdout — only when the body succeeded."""
-    done = threading.Event()
+    print ``message: done in Ns`` on stdout — only when the body succeeded (and
+    ``done_line``: a caller that prints its own timing passes False).
+
+    The spinner line also shows the latest :mod:`litegpu.progress` report ("opencl: first
+    launch 12/52 (once, then cached)"), so long work says what it is doing.
+    """
     start = time.perf_counter()
-    tty = sys.stderr.isatty()
+    # Off a terminal nothing is shown while working: stderr is kept for the one error line,
+    # and no one listens to progress reports, so they cost nothing.
+    if sys.stderr.isatty():
+        with _spinning(message):
+            yield
+    else:
+        yield
+    if done_line:
+        print(f"{message}: done in {time.perf_counter() - start:.2f}s")
+
+
+class _Spinner:
+    """The line a terminal shows while work runs: what, a turning bar, seconds, and the
+    latest progress report. Drawn by a timer thread and by each report, under one lock."""
+
+    FRAMES = "|/-\\"
+
+    def __init__(self, message: str, stream) -> None:
+        self.message = message
+        self.stream = stream
+        self.start = time.perf_counter()
+        self.width = _terminal_width(stream)
+        self.detail = ""
+        self.frame = 0
+        self.lock = threading.Lock()
+
+    def tick(self) -> None:
+        with self.lock:
+            self.frame += 1
+            self._draw()
+
+    def update(self, detail: str) -> None:
+        """A progress listener: drawn at once, in the reporting thread, because the work
+        that follows may hold the GIL and stop the timer thread until it is done."""
+        with self.lock:
+            self.detail = detail
+            self._draw()
+
+    def clear(self) -> None:
+        with self.lock:
+            self.stream.write("\r\033[K")
+            self.stream.flush()
+
+    def _draw(self) -> None:
+        line = f"{self.message} {self.FRAMES[self.frame % 4]} {time.perf_counter() - self.start:.1f}s"
+        if self.detail:
+            line += f"  {self.detail}"
+        if len(line) >= self.width:   # a line that wraps cannot be redrawn with \r
+            line = line[:self.width - 4] + "..."
+        self.stream.write(f"\r{line}\033[K")
+        self.stream.flush()
+
+
+def _terminal_width(stream) -> int:
+    """Columns of the terminal ``stream`` writes to; a terminal that does not say (0, as a
+    fresh pseudo-terminal does) gets $COLUMNS or 80."""
+    try:
+        columns = os.get_terminal_size(stream.fileno()).columns
+    except (OSError, ValueError):
+        columns = 0
+    return max(columns or shutil.get_terminal_size().columns, 20)
+
+
+@contextlib.contextmanager
+def _spinning(message: str) -> Iterator[None]:
+    """The spinner on stderr for the body's duration, showing its progress reports."""
+    spinner = _Spinner(message, sys.stderr)
+    done = threading.Event()
 
     def spin() -> None:
-        frames = "|/-\\"
-        i = 0
         while not done.wait(0.1):
-            sys.stderr.write(f"\r{message} {frames[i % 4]} {time.perf_counter() - start:.1f}s")
-            sys.stderr.flush()
-            i += 1
+            spinner.tick()
 
-    # Off a terminal nothing is shown while working: stderr is kept for the one error line.
-    thread = threading.Thread(target=spin, daemon=True) if tty else None
-    if thread:
-        thread.start()
+    thread = threading.Thread(target=spin, name="litegpu-spinner", daemon=True)
+    thread.start()
     try:
-        yield
+        with listening(spinner.update):
+            yield
     finally:
         done.set()
-        if thread:
-            thread.join()
-            sys.stderr.write("\r\033[K")
-            sys.stderr.flush()
-    print(f"{message}: done in {time.perf_counter() - start:.2f}s")
+        thread.join()
+        spinner.clear()
 
 
 # -- command-line values ---------------------------------------------------------------
@@ -294,6 +359,21 @@ def _timed(call) -> float:
     return time.perf_counter() - start
 
 
+def _prepare(target, values: list[np.ndarray]) -> bool:
+    """``target.prepare(values)`` with the spinner: new input shapes (or a signature's
+    first use) mean compiling; True when it resized."""
+    with progress(f"preparing {target.label.split(' (')[0]} for its inputs", done_line=False):
+        return target.prepare(values)
+
+
+def _first_invoke(args: argparse.Namespace, invoke) -> float:
+    """The seconds of the first ``invoke()``, with the spinner: it is where kernels that no
+    disk cache holds are compiled (numba) or finalized (PoCL), once, and the backends say
+    which; the caller prints the time."""
+    with progress(f"first run of {Path(args.model).name}", done_line=False):
+        return _timed(invoke)
+
+
 def _print_placement(report: DelegationReport) -> None:
     print(f"subgraph {report.subgraph}: {report.counts()}")
     if report.placement:
@@ -314,11 +394,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     for note in notes:
         print(note)
     start = time.perf_counter()
-    if target.prepare(values):   # compiled again for the new shapes: that is compile time too
+    if _prepare(target, values):   # compiled again for the new shapes: that is compile time too
         print(f"compiling for the new input shapes: done in {time.perf_counter() - start:.2f}s")
     # The first invoke is where kernels not in a disk cache are JIT-compiled (numba) or
     # finalized (PoCL): it is reported apart from the steady-state time of a second one.
-    first = _timed(target.invoke)
+    first = _first_invoke(args, target.invoke)
     outputs = [(name, index, np.array(y)) for name, index, y in target.outputs()]
     warm = _timed(target.invoke)
     _print_placement(target.report())
@@ -342,8 +422,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
     interp = _make_interpreter(args)
     target = _target(interp, None)
     values, _ = _inputs(args, target, arrays)
-    target.prepare(values)
-    first = _timed(target.invoke)
+    _prepare(target, values)
+    first = _first_invoke(args, target.invoke)
     print(f"first invoke (JIT compilation + run): {first:.2f}s; the disk caches now hold this model's kernels")
     _print_placement(target.report())
     return 0
@@ -454,8 +534,8 @@ def _summary(times: np.ndarray) -> str:
             f"p90 {np.percentile(ms, 90):.3f}, p99 {np.percentile(ms, 99):.3f} ({len(ms)} runs)")
 
 
-def _time_invokes(invoke, runs: int, warmup: int) -> tuple[float, float, np.ndarray]:
-    first = _timed(invoke)
+def _time_invokes(invoke, runs: int, warmup: int, time_first=_timed) -> tuple[float, float, np.ndarray]:
+    first = time_first(invoke)
     warm = [_timed(invoke) for _ in range(warmup)]
     times = np.array([_timed(invoke) for _ in range(runs)])
     return first, float(np.mean(warm)) if warm else first, times
@@ -476,11 +556,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
     # Like benchmark_model, time invoke() alone unless a signature is asked for.
     target = _target(interp, args.signature) if args.signature else _Tensors(interp, "the main subgraph")
     inputs, _ = _inputs(args, target, arrays)
-    target.prepare(inputs)
-    first, warm, times = _time_invokes(target.invoke, args.num_runs, args.warmup_runs)
+    _prepare(target, inputs)
+    first, warm, times = _time_invokes(target.invoke, args.num_runs, args.warmup_runs,
+                                       time_first=lambda invoke: _first_invoke(args, invoke))
     report = target.report()
     backend = ",".join(args.backend or ["cpu"])
-    print(f"litegpu {__version__} [{backend}] {Path(args.model).name}, threads {args.num_threads}")
+    threads = _cpu_threads(interp)
+    print(f"litegpu {__version__} [{backend}] {Path(args.model).name}, threads {threads}"
+          + (" (the cpu backend's default)" if args.num_threads == -1 else ""))
     print(f"  init {init * 1e3:.1f} ms, first inference {first * 1e3:.3f} ms (includes JIT compilation), "
           f"warmup avg {warm * 1e3:.3f} ms")
     print(f"  steady state: {_summary(times)}")
@@ -493,8 +576,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.profile or args.trace:
         _profile_runs(args, target.invoke)
     if args.compare_litert:
-        return _compare_litert(args, target, inputs, float(np.median(times)))
+        return _compare_litert(args, target, inputs, float(np.median(times)), threads)
     return 0
+
+
+def _cpu_threads(interp) -> int:
+    """The threads litegpu's cpu backend runs with: ``--num-threads``, or for -1 the count
+    the session chose (its default), read back so that LiteRT can be given the same."""
+    return interp._session.options.num_threads
 
 
 def _profile_runs(args: argparse.Namespace, invoke) -> None:
@@ -522,9 +611,13 @@ def _litert_interpreter():
     return Interpreter
 
 
-def _compare_litert(args: argparse.Namespace, target, inputs, ours: float) -> int:
-    """Time LiteRT (XNNPACK, same thread count) against litegpu on the same inputs and print
-    both medians, their ratio and the output error.
+def _compare_litert(args: argparse.Namespace, target, inputs, ours: float, threads: int) -> int:
+    """Time LiteRT (XNNPACK, on ``threads``, litegpu's cpu thread count) against litegpu on
+    the same inputs and print both medians, their ratio and the output error.
+
+    The same count on both sides, -1 included: LiteRT's own default is one thread
+    (``Interpreter(num_threads=None)`` passes 1; benchmark_model's -1 leaves XNNPACK without
+    a thread pool), litegpu's is several, and two defaults would compare thread counts.
 
     The two are timed in alternating blocks of ``--num-runs`` invokes, never invoke by
     invoke: interleaved calls make the two thread pools fight over the cores and slow
@@ -533,7 +626,7 @@ def _compare_litert(args: argparse.Namespace, target, inputs, ours: float) -> in
     ``_COMPARE_ROUNDS`` blocks, and each figure is its best block median, the least
     disturbed by whatever else runs on the machine.
     """
-    ref = _litert_interpreter()(model_path=args.model, num_threads=max(args.num_threads, 1))
+    ref = _litert_interpreter()(model_path=args.model, num_threads=threads)
     ref.allocate_tensors()
     if isinstance(target, _Signature):
         runner = ref.get_signature_runner(target.key)
@@ -558,7 +651,7 @@ def _compare_litert(args: argparse.Namespace, target, inputs, ours: float) -> in
             best_times, theirs = times, float(np.median(times))
         if block < _COMPARE_ROUNDS - 1:
             ours = min(ours, float(np.median(_time_invokes(target.invoke, args.num_runs, 0)[2])))
-    print(f"LiteRT (XNNPACK) steady state: {_summary(best_times)}")
+    print(f"LiteRT (XNNPACK, threads {threads}) steady state: {_summary(best_times)}")
     print(f"  {_COMPARE_ROUNDS} alternating blocks of {args.num_runs} runs each, best block median: "
           f"litegpu {ours * 1e3:.3f} ms, LiteRT {theirs * 1e3:.3f} ms")
     worst = 0.0
@@ -601,6 +694,19 @@ def cmd_backends(args: argparse.Namespace) -> int:
 
 
 # -- the parser ------------------------------------------------------------------------
+def default_num_threads() -> int:
+    """``--num-threads``'s default: the CPUs this process may run on.
+
+    The affinity mask where the OS has one (``taskset``, a container's cpuset or a batch
+    scheduler narrow it; ``os.cpu_count()`` would count CPUs the process cannot use and
+    oversubscribe them), else every CPU.
+    """
+    try:
+        return max(len(os.sched_getaffinity(0)), 1)
+    except (AttributeError, OSError):   # no affinity on macOS and Windows
+        return max(os.cpu_count() or 1, 1)
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse with the CLI's one-line errors (exit code 2) instead of usage + error."""
 
@@ -624,6 +730,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="log at DEBUG level and print the traceback of internal errors")
 
     logging_flags(parser, False)
+    threads = default_num_threads()
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def model_command(name: str, help_: str) -> argparse.ArgumentParser:
@@ -632,8 +739,10 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("model", help="path of a .tflite model")
         p.add_argument("--backend", action="append", help="backend in order of preference (repeatable); "
                        "nodes it cannot run fall back to cpu")
-        p.add_argument("--num-threads", type=_int_at_least(1, also=(-1,)), default=2,
-                       help="cpu threads (default 2; -1: the backend's default)")
+        p.add_argument("--num-threads", type=_int_at_least(1, also=(-1,)), default=threads,
+                       help=f"cpu threads (default {threads}: the CPUs this process may use, its affinity "
+                       "mask where the OS has one, else every CPU; -1: the cpu backend's own default; "
+                       "bench --compare-litert gives LiteRT the same count)")
         p.add_argument("--input", nargs="*", metavar="NPY", help=".npy files, one per input, in the order of "
                        "the signature's (or the model's) inputs (default: seeded random)")
         p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")

@@ -22,6 +22,7 @@ from .graph import Model, Subgraph
 from .quant import variable_initial_value
 from .memory import ArenaPlan, Usage, plan_arena
 from .ops import DynamicShape, TensorSpec, get_op
+from . import progress
 from .partition import CPU, DelegationReport, assign
 from .profile import STATE as _PROFILING, run_profiled
 from .transfers import DeviceRunner
@@ -389,6 +390,7 @@ def _compile_logged(backend: Backend, part: Partition, options: CompileOptions, 
     cache) and how long it took. A result that is not a :class:`Program` is refused here,
     naming the backend: the core reads the program's optional members from the base class."""
     start = time.perf_counter()
+    progress.report(f"partition {index} ({backend.name}, {len(part.nodes)} nodes): compiling")
     program = backend.compile(part, options)
     if not isinstance(program, Program):
         raise PluginError(f"backend {backend.name!r}: compile() returned a {type(program).__module__}."

@@ -260,3 +260,55 @@ def test_a_shadowed_plugin_is_named_with_the_folder_to_delete(tmp_path) -> None:
     message = proc.stderr.splitlines()[-1]
     assert "no backend named 'cpu'" in message and f"hidden by {tmp_path / 'litegpu_cpu'}" in message
     assert "delete that folder" in message
+
+
+def test_num_threads_defaults_to_the_cpus_this_process_may_use(monkeypatch) -> None:
+    from litegpu.cli import build_parser, default_num_threads
+    expected = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    assert build_parser().parse_args(["run", "m.tflite"]).num_threads == expected == default_num_threads()
+    monkeypatch.delattr(os, "sched_getaffinity", raising=False)   # macOS, Windows
+    monkeypatch.setattr(os, "cpu_count", lambda: 3)
+    assert default_num_threads() == 3
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity on this OS")
+def test_num_threads_default_follows_a_narrowed_affinity_and_help_says_so() -> None:
+    """``taskset -c 0 litegpu ...``: one CPU allowed, one thread by default."""
+    code = (f"import os, sys; os.sched_setaffinity(0, {{{min(os.sched_getaffinity(0))}}}); "
+            "from litegpu.cli import main; sys.exit(main(['run', '--help']))")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    help_text = " ".join(res.stdout.split())
+    assert "cpu threads (default 1: the CPUs this process may use" in help_text
+
+
+@pytest.mark.parametrize("threads", ["3", "-1"])
+def test_bench_compare_litert_gives_litert_the_same_thread_count(files: Path, capsys, monkeypatch, threads) -> None:
+    import litegpu.cli as cli
+    from litegpu.session import Session
+    given: list = []
+    real = cli._litert_interpreter()
+
+    def recording(**kwargs):
+        given.append(kwargs["num_threads"])
+        return real(**kwargs)
+    monkeypatch.setattr(cli, "_litert_interpreter", lambda: recording)
+    used: list = []
+    init = Session.__init__
+
+    def spy(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        used.append(self.options.num_threads)
+    monkeypatch.setattr(Session, "__init__", spy)
+    assert main(["bench", str(files / "add.tflite"), "--num-runs", "3", "--warmup-runs", "0",
+                 "--num-threads", threads, "--compare-litert"]) == 0
+    out = capsys.readouterr().out
+    # LiteRT gets the count litegpu runs with; for -1 (each side's own default: litegpu's
+    # several threads, LiteRT's one) that is litegpu's default, not 1.
+    assert given == used[-1:]
+    if threads == "3":
+        assert given == [3]
+    header = next(line for line in out.splitlines() if line.startswith("litegpu "))
+    suffix = " (the cpu backend's default)" if threads == "-1" else ""
+    assert header.endswith(f"threads {given[0]}{suffix}")
+    assert f"LiteRT (XNNPACK, threads {given[0]})" in out

@@ -58,8 +58,10 @@ class CpuBackend(Backend):
         return fusion_runs(nodes, outputs)
 
     def compile(self, partition: Partition, options: CompileOptions) -> Program:
+        from .compile_progress import report_numba_compiles
         from .kernels.threads import configure_threads
         configure_threads(options.num_threads)
+        report_numba_compiles()   # most kernels compile in the first run: say which
         return CpuProgram(partition, options)
 
     def bind_control(self, control: Branch | Loop):

@@ -16,6 +16,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from litegpu import progress
 from litegpu.backend import CompileOptions, Event, Partition, Program
 from litegpu.errors import ExecutionError, InvalidArgumentError
 from litegpu.memory import Usage, plan_arena
@@ -26,7 +27,7 @@ from litegpu.codegen.nodegen import StoredTensor
 from litegpu.codegen.opencl import OPENCL
 from litegpu.codegen.render import assemble, build_failure, lifetimes, partition_kernels
 from .device import Device
-from .driver_caches import new_kernel
+from .driver_caches import POCL_PLATFORM, new_kernel
 
 log = logging.getLogger("litegpu.opencl")
 _ZERO = np.int32(0)
@@ -134,11 +135,12 @@ class ClProgram(Program):
         self.inputs = list(partition.inputs)
         self.outputs = list(partition.outputs)
         specs = partition.specs
+        progress.report(f"opencl: generating kernels for {len(partition.nodes)} nodes")
         step_kernels = partition_kernels(partition, self.precision)
         self.kernel_count = sum(len(k) for k in step_kernels)
         source, self.function_count = assemble(step_kernels, self.precision)
         try:
-            self.program, self.cache_hit = build_program(device, source, options)
+            self.program, self.cache_hit = build_program(device, source, options, self.function_count)
         except BuildFailed as exc:
             raise build_failure(partition, step_kernels, self.precision, OPENCL,
                                 lambda one: build_source(device, one), str(exc)) from None
@@ -234,6 +236,8 @@ class ClProgram(Program):
             if not isinstance(e, ClEvent):
                 e.wait()
         self._bind_all(inputs, outputs)
+        if self._refresh is not None:
+            return self._first_run(cl_wait)
         queue, enqueue = self.device.queue, self.cl.enqueue_nd_range_kernel
         event = None
         try:
@@ -242,8 +246,30 @@ class ClProgram(Program):
                 cl_wait = None
         except self.cl.Error as exc:
             raise ExecutionError(f"OpenCL launch failed: {exc}") from None
-        return self._finished(ClEvent(event if event is not None else
-                                      self.cl.enqueue_marker(queue, wait_for=cl_wait)))
+        return ClEvent(event if event is not None else self.cl.enqueue_marker(queue, wait_for=cl_wait))
+
+    def _first_run(self, cl_wait) -> ClEvent:
+        """:meth:`run` the first time after a build from source: every launch is waited for in
+        turn, saying which, since PoCL compiles each kernel for its launch sizes when it
+        first runs (mobilenet_v2: ~8 s on 2 cores) and a silent wait looks like a hang.
+        Then :meth:`_finished` stores the warmed binary."""
+        queue, enqueue = self.device.queue, self.cl.enqueue_nd_range_kernel
+        events = []
+        try:
+            for launch in self.launches:
+                events.append(enqueue(queue, launch.kernel, launch.global_size, launch.local_size,
+                                      wait_for=cl_wait))
+                cl_wait = None
+        except self.cl.Error as exc:
+            raise ExecutionError(f"OpenCL launch failed: {exc}") from None
+        what = "PoCL compiles each kernel (once, then cached)" \
+            if self.device.platform.name == POCL_PLATFORM else "the driver prepares each kernel"
+        for n, event in enumerate(events):
+            # The in-order queue runs launches one after another, so their events complete
+            # in order: the count moves as the driver gets through them.
+            progress.report(f"opencl: first launch {n + 1}/{len(events)}, {what}")
+            event.wait()
+        return self._finished(ClEvent(events[-1] if events else self.cl.enqueue_marker(queue, wait_for=cl_wait)))
 
     def run_profiled(self, inputs: Sequence[ClTensor], outputs: Sequence[ClTensor], wait_for: Sequence[Event],
                      profiler) -> Event:
@@ -276,6 +302,7 @@ class ClProgram(Program):
         the warmed binary (PoCL finalizes kernels on first use)."""
         if self._refresh is not None:
             event.wait()
+            progress.report("opencl: storing the compiled kernels in the kernel cache")
             store_warmed_binary(self.device, *self._refresh)
             self._refresh = None
         return event

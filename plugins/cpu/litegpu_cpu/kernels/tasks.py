@@ -47,6 +47,7 @@ from numba import cfunc, njit, prange, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from ..compile_progress import report_compile
 from .registry import in_order
 
 log = logging.getLogger(__name__)
@@ -97,6 +98,7 @@ class TaskFunction:
             # handed out.
             with _COMPILE_LOCK:
                 if not self._address:
+                    report_compile(self.fn.__name__)   # a cfunc raises no numba compile event
                     options = {"noalias": True} if NOALIAS else {}
                     # error_model="numpy": a callback cannot raise, so x / 0 is inf as in numpy.
                     compiled = cfunc(TASK_SIGNATURE, cache=True, fastmath=self.fastmath, error_model="numpy",
