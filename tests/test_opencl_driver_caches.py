@@ -3,13 +3,16 @@
 
 Each probe is a new process with its own cache directories (``LITEGPU_CACHE_DIR``,
 ``XDG_CACHE_HOME``, ``POCL_CACHE_DIR``), because PoCL and pyopencl read them once per
-process. Before the fix, these probes ended in SIGABRT (a damaged PoCL cache, in this
-run and every later one), "no devices" or a KernelBuildError blaming the kernel (a
-read-only PoCL cache), a raw OSError (read-only ``XDG_CACHE_HOME``) or a raw
-``sqlite3.DatabaseError`` (damaged pytools cache).
+process. Before the fix, these probes ended in SIGABRT, SIGSEGV or SIGBUS (a damaged
+PoCL cache, the user's own included, in this run and every later one), "no devices" or a
+KernelBuildError blaming the kernel (a read-only PoCL cache, or a damaged directory in
+it), a raw OSError (read-only ``XDG_CACHE_HOME``) or a raw ``sqlite3.DatabaseError``
+(damaged pytools cache).
 
 Read-only directories: permission bits do not bind root, so as root the directory is
 made a read-only bind mount (skipped, saying why, where mounting is not allowed).
+Unreadable ones: as root, the probe runs under setpriv without the capabilities that
+override file modes.
 """
 from __future__ import annotations
 
@@ -30,7 +33,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from litegpu_opencl import driver_caches
+from litegpu_opencl import driver_caches, pocl_cache_check
 
 CHILD = textwrap.dedent("""
     import json, logging, os, sys
@@ -38,7 +41,7 @@ CHILD = textwrap.dedent("""
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(name)s %(levelname)s %(message)s")
     from litegpu.testing.builder import ModelBuilder
     from litegpu.compiled_model import CompiledModel
-    from litegpu_opencl import driver_caches
+    from litegpu_opencl import driver_caches, pocl_cache_check
     b = ModelBuilder()
     x = b.input("x", (1, 4, 4, 8))
     k = b.const("c", np.full((1, 4, 4, 8), 3.0, np.float32))
@@ -59,9 +62,11 @@ EXPECTED = ((np.arange(128, dtype=np.float32) + 3) ** 2).tolist()
 CACHE_VARS = ("LITEGPU_CACHE_DIR", "XDG_CACHE_HOME", "POCL_CACHE_DIR", "PYOPENCL_NO_CACHE", "POCL_KERNEL_CACHE")
 
 
-def run_child(lg: Path | None, xdg: Path, pocl: Path | None = None, tmp: Path | None = None) -> tuple[dict, str]:
-    """The model run in a new process with these cache directories (None: variable unset)
-    and temp directory; its JSON result and its stderr. Fails unless it exited cleanly."""
+def run_child(lg: Path | None, xdg: Path, pocl: Path | None = None, tmp: Path | None = None,
+              wrapper: tuple[str, ...] = ()) -> tuple[dict, str]:
+    """The model run in a new process (its command line after ``wrapper``) with these cache
+    directories (None: variable unset) and temp directory; its JSON result and its stderr.
+    Fails unless it exited cleanly."""
     env = {k: v for k, v in os.environ.items() if k not in CACHE_VARS}
     env["XDG_CACHE_HOME"] = str(xdg)
     if tmp is not None:
@@ -70,7 +75,8 @@ def run_child(lg: Path | None, xdg: Path, pocl: Path | None = None, tmp: Path | 
         env["LITEGPU_CACHE_DIR"] = str(lg)
     if pocl is not None:
         env["POCL_CACHE_DIR"] = str(pocl)
-    proc = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([*wrapper, sys.executable, "-c", CHILD], env=env, capture_output=True, text=True,
+                          timeout=120)
     if proc.returncode < 0:
         pytest.fail(f"killed by {signal.Signals(-proc.returncode).name}:\n{proc.stderr[-3000:]}")
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -209,6 +215,259 @@ def test_read_only_xdg_cache_home(opencl, normal, tmp_path):
         result, stderr = run_child(None, xdg)
     works(result, normal[0])
     assert f"kernel-invoker cache directory {xdg / 'pytools'} is not writable" in stderr
+
+
+# -- a user's own POCL_CACHE_DIR -------------------------------------------------------------
+# What PoCL 3.1 keeps for the model's one program: <dir>/<AA>/<37 letters>/ holding program.bc,
+# last_accessed and <kernel>/<variant>/<kernel>.so (see litegpu_opencl.pocl_cache_check).
+# Each damage below made the next run on that directory end in SIGABRT, SIGSEGV or SIGBUS, or
+# fail its build, before litegpu checked the directory; now it costs that program a recompile
+# (or an unpack from litegpu's kernel cache) and a warning.
+@pytest.fixture(scope="module")
+def user_cache(pocl, tmp_path_factory) -> tuple[Path, Path]:
+    """A user's POCL_CACHE_DIR and the litegpu kernel cache beside it, after a cold run and a
+    warm one (each sealed what PoCL had written as it ended)."""
+    root = tmp_path_factory.mktemp("user")
+    for _ in range(2):
+        result, stderr = run_child(root / "lg", root / "xdg", root / "pocl")
+        assert result["out"] == EXPECTED and result["pocl_env"] == str(root / "pocl") and not result["scratch"]
+        assert "PoCL cache" not in stderr
+    return root / "pocl", root / "lg"
+
+
+def the_program(pocl_dir: Path) -> Path:
+    """The directory of the model's one program in a PoCL cache."""
+    (program,) = [p for p in pocl_dir.glob("*/*") if p.is_dir() and len(p.name) == 37]
+    return program
+
+
+def used_kernel(program: Path) -> Path:
+    """A kernel binary the run loads (PoCL's "0-0-0" variant is built for binaries only)."""
+    return sorted(p for p in program.glob("*/*/*.so") if p.parent.name != "0-0-0")[0]
+
+
+TARGETS = {
+    "program.bc": lambda program: program / "program.bc",
+    "kernel.so": used_kernel,
+    "variant-dir": lambda program: used_kernel(program).parent,
+    "kernel-dir": lambda program: used_kernel(program).parent.parent,
+    "program-dir": lambda program: program,
+    "prefix-dir": lambda program: program.parent,
+}
+
+
+def damage_file(f: Path, how: str) -> None:
+    size = f.stat().st_size
+    if how == "truncated":
+        os.truncate(f, size // 2)
+    elif how == "empty":
+        os.truncate(f, 0)
+    elif how == "zeroed":
+        f.write_bytes(bytes(size))
+    elif how == "garbage":
+        f.write_bytes(os.urandom(size))
+    elif how == "garbage-tail":   # its size kept
+        f.write_bytes(f.read_bytes()[:size // 2] + os.urandom(size - size // 2))
+    elif how == "a-directory":
+        f.unlink()
+        f.mkdir()
+    else:
+        raise ValueError(how)
+
+
+def damage_dir(d: Path, how: str) -> None:
+    if how == "a-file":
+        shutil.rmtree(d)
+        d.write_bytes(os.urandom(256))
+    elif how == "unreadable":
+        d.chmod(0)
+    else:
+        raise ValueError(how)
+
+
+def without_root_powers() -> tuple[str, ...]:
+    """A command prefix under which file modes bind this process: nothing for a user; for
+    root, setpriv dropping the capabilities that override them (skips where it cannot)."""
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        return ()
+    if shutil.which("setpriv") is None:
+        pytest.skip("as root, an unreadable file needs setpriv (util-linux) to drop CAP_DAC_OVERRIDE")
+    caps = "-dac_override,-dac_read_search"
+    return ("setpriv", f"--inh-caps={caps}", f"--bounding-set={caps}")
+
+
+def user_copy(user_cache: tuple[Path, Path], tmp_path: Path, warm: bool, sealed: bool = False) -> tuple[Path, Path]:
+    """A copy of the user's PoCL cache (its seals removed unless ``sealed``: as a process
+    left it that was killed, or another program using PoCL) and a litegpu cache (a copy of
+    the warm one, or an empty one: PoCL then builds from source)."""
+    pocl_dir, lg = user_cache
+    shutil.copytree(pocl_dir, tmp_path / "pocl", copy_function=shutil.copy2)
+    if not sealed:
+        for seal in (tmp_path / "pocl").rglob(pocl_cache_check.SEAL_NAME):
+            seal.unlink()
+    if warm:
+        shutil.copytree(lg, tmp_path / "lg")
+    return tmp_path / "pocl", tmp_path / "lg"
+
+
+def identities(program: Path) -> dict[str, tuple[int, int]]:
+    """(inode, mtime) of each file PoCL wrote for the program: a recompile or an unpack changes them."""
+    skip = {"last_accessed", pocl_cache_check.SEAL_NAME}
+    return {str(f.relative_to(program)): (f.stat().st_ino, f.stat().st_mtime_ns)
+            for f in program.rglob("*") if f.is_file() and f.name not in skip}
+
+
+FILE_DAMAGES = ["truncated", "empty", "zeroed", "garbage", "garbage-tail", "a-directory"]
+DAMAGES = ([("program.bc", how, "warm") for how in FILE_DAMAGES if how != "a-directory"]
+           + [("program.bc", "a-directory", "cold")]   # warm, PoCL never reads it
+           + [("kernel.so", how, "warm") for how in FILE_DAMAGES]
+           + [(d, how, "warm") for d in ("variant-dir", "kernel-dir", "program-dir", "prefix-dir")
+              for how in ("a-file", "unreadable")]
+           + [("program.bc", "garbage", "cold"), ("kernel.so", "truncated", "cold"),
+              ("kernel-dir", "a-file", "cold")])
+
+
+# One damage of each part of a program runs by default (a subprocess each, ~3 s); the
+# in-process structure checks below see every damage of every file; -m slow runs them all.
+DEFAULT_DAMAGES = {("program.bc", "truncated", "warm"), ("kernel.so", "garbage-tail", "warm"),
+                   ("program-dir", "unreadable", "warm"), ("kernel-dir", "a-file", "cold")}
+
+
+@pytest.mark.parametrize("target,how,litegpu_cache", [
+    pytest.param(*d, id="-".join(d), marks=() if d in DEFAULT_DAMAGES else pytest.mark.slow) for d in DAMAGES])
+def test_damaged_user_pocl_cache(user_cache, tmp_path, target, how, litegpu_cache):
+    """The user's PoCL cache damaged one way; the model runs, correctly, with litegpu's
+    kernel cache warm (PoCL unpacks the program again) or cold (PoCL compiles it again), and a
+    warning names what was moved aside. Before, SIGABRT, SIGSEGV, SIGBUS or a failed build."""
+    pocl_dir, lg = user_copy(user_cache, tmp_path, warm=litegpu_cache == "warm")
+    program = the_program(pocl_dir)
+    victim = TARGETS[target](program)
+    moved = program.parent if target == "prefix-dir" else program
+    if target.endswith("-dir"):
+        damage_dir(victim, how)
+    else:
+        damage_file(victim, how)
+    wrapper = without_root_powers() if how == "unreadable" else ()
+    result, stderr = run_child(lg, tmp_path / "xdg", pocl_dir, wrapper=wrapper)
+    works(result, EXPECTED)
+    assert f"PoCL cache: {moved} is damaged (" in stderr, stderr
+    assert result["pocl_env"] == str(pocl_dir) and not result["scratch"]   # the user's directory, still
+    pocl_cache_check.check_program(str(the_program(pocl_dir)))   # written again, whole
+    assert not [p for p in pocl_dir.rglob("*") if pocl_cache_check.DAMAGED_MARK in p.name]
+
+
+def test_after_a_damaged_program_the_next_run_is_warm(user_cache, tmp_path):
+    """Once the damaged program is moved aside and written again, the next run finds it
+    healthy: nothing moved, nothing compiled or unpacked again."""
+    pocl_dir, lg = user_copy(user_cache, tmp_path, warm=True)
+    damage_file(used_kernel(the_program(pocl_dir)), "garbage")
+    _, stderr = run_child(lg, tmp_path / "xdg", pocl_dir)
+    assert "is damaged" in stderr
+    before = identities(the_program(pocl_dir))
+    result, stderr = run_child(lg, tmp_path / "xdg", pocl_dir)
+    works(result, EXPECTED)
+    assert "PoCL cache" not in stderr and identities(the_program(pocl_dir)) == before
+
+
+@pytest.mark.parametrize("sealed", [True, False], ids=["sealed", "unsealed"])
+def test_healthy_user_pocl_cache_is_used_as_it_is(user_cache, tmp_path, sealed):
+    """A healthy POCL_CACHE_DIR (sealed by litegpu, or not: written by another program) is
+    PoCL's on a warm start: no warning, no file of PoCL's written again; the check seals it."""
+    pocl_dir, lg = user_copy(user_cache, tmp_path, warm=True, sealed=sealed)
+    program = the_program(pocl_dir)
+    before = identities(program)
+    result, stderr = run_child(lg, tmp_path / "xdg", pocl_dir)
+    works(result, EXPECTED)
+    assert result["pocl_env"] == str(pocl_dir) and "PoCL cache" not in stderr
+    assert identities(program) == before
+    assert (program / pocl_cache_check.SEAL_NAME).is_file()
+
+
+def test_sealed_program_damaged_in_its_middle(user_cache, tmp_path):
+    """Garbage inside a sealed kernel binary, its ELF headers intact (before: SIGSEGV): the
+    seal's checksum finds what no look at the structure could."""
+    pocl_dir, lg = user_copy(user_cache, tmp_path, warm=True, sealed=True)
+    kernel = used_kernel(the_program(pocl_dir))
+    data = bytearray(kernel.read_bytes())
+    data[len(data) // 4:len(data) // 4 + 2000] = os.urandom(2000)
+    kernel.write_bytes(bytes(data))
+    assert pocl_cache_check.elf_problem(bytes(data)) is None   # its structure tells nothing
+    result, stderr = run_child(lg, tmp_path / "xdg", pocl_dir)
+    works(result, EXPECTED)
+    assert "changed since litegpu last checked it" in stderr
+
+
+@pytest.mark.parametrize("target", ["program.bc", "kernel.so"])
+@pytest.mark.parametrize("how", ["removed", "unreadable"])
+def test_missing_or_unreadable_user_pocl_files(user_cache, tmp_path, target, how):
+    """A file of PoCL's missing or unreadable: PoCL itself survives these (it writes the file
+    again); an unreadable one litegpu cannot check, so it moves the program aside too."""
+    pocl_dir, lg = user_copy(user_cache, tmp_path, warm=True)
+    victim = TARGETS[target](the_program(pocl_dir))
+    if how == "removed":
+        victim.unlink()
+    else:
+        victim.chmod(0)
+    wrapper = without_root_powers() if how == "unreadable" else ()
+    result, stderr = run_child(lg, tmp_path / "xdg", pocl_dir, wrapper=wrapper)
+    works(result, EXPECTED)
+    assert ("is damaged" in stderr) == (how == "unreadable"), stderr
+    assert TARGETS[target](the_program(pocl_dir)).is_file()
+
+
+def test_damage_that_cannot_be_moved_aside(user_cache, tmp_path):
+    """A damaged program in a directory litegpu cannot change (a read-only two-letter
+    directory): PoCL would abort, so this process gets a scratch directory, with a warning."""
+    pocl_dir, lg = user_copy(user_cache, tmp_path, warm=True)
+    program = the_program(pocl_dir)
+    damage_file(program / "program.bc", "truncated")
+    with read_only(program.parent):
+        result, stderr = run_child(lg, tmp_path / "xdg", pocl_dir)
+    works(result, EXPECTED)
+    assert f"POCL_CACHE_DIR={pocl_dir} holds damaged programs that cannot be moved aside" in stderr
+    assert result["scratch"] and result["pocl_env"] == str(pocl_dir)
+
+
+# -- the checks, in this process -------------------------------------------------------------
+def test_a_users_own_context_gets_its_pocl_cache_checked(user_cache, tmp_path, monkeypatch, opencl):
+    """A pyopencl context of the user's (Environment.create(opencl_context=...)): PoCL took its
+    directory already, but a damaged program in it is moved aside before litegpu builds."""
+    from litegpu_opencl.device import Device, default_device
+    pocl_dir, _ = user_copy(user_cache, tmp_path, warm=False)
+    program = the_program(pocl_dir)
+    damage_file(TARGETS["program.bc"](program), "truncated")
+    monkeypatch.setenv("POCL_CACHE_DIR", str(pocl_dir))
+    Device.from_user(default_device().context)
+    assert not program.exists()
+    assert pocl_cache_check.check_cache(str(pocl_dir)) is None
+
+
+
+@pytest.mark.parametrize("target", ["program.bc", "kernel.so"])
+@pytest.mark.parametrize("how", [h for h in FILE_DAMAGES if h != "a-directory"])
+def test_structure_checks_find_each_damage(user_cache, tmp_path, target, how):
+    """Each damage to an unsealed file is found by its structure (bitcode blocks that do not
+    fill the file, ELF tables outside it), and a healthy file passes."""
+    original = TARGETS[target](the_program(user_cache[0]))
+    assert pocl_cache_check.content_problem(original.name, original.read_bytes()) is None
+    copy = tmp_path / original.name
+    shutil.copyfile(original, copy)
+    damage_file(copy, how)
+    assert pocl_cache_check.content_problem(copy.name, copy.read_bytes()) is not None
+
+
+def test_check_seals_and_then_only_stats(user_cache, tmp_path, monkeypatch):
+    """A first check reads every file and seals them; the next reads no file of PoCL's."""
+    pocl_dir, _ = user_copy(user_cache, tmp_path, warm=False)
+    program = the_program(pocl_dir)
+    assert pocl_cache_check.check_cache(str(pocl_dir)) is None
+    seal = json.loads((program / pocl_cache_check.SEAL_NAME).read_text())["files"]
+    assert "program.bc" in seal and any(name.endswith(".so") for name in seal)
+
+    def no_reading(*args, **kwargs):
+        raise AssertionError("a sealed, unchanged file was read again")
+    monkeypatch.setattr(pocl_cache_check, "_verified", no_reading)
+    assert pocl_cache_check.check_cache(str(pocl_dir)) is None
 
 
 # -- pyopencl ------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ around them. PoCL's and pyopencl's own caches are made safe as the device is ope
 """
 from __future__ import annotations
 
+import logging
 import os
 from functools import cached_property
 from typing import Any
@@ -22,6 +23,7 @@ from litegpu.errors import BackendUnavailableError, InvalidArgumentError
 
 from . import driver_caches
 
+log = logging.getLogger("litegpu.opencl")
 PLATFORM_ENV = "LITEGPU_OPENCL_PLATFORM"
 DEVICE_ENV = "LITEGPU_OPENCL_DEVICE"
 
@@ -113,6 +115,13 @@ class Device:
             queue = cl.CommandQueue(context)
         if queue.context != context:
             raise BackendUnavailableError("the OpenCL queue given does not belong to the context given")
+        given = os.environ.get(driver_caches.POCL_CACHE_ENV)
+        if given and any(driver_caches.is_pocl(d.platform) for d in context.devices):
+            # PoCL took its cache directory when the user's context was made; its damaged
+            # programs can still be moved aside before our builds read them.
+            problem = driver_caches.user_cache_problem(given)
+            if problem is not None:
+                log.warning("PoCL cache %s %s", given, problem)
         return cls(context, queue)
 
     # -- what the device can do -----------------------------------------------------------

@@ -5,11 +5,10 @@ What they do when left alone (measured with PoCL 3.1 and pyopencl 2026.1):
 - PoCL keeps every program it builds in ``$POCL_CACHE_DIR`` (else ``$XDG_CACHE_HOME/pocl/kcache``)
   and prefers that copy to anything it is handed: a truncated or garbage file there aborts
   the process (SIGABRT: an assertion in ``pocl_llvm_build.cc`` / ``pocl_llvm_wg.cc``, or a
-  failed dlopen of a kernel's ``.so``), in that run and every later one, even when the
-  program comes from litegpu's verified kernel cache. A directory it cannot create means
-  "no devices"; an existing read-only one fails every build, reported as the kernel's
-  fault. Nothing in its files says whether they are whole, so damage cannot be found
-  before PoCL reads it.
+  failed dlopen of a kernel's ``.so``; SIGSEGV, SIGBUS), in that run and every later one,
+  even when the program comes from litegpu's verified kernel cache (the full list of what
+  it trips on: :mod:`.pocl_cache_check`). A directory it cannot create means "no devices";
+  an existing read-only one fails every build, reported as the kernel's fault.
 - pyopencl keeps its kernel invokers in a pytools sqlite file under
   ``$XDG_CACHE_HOME/pytools``, opened at the first kernel object: an unwritable directory
   raises a raw ``OSError``, a damaged file ``sqlite3.DatabaseError``. (Its binary cache,
@@ -33,10 +32,14 @@ What litegpu does instead:
   around that and put back afterwards: child processes inherit the user's environment,
   not a directory that goes away with this process. (An application that listed PoCL's
   devices itself before litegpu did keeps the directory PoCL chose then.)
-- A ``POCL_CACHE_DIR`` the user set is theirs (a persistent PoCL cache: the ~70 ms back,
-  at the risk above) and is used as it is, once it is checked to be writable; when it is
-  not, PoCL would fail as above, so this process uses a scratch directory instead, with
-  one warning. What is inside it cannot be checked (see above).
+- A ``POCL_CACHE_DIR`` the user set is theirs (a persistent PoCL cache: the ~70 ms back)
+  and PoCL keeps using it, once it is checked to be writable and every damaged program in
+  it is moved aside, with a warning naming it (:mod:`.pocl_cache_check`: PoCL compiles
+  that program again; healthy ones are not touched). That check costs a warm start ~1-3 ms
+  per program in the directory (a stat per file: what was verified before is sealed), and
+  is made once more at exit, to seal what PoCL wrote meanwhile. When the directory is not
+  writable, or damage in it cannot be moved aside, PoCL would fail as above, so this
+  process uses a scratch directory instead, with one warning.
 - pyopencl's invoker cache is checked before the first kernel object is made; when its
   directory is not writable, or opening or reading it fails, pyopencl runs without it
   (``PYOPENCL_NO_CACHE``'s switch), with one warning naming the file and how to clear it.
@@ -66,6 +69,8 @@ from typing import Any, Iterator
 
 from litegpu import env
 
+from . import pocl_cache_check
+
 log = logging.getLogger("litegpu.opencl")
 
 POCL_PLATFORM = "Portable Computing Language"
@@ -78,6 +83,8 @@ _SCRATCH_NAME = re.compile(rf"^(?:{TEMP_PREFIX})?{SCRATCH_PREFIX}(\d+)-([0-9a-f]
 
 # This process's scratch directory, or why it has none; decided once (PoCL reads it once).
 _scratch: tuple[str | None, str] | None = None
+# The user's POCL_CACHE_DIRs checked in this process: directory -> why unusable, or None.
+_user_checked: dict[str, str | None] = {}
 _pyopencl_checked = False
 
 
@@ -212,6 +219,40 @@ def is_pocl(platform: Any) -> bool:
         return False
 
 
+def user_cache_problem(directory: str) -> str | None:
+    """None when the user's ``POCL_CACHE_DIR`` can be handed to PoCL: writable, with every
+    damaged program in it moved aside (see :mod:`.pocl_cache_check`); else why not, for a
+    warning. Checked once per process and directory (PoCL reads it once)."""
+    key = os.path.abspath(directory)
+    if key not in _user_checked:
+        instead = "so it gets a directory of litegpu's in this process"
+        problem = writable(directory)
+        if problem is not None:
+            why = (f"is not usable ({problem}): PoCL would list no devices or fail every build, {instead}; "
+                   f"make that one writable or unset {POCL_CACHE_ENV}")
+        else:
+            problem = pocl_cache_check.check_cache(directory)
+            why = None if problem is None else (
+                f"holds damaged programs that cannot be moved aside ({problem}): PoCL would abort on them, "
+                f"{instead}; delete them or unset {POCL_CACHE_ENV}")
+            if why is None:
+                atexit.register(_seal_at_exit, directory, os.getpid())
+        _user_checked[key] = why
+    return _user_checked[key]
+
+
+def _seal_at_exit(directory: str, owner: int) -> None:
+    """Check the user's PoCL cache once more as this process ends: what PoCL wrote in it
+    meanwhile is sealed while it is fresh (see :mod:`.pocl_cache_check`), so later damage to
+    it shows at the next start even where its structure survives."""
+    if os.getpid() != owner:   # a forked child: its parent seals
+        return
+    try:
+        pocl_cache_check.check_cache(directory)
+    except Exception as exc:   # never a traceback at exit for a cache that only saves time
+        log.debug("PoCL cache %s: not sealed at exit (%s: %s)", directory, type(exc).__name__, exc)
+
+
 @contextmanager
 def pocl_cache(platforms: list) -> Iterator[str]:
     """Around the first listing of ``platforms``' devices (when PoCL reads its variables):
@@ -222,13 +263,11 @@ def pocl_cache(platforms: list) -> Iterator[str]:
         return
     given = os.environ.get(POCL_CACHE_ENV)
     if given:
-        problem = writable(given)
+        problem = user_cache_problem(given)
         if problem is None:
             yield ""
             return
-        log.warning("%s=%s is not usable (%s): PoCL would list no devices or fail every build, so it "
-                    "gets a directory of litegpu's in this process; make that one writable or unset %s",
-                    POCL_CACHE_ENV, given, problem, POCL_CACHE_ENV)
+        log.warning("%s=%s %s", POCL_CACHE_ENV, given, problem)
     path, why = scratch_dir()
     if path is None:
         yield why
