@@ -10,7 +10,9 @@ from litegpu.errors import BackendUnavailableError
 from litegpu.graph import Model
 
 from . import planning
+from .dialect import Dialect
 from .dialects import DIALECTS
+from .wgsl import WgslDialect
 
 T = TypeVar("T")
 
@@ -33,9 +35,10 @@ class CodegenBackend(Backend):
     """A GPU backend whose kernels :mod:`litegpu.codegen` renders in its :attr:`dialect`.
 
     It takes the nodes the kernels render and groups them as the kernels fuse
-    (:mod:`.planning`); it is available when :meth:`open_device` opens the device. A
-    subclass sets ``name``, ``dialect`` and ``gpu_priority`` and adds the runtime:
-    ``open_device``, ``compile``, device memory and copies.
+    (:mod:`.planning`), both in :meth:`dialect_object`; it is available when
+    :meth:`open_device` opens the device. A subclass sets ``name``, ``dialect`` and
+    ``gpu_priority`` and adds the runtime: ``open_device``, ``compile``, device memory and
+    copies.
     """
 
     is_gpu = True
@@ -59,9 +62,18 @@ class CodegenBackend(Backend):
         except BackendUnavailableError as exc:
             return {"error": str(exc)}
 
+    def dialect_object(self) -> Dialect | WgslDialect:
+        """The dialect this backend's kernels render in: ``DIALECTS[self.dialect]``.
+
+        A backend whose device sets one of the dialect's limits returns its own copy (WebGPU
+        asks its device for more storage buffers per stage than WGSL's 8, so its kernels may
+        bind as many: ``dataclasses.replace(WGSL, max_buffers=...)``); planning
+        (:meth:`supports`, :meth:`schedule`) and rendering then use that copy."""
+        return DIALECTS[self.dialect]
+
     def supports(self, node: NodeContext, model: Model) -> Support:
-        return planning.supports(node, model, DIALECTS[self.dialect])
+        return planning.supports(node, model, self.dialect_object())
 
     def schedule(self, nodes: list[NodeContext], outputs: list[int]) -> list[list[int]]:
         """Each producer with the elementwise nodes folded into its kernel (see :mod:`.fusion`)."""
-        return planning.schedule(nodes, outputs, DIALECTS[self.dialect])
+        return planning.schedule(nodes, outputs, self.dialect_object())

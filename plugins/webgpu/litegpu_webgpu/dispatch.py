@@ -1,0 +1,114 @@
+"""Launches and their submission: one command encoder, one compute pass, one submit per run.
+
+A :class:`Launch` is one kernel with its pipeline, the groups it dispatches and what each
+of its bindings covers (a buffer, an offset, a size). Its bind group is made when first
+needed and again only when a binding changes (a run binding other input or output
+tensors). :func:`submit` records every launch of a run into one compute pass (WebGPU
+orders the dispatches of a pass: each sees what the one before wrote), ends the command
+buffer with the fence copy (see :mod:`.fence`) and submits it once.
+
+:func:`run_kernels` runs rendered kernels on given device tensors without a partition:
+what a program does per run, for tests and tools.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Sequence
+
+from litegpu.codegen.nodegen import KernelSpec
+from litegpu.codegen.wgsl import launch as launch_size
+from litegpu.errors import InvalidArgumentError, UnsupportedError
+
+from .fence import FENCE_BYTES, WebGpuEvent
+from .pipelines import Pipeline
+from .tensor import WgpuTensor
+
+if TYPE_CHECKING:
+    from .device import Device
+
+
+@dataclass(frozen=True)
+class Binding:
+    """What one binding covers: ``size`` bytes of ``buffer`` from byte ``offset``."""
+
+    buffer: Any
+    offset: int
+    size: int
+
+
+class Launch:
+    """One dispatch of a kernel (see the module docstring)."""
+
+    __slots__ = ("pipeline", "groups", "bindings", "io", "name", "nodes", "_group")
+
+    def __init__(self, pipeline: Pipeline, groups: tuple[int, int, int], bindings: list[Binding | None],
+                 io: list[tuple[int, int]] = (), name: str = "", nodes: Sequence = ()) -> None:
+        self.pipeline = pipeline
+        self.groups = groups
+        self.bindings = bindings     # per binding; None for an I/O tensor not bound yet
+        self.io = list(io)           # [(binding, tensor index)] bound per run
+        self.name = name
+        self.nodes = nodes           # the NodeContexts of the step it belongs to
+        self._group: Any = None
+
+    def bind(self, position: int, binding: Binding) -> None:
+        """Point binding ``position`` at ``binding`` (the bind group is made again when used)."""
+        if self.bindings[position] != binding:
+            self.bindings[position] = binding
+            self._group = None
+
+    def bind_group(self, device: "Device") -> Any:
+        """The bind group of the current bindings."""
+        if self._group is None:
+            entries = [{"binding": j, "resource": {"buffer": b.buffer, "offset": b.offset, "size": b.size}}
+                       for j, b in enumerate(self.bindings)]
+            self._group = device.device.create_bind_group(layout=self.pipeline.layout, entries=entries)
+        return self._group
+
+
+def groups_of(spec: KernelSpec, device: "Device") -> tuple[int, int, int]:
+    """The groups ``spec`` dispatches along each axis; UnsupportedError past the device's limit."""
+    _, groups, _ = launch_size(spec.global_size, spec.local_size)
+    limit = int(device.limits["max-compute-workgroups-per-dimension"])
+    if max(groups) > limit:
+        raise UnsupportedError(f"the kernel dispatches {groups} groups; {device.name} allows {limit} per dimension")
+    return groups
+
+
+def submit(device: "Device", launches: Sequence[Launch]) -> WebGpuEvent:
+    """Record ``launches`` into one command buffer and submit it; the event of its completion."""
+    with device.calls("running a partition"):
+        fence = device.fences.acquire()
+        encoder = device.device.create_command_encoder()
+        if launches:
+            compute = encoder.begin_compute_pass()
+            for launch in launches:
+                compute.set_pipeline(launch.pipeline.pipeline)
+                compute.set_bind_group(0, launch.bind_group(device))
+                compute.dispatch_workgroups(*launch.groups)
+            compute.end()
+        encoder.copy_buffer_to_buffer(device.fences.source(), 0, fence, 0, FENCE_BYTES)
+        device.queue.submit([encoder.finish()])
+        return device.fences.track(fence)
+
+
+def run_kernels(device: "Device", kernels: Sequence[tuple[KernelSpec, Sequence[WgpuTensor]]]) -> WebGpuEvent:
+    """Run each WGSL kernel on its tensors (one per binding, in order) as one submission.
+
+    No partition and no arena: the caller owns the tensors (from
+    :func:`litegpu_webgpu.tensor.new_tensor` or ``Backend.wrap``). A tensor may be a view at
+    an offset of a larger buffer (a multiple of the device's offset alignment). Raises
+    ``BuildFailed`` for a kernel that does not build."""
+    launches = []
+    for spec, tensors in kernels:
+        pipeline = device.pipelines.get(spec.source)
+        if len(tensors) != len(pipeline.writes):
+            raise InvalidArgumentError(f"the kernel binds {len(pipeline.writes)} tensors, {len(tensors)} given")
+        for t in tensors:
+            if t.offset % device.offset_alignment:
+                raise InvalidArgumentError(f"a binding offset of {t.offset} bytes is not a multiple of "
+                                           f"{device.offset_alignment} (minStorageBufferOffsetAlignment)")
+        bindings = [Binding(t.buffer, t.offset, t.binding_size) for t in tensors]
+        if all(g > 0 for g in spec.global_size):
+            launches.append(Launch(pipeline, groups_of(spec, device), bindings))
+    return submit(device, launches)
