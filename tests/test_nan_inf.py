@@ -3,8 +3,11 @@ and invoking a model again on the same inputs gives the same bits, from the firs
 
 LiteRT (x86-64, XNNPACK) is the oracle, quirks included: its clamps (fused activations,
 RELU ops) let NaN through, while its pools turn NaN into a bound or drop it depending on
-the window (see "NaN in pools" in :mod:`litegpu.ops.nn`), and MAXIMUM/MINIMUM keep the
-NaN of whichever operand XNNPACK puts second (:func:`litegpu.ops.elementwise.max_min_swapped`).
+the window (see "NaN in pools" in :mod:`litegpu.ops.nn`), MAXIMUM/MINIMUM keep the
+NaN of whichever operand XNNPACK puts second (:func:`litegpu.ops.elementwise.max_min_swapped`),
+REDUCE_MAX/MIN keep a NaN only as the last element folded (:func:`litegpu.ops.reduce.x86_extreme`),
+RESIZE_BILINEAR turns an infinite tap into NaN even at weight 0 (:func:`litegpu.ops.nn.bilinear_lerp`),
+and HARD_SWISH and GELU saturate exactly (3e38 stays finite, -inf gives NaN).
 A comparison asks for the same NaN positions, the same infinities (with their signs) and
 close finite values.
 
@@ -86,8 +89,8 @@ def _special(x: np.ndarray, kind: str, rng: np.random.Generator) -> np.ndarray:
 
 def _zoo_image() -> bytes:
     """One input [1, 9, 9, 8] through one op per output: convolutions with each clamp, every
-    kind of pool LiteRT runs differently, MEAN, the clamp ops, binary ops with broadcasts
-    and constants, activations, CONCATENATION."""
+    kind of pool LiteRT runs differently, MEAN and the extremes over the image, the clamp
+    ops, binary ops with broadcasts and constants, activations, resizes, CONCATENATION."""
     rng = np.random.default_rng(0)
     b = ModelBuilder()
     x = b.input("x", (1, 9, 9, 8))
@@ -119,8 +122,19 @@ def _zoo_image() -> bytes:
             op(op_name, [x], shape, padding=pad, filter_height=fh, filter_width=fw, stride_h=sh, stride_w=sw,
                fused_activation_function=act)
     op("MEAN", [x, b.const("axes", np.array([1, 2], np.int32))], (1, 1, 1, 8), keep_dims=True)
-    for name in ("RELU", "RELU6", "RELU_N1_TO_1", "LOGISTIC", "TANH"):
+    # The channels stay innermost, so LiteRT folds each output in order on any x86 (longer
+    # contiguous runs are in test_reduce_extremes_keep_nan_only_last).
+    for name in ("REDUCE_MAX", "REDUCE_MIN"):
+        op(name, [x, b.const(f"axes_{name}", np.array([1, 2], np.int32))], (1, 1, 1, 8), keep_dims=True)
+        op(name, [x, b.const(f"axis_{name}", np.array([1], np.int32))], (1, 9, 8))
+    for name in ("RELU", "RELU6", "RELU_N1_TO_1", "LOGISTIC", "TANH", "HARD_SWISH"):
         op(name, [x], (1, 9, 9, 8))
+    for approximate in (False, True):
+        op("GELU", [x], (1, 9, 9, 8), approximate=approximate)
+    for (oh, ow), flags in (((13, 17), {}), ((5, 6), {"half_pixel_centers": True}),
+                            ((17, 12), {"align_corners": True}), ((18, 18), {})):
+        op("RESIZE_BILINEAR", [x, b.const(f"size{len(outs)}", np.array([oh, ow], np.int32))], (1, oh, ow, 8),
+           **flags)
     op("ADD", [x, const(rng.standard_normal(8))], (1, 9, 9, 8), fused_activation_function="RELU6")
     op("MUL", [x, x], (1, 9, 9, 8), fused_activation_function="NONE")
     op("SUB", [x, y], (1, 9, 9, 8), fused_activation_function="RELU")
@@ -135,7 +149,8 @@ def _zoo_image() -> bytes:
 
 
 def _zoo_rows() -> bytes:
-    """One input [4, 16]: FULLY_CONNECTED with clamps, SOFTMAX, MEAN and SUM of rows."""
+    """One input [4, 16]: FULLY_CONNECTED with clamps, SOFTMAX, MEAN and SUM of rows, the
+    extremes of columns."""
     rng = np.random.default_rng(1)
     b = ModelBuilder()
     x = b.input("x", (4, 16))
@@ -152,6 +167,10 @@ def _zoo_rows() -> bytes:
     for name in ("MEAN", "SUM"):
         t = b.tensor(name.lower(), (4, 1))
         b.op(name, [x, b.const(f"axis_{name}", np.array([1], np.int32))], [t], keep_dims=True)
+        outs.append(t)
+    for name in ("REDUCE_MAX", "REDUCE_MIN"):
+        t = b.tensor(name.lower(), (16,))
+        b.op(name, [x, b.const(f"axis_{name}", np.array([0], np.int32))], [t], keep_dims=False)
         outs.append(t)
     b.output(*outs)
     return b.build()
@@ -177,6 +196,82 @@ def test_special_values_through_ops_match_litert(backend, zoo_models, zoo, kind)
     ours = _interpreter(backend, model_content=data)
     ours.allocate_tensors()
     _assert_same_pattern(_invoke(ours, inputs), _invoke(theirs, inputs), f"{zoo} zoo, {kind} inputs")
+
+
+# -- REDUCE_MAX / REDUCE_MIN on contiguous runs --------------------------------------------------
+
+# (shape, axes) whose innermost reduced run is contiguous, most of them longer than a vector:
+# XNNPACK folds those in vector lanes (16 on AVX-512), so its finite outputs after a NaN
+# depend on the host's vector width. [5, 3] is a run that every backend folds one by one.
+CONTIGUOUS_EXTREMES = [((4, 40), [1]), ((3, 5, 24), [0, 2]), ((2, 3, 20), [1, 2]), ((6, 64), [1]),
+                       ((3, 70, 20), [1]), ((5, 3), [1])]
+
+
+def _extremes_model() -> bytes:
+    """One input per case of ``CONTIGUOUS_EXTREMES``, reduced by REDUCE_MAX and by REDUCE_MIN."""
+    b = ModelBuilder()
+    outs = []
+    for k, (shape, axes) in enumerate(CONTIGUOUS_EXTREMES):
+        x = b.input(f"x{k}", shape)
+        kept = tuple(d for i, d in enumerate(shape) if i not in axes)
+        for name in ("REDUCE_MAX", "REDUCE_MIN"):
+            t = b.tensor(f"{name.lower()}{k}", kept)
+            b.op(name, [x, b.const(f"axes_{name}{k}", np.array(axes, np.int32))], [t], keep_dims=False)
+            outs.append(t)
+    b.output(*outs)
+    return b.build()
+
+
+def _last_folded(shape, axes) -> np.ndarray:
+    """Per output of a reduction of ``shape`` over ``axes``, the flat index of the last
+    element folded (row-major over the reduced axes)."""
+    kept = [a for a in range(len(shape)) if a not in axes]
+    order = np.transpose(np.arange(int(np.prod(shape))).reshape(shape), kept + list(axes))
+    return order.reshape(int(np.prod([shape[a] for a in kept])), -1)[:, -1]
+
+
+def test_reduce_extremes_keep_nan_only_last(backend):
+    """NaN comes out exactly where LiteRT's does (where the last element folded is NaN), and
+    every backend folds in order (:func:`litegpu.ops.reduce.x86_extreme`); finite values of
+    outputs that met a NaN are not compared with LiteRT, whose lanes keep more of them."""
+    from litegpu.ops.reduce import x86_extreme
+    data = _extremes_model()
+    theirs = LiteRT(model_content=data, num_threads=2)
+    theirs.allocate_tensors()
+    ours = _interpreter(backend, model_content=data)
+    ours.allocate_tensors()
+    rng = np.random.default_rng(9)
+    for trial in range(4):
+        inputs = []
+        for shape, axes in CONTIGUOUS_EXTREMES:
+            x = rng.standard_normal(shape).astype(F32)
+            x.reshape(-1)[rng.random(x.size) < 1 / 9] = np.nan
+            x.reshape(-1)[rng.random(x.size) < 1 / 20] = np.inf if trial % 2 else -np.inf
+            x.reshape(-1)[_last_folded(shape, axes)[::2]] = np.nan    # of every other output
+            inputs.append(x)
+        got, want = _invoke(ours, inputs), _invoke(theirs, inputs)
+        for k, (shape, axes) in enumerate(CONTIGUOUS_EXTREMES):
+            for j, largest in enumerate((True, False)):
+                g, w = got[2 * k + j], want[2 * k + j]
+                what = f"{'REDUCE_MAX' if largest else 'REDUCE_MIN'} {shape} over {axes}, trial {trial}"
+                assert np.array_equal(np.isnan(g), np.isnan(w)), what
+                initial = -np.inf if largest else np.inf
+                assert np.array_equal(g, x86_extreme(inputs[k], tuple(axes), False, initial, largest),
+                                      equal_nan=True), what
+
+
+def test_reduce_extremes_fold_in_order():
+    """The reference's rule, on rows small enough to read: a NaN survives only as the last
+    element; one before it drops everything folded so far."""
+    from litegpu.ops.reduce import x86_extreme
+    nan, inf = np.nan, np.inf
+    x = np.array([[5, nan, 1, 0], [1, 2, 3, nan], [nan, -inf, -2, -3], [nan, nan, nan, nan]], F32)
+    assert np.array_equal(x86_extreme(x, (1,), False, -inf, True), np.array([1, nan, -2, nan], F32), equal_nan=True)
+    assert np.array_equal(x86_extreme(x, (1,), False, inf, False), np.array([0, nan, -inf, nan], F32), equal_nan=True)
+    # rows in row-major order over several axes; an empty reduction gives the initial value
+    assert np.array_equal(x86_extreme(x.reshape(2, 2, 4), (0, 2), True, -inf, True).reshape(-1),
+                          np.array([-2, nan], F32), equal_nan=True)
+    assert np.array_equal(x86_extreme(np.zeros((2, 0), F32), (1,), False, -3.0, True), np.array([-3, -3], F32))
 
 
 # -- shared models ------------------------------------------------------------------------------

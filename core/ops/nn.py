@@ -16,7 +16,8 @@ Normalized attributes (kernels are written against these names):
 - TRANSPOSE_CONV, Convolution2DTransposeBias: ``padding``, ``stride``, ``activation``.
 - AVERAGE/MAX/L2_POOL_2D: ``padding``, ``stride``, ``filter`` (fh, fw), ``activation``.
 - FULLY_CONNECTED: ``activation``, ``keep_num_dims``. BATCH_MATMUL: ``adj_x``, ``adj_y``.
-- RESIZE_BILINEAR / RESIZE_NEAREST_NEIGHBOR: ``align_corners``, ``half_pixel_centers``.
+- RESIZE_BILINEAR / RESIZE_NEAREST_NEIGHBOR: ``align_corners``, ``half_pixel_centers``;
+  RESIZE_BILINEAR also ``xnnpack`` (its size is a constant, so LiteRT runs XNNPACK's kernel).
 - LSTM / UNIDIRECTIONAL_SEQUENCE_LSTM: ``activation``, ``cell_clip``, ``proj_clip``,
   ``state_writeback`` (and ``time_major``); see the LSTM section for state handling.
 - LOCAL_RESPONSE_NORMALIZATION: ``radius``, ``bias``, ``alpha``, ``beta``.
@@ -900,7 +901,12 @@ def _resize_attrs(node: Node, tensors: Sequence[Tensor]) -> dict:
         # (XNNPACK) runs them with align_corners winning; we match what users get.
         # Nearest neighbour defines the combination (align_corners scale, half-pixel offset).
         half = False
-    return {"align_corners": align, "half_pixel_centers": half}
+    attrs = {"align_corners": align, "half_pixel_centers": half}
+    if node.op == "RESIZE_BILINEAR":
+        # LiteRT delegates a constant size to XNNPACK; a size computed at run time stays
+        # with its builtin kernel, whose taps and formula differ (see bilinear_axis).
+        attrs["xnnpack"] = size.is_constant
+    return attrs
 
 
 def _resize_infer(inputs: list[TensorSpec], attrs: dict) -> list[TensorSpec]:
@@ -936,8 +942,29 @@ def bilinear_axis(in_size: int, out_size: int, attrs: dict) -> tuple[np.ndarray,
 
     Returns, per output index, the lower and upper source index (int64 arrays) and the
     weight of the upper one (float32; the lower's is 1 minus it), under the node's
-    ``align_corners`` and ``half_pixel_centers`` attrs.
+    ``align_corners`` and ``half_pixel_centers`` attrs, as the kernel LiteRT runs computes
+    them (``xnnpack``, the default, or its builtin kernel): XNNPACK clamps a half-pixel
+    position into the image and always takes the next index as the upper one (weight 0
+    on a whole position), where the builtin kernel takes ``ceil`` (the same index) and
+    lets the weight go negative before the first pixel. Finite results agree; an infinity
+    at a tap of weight 0 does not (``inf * 0`` is NaN).
     """
+    if not attrs.get("xnnpack", True):
+        return _builtin_bilinear_axis(in_size, out_size, attrs)
+    scale = _resize_scale(in_size, out_size, attrs["align_corners"])
+    v = np.arange(out_size, dtype=np.float32)
+    if attrs["half_pixel_centers"] and not attrs["align_corners"]:
+        src = v * scale + (np.float32(0.5) * scale - np.float32(0.5))
+        src = np.minimum(np.maximum(src, np.float32(0)), np.float32(in_size - 1))
+    else:
+        src = v * scale
+    lo = src.astype(np.int64)
+    hi = np.minimum(lo + 1, in_size - 1)
+    return lo, hi, (src - lo.astype(np.float32)).astype(np.float32)
+
+
+def _builtin_bilinear_axis(in_size: int, out_size: int, attrs: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`bilinear_axis` of TFLite's builtin kernel (``ComputeInterpolationValues``)."""
     scale = _resize_scale(in_size, out_size, attrs["align_corners"])
     v = np.arange(out_size, dtype=np.float32)
     src = (v + np.float32(0.5)) * scale - np.float32(0.5) if attrs["half_pixel_centers"] else v * scale
@@ -946,16 +973,34 @@ def bilinear_axis(in_size: int, out_size: int, attrs: dict) -> tuple[np.ndarray,
     return lo, hi, (src - lo).astype(np.float32)
 
 
+def bilinear_lerp(tl, tr, bl, br, wx, wy):
+    """One bilinear sample from its four taps (top/bottom, left/right) and the right and
+    bottom weights, in XNNPACK's order: ``t = tl + (tr - tl) * wx``, likewise ``b``, then
+    ``t + (b - t) * wy``. An infinite tap gives NaN (``inf - inf`` or ``inf * 0``) even
+    where its weight is 0, as LiteRT's does; every backend computes this form."""
+    t = tl + (tr - tl) * wx
+    b = bl + (br - bl) * wx
+    return t + (b - t) * wy
+
+
 def _resize_bilinear_reference(inputs: list, attrs: dict) -> list[np.ndarray]:
-    """Bilinear resize with TF's align_corners / half_pixel_centers coordinate rules."""
+    """Bilinear resize with TF's align_corners / half_pixel_centers coordinate rules, as
+    LiteRT's kernel computes it: XNNPACK's (:func:`bilinear_lerp`) for a constant size,
+    else the builtin kernel's sum of four weighted taps (whose exact 2x upscale path,
+    which reads only the taps it weighs, is not reproduced)."""
     x = inputs[0].astype(np.float32)
     oh, ow = _out_size(inputs)
     y0, y1, fy = bilinear_axis(x.shape[1], oh, attrs)
     x0, x1, fx = bilinear_axis(x.shape[2], ow, attrs)
     fy, fx = fy[None, :, None, None], fx[None, None, :, None]
-    top = x[:, y0][:, :, x0] * (1 - fx) + x[:, y0][:, :, x1] * fx
-    bottom = x[:, y1][:, :, x0] * (1 - fx) + x[:, y1][:, :, x1] * fx
-    return [(top * (1 - fy) + bottom * fy).astype(np.float32)]
+    taps = x[:, y0][:, :, x0], x[:, y0][:, :, x1], x[:, y1][:, :, x0], x[:, y1][:, :, x1]
+    with np.errstate(invalid="ignore", over="ignore"):
+        if attrs.get("xnnpack", True):
+            y = bilinear_lerp(*taps, fx, fy)
+        else:
+            tl, tr, bl, br = taps
+            y = tl * ((1 - fy) * (1 - fx)) + tr * ((1 - fy) * fx) + bl * (fy * (1 - fx)) + br * (fy * fx)
+    return [y.astype(np.float32)]
 
 
 def nearest_axis(in_size: int, out_size: int, attrs: dict) -> np.ndarray:

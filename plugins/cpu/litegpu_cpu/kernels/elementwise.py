@@ -12,7 +12,7 @@ from numba import njit, prange
 from litegpu.backend import NodeContext
 
 from .common import activation_in_place
-from .mathfn import gelu32, gelu_tanh32
+from .mathfn import fma32, gelu32, gelu_tanh32
 from .registry import bindable, kernel
 from .tasks import bind_task, task_function
 
@@ -229,10 +229,11 @@ kernel("LOGISTIC")(_unary(_exp_neg, _add_one, np.reciprocal))
 
 @njit(cache=True, parallel=True)
 def hard_swish(x, out):
-    """``out = x * relu6(x + 3) / 6`` in one pass over flat arrays."""
+    """``out = x * clamp(x / 6 + 1/2, 0, 1)`` in one pass over flat arrays, the multiply-add
+    fused as XNNPACK's (the form of :mod:`..fusion`, which runs it unless fusion is off)."""
     for i in prange(x.size):
         v = x[i]
-        out[i] = v * min(max(v + np.float32(3), np.float32(0)), np.float32(6)) / np.float32(6)
+        out[i] = v * min(max(fma32(v, np.float32(1 / 6), np.float32(0.5)), np.float32(0)), np.float32(1))
 
 
 @kernel("HARD_SWISH")
