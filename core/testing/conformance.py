@@ -25,6 +25,13 @@ from ..quant import variable_initial_value
 
 LITERT_THREADS = 2
 
+# F16 (``precision_loss_allowed``): fp16 keeps 11 significant bits (relative step 2**-11, about
+# 4.9e-4) and each stored intermediate rounds once, so a case whose chain stores a few values
+# stays well within FP16_TOL of max|LiteRT|. 8-bit grid values survive half storage within a
+# couple of quanta (int16 values are kept float32), hence FP16_QUANTA more than the case allows.
+FP16_TOL = 1e-2
+FP16_QUANTA = 2
+
 
 def litert_outputs(model_bytes: bytes, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
     """Outputs of ``ai_edge_litert``'s Interpreter, in subgraph output order.
@@ -70,6 +77,38 @@ def litegpu_outputs(model_bytes: bytes, inputs: Sequence[np.ndarray], backend: s
         interp.set_tensor(d["index"], np.asarray(x))
     interp.invoke()
     return [np.array(interp.get_tensor(d["index"])) for d in interp.get_output_details()]
+
+
+def half_stored(inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """``inputs`` with float32 arrays rounded through float16: what a device in F16 stores.
+
+    LiteRT gets these, so an op that is exact on its inputs (a CAST to int, a comparison)
+    must still be exact in F16.
+    """
+    return [np.asarray(x).astype(np.float16).astype(np.float32) if np.asarray(x).dtype == np.float32
+            else np.asarray(x) for x in inputs]
+
+
+def check_f16(model_bytes: bytes, inputs: Sequence[np.ndarray], backend: str, tol: float,
+              quanta: int | None, what: str) -> str:
+    """Compare ``backend`` in F16 (``precision_loss_allowed``) with LiteRT on half-rounded inputs.
+
+    Returns a reason to skip (LiteRT's outputs reach beyond fp16's range, which half
+    storage cannot hold) or ``""``; raises AssertionError when the outputs differ by more
+    than ``max(FP16_TOL, tol)`` (integer outputs of quantized cases: ``quanta`` plus
+    FP16_QUANTA), or when F16 made a NaN or infinity that LiteRT did not.
+    """
+    want = litert_outputs(model_bytes, half_stored(inputs))
+    finite = [float(np.abs(w).max()) for w in want if w.dtype.kind == "f" and w.size and np.isfinite(w).all()]
+    big = max(finite, default=0.0)
+    if big > float(np.finfo(np.float16).max):
+        return f"outputs reach {big:g}, beyond the fp16 range (65504): half storage cannot hold them"
+    got = litegpu_outputs(model_bytes, inputs, backend, precision_loss_allowed=True)
+    if any(g.dtype.kind == "f" and not np.isfinite(g).all() for g in got) and \
+            all(np.isfinite(w).all() for w in want if w.dtype.kind == "f"):
+        raise AssertionError(f"{what}: F16 made a NaN or infinity that LiteRT did not")
+    compare(got, want, max(FP16_TOL, tol), what, None if quanta is None else quanta + FP16_QUANTA)
+    return ""
 
 
 def reference_outputs(model_bytes: bytes, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:

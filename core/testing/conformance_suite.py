@@ -10,6 +10,14 @@ skipped, with the backend's own reason, when the backend says it cannot run one 
 the case's nodes — except on ``cpu``, which must run every case. Naming a backend
 that is not installed, or not usable here, stops the run with a usage error (exit 4)
 listing the backends that are: a misspelling must never pass as 667 skips.
+
+``--litegpu-precision f16`` runs every case in F16 (LiteRT's ``precision_loss_allowed``) on
+a GPU backend: LiteRT gets the inputs rounded to fp16, as the device stores them, and the
+tolerance widens to :data:`~litegpu.testing.conformance.FP16_TOL` (quantized cases:
+:data:`~litegpu.testing.conformance.FP16_QUANTA` more quanta). A backend that is not a GPU
+(cpu) has no F16 mode, so its cases skip saying so::
+
+    pytest --pyargs litegpu.testing.conformance_suite --litegpu-backend cuda --litegpu-precision f16
 """
 from __future__ import annotations
 
@@ -20,7 +28,7 @@ import pytest
 # and plugin state must still be litegpu's own.
 from litegpu.plugins import manager
 from litegpu.testing.cases import Case, all_cases
-from litegpu.testing.conformance import compare, litegpu_outputs, litert_outputs, unsupported
+from litegpu.testing.conformance import check_f16, compare, litegpu_outputs, litert_outputs, unsupported
 
 __all__ = ["test_op"]
 
@@ -33,8 +41,10 @@ if not CASES:
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
-def test_op(backend: str, case: Case) -> None:
-    """litegpu on ``backend`` matches LiteRT on ``case`` within ``case.tol``."""
+def test_op(backend: str, case: Case, litegpu_precision: str) -> None:
+    """litegpu on ``backend`` matches LiteRT on ``case`` within ``case.tol`` (F16: see above)."""
+    if litegpu_precision == "f16" and not manager().backend(backend).is_gpu:
+        pytest.skip(f"{backend} is not a GPU backend: it computes in fp32 and has no F16 mode")
     model_bytes, inputs = case.build()
     if backend != FALLBACK_BACKEND:
         refused = unsupported(model_bytes, manager().backend(backend))
@@ -42,6 +52,11 @@ def test_op(backend: str, case: Case) -> None:
             sg, node, op, answer = refused[0]
             pytest.skip(f"{backend} does not support node {node} ({op}) of subgraph {sg}: "
                         f"{answer.reason or 'no reason given'}")
+    if litegpu_precision == "f16":
+        why = check_f16(model_bytes, inputs, backend, case.tol, case.quanta, f"{case.id} on {backend} in F16")
+        if why:
+            pytest.skip(why)
+        return
     want = litert_outputs(model_bytes, inputs)
     got = litegpu_outputs(model_bytes, inputs, backend)
     compare(got, want, case.tol, f"{case.id} on {backend}", case.quanta)

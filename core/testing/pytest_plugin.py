@@ -14,6 +14,9 @@ misspelled name must never turn a run of skips into a pass. By default, backends
 are unavailable are left out, and the terminal summary says which and why; a backend
 whose ``available()`` raises is an error in either mode.
 
+``--litegpu-precision f16`` asks GPU backends for F16 (LiteRT's ``precision_loss_allowed``);
+the ``litegpu_precision`` fixture gives ``"f32"`` (the default) or ``"f16"``.
+
 The check runs when collection finishes, so a backend registered by a ``-p`` plugin, a
 conftest or a test module during collection counts. The fixture's value is the
 backend's name; test ids carry it first (``test_op[cpu-CONV_2D-stride2-same]``), and
@@ -29,6 +32,8 @@ import pytest
 
 ENV_VAR = "LITEGPU_TEST_BACKENDS"
 OPTION = "--litegpu-backend"
+PRECISION_OPTION = "--litegpu-precision"
+PRECISIONS = ("f32", "f16")
 
 
 @dataclass
@@ -51,6 +56,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     metavar="NAME",
                     help=f"run litegpu backend tests on NAME (repeatable; default: ${ENV_VAR} "
                          "or every available backend); an unknown or unavailable NAME is an error")
+    group.addoption(PRECISION_OPTION, dest="litegpu_precision", default=PRECISIONS[0], choices=PRECISIONS,
+                    help="the precision GPU backends run in: f32 (default) or f16 (LiteRT's "
+                         "precision_loss_allowed: half storage, half arithmetic where the device has it)")
 
 
 def _split(values) -> list[str]:
@@ -173,6 +181,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
     line = f"litegpu backends tested: {', '.join(sel.names) or 'none'}"
     if sel.source:
         line += f" (from {sel.source})"
+    if config.getoption("litegpu_precision", default=PRECISIONS[0]) != PRECISIONS[0]:
+        line += f"; precision {config.getoption('litegpu_precision')} (from {PRECISION_OPTION})"
     terminalreporter.write_line(line)
     for name, why in sel.left_out.items():
         terminalreporter.write_line(f"litegpu backend {name!r} left out, unavailable here: {why}")
@@ -195,3 +205,9 @@ def backend(request: pytest.FixtureRequest) -> str:
     except BackendUnavailableError as exc:
         pytest.fail(f"litegpu backend {name!r} became unavailable during the run: {exc}", pytrace=False)
     return name
+
+
+@pytest.fixture
+def litegpu_precision(request: pytest.FixtureRequest) -> str:
+    """``"f32"`` or ``"f16"``: the precision ``--litegpu-precision`` asks GPU backends for."""
+    return request.config.getoption("litegpu_precision", default=PRECISIONS[0])
