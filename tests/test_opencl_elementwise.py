@@ -102,13 +102,11 @@ BINARY_CHAINS = [   # (op, how the other operand is given)
 ]
 
 
-def test_the_chains_cover_every_chain_expression():
-    from litegpu.codegen import CHAIN_BINARY, CHAIN_UNARY
-    from litegpu.codegen.kernels import load_all
-    load_all()
+def test_the_chains_cover_every_formula():
+    from litegpu.codegen.formulas import BINARY, UNARY
     # The float view's ops (no LiteRT op) are checked in tests/test_float_view.py.
-    assert {op for chain in UNARY_CHAINS for op, _ in chain} == set(CHAIN_UNARY) - {"QUANT_SIM"}
-    assert {op for chain in BINARY_CHAINS for op, _ in chain} == set(CHAIN_BINARY) - {"GRID_ADD", "GRID_MUL"}
+    assert {op for chain in UNARY_CHAINS for op, _ in chain} == set(UNARY) - {"QUANT_SIM"}
+    assert {op for chain in BINARY_CHAINS for op, _ in chain} == set(BINARY) - {"GRID_ADD", "GRID_MUL"}
 
 
 def all_chains_model(channels: int):
@@ -165,22 +163,25 @@ def test_every_chain_expression_folds_on_real4_and_matches_litert(opencl):
     [(), (3, 4)], [(2, 1, 4), (1, 3, 1), (3, 4)], [(1, 1, 3), (1, 4, 4, 3)],
 ])
 def test_broadcast_indices_match_numpy(shapes):
+    from litegpu.codegen import DIALECTS, Precision, ir
+    from litegpu.codegen.crender import CRenderer
     from litegpu.codegen.kernels.elementwise import Broadcast
     out = np.broadcast_shapes(*shapes)
     bc = Broadcast(out, shapes)
     # merged axes never outnumber the output's non-1 axes
     assert len(bc.dims) <= sum(d != 1 for d in out) and bc.size == int(np.prod(out))
-    # Evaluate the generated C (non-negative ints: / is floor division) for every output element.
-    coords = [line.strip().removeprefix("const int ").rstrip(";").replace(" / ", " // ")
-              for line in bc.coord_lines("i")]
+    # Evaluate the rendered C (non-negative ints: / is floor division) for every output element.
+    b, flat = ir.KernelBuilder(), ir.Sym("i", ir.INT)
+    found = bc.coords(b, flat)
+    c = CRenderer(DIALECTS["opencl"], Precision())
+    coords = [(s.sym.name, c.expr(s.value).replace(" / ", " // ")) for s in b.kernel((1,)).body]
     for k, shape in enumerate(shapes):
         want = np.broadcast_to(np.arange(int(np.prod(shape))).reshape(shape), out).reshape(-1)
-        expr = bc.index(k, "i").replace(" / ", " // ")
+        expr = c.expr(bc.index(k, flat, found)).replace(" / ", " // ")
         got = []
         for i in range(int(np.prod(out))):
             env = {"i": i}
-            for c in coords:
-                name, value = c.split(" = ")
+            for name, value in coords:
                 env[name] = eval(value, {}, env)
             got.append(eval(expr, {}, env))
         np.testing.assert_array_equal(got, want, err_msg=f"operand {k} of {shapes}")

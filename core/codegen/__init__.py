@@ -2,8 +2,10 @@
 
 - :mod:`.dialect`: the interface, what a GPU API spells differently (a table per API:
   :mod:`.opencl`, ...; all of them in :data:`.dialects.DIALECTS`);
+- :mod:`.ir`: kernels as a small typed tree, rendered by :mod:`.crender` (OpenCL C, CUDA
+  C++, MSL) and :mod:`.wgsl`; :mod:`.formulas`: the elementwise formulas, written once;
 - :mod:`.kernels`: the op kernels, one generator per op, written against
-  :class:`.nodegen.NodeGen`, which spells through the dialect;
+  :class:`.nodegen.NodeGen` (as trees, or still as C text spelled through the dialect);
 - :mod:`.fusion` and :mod:`.planning`: which nodes a GPU backend takes and which
   elementwise followers fold into their producer's kernel;
 - :mod:`.render`: a partition as one program source with launch sizes, for any dialect.
@@ -12,8 +14,7 @@ A GPU plugin is the runtime around it: device, build, memory, launch, events, ca
 """
 from .dialect import Dialect
 from .dialects import DIALECTS
-from .nodegen import (ACTIVATION_C, CHAIN_BINARY, CHAIN_UNARY, Arg, Follower, KernelSpec, NodeGen, Precision,
-                      c_float, c_type, prelude, round_up, strides_of)
+from .nodegen import Arg, Follower, KernelSpec, NodeGen, Precision, c_float, c_type, prelude, round_up, strides_of
 
-__all__ = ["ACTIVATION_C", "CHAIN_BINARY", "CHAIN_UNARY", "DIALECTS", "Arg", "Dialect", "Follower", "KernelSpec",
-           "NodeGen", "Precision", "c_float", "c_type", "prelude", "round_up", "strides_of"]
+__all__ = ["DIALECTS", "Arg", "Dialect", "Follower", "KernelSpec", "NodeGen", "Precision", "c_float", "c_type",
+           "prelude", "round_up", "strides_of"]

@@ -86,9 +86,21 @@ class CRenderer:
         return f"{e.fn}({', '.join(self.expr(a) for a in e.args)})"
 
     def _select(self, e: ir.Select) -> str:
-        return self.d.choose.format(cond=self.expr(e.cond), a=self.expr(e.a), b=self.expr(e.b))
+        n = e.type.lanes
+        if n == 1 and e.cond.type.lanes == 1:   # C's own choice, in every dialect and type
+            return f"({self.expr(e.cond)} ? {self.expr(e.a)} : {self.expr(e.b)})"
+        # A lane-wise choice is the dialect's (CUDA's and MSL's select take vectors only: a
+        # scalar branch is splatted).
+        return self.d.choose.format(cond=self.expr(e.cond), a=self._splat(e.a, n), b=self._splat(e.b, n))
+
+    def _splat(self, e: ir.Expr, lanes: int) -> str:
+        """``e`` widened to ``lanes`` lanes (a scalar is broadcast)."""
+        text = self.expr(e)
+        return text if e.type.lanes == lanes else self.d.make_vector(str(e.type.with_lanes(lanes)), text)
 
     def _cast(self, e: ir.Cast) -> str:
+        if e.saturate:
+            return f"convert_{e.type}_sat({self.expr(e.a)})"
         if e.type.lanes == 1:
             return f"(({ctype(e.type)})({self.expr(e.a)}))"
         return f"convert_{e.type}({self.expr(e.a)})"

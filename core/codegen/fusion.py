@@ -3,7 +3,7 @@
 A step is a producer followed by a chain of elementwise nodes, each reading the
 previous one's output. A node joins the chain when:
 
-- its op has a chain expression (``CHAIN_UNARY`` / ``CHAIN_BINARY``) and the producer's
+- its op has a formula (:data:`.formulas.UNARY` / :data:`.formulas.BINARY`) and the producer's
   generator writes through the epilogue;
 - the chain's running tensor is read by this node only and is not a partition output
   (nothing else will look at it, so it never needs memory);
@@ -22,7 +22,8 @@ import numpy as np
 from litegpu.backend import NodeContext
 from litegpu.ops import TensorSpec
 
-from .nodegen import CHAIN_BINARY, CHAIN_UNARY, Follower
+from .formulas import BINARY, UNARY
+from .nodegen import Follower
 from .kernels import GENERATORS
 
 _F32 = np.dtype(np.float32)
@@ -47,10 +48,10 @@ def follower_of(ctx: NodeContext, running: int, shape: tuple[int, ...]) -> Follo
     if len(ctx.node.outputs) != 1 or ctx.outputs[0].dtype != _F32 or tuple(ctx.outputs[0].shape) != shape:
         return None
     ins = ctx.node.inputs
-    if op in CHAIN_UNARY and len(ins) >= 1 and ins[0] == running and all(
+    if op in UNARY and len(ins) >= 1 and ins[0] == running and all(
             s is None or s.value is not None for s in ctx.inputs[1:]):
         return Follower(ctx) if ctx.inputs[0].dtype == _F32 else None
-    if op in CHAIN_BINARY and len(ins) == 2 and running in ins and ins[0] != ins[1]:
+    if op in BINARY and len(ins) == 2 and running in ins and ins[0] != ins[1]:
         swap = ins[1] == running
         other = ins[0] if swap else ins[1]
         spec = ctx.inputs[0 if swap else 1]

@@ -32,6 +32,7 @@ FLOATS = ("float", "half", "real")
 INTS = ("int", "uint", "long", "short", "char", "uchar")
 SCALARS = FLOATS + INTS + ("bool",)
 LANES = (1, 2, 4, 8, 16)
+_UNSIGNED_BITS = {"uchar": 8, "uint": 32}
 # Names a kernel's own variables never take: parameters (``t0``, and ``t0_b``/``t0_o`` in C),
 # the renderers' builtins (``lg_*``), and the keywords and builtins of the APIs.
 _RESERVED = re.compile(r"t\d+(_[bo])?|lg_.*|main|KERNEL|real4?|FT|LD4?|ST4?|TO_REAL4|"
@@ -142,11 +143,13 @@ class Expr:
             raise IndexError(f"lane {j} of a {self.type}")
         return Lane(self, j, self.type.with_lanes(1))
 
-    def cast(self, type_: Type) -> "Expr":
-        """This value converted to ``type_`` (C's conversion: float to integer truncates)."""
+    def cast(self, type_: Type, saturate: bool = False) -> "Expr":
+        """This value converted to ``type_`` (C's conversion: float to integer truncates;
+        integer to a narrower integer wraps). ``saturate``: a float out of the integer
+        type's range becomes its bound (OpenCL's ``convert_<type>_sat``; NaN becomes 0)."""
         if isinstance(type_, str):
             type_ = Type(type_, self.type.lanes)
-        return self if type_ == self.type else Cast(self, type_)
+        return self if type_ == self.type and not saturate else Cast(self, type_, saturate)
 
 
 _COMPARISONS = ("<", "<=", ">", ">=", "==", "!=")
@@ -206,6 +209,7 @@ class Select(Expr):
 class Cast(Expr):
     a: Expr
     type: Type
+    saturate: bool = False
 
 
 @dataclass(frozen=True, eq=False)
@@ -260,6 +264,8 @@ def lit(value: float | int | bool, type_: Type) -> Lit:
         value = float(np.float32(value))
     elif scalar.is_bool:
         value = bool(value)
+    elif scalar.scalar in _UNSIGNED_BITS:   # C's conversion of a negative value: modulo 2^bits
+        value = int(value) % (1 << _UNSIGNED_BITS[scalar.scalar])
     else:
         value = int(value)
     return Lit(value, scalar) if type_.lanes == 1 else Vec((Lit(value, scalar),), type_)

@@ -37,7 +37,7 @@ from litegpu.errors import InvalidArgumentError, UnsupportedError
 from litegpu.ops import TensorSpec
 from litegpu.ops.registry import ACTIVATION_RANGES
 
-from . import ir
+from . import formulas, ir
 from .crender import CRenderer, c_float
 from .dialect import Dialect
 from .opencl import OPENCL
@@ -167,22 +167,6 @@ def clamp_c(activation: str, x: str, ctype: str = "real", lower=None, g: "NodeGe
         return y if hi == np.inf else g.choose(f"({hi_v} < {y})", hi_v, y)
     clamped = f"fmax({x}, {bound(lo)})" if hi == np.inf else f"clamp({x}, {bound(lo)}, {bound(hi)})"
     return g.choose(f"isnan({x})", x, clamped)
-
-
-#: Fused activations of LiteRT as C expressions of the variable ``x`` in ``real``
-#: arithmetic, spelled by the :class:`NodeGen` ``g`` for ``x`` of type ``vtype`` (when
-#: known): NaN passes through, see :func:`clamp_c`.
-ACTIVATION_C: dict[str, Callable[..., str]] = {
-    name: (lambda x, g, vtype=None, name=name: clamp_c(name, x, g=g, vtype=vtype)) for name in ACTIVATION_RANGES}
-
-
-#: Elementwise ops that can follow a producer inside its kernel (see :mod:`.fusion`):
-#: op name -> C expression of the running value ``x`` (and ``y``, the other operand,
-#: for binary ops), valid for ``real`` and ``real4`` alike, from the op's attrs and the
-#: :class:`NodeGen` (which spells a choice, :meth:`NodeGen.choose`). Filled by the
-#: elementwise kernels module.
-CHAIN_UNARY: dict[str, Callable[[str, dict, "NodeGen"], str]] = {}
-CHAIN_BINARY: dict[str, Callable[[str, str, dict, "NodeGen"], str]] = {}
 
 
 @dataclass
@@ -374,38 +358,41 @@ class NodeGen:
         return f"{{ {steps}{self.store4(self.output(0), index, result)} }}"
 
     def finish(self, value: str, index: str, vector: bool) -> tuple[str, str]:
-        """``value`` after the fused activation and the followers: (statements, result variable).
+        """``value`` (C text) after the fused activation and the followers: (statements,
+        result variable), for a generator still written in C text. The formulas are
+        :mod:`.formulas`', rendered in this dialect; each stage goes into its own local
+        variable, so an expression that uses its operand twice (HARD_SWISH,
+        SQUARED_DIFFERENCE) does not double the source per follower."""
+        t = ir.REAL4 if vector else ir.REAL
+        renderer = CRenderer(self.dialect, self.precision)
+        lines: list[str] = []
 
-        Each stage goes into its own local variable, so an expression that uses its
-        operand twice (HARD_SWISH, SQUARED_DIFFERENCE) does not double the source per
-        follower.
-        """
-        ctype = "real4" if vector else "real"
+        def declare(name: str, text: str) -> ir.Sym:
+            lines.append(f"const {t} {name} = {text};")
+            return ir.Sym(name, t)
+
+        def stage(k: int, expr: ir.Expr, activation: str) -> ir.Sym:
+            v = declare(f"ep{k}", renderer.expr(expr))
+            if ACTIVATION_RANGES[activation] == (-np.inf, np.inf):
+                return v
+            return declare(f"ep{k}c", renderer.expr(formulas.clamp(activation, v)))
+
         out_shape = self.specs[self.out_tensor].shape
         channels = int(out_shape[-1]) if out_shape else 1
-        lines = self._stage(ctype, 0, value, self.attrs.get("activation", "NONE"))
+        v = stage(0, declare("ep_in", value), self.attrs.get("activation", "NONE"))
         # A chain that ends on a quantization grid (the float view's requantization) reads
         # its constants in float32 even in half storage: scales and integer biases must
         # not round to 11 bits.
         exact = any(f.ctx.node.op == "QUANT_SIM" for f in self.followers)
         for k, f in enumerate(self.followers, start=1):
-            x = f"ep{k - 1}"
+            op = f.ctx.node.op
             if f.other is None:
-                expr = CHAIN_UNARY[f.ctx.node.op](x, f.ctx.attrs, self)
+                expr = formulas.UNARY[op](v, f.ctx.attrs)
             else:
-                y = self._other(f, index, channels, vector, exact)
-                a, b = (y, x) if f.swap else (x, y)
-                expr = CHAIN_BINARY[f.ctx.node.op](a, b, f.ctx.attrs, self)
-            lines += self._stage(ctype, k, expr, f.ctx.attrs.get("activation", "NONE"))
-        return " ".join(lines) + " ", f"ep{len(self.followers)}"
-
-    def _stage(self, ctype: str, k: int, expr: str, activation: str) -> list[str]:
-        """Declarations leaving ``ep{k}`` = ``expr`` after ``activation``: the clamp reads
-        its operand twice (to let a NaN through), so that operand is a variable first."""
-        if ACTIVATION_RANGES[activation] == (-np.inf, np.inf):
-            return [f"const {ctype} ep{k} = {expr};"]
-        return [f"const {ctype} pre{k} = {expr};",
-                f"const {ctype} ep{k} = {ACTIVATION_C[activation](f'pre{k}', self, ctype)};"]
+                y = declare(f"epy{k}", self._other(f, index, channels, vector, exact))
+                expr = formulas.BINARY[op](*((y, v) if f.swap else (v, y)), f.ctx.attrs)
+            v = stage(k, expr, f.ctx.attrs.get("activation", "NONE"))
+        return " ".join(lines) + " ", v.name
 
     def _other(self, f: Follower, index: str, channels: int, vector: bool, exact: bool) -> str:
         spec = self.specs[f.other]
@@ -493,6 +480,60 @@ class NodeGen:
             stored = stored.astype(self.dialect.storage_dtype(stored.dtype))
         self._ir_args[buf.name] = Arg(const=stored)
         return buf
+
+    def ir_store_output(self, b: ir.KernelBuilder, index: ir.Operand, value: ir.Expr, pos: int = 0) -> None:
+        """Store ``value`` (a ``real``, or a ``real4`` for four consecutive elements along the
+        last axis) at ``index`` of the node's output ``pos``: for output 0, of the step's
+        final output after the node's fused activation and every follower, in order
+        (``index`` is the flat row-major index, which followers read their operands at)."""
+        index = ir.as_expr(index, ir.INT)
+        out = self.ir_output(b, pos)
+        if pos != 0 or not out.is_float:
+            # No followers fold into other outputs or non-float ones (see fusion); a float
+            # value stored into integers is converted as C converts.
+            b.store(out, index, value if value.type.scalar == out.element().scalar else value.cast(out.element()))
+            return
+        vector = value.type.lanes == 4
+        shape = self.specs[self.out_tensor].shape
+        channels = int(shape[-1]) if shape else 1
+        v = self._ir_stage(b, 0, value, self.attrs.get("activation", "NONE"))
+        # A chain that ends on a quantization grid reads its constants in float32 even in
+        # half storage: scales and integer biases must not round to 11 bits.
+        exact = any(f.ctx.node.op == "QUANT_SIM" for f in self.followers)
+        for k, f in enumerate(self.followers, start=1):
+            op = f.ctx.node.op
+            if f.other is None:
+                expr = formulas.UNARY[op](v, f.ctx.attrs)
+            else:
+                y = self._ir_other(b, f, index, channels, vector, exact)
+                expr = formulas.BINARY[op](*((y, v) if f.swap else (v, y)), f.ctx.attrs)
+            v = self._ir_stage(b, k, expr, f.ctx.attrs.get("activation", "NONE"))
+        b.store(out, index, v)
+
+    @staticmethod
+    def _ir_stage(b: ir.KernelBuilder, k: int, expr: ir.Expr, activation: str) -> ir.Sym:
+        """``expr`` after ``activation``, each in a variable (an expression that reads its
+        operand twice, as HARD_SWISH and the clamps do, then repeats no source)."""
+        v = b.let(f"ep{k}", expr)
+        return v if ACTIVATION_RANGES[activation] == (-np.inf, np.inf) else b.let(f"ep{k}c", formulas.clamp(activation, v))
+
+    def _ir_other(self, b: ir.KernelBuilder, f: Follower, index: ir.Expr, channels: int, vector: bool,
+                  exact: bool) -> ir.Expr:
+        """A follower's other operand at the element(s) being stored."""
+        spec = self.specs[f.other]
+        lanes = 4 if vector else 1
+        if f.kind == "scalar":
+            if spec.value is not None:
+                return ir.lit(float(np.asarray(spec.value).reshape(-1)[0]), ir.REAL.with_lanes(lanes))
+            one = self.ir_tensor(b, f.other).load(0)
+            return ir.vector(ir.REAL4, one) if vector else one
+        idx = index if f.kind == "same" else index % channels
+        if exact and spec.value is not None and self.precision.half_storage:
+            key = -1 - f.other   # uploaded once per kernel, however many stores read it
+            if key not in self._ir_tensors:
+                self._ir_tensors[key] = self.ir_const(b, np.asarray(spec.value, np.float32).reshape(-1), storage=False)
+            return self._ir_tensors[key].load(idx, lanes)
+        return self.ir_tensor(b, f.other).load(idx, lanes)
 
     def ir_kernel(self, b: ir.KernelBuilder, global_size: tuple[int, ...],
                   local_size: tuple[int, ...] | None = None) -> KernelSpec:

@@ -39,6 +39,7 @@ MAX_GROUPS = 65535         # groups per dispatch dimension (WebGPU's default lim
 STORAGE = {"int": "i32", "uint": "u32", "uchar": "u32", "char": "i32", "short": "i32"}
 _VALUES = {"float": "f32", "half": "f16", "int": "i32", "uint": "u32", "uchar": "u32", "char": "i32",
            "short": "i32", "bool": "bool"}
+_NARROW = {"uchar": 8, "char": 8, "short": 16}   # bits of the integer types held in 32
 _RENAMED = {"fabs": "abs", "rint": "round", "rsqrt": "inverseSqrt", "fmax": "max", "fmin": "min"}
 
 
@@ -209,7 +210,28 @@ class WgslRenderer:
         return f"select({self._splat(e.b, lanes)}, {self._splat(e.a, lanes)}, {cond})"
 
     def _cast(self, e: ir.Cast) -> str:
-        return f"{self.type(e.type)}({self.expr(e.a)})"
+        # WGSL's float to integer conversion saturates (NaN: 0) as convert_<int>_sat does;
+        # 8- and 16-bit values live in 32 bits, so converting to one wraps or clamps to its range.
+        text = f"{self.type(e.type)}({self.expr(e.a)})"
+        bits = _NARROW.get(e.type.scalar)
+        if e.saturate and e.type.scalar in ("int", "uint") and e.a.type.is_float:
+            # Vulkan leaves an out-of-range float to integer conversion undefined (naga does
+            # not clamp it): the bounds are chosen explicitly, in f32 (a half's infinity too).
+            wide = ir.FLOAT.with_lanes(e.a.type.lanes)
+            value = self.expr(e.a) if self.scalar(e.a.type.scalar) == "f32" else f"{self.type(wide)}({self.expr(e.a)})"
+            return f"{self._helper('sat', wide, e.type)}({value})"
+        if bits is None:
+            return text
+        if e.saturate:
+            lo, hi = (0, (1 << bits) - 1) if e.type.scalar == "uchar" else (-(1 << bits - 1), (1 << bits - 1) - 1)
+            t = self.type(e.type)
+            wide = self.expr(e.a)
+            return f"{t}(clamp({wide}, {self._lit(ir.Lit(float(lo), e.a.type.with_lanes(1)))}, " \
+                   f"{self._lit(ir.Lit(float(hi), e.a.type.with_lanes(1)))}))"
+        if e.type.scalar == "uchar":
+            return f"({text} & {self.type(e.type)}(0xffu))"
+        shift = f"{self.type(ir.UINT.with_lanes(e.type.lanes))}({32 - bits}u)"
+        return f"(({text} << {shift}) >> {shift})"
 
     def _lane(self, e: ir.Lane) -> str:
         return f"({self.expr(e.a)}).{'xyzw'[e.j]}"
@@ -238,17 +260,24 @@ class WgslRenderer:
         return f"{e.array.name}[{self.expr(e.index)}]"
 
     # -- helper functions ------------------------------------------------------------------------------
-    def _helper(self, name: str, t: ir.Type | None = None) -> str:
+    def _helper(self, name: str, t: ir.Type | None = None, out: ir.Type | None = None) -> str:
         """The name of a helper function, defined once per module (and value type)."""
         if name == "bits_f32":
             self._helpers.setdefault(name, "fn bits_f32(b: u32) -> f32 { return bitcast<f32>(b); }")
             return name
         wt = self.type(t)
-        key = f"{name}_{wt.replace('<', '_').replace('>', '')}"
+        key = f"{name}_{wt.replace('<', '_').replace('>', '')}" + (f"_{self.type(out).replace('<', '_').replace('>', '')}"
+                                                                   if out is not None else "")
         if key in self._helpers:
             return key
         scalar = self.scalar(t.scalar)
-        if name in ("isnan", "isinf"):
+        if name == "sat":
+            ot = self.type(out)
+            lo, hi, lo_f, hi_f = (("(-2147483647i - 1i)", "2147483647i", "-2147483648.0f", "2147483648.0f")
+                                  if out.scalar == "int" else ("0u", "4294967295u", "0.0f", "4294967296.0f"))
+            self._helpers[key] = (f"fn {key}(x: {wt}) -> {ot} {{ return select(select({ot}(x), {ot}({lo}), "
+                                  f"x <= {wt}({lo_f})), {ot}({hi}), x >= {wt}({hi_f})); }}")
+        elif name in ("isnan", "isinf"):
             # The bits decide: a comparison might be folded away where an implementation assumes
             # no NaN. A half is widened first (exact, NaN and infinity included).
             u = f"vec{t.lanes}<u32>" if t.lanes > 1 else "u32"
