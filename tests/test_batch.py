@@ -1,16 +1,12 @@
 """litegpu.batch.BatchPredictor: a model over column batches, the core of litegpu.ray and litegpu.dask."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 import litegpu
 from litegpu.batch import BatchPredictor
 from litegpu.testing.builder import ModelBuilder
-
-MODELS = Path(__file__).resolve().parents[1].parent / "shared" / "models"
 
 
 def _affine(batch: int | None, signature: bool) -> bytes:
@@ -47,12 +43,11 @@ def test_rows_in_rows_out_whatever_the_model_batch(batch, signature):
     assert predictor.predict({name: x[:0]})[key].shape[0] == 0
 
 
-def test_a_shared_model_matches_the_interpreter_row_by_row():
-    path = MODELS / "mobilenet_v3_small.tflite"
-    if not path.exists():
-        pytest.skip(f"{path} does not exist")
+def test_a_real_model_matches_the_interpreter_row_by_row(real_model):
+    # A trained network (fetched) with a dynamic batch and a signature: 20 CONV_2D, LEAKY_RELU.
+    path = real_model("oww_embedding")
     predictor = BatchPredictor(path.read_bytes())
-    x = np.random.default_rng(1).random((3, 224, 224, 3), np.float32)
+    x = np.random.default_rng(1).random((3, 76, 32, 1), np.float32)
     got = predictor.predict({predictor.input_names[0]: x})[predictor.output_names[0]]
     interp = litegpu.Interpreter(model_path=str(path))
     runner = interp.get_signature_runner()

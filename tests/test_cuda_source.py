@@ -173,14 +173,16 @@ def test_case_cuda_ptx(cases_ptx, case):
 
 @needs_nvrtc
 @pytest.mark.parametrize("model_file", MODEL_FILES)
-def test_model_cuda_source_compiles(models_checked, model_file):
+def test_model_cuda_source_compiles(models_checked, shared_model, model_file):
+    shared_model(model_file)
     _assert_compiles(models_checked, model_file)
 
 
 @pytest.mark.slow
 @needs_nvrtc
 @pytest.mark.parametrize("model_file", MODEL_FILES)
-def test_model_cuda_ptx(models_ptx, model_file):
+def test_model_cuda_ptx(models_ptx, shared_model, model_file):
+    shared_model(model_file)
     _assert_compiles(models_ptx, model_file)
 
 

@@ -5,6 +5,10 @@ Comparisons: models with a fixed batch dimension run the same kernels at the sam
 size either way, so they must match exactly; a dynamic batch dimension runs at each
 block's size, whose GEMM blocking differs from batch 1 in the last bits, so those are
 compared with rtol=1e-5, atol=1e-6.
+
+The models are built (tests/built_models.py, standing in for the shared dynamic_batch_mlp
+and elementwise_200) or fetched (a trained network with a dynamic batch), so every test
+here runs without the shared models.
 """
 from __future__ import annotations
 
@@ -34,10 +38,8 @@ from litegpu.batch import BatchPredictor  # noqa: E402
 from litegpu.errors import InvalidArgumentError  # noqa: E402
 from litegpu.testing.builder import ModelBuilder  # noqa: E402
 
-MODELS = Path(__file__).resolve().parents[1].parent / "shared" / "models"
-MLP = MODELS / "dynamic_batch_mlp.tflite"            # float32[-1, 20] -> float32[-1, 3], a signature
-ELEMENTWISE = MODELS / "elementwise_200.tflite"      # float32[1, 64] -> float32[1, 64], no signature
-MOBILENET = MODELS / "mobilenet_v2.tflite"           # float32[-1, 224, 224, 3] -> float32[-1, 1000]
+import built_models  # noqa: E402
+
 TIMEOUT = 120   # seconds: a result that does not come fails the test instead of hanging it
 DYNAMIC = {"rtol": 1e-5, "atol": 1e-6}
 
@@ -51,11 +53,15 @@ def client():
     cluster.close()
 
 
-@pytest.fixture
-def models(skip_unless_required):
-    for path in (MLP, ELEMENTWISE, MOBILENET):
-        if not path.exists():
-            skip_unless_required("models", f"no shared model {path}")
+@pytest.fixture(scope="module")
+def models(tmp_path_factory) -> tuple[Path, Path]:
+    """(mlp, elementwise) as files: float32[-1, 20] -> float32[-1, 3] with a signature
+    (input keras_tensor, output output_0), and float32[1, 64] -> float32[1, 64] without one."""
+    folder = tmp_path_factory.mktemp("models")
+    paths = folder / "mlp.tflite", folder / "elementwise.tflite"
+    paths[0].write_bytes(built_models.mlp())
+    paths[1].write_bytes(built_models.elementwise())
+    return paths
 
 
 def result(client, collection):
@@ -115,17 +121,19 @@ def test_without_dask_the_import_says_what_to_install() -> None:
 
 # -- arrays --------------------------------------------------------------------------------
 def test_dynamic_batch_array_matches_a_plain_loop(client, models) -> None:
+    mlp, _ = models
     rows = np.random.default_rng(0).standard_normal((300, 20)).astype(np.float32)
     x = da.from_array(rows, chunks=((70, 70, 70, 90), (12, 8)))   # a record split in two is merged
-    y = ldask.predict(x, str(MLP))
+    y = ldask.predict(x, str(mlp))
     assert (y.shape, y.dtype, y.chunks) == ((300, 3), np.float32, ((70, 70, 70, 90), (3,)))
     got = result(client, y)
     assert got.shape == (300, 3) and got.dtype == np.float32
-    np.testing.assert_allclose(got, one_by_one(MLP, "keras_tensor", rows), **DYNAMIC)
+    np.testing.assert_allclose(got, one_by_one(mlp, "keras_tensor", rows), **DYNAMIC)
 
 
 def test_fixed_batch_model_as_bytes_is_exact_and_in_the_graph_once(client, models) -> None:
-    data = ELEMENTWISE.read_bytes()
+    _, elementwise = models
+    data = elementwise.read_bytes()
     rows = np.random.default_rng(1).standard_normal((120, 64)).astype(np.float32)
     y = ldask.predict(da.from_array(rows, chunks=25), data)
     assert (y.dtype, y.chunks) == (np.float32, ((25, 25, 25, 25, 20), (64,)))
@@ -135,13 +143,15 @@ def test_fixed_batch_model_as_bytes_is_exact_and_in_the_graph_once(client, model
     np.testing.assert_array_equal(result(client, y), one_by_one(data, "x", rows))
 
 
-def test_mobilenet_over_50_images(client, models) -> None:
-    # Made on the workers (30 MB: not worth shipping in the graph), and here for the loop.
-    x = da.random.default_rng(2).uniform(-1, 1, (50, 224, 224, 3), chunks=(13, 224, 224, 3)).astype(np.float32)
-    images = x.compute(scheduler="sync")
-    y = ldask.predict(x, str(MOBILENET))
-    assert (y.shape, y.dtype, y.chunks) == ((50, 1000), np.float32, ((13, 13, 13, 11), (1000,)))
-    np.testing.assert_allclose(result(client, y), one_by_one(MOBILENET, "keras_tensor", images), **DYNAMIC)
+def test_a_trained_network_over_50_records(client, real_model) -> None:
+    # openWakeWord's embedding model: 20 CONV_2D, float32[-1, 76, 32, 1] -> float32[-1, 1, 1, 96].
+    network = real_model("oww_embedding")
+    # Made on the workers (not worth shipping in the graph), and here for the loop.
+    x = da.random.default_rng(2).uniform(-1, 1, (50, 76, 32, 1), chunks=(13, 76, 32, 1)).astype(np.float32)
+    records = x.compute(scheduler="sync")
+    y = ldask.predict(x, str(network))
+    assert (y.shape, y.dtype, y.chunks) == ((50, 1, 1, 96), np.float32, ((13, 13, 13, 11), (1,), (1,), (96,)))
+    np.testing.assert_allclose(result(client, y), one_by_one(network, "input_1", records), **DYNAMIC)
 
 
 def test_several_outputs_give_a_dict_of_arrays(client) -> None:
@@ -156,10 +166,11 @@ def test_several_outputs_give_a_dict_of_arrays(client) -> None:
 
 
 def test_a_bad_array_fails_before_any_task(models) -> None:
+    mlp, _ = models
     with pytest.raises(InvalidArgumentError, match=r"records \[5\].*takes \[20\]"):
-        ldask.predict(da.zeros((10, 5), dtype=np.float32), str(MLP))
+        ldask.predict(da.zeros((10, 5), dtype=np.float32), str(mlp))
     with pytest.raises(InvalidArgumentError, match="complex64, the input takes float32"):
-        ldask.predict(da.zeros((10, 20), dtype=np.complex64), str(MLP))
+        ldask.predict(da.zeros((10, 20), dtype=np.complex64), str(mlp))
 
 
 # -- dataframes ------------------------------------------------------------------------------
@@ -169,40 +180,43 @@ def arrow_lists(rows) -> pd.Series:
 
 
 def test_dataframe_keeps_ids_and_adds_output_columns(client, models) -> None:
+    mlp, _ = models
     rows = np.random.default_rng(3).standard_normal((200, 20)).astype(np.float32)
     ids = [f"id{i:03d}" for i in range(200)]
     frame = pd.DataFrame({"id": ids, "features": arrow_lists(rows)}).set_axis(pd.RangeIndex(1000, 1200))
     df = dd.from_pandas(frame, npartitions=4)
-    out = ldask.predict(df, str(MLP), columns={"keras_tensor": "features"})
+    out = ldask.predict(df, str(mlp), columns={"keras_tensor": "features"})
     assert list(out.columns) == ["id", "features", "output_0"] and out["output_0"].dtype == object
     got = result(client, out)
     assert list(got["id"]) == ids and list(got.index) == list(frame.index)
-    np.testing.assert_allclose(np.stack(got["output_0"]), one_by_one(MLP, "keras_tensor", rows), **DYNAMIC)
+    np.testing.assert_allclose(np.stack(got["output_0"]), one_by_one(mlp, "keras_tensor", rows), **DYNAMIC)
 
     # Object columns of arrays, kept as objects by dask when told so.
     with dask.config.set({"dataframe.convert-string": False}):
         df = dd.from_pandas(frame.assign(features=list(rows)), npartitions=3)
-        got = result(client, ldask.predict(df, str(MLP), columns={"keras_tensor": "features"}))
-    np.testing.assert_allclose(np.stack(got["output_0"]), one_by_one(MLP, "keras_tensor", rows), **DYNAMIC)
+        got = result(client, ldask.predict(df, str(mlp), columns={"keras_tensor": "features"}))
+    np.testing.assert_allclose(np.stack(got["output_0"]), one_by_one(mlp, "keras_tensor", rows), **DYNAMIC)
 
 
 def test_arrays_that_dask_turned_into_strings_are_refused(models) -> None:
+    mlp, _ = models
     frame = pd.DataFrame({"keras_tensor": list(np.zeros((4, 20), np.float32))})
     df = dd.from_pandas(frame, npartitions=2)   # convert-string on: "[0. 0. ...]"
     if df["keras_tensor"].dtype == object:
         pytest.skip("this dask keeps object columns")
     with pytest.raises(InvalidArgumentError, match="holds strings.*pyarrow list column"):
-        ldask.predict(df, str(MLP))
+        ldask.predict(df, str(mlp))
 
 
 def test_dataframe_numeric_columns_stacked_or_scalar(client, models) -> None:
+    mlp, _ = models
     rows = np.random.default_rng(4).standard_normal((90, 20)).astype(np.float32)
     frame = pd.DataFrame(rows, columns=[f"f{i}" for i in range(20)]).assign(key=np.arange(90))
-    out = ldask.predict(dd.from_pandas(frame, npartitions=3), str(MLP),
+    out = ldask.predict(dd.from_pandas(frame, npartitions=3), str(mlp),
                         columns={"keras_tensor": [f"f{i}" for i in range(20)]})
     got = result(client, out)
     np.testing.assert_array_equal(got["key"], np.arange(90))
-    np.testing.assert_allclose(np.stack(got["output_0"]), one_by_one(MLP, "keras_tensor", rows), **DYNAMIC)
+    np.testing.assert_allclose(np.stack(got["output_0"]), one_by_one(mlp, "keras_tensor", rows), **DYNAMIC)
 
     # A scalar record: numeric columns in, numeric columns out.
     scalars = pd.DataFrame({"x": np.linspace(-3, 3, 31, dtype=np.float32), "key": range(31)})
@@ -213,10 +227,11 @@ def test_dataframe_numeric_columns_stacked_or_scalar(client, models) -> None:
 
 
 def test_a_bad_row_fails_naming_partition_and_row(client, models) -> None:
+    mlp, _ = models
     rows = [np.zeros(20, np.float32) for _ in range(30)]
     rows[17] = np.zeros(19, np.float32)
     frame = pd.DataFrame({"keras_tensor": arrow_lists(rows)}).set_axis([f"r{i}" for i in range(30)])
-    out = ldask.predict(dd.from_pandas(frame, npartitions=3, sort=False), str(MLP))
+    out = ldask.predict(dd.from_pandas(frame, npartitions=3, sort=False), str(mlp))
     with pytest.raises(InvalidArgumentError, match=r"partition 1 of 3: row 7 of column 'keras_tensor'.*"
                                                    r"shape \[19\].*\(index 'r17'\)"):
         result(client, out)
@@ -224,7 +239,8 @@ def test_a_bad_row_fails_naming_partition_and_row(client, models) -> None:
 
 # -- the cluster -------------------------------------------------------------------------------
 def test_the_model_is_loaded_once_per_worker(client, models) -> None:
-    data = MLP.read_bytes()   # as bytes: a model id no other test uses
+    mlp, _ = models
+    data = mlp.read_bytes()   # as bytes: a model id no other test uses
     rows = np.random.default_rng(5).standard_normal((240, 20)).astype(np.float32)
     y = ldask.predict(da.from_array(rows, chunks=10), data)
     model_id = next(iter(ldask._source(data)))
@@ -247,11 +263,12 @@ def _die_once(block: np.ndarray, marker: str) -> np.ndarray:
 
 
 def test_a_worker_killed_mid_job_still_gives_every_row(client, models, tmp_path) -> None:
+    _, elementwise = models
     rows = np.random.default_rng(6).standard_normal((160, 64)).astype(np.float32)
     marker = str(tmp_path / "killed")
     x = da.from_array(rows, chunks=20).map_blocks(_die_once, marker, meta=np.empty((0, 0), np.float32))
-    y = ldask.predict(x, str(ELEMENTWISE))
+    y = ldask.predict(x, str(elementwise))
     got = client.compute(y, retries=2).result(timeout=TIMEOUT)
     assert os.path.exists(marker), "no worker was killed"
-    np.testing.assert_array_equal(got, one_by_one(ELEMENTWISE, "x", rows))
+    np.testing.assert_array_equal(got, one_by_one(elementwise, "x", rows))
     client.wait_for_workers(2, timeout=60)

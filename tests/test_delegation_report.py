@@ -2,43 +2,35 @@
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 import pytest
 
 import litegpu
 import litegpu.session as session_module
-from litegpu.errors import BackendUnavailableError
-
-SHARED = Path(__file__).resolve().parents[1] / ".." / "shared" / "models"
 
 
-def _model(name: str) -> str:
-    path = SHARED / name
-    if not path.exists():
-        pytest.skip(f"shared model {name} is not here")
-    return str(path)
+@pytest.fixture
+def report_of(shared_model):
+    """``f(name, delegates)``: the delegation report of shared model ``name``, allocated."""
+    def make(name: str, delegates: list) -> litegpu.partition.DelegationReport:
+        interp = litegpu.Interpreter(str(shared_model(name)), experimental_delegates=delegates)
+        interp.allocate_tensors()
+        return interp.get_delegation_report()
+    return make
 
 
-def _report(name: str, delegates: list) -> litegpu.partition.DelegationReport:
-    interp = litegpu.Interpreter(_model(name), experimental_delegates=delegates)
-    interp.allocate_tensors()
-    return interp.get_delegation_report()
-
-
-def _opencl() -> list:
-    try:
-        return [litegpu.load_delegate("opencl")]
-    except BackendUnavailableError as exc:
-        pytest.skip(f"opencl is not available: {exc}")
+@pytest.fixture
+def on_opencl(opencl) -> list:
+    """The delegates that put a model on opencl (skips, or fails where required, as ``opencl`` does)."""
+    return [litegpu.load_delegate("opencl")]
 
 
 def _reasons(report) -> dict[str, str]:
     return {a.op: a.reason for a in report.assignments if a.backend == "cpu"}
 
 
-def test_control_flow_and_variables_get_their_own_reasons() -> None:
-    report = _report("stateful_counter.tflite", _opencl())
+def test_control_flow_and_variables_get_their_own_reasons(report_of, on_opencl) -> None:
+    report = report_of("stateful_counter", on_opencl)
     reasons = _reasons(report)
     for op in ("CALL_ONCE", "WHILE", "IF"):
         assert "control flow runs on cpu" in reasons[op], reasons[op]
@@ -48,8 +40,8 @@ def test_control_flow_and_variables_get_their_own_reasons() -> None:
     assert "depends on tensor values" not in str(report)
 
 
-def test_every_subgraph_is_reported_with_its_caller() -> None:
-    report = _report("stateful_counter.tflite", _opencl())
+def test_every_subgraph_is_reported_with_its_caller(report_of, on_opencl) -> None:
+    report = report_of("stateful_counter", on_opencl)
     roles = {r.subgraph: r.role for r in report.called}
     assert roles == {2: "init of CALL_ONCE node 0 in subgraph 0",
                      3: "else branch of IF node 5 in subgraph 0",
@@ -65,8 +57,8 @@ def test_every_subgraph_is_reported_with_its_caller() -> None:
     assert "subgraph 6 (body of WHILE node 4 in subgraph 0)" in str(report)
 
 
-def test_a_subgraph_that_has_run_reports_its_compiled_placement() -> None:
-    interp = litegpu.Interpreter(_model("lstm_classifier.tflite"))
+def test_a_subgraph_that_has_run_reports_its_compiled_placement(shared_model) -> None:
+    interp = litegpu.Interpreter(str(shared_model("lstm_classifier")))
     interp.allocate_tensors()
     before = interp.get_delegation_report()
     interp.invoke()
@@ -79,30 +71,30 @@ def test_a_subgraph_that_has_run_reports_its_compiled_placement() -> None:
     assert not any(a.reason for _, a in after.all_assignments())
 
 
-def test_nodes_after_a_loop_name_the_loop() -> None:
-    report = _report("lstm_classifier.tflite", _opencl())
+def test_nodes_after_a_loop_name_the_loop(report_of, on_opencl) -> None:
+    report = report_of("lstm_classifier", on_opencl)
     reasons = _reasons(report)
     assert "comes from node 5 (WHILE)" in reasons["STRIDED_SLICE"]
     assert "follow from node 5 (WHILE)" in reasons["FULLY_CONNECTED"]
 
 
-def test_signature_reports_cover_their_own_callees() -> None:
-    with litegpu.CompiledModel.from_file(_model("stateful_counter.tflite")) as model:
+def test_signature_reports_cover_their_own_callees(shared_model) -> None:
+    with litegpu.CompiledModel.from_file(str(shared_model("stateful_counter"))) as model:
         reports = model.delegation_reports()
     assert [r.subgraph for r in reports] == [0, 1]
     assert [r.subgraph for r in reports[1].called] == [2]
     assert reports[1].called[0].role == "init of CALL_ONCE node 0 in subgraph 1"
 
 
-def test_fp16_on_cpu_is_reported_as_f32(monkeypatch, caplog) -> None:
+def test_fp16_on_cpu_is_reported_as_f32(report_of, monkeypatch, caplog) -> None:
     monkeypatch.setattr(session_module, "_warned_precision", False)
     with caplog.at_level(logging.WARNING, logger="litegpu"):
-        report = _report("lstm_classifier.tflite", [litegpu.load_delegate("cpu", {"precision_loss_allowed": True})])
+        report = report_of("lstm_classifier", [litegpu.load_delegate("cpu", {"precision_loss_allowed": True})])
     assert "partition 0 on cpu: F32 (cpu has no fp16 mode; precision_loss_allowed ignored)" in str(report)
     assert all(r.programs for r in report.subgraph_reports())
     warnings = [r.getMessage() for r in caplog.records if "cpu backend computes in fp32" in r.getMessage()]
     assert len(warnings) == 1
-    plain = _report("lstm_classifier.tflite", [])
+    plain = report_of("lstm_classifier", [])
     assert "fp16" not in str(plain)
 
 

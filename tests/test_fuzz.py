@@ -19,7 +19,7 @@ import pytest
 
 import litegpu
 from litegpu.testing import fuzz
-from litegpu.testing.mutation import DEFAULT_MODELS_DIR
+from litegpu.testing.shared_models import NONE, shared_models_dir
 
 # The test extras install atheris where PyPI has wheels for it (see pyproject.toml).
 ATHERIS_EXPECTED = sys.platform == "linux" and platform.machine() in ("x86_64", "AMD64")
@@ -41,14 +41,18 @@ def corpus(tmp_path_factory) -> Path:
     return out
 
 
-def test_corpus_holds_shared_models_and_conformance_models(corpus) -> None:
+def test_corpus_holds_builder_and_conformance_models(corpus) -> None:
     names = [name for name, _ in fuzz.seed_models()]
     assert sum(n.startswith("case-") for n in names) > 100
     assert {"builder-fp16-weights", "builder-int8-weights"} <= set(names)
-    if DEFAULT_MODELS_DIR.is_dir():
-        small = {p.stem for p in DEFAULT_MODELS_DIR.glob("*.tflite") if p.stat().st_size <= fuzz.MAX_SEED_BYTES}
-        assert small and small <= set(names)
     assert max(p.stat().st_size for p in corpus.iterdir()) <= fuzz.MAX_SEED_BYTES
+
+
+def test_corpus_holds_the_small_shared_models(shared_model) -> None:
+    shared_model(NONE)
+    names = {name for name, _ in fuzz.seed_models(shared_models_dir())}
+    small = {p.stem for p in shared_models_dir().glob("*.tflite") if p.stat().st_size <= fuzz.MAX_SEED_BYTES}
+    assert small and small <= names
 
 
 def test_every_seed_plans_or_fails_cleanly(corpus) -> None:

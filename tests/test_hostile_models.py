@@ -3,7 +3,8 @@
 The files are made by writing small models with wrong values (with the ``tflite``
 package's builder functions, see ``test_reader.tflite_bytes``) and by editing the
 bytes of valid models, both built ones and copies of the shared models (in
-``tmp_path``). A bit flip may leave a model valid; then it must load cleanly.
+``tmp_path``; each test on a shared model skips, saying so, where they are not here).
+A bit flip may leave a model valid; then it must load cleanly.
 """
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ from litegpu.executor import Limits
 from litegpu.model.flatbuf import Buffer, Table
 from litegpu.ops.shape import strided_slice_plan
 from litegpu.testing.builder import ModelBuilder
-from test_reader import ADD, MODELS, add_const_model, add_options, tflite_bytes
+import built_models
+from test_reader import ADD, add_const_model, add_options, tflite_bytes
 
 F32 = tflite.TensorType.FLOAT32
 
@@ -82,18 +84,11 @@ def patched(data: bytes, pos: int, fmt: str, value) -> bytes:
     return bytes(out)
 
 
-def shared(name: str) -> bytes:
-    """The bytes of a shared model (the test is skipped where the models are not shared)."""
-    path = MODELS / f"{name}.tflite"
-    if not path.is_file():
-        pytest.skip(f"no shared model {path}")
-    return path.read_bytes()
-
-
-@pytest.fixture
-def mlp(tmp_path: Path) -> tuple[Path, bytes]:
-    """A copy of dynamic_batch_mlp in tmp_path, and its bytes."""
-    data = shared("dynamic_batch_mlp")
+@pytest.fixture(params=["built", "dynamic_batch_mlp"])
+def mlp(request, tmp_path: Path, shared_model) -> tuple[Path, bytes]:
+    """An MLP in tmp_path, and its bytes: one written by litegpu's builder (everywhere), and
+    a copy of the shared dynamic_batch_mlp, as TensorFlow's converter laid it out."""
+    data = built_models.mlp() if request.param == "built" else shared_model(request.param).read_bytes()
     path = tmp_path / "mlp.tflite"
     path.write_bytes(data)
     return path, data
@@ -138,8 +133,8 @@ _NAMES_A_PLACE = re.compile(r"Model|model is \d+ bytes|model content is empty|ro
 
 
 @pytest.mark.parametrize("which", ["built", "dynamic_batch_mlp", "stateful_counter"])
-def test_truncated_everywhere(which: str) -> None:
-    data = small_model() if which == "built" else shared(which)
+def test_truncated_everywhere(which: str, shared_model) -> None:
+    data = small_model() if which == "built" else shared_model(which).read_bytes()
     n = len(data)
     cuts = sorted(set(range(64)) | {n * k // 100 for k in range(1, 100)} | {n - 1, n - 4})
     for cut in cuts:
@@ -173,8 +168,8 @@ def test_every_single_bit_flip_of_a_small_model() -> None:
 
 
 @pytest.mark.parametrize("name", ["dynamic_batch_mlp", "lstm_classifier", "stateful_counter"])
-def test_bit_flips_of_shared_models(name: str) -> None:
-    data = shared(name)
+def test_bit_flips_of_shared_models(name: str, shared_model) -> None:
+    data = shared_model(name).read_bytes()
     rng = np.random.default_rng(7)
     positions = sorted(set(range(64)) | set(rng.integers(0, len(data), 250).tolist()))
     for pos in positions:
@@ -285,7 +280,7 @@ def test_opcode_index_out_of_range() -> None:
     expect_error(graph([t(), t()], [op]), r"operators\[0\]\.opcode_index", "4 out of range")
 
 
-def test_operator_input_index_edited_in_shared_model(mlp) -> None:
+def test_operator_input_index_edited_in_the_mlp(mlp) -> None:
     path, data = mlp
     ops = root(data).tables(2, "subgraphs")[0].tables(3, "operators")
     start, n = vector_at(ops[2], 1)  # operator 2's inputs
@@ -294,7 +289,7 @@ def test_operator_input_index_edited_in_shared_model(mlp) -> None:
     expect_error(path, rf"operators\[2\]\.inputs\[{n - 1}\]", f"tensor index {ntensors} out of range")
 
 
-def test_tensor_buffer_index_edited_in_shared_model(mlp) -> None:
+def test_tensor_buffer_index_edited_in_the_mlp(mlp) -> None:
     path, data = mlp
     m = root(data)
     nbuffers = vector_at(m, 4)[1]
@@ -325,7 +320,7 @@ def test_bad_shapes(shape, pattern: str) -> None:
     expect_error(graph([t(shape), t(shape)], [add([0, 0], [1])]), pattern)
 
 
-def test_shape_edited_in_shared_model(mlp) -> None:
+def test_shape_edited_in_the_mlp(mlp) -> None:
     path, data = mlp
     tensor = root(data).tables(2, "subgraphs")[0].tables(0, "tensors")[0]
     start, _ = vector_at(tensor, 0)
@@ -603,8 +598,8 @@ def test_recursion_through_several_subgraphs() -> None:
     expect_error(data, r"cycle: .*2 -> 3 -> 2")
 
 
-def test_while_body_index_edited_in_shared_model(tmp_path: Path) -> None:
-    data = shared("lstm_classifier")
+def test_while_body_index_edited_in_shared_model(tmp_path: Path, shared_model) -> None:
+    data = shared_model("lstm_classifier").read_bytes()
     model = litegpu.load_model(data)
     node = next(n for n in model.subgraphs[0].nodes if n.op == "WHILE")
     op = root(data).tables(2, "subgraphs")[0].tables(3, "operators")[node.index]

@@ -1,9 +1,10 @@
 """Hostile quantization parameters: a clean ModelFormatError at load, naming field and tensor.
 
 Each bad case is a small quantized model written with :class:`ModelBuilder`, or a shared
-quantized model with a few bytes edited. What LiteRT itself loads and runs from a real
-converter stays loadable: ``min``/``max``-only tables, a float tensor's unread table, a zero
-scale in one channel of per-channel weights, a non-zero int32 bias zero point.
+quantized model with a few bytes edited (skipped, saying so, where the shared models are
+not here). What LiteRT itself loads and runs from a real converter stays loadable:
+``min``/``max``-only tables, a float tensor's unread table, a zero scale in one channel of
+per-channel weights, a non-zero int32 bias zero point.
 """
 from __future__ import annotations
 
@@ -17,8 +18,6 @@ import pytest
 import litegpu
 from litegpu.model.flatbuf import Buffer, Table
 from litegpu.testing.builder import ModelBuilder
-
-from test_reader import MODELS
 
 NAN, INF = float("nan"), float("inf")
 OK = {"scale": 0.5, "zero_point": 0}
@@ -277,11 +276,10 @@ def test_fp16_weights_with_an_unread_table_fold() -> None:
 # ---------------------------------------------------------------------------------------------
 # Shared quantized models with edited bytes.
 # ---------------------------------------------------------------------------------------------
-def shared(name: str) -> bytes:
-    path = MODELS / f"{name}.tflite"
-    if not path.is_file():
-        pytest.skip(f"no shared model {path}")
-    return path.read_bytes()
+@pytest.fixture
+def shared(shared_model):
+    """``f(name)``: the bytes of a shared model (through the ``shared_model`` fixture)."""
+    return lambda name: shared_model(name).read_bytes()
 
 
 def quant_table(data: bytes, tensor: int) -> Table:
@@ -311,7 +309,7 @@ def first_conv(data: bytes) -> tuple[int, int, int, str, str]:
 
 
 @pytest.mark.parametrize("value", [NAN, INF, -0.25])
-def test_shared_model_weight_scale_edited(value: float) -> None:
+def test_shared_model_weight_scale_edited(value: float, shared) -> None:
     data = shared("mobilenet_v2_int8")
     _, w, _, _, name = first_conv(data)
     edited = edit(data, element(quant_table(data, w), 2, 4, 5), "<f", value)
@@ -319,21 +317,21 @@ def test_shared_model_weight_scale_edited(value: float) -> None:
 
 
 @pytest.mark.parametrize("value", [0.0, NAN])
-def test_shared_model_input_scale_edited(value: float) -> None:
+def test_shared_model_input_scale_edited(value: float, shared) -> None:
     data = shared("mobilenet_v2_int8")
     x, _, _, name, _ = first_conv(data)
     edited = edit(data, element(quant_table(data, x), 2, 4, 0), "<f", value)
     expect_error(edited, rf"tensors\[{x}\]\.quantization\.scale\[0\]: tensor '{re.escape(name)}' has scale")
 
 
-def test_shared_model_weight_channel_scale_zero_loads() -> None:
+def test_shared_model_weight_channel_scale_zero_loads(shared) -> None:
     data = shared("mobilenet_v2_int8")
     _, w, _, _, _ = first_conv(data)
     edited = edit(data, element(quant_table(data, w), 2, 4, 5), "<f", 0.0)
     assert litegpu.load_model(edited).subgraphs[0].tensors[w].quantization.scales[5] == 0
 
 
-def test_shared_model_zero_point_edited() -> None:
+def test_shared_model_zero_point_edited(shared) -> None:
     data = shared("mobilenet_v2_int8")
     x, _, _, name, _ = first_conv(data)
     edited = edit(data, element(quant_table(data, x), 3, 8, 0), "<q", 200)
@@ -341,7 +339,7 @@ def test_shared_model_zero_point_edited() -> None:
                  r"zero point 200, outside \[-128, 127\]")
 
 
-def test_shared_model_scale_count_edited() -> None:
+def test_shared_model_scale_count_edited(shared) -> None:
     data = shared("mobilenet_v2_int8")
     _, w, _, _, name = first_conv(data)
     q = quant_table(data, w)
@@ -354,7 +352,7 @@ def test_shared_model_scale_count_edited() -> None:
                  f"has {n} channels")
 
 
-def test_shared_16x8_model_int16_zero_point_edited() -> None:
+def test_shared_16x8_model_int16_zero_point_edited(shared) -> None:
     data = shared("unet_small_int16x8")
     sg = litegpu.load_model(data).subgraphs[0]
     x = next(t for t in sg.tensors if t.type_name == "INT16" and t.quantization and t.quantization.is_set)
@@ -364,13 +362,13 @@ def test_shared_16x8_model_int16_zero_point_edited() -> None:
 
 @pytest.mark.parametrize("name", ["mobilenet_v2_int8", "mobilenet_v3_small_int8", "tiny_bert_dynamic",
                                   "unet_small_int16x8"])
-def test_shared_quantized_models_load(name: str) -> None:
+def test_shared_quantized_models_load(name: str, shared) -> None:
     model = litegpu.load_model(shared(name))
     quantized = [t for sg in model.subgraphs for t in sg.tensors if t.quantization and t.quantization.is_set]
     assert quantized and all(np.all(np.isfinite(t.quantization.scales)) for t in quantized)
 
 
-def test_shared_model_path_is_used(tmp_path: Path) -> None:
+def test_shared_model_path_is_used(tmp_path: Path, shared) -> None:
     # An edited file on disk (memory-mapped) fails the same way as bytes.
     data = shared("mobilenet_v2_int8")
     x, _, _, _, _ = first_conv(data)

@@ -18,7 +18,6 @@ Two checks, because dynamic quantization is not continuous:
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
@@ -29,17 +28,13 @@ from litegpu.ops import get_op
 
 from ai_edge_litert.interpreter import Interpreter as LiteRT  # a test dependency: never skipped
 
-SHARED = Path(os.environ.get("LITEGPU_SHARED_MODELS", Path(__file__).resolve().parents[1] / ".." / "shared" / "models"))
-MODEL = SHARED / "tiny_bert_dynamic.tflite"
 END_TO_END = 1e-2          # of the largest logit, on any input (see the module docstring)
 END_TO_END_MEDIAN = 1e-5   # of the largest logit, the median over the inputs
 
 
 @pytest.fixture
-def model_path(skip_unless_required) -> str:
-    if not MODEL.is_file():
-        skip_unless_required("models", f"no shared model at {MODEL} (set LITEGPU_SHARED_MODELS)")
-    return str(MODEL)
+def model_path(shared_model) -> str:
+    return str(shared_model("tiny_bert_dynamic"))
 
 
 def token_ids(rng, padded: bool) -> np.ndarray:

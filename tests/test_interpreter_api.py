@@ -1,4 +1,9 @@
-"""One script runs against litegpu.Interpreter and ai_edge_litert's Interpreter; everything returned must agree."""
+"""One script runs against litegpu.Interpreter and ai_edge_litert's Interpreter; everything returned must agree.
+
+The model is an MLP with a dynamic batch and a signature: one built here
+(tests/built_models.py), so the tests run everywhere, and the shared dynamic_batch_mlp as
+TensorFlow's converter wrote it, where the shared models are.
+"""
 from __future__ import annotations
 
 from pathlib import Path
@@ -10,8 +15,18 @@ import litegpu
 from litegpu.cli import random_inputs
 
 import ai_edge_litert.interpreter as litert  # a test dependency: missing is an error, not a skip
-SHARED = Path(__file__).resolve().parents[1] / ".." / "shared" / "models"
-needs = pytest.mark.skipif(not (SHARED / "dynamic_batch_mlp.tflite").exists(), reason="shared models not present")
+
+import built_models
+
+
+@pytest.fixture(params=["built", "dynamic_batch_mlp"])
+def mlp(request, tmp_path, shared_model) -> Path:
+    """float32[-1, 20] -> float32[-1, 3], signature serving_default (keras_tensor -> output_0)."""
+    if request.param != "built":
+        return shared_model(request.param)
+    path = tmp_path / "mlp.tflite"
+    path.write_bytes(built_models.mlp())
+    return path
 
 
 def script(Interpreter, path: Path) -> list:
@@ -62,18 +77,16 @@ def assert_same(a, b, where: str = "") -> None:
         assert type(a) is type(b) and a == b, f"{where}: {a!r} ({type(a)}) vs {b!r} ({type(b)})"
 
 
-@needs
-def test_same_script_same_results() -> None:
-    path = SHARED / "dynamic_batch_mlp.tflite"
+def test_same_script_same_results(mlp) -> None:
+    path = mlp
     ours, theirs = script(litegpu.Interpreter, path), script(litert.Interpreter, path)
     assert [k for k, _ in ours] == [k for k, _ in theirs]
     for (key, a), (_, b) in zip(ours, theirs):
         assert_same(a, b, key)
 
 
-@needs
-def test_wrong_dtype_and_shape_name_the_tensor() -> None:
-    interp = litegpu.Interpreter(model_path=str(SHARED / "dynamic_batch_mlp.tflite"))
+def test_wrong_dtype_and_shape_name_the_tensor(mlp) -> None:
+    interp = litegpu.Interpreter(model_path=str(mlp))
     interp.allocate_tensors()
     d = interp.get_input_details()[0]
     with pytest.raises(litegpu.InvalidArgumentError, match="dtype float64"):
@@ -86,9 +99,8 @@ def test_wrong_dtype_and_shape_name_the_tensor() -> None:
         interp.set_tensor(d["index"], np.zeros((7,), np.float32))
 
 
-@needs
-def test_invoke_before_allocate_is_an_error() -> None:
-    interp = litegpu.Interpreter(model_path=str(SHARED / "dynamic_batch_mlp.tflite"))
+def test_invoke_before_allocate_is_an_error(mlp) -> None:
+    interp = litegpu.Interpreter(model_path=str(mlp))
     with pytest.raises(litegpu.ExecutionError, match="allocate_tensors"):
         interp.invoke()
 
@@ -98,9 +110,8 @@ def test_unknown_backend_lists_alternatives() -> None:
         litegpu.load_delegate("no-such-backend")
 
 
-@needs
-def test_compiled_model_matches_interpreter() -> None:
-    path = str(SHARED / "dynamic_batch_mlp.tflite")
+def test_compiled_model_matches_interpreter(mlp) -> None:
+    path = str(mlp)
     model = litegpu.CompiledModel.from_file(path, hardware_accel=litegpu.HardwareAccelerator.CPU)
     assert model.get_signature_list() == {"serving_default": {"inputs": ["keras_tensor"], "outputs": ["output_0"]}}
     assert model.is_fully_accelerated()

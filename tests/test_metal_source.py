@@ -216,7 +216,8 @@ def test_case_metal_source_compiles(checked, case):
 
 @needs_clang
 @pytest.mark.parametrize("model_file", MODEL_FILES)
-def test_model_metal_source_compiles(checked, model_file):
+def test_model_metal_source_compiles(checked, shared_model, model_file):
+    shared_model(model_file)
     _assert_compiles(checked, model_file)
 
 

@@ -17,22 +17,30 @@ import pytest
 import litegpu
 from litegpu.testing import mutation
 from litegpu.testing.builder import ModelBuilder
+from litegpu.testing.shared_models import NONE
+
+import built_models
 
 SMALL_MODELS = ("dynamic_batch_mlp", "elementwise_200", "stateful_counter", "lstm_classifier", "unet_small")
 
 
-def _shared(names, skip_unless_required) -> list[Path]:
-    """The shared models ``names``; a skip saying so where they are missing (a failure where
-    this run requires them)."""
-    try:
-        return mutation.resolve_models(names)
-    except FileNotFoundError as exc:
-        skip_unless_required("models", f"{exc} (set LITEGPU_SHARED_MODELS)")
+@pytest.fixture(scope="module")
+def models(shared_model) -> list[Path]:
+    """The small shared models (control flow, variables, a UNet among them), through the
+    ``shared_model`` fixture: a skip saying where it looked, or a failure where required."""
+    return [shared_model(name) for name in SMALL_MODELS]
 
 
 @pytest.fixture(scope="module")
-def models(skip_unless_required):
-    return _shared(SMALL_MODELS, skip_unless_required)
+def built(tmp_path_factory) -> list[Path]:
+    """Models of tests/built_models.py as files, for the tests of the machinery itself:
+    they run everywhere, the shared models or not."""
+    folder = tmp_path_factory.mktemp("built")
+    paths = []
+    for name in ("mlp", "elementwise", "segmenter"):
+        paths.append(folder / f"{name}.tflite")
+        paths[-1].write_bytes(getattr(built_models, name)())
+    return paths
 
 
 def _assert_clean(report: mutation.Report) -> None:
@@ -42,8 +50,8 @@ def _assert_clean(report: mutation.Report) -> None:
     assert report.counts["raw"] == 0, report.summary()
 
 
-def test_field_map_finds_the_fields(models) -> None:
-    data = models[0].read_bytes()
+def test_field_map_finds_the_fields(built) -> None:
+    data = built[0].read_bytes()
     fm = mutation.field_map(data)
     model = litegpu.load_model(data)
     sg = model.subgraphs[0]
@@ -56,8 +64,8 @@ def test_field_map_finds_the_fields(models) -> None:
         assert 0 <= pos <= len(data) - 4
 
 
-def test_mutations_change_the_bytes(models) -> None:
-    data = models[0].read_bytes()
+def test_mutations_change_the_bytes(built) -> None:
+    data = built[0].read_bytes()
     fm = mutation.field_map(data)
     rng = random.Random(3)
     for kind in mutation.MUTATIONS:
@@ -69,10 +77,10 @@ def test_mutations_change_the_bytes(models) -> None:
         assert changed >= 15, kind
 
 
-def test_worker_tells_outcomes_apart(models) -> None:
+def test_worker_tells_outcomes_apart(built) -> None:
     worker = mutation._Worker(memory_limit=4 << 30, max_while=1000, start_timeout=120)
     try:
-        good = models[0].read_bytes()
+        good = built[0].read_bytes()
         assert worker.run(good[:100], 0, 60)["outcome"] == "error"
         assert worker.run(good, 0, 60)["outcome"] in ("ok", "error")  # error: an op not implemented yet
         assert worker.alive
@@ -80,12 +88,12 @@ def test_worker_tells_outcomes_apart(models) -> None:
         worker.kill()
 
 
-def test_worker_death_is_a_crash_and_a_slow_case_a_hang(models) -> None:
+def test_worker_death_is_a_crash_and_a_slow_case_a_hang(built) -> None:
     worker = mutation._Worker(memory_limit=4 << 30, max_while=1000, start_timeout=120)
     try:
         worker.proc.kill()  # as a segfault would
         worker.proc.wait()
-        assert worker.run(models[0].read_bytes(), 0, 30)["outcome"] == "crash"
+        assert worker.run(built[0].read_bytes(), 0, 30)["outcome"] == "crash"
         assert not worker.alive
     finally:
         worker.kill()
@@ -107,6 +115,16 @@ def test_mutation_run_default(models) -> None:
     _assert_clean(report)
 
 
+def test_mutation_run_on_built_and_real_models(built, real_model) -> None:
+    """The default run's checks on models any machine has: the built ones and two fetched
+    real ones (an IF with its two subgraphs, and a face detector with fp16 weights)."""
+    models = [*built, real_model("oww_hey_jarvis"), real_model("blazeface_short_range")]
+    report = mutation.run_mutations(models, cases=300, seed=20240602, timeout=30, time_budget=40)
+    assert report.cases >= 100
+    assert report.counts["ok"] + report.counts["error"] == report.cases - report.bad
+    _assert_clean(report)
+
+
 def test_cli_runs_and_reports(models) -> None:
     proc = subprocess.run([sys.executable, "-m", "litegpu.testing.mutation", "--cases", "30", "--seed", "5",
                            "--models", "dynamic_batch_mlp,stateful_counter"],
@@ -116,21 +134,24 @@ def test_cli_runs_and_reports(models) -> None:
     assert proc.returncode == (0 if " raw 0, crash 0, hang 0" in proc.stdout else 1)
 
 
-def test_schedule_weights_models_by_size(models) -> None:
+def test_schedule_weights_models_by_size(built) -> None:
     assert mutation._schedule(3, None) == [0, 1, 2]
     # Round r takes every model whose weight exceeds r: weights 2, 1, 3.
     assert mutation._schedule(3, [2, 1, 3]) == [0, 1, 2, 0, 2, 2]
     with pytest.raises(ValueError):
         mutation._schedule(2, [1, 0])
-    weights = mutation.size_weights(models, big=models[0].stat().st_size)
+    weights = mutation.size_weights(built, big=built[0].stat().st_size)
     assert weights[0] == 5 and all(w in (1, 5) for w in weights)
+
+
+def test_all_resolves_to_every_shared_model(models) -> None:
     everything = mutation.resolve_models(["all"])
     assert set(models) <= set(everything) and all(p.suffix == ".tflite" for p in everything)
 
 
-def test_weighted_run_counts_cases_per_model(models) -> None:
-    report = mutation.run_mutations(models[:2], cases=9, seed=3, timeout=30, weights=[2, 1])
-    assert dict(report.by_model) == {models[0].stem: 6, models[1].stem: 3}
+def test_weighted_run_counts_cases_per_model(built) -> None:
+    report = mutation.run_mutations(built[:2], cases=9, seed=3, timeout=30, weights=[2, 1])
+    assert dict(report.by_model) == {built[0].stem: 6, built[1].stem: 3}
     _assert_clean(report)
 
 
@@ -150,9 +171,9 @@ def _quantized_model(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize("source", ["built", "unet_small_int16x8"])
-def test_field_map_finds_the_quantization_fields(tmp_path, skip_unless_required, source) -> None:
+def test_field_map_finds_the_quantization_fields(tmp_path, shared_model, source) -> None:
     built = _quantized_model(tmp_path)
-    paths = [built] if source == "built" else _shared([source], skip_unless_required)
+    paths = [built] if source == "built" else [shared_model(source)]
     for path in paths:
         data = path.read_bytes()
         fm = mutation.field_map(data)
@@ -182,8 +203,8 @@ def test_quantization_mutations_edit_their_fields(tmp_path) -> None:
         assert changed >= 15, kind
 
 
-def test_quantization_mutation_run(tmp_path, skip_unless_required) -> None:
-    models = [_quantized_model(tmp_path), *_shared(["unet_small_int16x8"], skip_unless_required)]
+def test_quantization_mutation_run(tmp_path, shared_model) -> None:
+    models = [_quantized_model(tmp_path), shared_model("unet_small_int16x8")]
     report = mutation.run_mutations(models, cases=120, seed=11, timeout=30, kinds=mutation.QUANT_MUTATIONS)
     _assert_clean(report)
     assert set(report.by_mutation) == set(mutation.QUANT_MUTATIONS)
@@ -194,13 +215,11 @@ def test_quantization_mutation_run(tmp_path, skip_unless_required) -> None:
 
 
 @pytest.mark.slow
-def test_mutation_run_slow() -> None:
+def test_mutation_run_slow(shared_model) -> None:
     # Every shared model, the large ones (tens of MB, slow to compile and run whole) with
     # one case for every five of a small one: 10,000 cases in several minutes.
-    try:
-        every = mutation.resolve_models(["all"])
-    except FileNotFoundError as exc:
-        pytest.skip(str(exc))
+    shared_model(NONE)
+    every = mutation.resolve_models(["all"])
     report = mutation.run_mutations(every, cases=10_000, seed=7, timeout=30, weights=mutation.size_weights(every))
     assert report.cases == 10_000
     assert set(report.by_model) == {p.stem for p in every}

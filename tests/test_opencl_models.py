@@ -1,4 +1,5 @@
-"""End to end on opencl: every shared float model, fp32 and fp16 storage, against LiteRT.
+"""End to end on opencl: every shared float model and two fetched real ones (so that a
+machine without the shared models runs whole models too), fp32 and fp16 storage, against LiteRT.
 
 fp32 must match LiteRT as closely as cpu does (TOLERANCE, relative to max|LiteRT|).
 With precision loss allowed (F32_F16: tensors and weights stored in half), the outputs
@@ -16,11 +17,15 @@ import pytest
 import litegpu
 from litegpu.cli import random_inputs
 
-from test_shared_models import MODELS, QUANTIZED, SHARED, STATEFUL, TOLERANCE, LiteRT, rel_error
+from test_shared_models import FLOAT_MODELS, TOLERANCE, LiteRT, rel_error
 
 FP16_MODEL_TOL = 5e-2
 _RUN_TIME_LOOKUPS = ("GATHER", "GATHER_ND", "EMBEDDING_LOOKUP")
-FLOAT_MODELS = [m for m in MODELS if m not in QUANTIZED | STATEFUL]
+# (fixture, name): the shared float models (NONE where there are none: it skips saying so)
+# and real models of litegpu.testing.realmodels: a face detector (convolutions, depthwise,
+# pads, pools, concatenations; fp16 weights) and a wake-word classifier (dense layers).
+MODELS = [*(("shared_model", name) for name in FLOAT_MODELS),
+          ("real_model", "blazeface_short_range"), ("real_model", "oww_alexa")]
 
 
 def _run(path, precision_loss: bool):
@@ -44,10 +49,10 @@ def _device_bytes(interp) -> int:
     return sum(p.arena_bytes + p.const_bytes for p, _, _ in interp._compiled.steps if hasattr(p, "arena_bytes"))
 
 
-@pytest.mark.skipif(not FLOAT_MODELS, reason=f"no shared models at {SHARED}")
-@pytest.mark.parametrize("name", FLOAT_MODELS)
-def test_model_on_opencl_matches_litert_in_fp32_and_fp16(opencl, name):
-    full, got, want = _run(SHARED / name, precision_loss=False)
+@pytest.mark.parametrize("source, name", MODELS, ids=[name for _, name in MODELS])
+def test_model_on_opencl_matches_litert_in_fp32_and_fp16(opencl, request, source, name):
+    path = request.getfixturevalue(source)(name)
+    full, got, want = _run(path, precision_loss=False)
     errors = [rel_error(g, w) for g, w in zip(got, want)]
     assert max(errors) <= TOLERANCE, errors
     report = full.get_delegation_report()
@@ -56,7 +61,7 @@ def test_model_on_opencl_matches_litert_in_fp32_and_fp16(opencl, name):
         # index out of range (a kernel cannot report one).
         elsewhere = [a for a in report.assignments if a.backend != "opencl"]
         assert all(a.op in _RUN_TIME_LOOKUPS and "run time" in a.reason for a in elsewhere), str(report)
-    half, got16, _ = _run(SHARED / name, precision_loss=True)
+    half, got16, _ = _run(path, precision_loss=True)
     for g, w in zip(got16, want):
         if w.dtype.kind == "f":
             assert np.isfinite(g).sum() >= np.isfinite(w).sum(), "fp16 made a NaN or Inf that fp32 has not"

@@ -14,7 +14,8 @@ import pytest
 import litegpu
 from litegpu.testing.cases.nn import Const, one_op, rand
 
-MODELS = Path(__file__).resolve().parent / ".." / ".." / "shared" / "models"
+import built_models
+
 F32 = np.float32
 
 
@@ -27,11 +28,8 @@ def _resized(data: bytes | Path, backend: str, shapes: dict[int, list[int]]) -> 
     return it
 
 
-def test_mobilenet_v2_with_four_channels_is_refused_at_allocate(backend_name):
-    path = MODELS / "mobilenet_v2.tflite"
-    if not path.exists():
-        pytest.skip(f"shared model {path} not present")
-    it = _resized(path, backend_name, {0: [1, 224, 224, 4]})
+def test_mobilenet_v2_with_four_channels_is_refused_at_allocate(backend_name, shared_model):
+    it = _resized(shared_model("mobilenet_v2"), backend_name, {0: [1, 224, 224, 4]})
     with pytest.raises(litegpu.InvalidArgumentError) as info:
         it.allocate_tensors()
     msg = str(info.value)
@@ -111,19 +109,15 @@ def test_broadcast_mismatch_is_refused():
         it.allocate_tensors()
 
 
-def test_dynamic_batch_mlp_wrong_width_is_refused():
-    path = MODELS / "dynamic_batch_mlp.tflite"
-    if not path.exists():
-        pytest.skip(f"shared model {path} not present")
-    it = _resized(path, "cpu", {0: [1, 21]})
+@pytest.mark.parametrize("which", ["built", "dynamic_batch_mlp"])
+def test_dynamic_batch_mlp_wrong_width_is_refused(which, shared_model):
+    it = _resized(built_models.mlp() if which == "built" else shared_model(which), "cpu", {0: [1, 21]})
     with pytest.raises(litegpu.InvalidArgumentError, match=r"FULLY_CONNECTED.*\[1, 21\]"):
         it.allocate_tensors()
 
 
-def test_unet_small_runs_at_batch_2():
-    path = MODELS / "unet_small.tflite"
-    if not path.exists():
-        pytest.skip(f"shared model {path} not present")
+def test_unet_small_runs_at_batch_2(shared_model):
+    path = shared_model("unet_small")
     it = _resized(path, "cpu", {0: [2, 128, 128, 3]})
     it.allocate_tensors()
     x = np.random.default_rng(0).uniform(-1, 1, (2, 128, 128, 3)).astype(F32)
@@ -261,11 +255,8 @@ def test_conv_inside_the_model_refuses_new_channels(backend_name):
     assert _agree_with_litert(no_bias, [x], backend_name) == "agree-refused"
 
 
-def test_resnet18_fp16_with_six_channels_is_refused_as_in_litert():
-    path = MODELS / "resnet18_fp16.tflite"
-    if not path.exists():
-        pytest.skip(f"shared model {path} not present")
-    it = _resized(path, "cpu", {0: [1, 224, 224, 6]})
+def test_resnet18_fp16_with_six_channels_is_refused_as_in_litert(shared_model):
+    it = _resized(shared_model("resnet18_fp16"), "cpu", {0: [1, 224, 224, 6]})
     with pytest.raises(litegpu.InvalidArgumentError, match=r"CONV_2D.*6 channels.*declares"):
         it.allocate_tensors()
 

@@ -14,8 +14,9 @@ from litegpu.cli import main
 from litegpu.profile import STATE, node_flops
 from litegpu.testing.builder import ModelBuilder
 
-SHARED = Path(__file__).resolve().parents[1] / ".." / "shared" / "models"
-MOBILENET = SHARED / "mobilenet_v2.tflite"
+# A trained network (90 nodes: convolutions, depthwise, pads, pools, concatenations) fetched
+# by litegpu.testing.realmodels, so the whole-model profile runs without the shared models.
+REAL_MODEL = "blazeface_short_range"
 
 
 def _small_model() -> bytes:
@@ -94,10 +95,8 @@ def test_small_model_on_cpu(tmp_path):
     assert fused and fused[0]["name"].startswith("nodes 1-2 (ADD+MUL)")
 
 
-def test_shared_model_on_cpu(tmp_path):
-    if not MOBILENET.exists():
-        pytest.skip(f"{MOBILENET} is not here")
-    _check(_interpreter("cpu", model_path=str(MOBILENET)), 2, tmp_path)
+def test_real_model_on_cpu(real_model, tmp_path):
+    _check(_interpreter("cpu", model_path=str(real_model(REAL_MODEL))), 2, tmp_path)
 
 
 def test_small_model_on_opencl(opencl, tmp_path):
@@ -112,10 +111,8 @@ def test_small_model_on_opencl(opencl, tmp_path):
     assert run["ts"] - 1e3 <= first["ts"] <= run["ts"] + run["dur"] + 1e3
 
 
-def test_shared_model_on_opencl(opencl, tmp_path):
-    if not MOBILENET.exists():
-        pytest.skip(f"{MOBILENET} is not here")
-    _check(_interpreter("opencl", model_path=str(MOBILENET)), 2, tmp_path)
+def test_real_model_on_opencl(opencl, real_model, tmp_path):
+    _check(_interpreter("opencl", model_path=str(real_model(REAL_MODEL))), 2, tmp_path)
 
 
 def test_profiling_off_leaves_nothing_behind(monkeypatch, opencl_or_none):

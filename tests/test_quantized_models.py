@@ -16,18 +16,11 @@ import numpy as np
 import pytest
 
 import litegpu
-from test_shared_models import MODELS, SHARED
 
 from ai_edge_litert.interpreter import Interpreter as LiteRT  # a test dependency: never skipped
 
 log = logging.getLogger(__name__)
 INT8_MODELS = ["mobilenet_v2_int8.tflite", "mobilenet_v3_small_int8.tflite", "unet_small_int16x8.tflite"]
-
-
-def _need(name: str) -> str:
-    if name not in MODELS:
-        pytest.skip(f"shared model {name} is not at {SHARED}")
-    return str(SHARED / name)
 
 
 def _inputs(details: dict, seed: int) -> np.ndarray:
@@ -53,9 +46,9 @@ def _output_quantum(path: str) -> float:
 
 @pytest.mark.parametrize("path_kind", ["references", "kernels"])
 @pytest.mark.parametrize("name", INT8_MODELS)
-def test_int8_model_matches_litert_to_the_quantum(name: str, path_kind: str, monkeypatch) -> None:
+def test_int8_model_matches_litert_to_the_quantum(shared_model, name: str, path_kind: str, monkeypatch) -> None:
     """On the integer references alone, and with the cpu backend's integer kernels."""
-    path = _need(name)
+    path = str(shared_model(name))
     if path_kind == "references":
         from litegpu_cpu.kernels import registry
         monkeypatch.setattr(registry, "QUANTIZED_KERNELS", {})
@@ -84,8 +77,8 @@ def test_int8_model_matches_litert_to_the_quantum(name: str, path_kind: str, mon
 
 
 @pytest.mark.parametrize("name", INT8_MODELS)
-def test_quantization_details_match_litert(name: str) -> None:
-    path = _need(name)
+def test_quantization_details_match_litert(shared_model, name: str) -> None:
+    path = str(shared_model(name))
     ours, theirs = litegpu.Interpreter(model_path=path), LiteRT(model_path=path)
     for get in ("get_input_details", "get_output_details"):
         for a, b in zip(getattr(ours, get)(), getattr(theirs, get)()):
@@ -112,10 +105,10 @@ FLOAT_VIEW_BOUNDS = {"mobilenet_v2_int8.tflite": (2, 2), "mobilenet_v3_small_int
 
 @pytest.mark.parametrize("fp16", [False, True], ids=["F32", "F32_F16"])
 @pytest.mark.parametrize("name", INT8_MODELS)
-def test_float_view_on_opencl(name: str, fp16: bool, opencl) -> None:
+def test_float_view_on_opencl(name: str, fp16: bool, opencl, shared_model) -> None:
     """All of the model on opencl, in float with quantization simulation, the same top-1
     as LiteRT's integers and the error in output quanta within the bound."""
-    path = _need(name)
+    path = str(shared_model(name))
     ours = litegpu.Interpreter(model_path=path, experimental_delegates=[
         litegpu.load_delegate("opencl", {"precision_loss_allowed": fp16})])
     theirs = LiteRT(model_path=path)

@@ -1,5 +1,11 @@
-"""litegpu.ray.Predictor: shared models over Ray Data's map_batches on a local two-CPU
-Ray, checked row by row against a plain loop in this process."""
+"""litegpu.ray.Predictor: models over Ray Data's map_batches on a local two-CPU Ray,
+checked row by row against a plain loop in this process.
+
+The models stand in for the shared ones by kind (tests/built_models.py: fixed or dynamic
+batch, with or without a signature, integer input, a multi-dimensional output), and a
+trained network with a dynamic batch is fetched (litegpu.testing.realmodels), so that
+every test here runs without the shared models.
+"""
 from __future__ import annotations
 
 import os
@@ -12,6 +18,9 @@ import numpy as np
 import pytest
 
 import litegpu
+from litegpu.testing.realmodels import REAL_MODELS
+
+import built_models
 
 try:
     import ray
@@ -19,18 +28,25 @@ try:
 except ImportError:
     ray = None
 
-MODELS = Path(__file__).resolve().parents[1].parent / "shared" / "models"
 needs_ray = pytest.mark.skipif(ray is None, reason="ray is not installed (pip install 'litegpu[ray]')")
 # Long enough for actors to start and compile on a busy two-core machine, short enough
 # that a hung job fails the test instead of the suite.
 JOB_TIMEOUT_S = 120
 
 
-def _model(name: str) -> Path:
-    path = MODELS / name
-    if not path.exists():
-        pytest.skip(f"{path} does not exist")
-    return path
+@pytest.fixture(scope="module")
+def model_file(tmp_path_factory, real_model):
+    """``f(name) -> Path``: a model of tests/built_models.py written once, or a fetched real model."""
+    folder = tmp_path_factory.mktemp("models")
+
+    def find(name: str) -> Path:
+        if name in REAL_MODELS:
+            return real_model(name)
+        path = folder / f"{name}.tflite"
+        if not path.exists():
+            path.write_bytes(getattr(built_models, name)())
+        return path
+    return find
 
 
 def _rows(path: Path, n: int) -> tuple[str, np.ndarray]:
@@ -80,15 +96,16 @@ def cluster():
 @needs_ray
 @pytest.mark.parametrize("name, n, exact", [
     # Fixed batch 1 and no signature (tensor names): each record runs alone, as in the loop.
-    ("elementwise_200.tflite", 300, True),
+    ("elementwise", 300, True),
     # A dynamic batch dimension runs each batch at once: another GEMM blocking than the
     # loop's one row, so the last bits may differ.
-    ("dynamic_batch_mlp.tflite", 300, False),
-    ("mobilenet_v2.tflite", 48, False),
+    ("mlp", 300, False),
+    # A trained convolutional network (20 CONV_2D) with a dynamic batch.
+    ("oww_embedding", 48, False),
 ])
-def test_a_shared_model_over_map_batches_matches_a_plain_loop(cluster, name, n, exact):
+def test_a_model_over_map_batches_matches_a_plain_loop(cluster, model_file, name, n, exact):
     from litegpu.ray import Predictor
-    path = _model(name)
+    path = model_file(name)
     column, rows = _rows(path, n)
     ds = ray.data.from_items([{"id": i, column: row} for i, row in enumerate(rows)], override_num_blocks=6)
     # The issue's spelling: Ray 2.51+ logs that concurrency= is deprecated for compute=.
@@ -106,12 +123,12 @@ def test_a_shared_model_over_map_batches_matches_a_plain_loop(cluster, name, n, 
 
 
 @needs_ray
-def test_pandas_batches_keep_their_columns_and_map_an_input(cluster):
+def test_pandas_batches_keep_their_columns_and_map_an_input(cluster, model_file):
     """A DataFrame dataset (id, label, tokens) with ``columns=`` mapping the model's input
-    to ``tokens``; tiny_bert has a fixed batch of 1, so the results are exact."""
+    to ``tokens``; the token classifier has a fixed batch of 1, so the results are exact."""
     import pandas as pd
     from litegpu.ray import Predictor
-    path = _model("tiny_bert.tflite")
+    path = model_file("token_classifier")
     column, rows = _rows(path, 96)
     df = pd.DataFrame({"id": np.arange(96), "label": [f"r{i}" for i in range(96)], "tokens": list(rows)})
     ds = ray.data.from_pandas([df[:40], df[40:]]).map_batches(
@@ -125,26 +142,26 @@ def test_pandas_batches_keep_their_columns_and_map_an_input(cluster):
 
 
 @needs_ray
-def test_pyarrow_batches_round_trip_a_multi_dimensional_output(cluster):
-    """unet_small's [128, 128, 1] mask per row comes back as Ray's tensor column."""
+def test_pyarrow_batches_round_trip_a_multi_dimensional_output(cluster, model_file):
+    """The segmenter's [32, 32, 1] mask per row comes back as Ray's tensor column."""
     from litegpu.ray import Predictor
-    path = _model("unet_small.tflite")
+    path = model_file("segmenter")
     column, rows = _rows(path, 12)
     ds = ray.data.from_items([{"id": i, column: row} for i, row in enumerate(rows)], override_num_blocks=3)
     ds = ds.map_batches(Predictor, fn_constructor_kwargs={"model": path.read_bytes()},
                         batch_format="pyarrow", compute=ray.data.ActorPoolStrategy(size=2), batch_size=5)
     got = _run(ds)
-    assert got["output_0"].shape == (12, 128, 128, 1)
+    assert got["output_0"].shape == (12, 32, 32, 1)
     np.testing.assert_array_equal(got["id"], np.arange(12))
     np.testing.assert_array_equal(got["output_0"], _loop(path, rows))
 
 
 @needs_ray
-def test_an_actor_killed_mid_job_is_replaced_and_the_result_is_complete(cluster, tmp_path):
+def test_an_actor_killed_mid_job_is_replaced_and_the_result_is_complete(cluster, model_file, tmp_path):
     """An actor's process exits, once, on the batch holding row 150: Ray Data's actor pools
     restart actors and retry their batches by default (max_restarts=-1,
     max_task_retries=-1; Ray 2.60 deprecates passing them to map_batches), so every row
-    still comes back, exact (elementwise_200 has a fixed batch of 1)."""
+    still comes back, exact (the elementwise model has a fixed batch of 1)."""
     from litegpu.ray import Predictor
 
     class DiesOnce(Predictor):
@@ -159,7 +176,7 @@ def test_an_actor_killed_mid_job_is_replaced_and_the_result_is_complete(cluster,
                     os._exit(1)
             return super().__call__(batch)
 
-    path = _model("elementwise_200.tflite")
+    path = model_file("elementwise")
     column, rows = _rows(path, 256)
     marker = str(tmp_path / "died")
     ds = ray.data.from_items([{"id": i, column: row} for i, row in enumerate(rows)], override_num_blocks=8)
@@ -172,11 +189,11 @@ def test_an_actor_killed_mid_job_is_replaced_and_the_result_is_complete(cluster,
 
 
 @needs_ray
-def test_a_bad_row_fails_the_job_naming_it(cluster):
+def test_a_bad_row_fails_the_job_naming_it(cluster, model_file):
     """A record of the wrong shape fails with litegpu's message (column, row, shapes),
     which reaches the driver through Ray's task error, and is not retried into a hang."""
     from litegpu.ray import Predictor
-    path = _model("dynamic_batch_mlp.tflite")
+    path = model_file("mlp")
     column, rows = _rows(path, 200)
     records = [{"id": i, column: row} for i, row in enumerate(rows)]
     records[150][column] = np.zeros(21, np.float32)
@@ -195,15 +212,15 @@ def test_a_bad_row_fails_the_job_naming_it(cluster):
 
 # -- one actor's work, without a cluster ---------------------------------------------------------
 @needs_ray
-def test_every_batch_format_gives_the_same_outputs_as_its_own_kind():
+def test_every_batch_format_gives_the_same_outputs_as_its_own_kind(model_file):
     import pandas as pd
     from ray.data.block import BlockAccessor
     from litegpu.ray import Predictor
-    path = _model("unet_small.tflite")
+    path = model_file("segmenter")
     column, rows = _rows(path, 3)
     predictor = Predictor(path.read_bytes())
     numpy = predictor({"id": np.arange(3), column: rows})
-    assert list(numpy) == ["id", column, "output_0"] and numpy["output_0"].shape == (3, 128, 128, 1)
+    assert list(numpy) == ["id", column, "output_0"] and numpy["output_0"].shape == (3, 32, 32, 1)
     frame = pd.DataFrame({"id": np.arange(3), "name": list("abc"), column: list(rows)})
     got = predictor(frame)
     assert list(frame) == ["id", "name", column], "the caller's frame changed"
@@ -218,13 +235,13 @@ def test_every_batch_format_gives_the_same_outputs_as_its_own_kind():
 
 @needs_ray
 @pytest.mark.parametrize("kind", ["numpy", "pandas", "pyarrow"])
-def test_a_bad_record_is_named_with_its_row_ids_in_every_format(kind):
+def test_a_bad_record_is_named_with_its_row_ids_in_every_format(model_file, kind):
     """The row counts within the batch, which means little in a Ray job: the message
     names the row's values in the other scalar columns too."""
     import pandas as pd
     from ray.data.block import BlockAccessor
     from litegpu.ray import Predictor
-    path = _model("dynamic_batch_mlp.tflite")
+    path = model_file("mlp")
     column, rows = _rows(path, 3)
     records = [rows[0], rows[1], rows[2][:7]]
     batch = {"id": np.array([10, 11, 12]), "name": np.array(["a", "b", "c"]), column: records}
@@ -247,9 +264,9 @@ def test_a_record_error_survives_pickling():
 
 
 @needs_ray
-def test_a_batch_with_a_column_named_like_an_output_is_refused():
+def test_a_batch_with_a_column_named_like_an_output_is_refused(model_file):
     from litegpu.ray import Predictor
-    path = _model("dynamic_batch_mlp.tflite")
+    path = model_file("mlp")
     column, rows = _rows(path, 2)
     with pytest.raises(litegpu.InvalidArgumentError, match=r"named like the model's outputs \['output_0'\]"):
         Predictor(str(path))({column: rows, "output_0": np.zeros(2)})

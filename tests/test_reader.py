@@ -1,7 +1,8 @@
 """The model reader against LiteRT's own view of the same files.
 
-Every shared model is read by litegpu and by ``ai_edge_litert``; tensors, shapes,
-dtypes, quantization, signatures and operators must agree. Small models written here
+Every shared model and every fetched real model (:mod:`litegpu.testing.realmodels`) is
+read by litegpu and by ``ai_edge_litert``; tensors, shapes, dtypes, quantization,
+signatures and operators must agree. Small models written here
 with the ``flatbuffers`` + ``tflite`` packages (independent of litegpu's schema tables)
 cover the layouts the shared models lack: external buffers (offset/size after the
 flatbuffer), old-style opcodes, and sparse weights behind DENSIFY.
@@ -9,7 +10,6 @@ flatbuffer), old-style opcodes, and sparse weights behind DENSIFY.
 from __future__ import annotations
 
 import mmap
-import os
 from pathlib import Path
 
 import flatbuffers
@@ -18,10 +18,13 @@ import pytest
 import tflite
 
 import litegpu
+from litegpu.testing.realmodels import REAL_MODELS
+from litegpu.testing.shared_models import NONE, shared_model_names
 
-MODELS = Path(os.environ.get("LITEGPU_SHARED_MODELS", Path(__file__).resolve().parents[1] / ".." / "shared" / "models"))
-MODEL_FILES = sorted(MODELS.glob("*.tflite"))
-needs_models = pytest.mark.skipif(not MODEL_FILES, reason=f"no shared models at {MODELS}")
+# (fixture, model name): every shared model (NONE where there are none: it skips saying
+# so) and every real model, fetched once into the cache outside the repository.
+STRUCTURE_MODELS = [*(("shared_model", name) for name in shared_model_names() or [NONE]),
+                    *(("real_model", name) for name in REAL_MODELS)]
 # Tensor types with no numpy dtype: LiteRT reports ``object``, litegpu keeps the type name.
 OPAQUE_TYPES = {"RESOURCE", "STRING", "VARIANT"}
 
@@ -211,10 +214,13 @@ def add_const_model(weight: np.ndarray, *, buffer_entry=None, opcode=ADD, extra_
 
 
 # ---------------------------------------------------------------------------------------------
-# Shared models: litegpu's structure equals LiteRT's.
+# Shared and real models: litegpu's structure equals LiteRT's.
 # ---------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("path", MODEL_FILES, ids=lambda p: p.stem)
-def test_structure_matches_litert(path: Path) -> None:
+@pytest.mark.parametrize("source, name", STRUCTURE_MODELS,
+                         ids=[name.removesuffix(".tflite") if source == "shared_model" else f"real-{name}"
+                              for source, name in STRUCTURE_MODELS])
+def test_structure_matches_litert(request, source: str, name: str) -> None:
+    path = request.getfixturevalue(source)(name)
     model = litegpu.load_model(path)
     it = litert_interpreter(model_path=str(path))
     assert len(model.subgraphs) == it._interpreter.NumSubgraphs()
@@ -275,9 +281,9 @@ def _owner(arr: np.ndarray):
     return base.obj if isinstance(base, memoryview) else base
 
 
-@needs_models
-def test_file_buffers_are_memory_mapped_views() -> None:
-    model = litegpu.load_model(MODELS / "mobilenet_v2.tflite")
+def test_file_buffers_are_memory_mapped_views(real_model) -> None:
+    # face_landmark stores its 116 weights as float32 (no fp16 copies to fold).
+    model = litegpu.load_model(real_model("face_landmark"))
     consts = [t for t in model.subgraphs[0].tensors if t.is_constant]
     assert len(consts) > 50
     for t in consts:
@@ -285,9 +291,8 @@ def test_file_buffers_are_memory_mapped_views() -> None:
         assert isinstance(_owner(t.data), mmap.mmap), t.name
 
 
-@needs_models
-def test_bytes_buffers_are_views_of_the_content() -> None:
-    content = (MODELS / "dynamic_batch_mlp.tflite").read_bytes()
+def test_bytes_buffers_are_views_of_the_content(real_model) -> None:
+    content = real_model("oww_alexa").read_bytes()
     whole = np.frombuffer(content, np.uint8)
     model = litegpu.load_model(content)
     consts = [t for t in model.subgraphs[0].tensors if t.is_constant]
@@ -296,9 +301,8 @@ def test_bytes_buffers_are_views_of_the_content() -> None:
         assert np.shares_memory(t.data, whole), t.name
 
 
-@needs_models
-def test_constant_values_match_litert() -> None:
-    path = MODELS / "dynamic_batch_mlp.tflite"
+def test_constant_values_match_litert(real_model) -> None:
+    path = real_model("oww_alexa")
     model = litegpu.load_model(path)
     it = litert_interpreter(model_path=str(path))
     it.allocate_tensors()
@@ -307,16 +311,17 @@ def test_constant_values_match_litert() -> None:
             np.testing.assert_array_equal(t.data, it.get_tensor(t.index), err_msg=t.name)
 
 
-@needs_models
-def test_fp16_weights_are_folded_to_float32() -> None:
-    path = MODELS / "resnet18_fp16.tflite"
+@pytest.mark.parametrize("source, name, folded", [("shared_model", "resnet18_fp16", 42),
+                                                   ("real_model", "blazeface_short_range", 74)])
+def test_fp16_weights_are_folded_to_float32(request, source: str, name: str, folded: int) -> None:
+    path = request.getfixturevalue(source)(name)
     model = litegpu.load_model(path)
     sg = model.subgraphs[0]
     assert not [n for n in sg.nodes if n.op == "DEQUANTIZE"]
     it = litert_interpreter(model_path=str(path))
     it.allocate_tensors()
     dequant = [op for op in it._get_ops_details() if op["op_name"] == "DEQUANTIZE"]
-    assert len(dequant) == 42
+    assert len(dequant) == folded
     for op in dequant:
         src, dst = int(op["inputs"][0]), int(op["outputs"][0])
         half = it.get_tensor(src)

@@ -1,7 +1,10 @@
-"""End to end: every shared model runs on litegpu's cpu backend and matches LiteRT."""
+"""End to end: every shared model runs on litegpu's cpu backend and matches LiteRT.
+
+The models are found through the ``shared_model`` fixture (tests/conftest.py); where they
+are not here each test skips saying where it looked, or fails where the run requires them.
+"""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
@@ -9,11 +12,12 @@ import pytest
 
 import litegpu
 from litegpu.cli import random_inputs
+from litegpu.testing.shared_models import NONE, shared_model_names, shared_models_dir
 
 from ai_edge_litert.interpreter import Interpreter as LiteRT  # a test dependency: never skipped
 
-SHARED = Path(os.environ.get("LITEGPU_SHARED_MODELS", Path(__file__).resolve().parents[1] / ".." / "shared" / "models"))
-MODELS = sorted(p.name for p in SHARED.glob("*.tflite")) if SHARED.is_dir() else []
+SHARED = shared_models_dir()   # tests/test_nan_inf.py reads its models from here
+MODELS = shared_model_names()
 
 
 def _is_quantized(name: str) -> bool:
@@ -25,6 +29,8 @@ def _is_quantized(name: str) -> bool:
 
 QUANTIZED = {m for m in MODELS if _is_quantized(m)}
 STATEFUL = {"stateful_counter.tflite"}
+# Every float model here; where there are none, NONE, which the fixture skips (or fails) on.
+FLOAT_MODELS = [m for m in MODELS if m not in QUANTIZED | STATEFUL] or [NONE]
 TOLERANCE = 1e-4
 
 
@@ -56,22 +62,19 @@ def run_both(path: Path, batch: int | None = None) -> list[float]:
             for a, b in zip(ours.get_output_details(), theirs.get_output_details())]
 
 
-def test_the_shared_models_are_here(skip_unless_required) -> None:
+def test_the_shared_models_are_here(shared_model) -> None:
     """Without them every model test here skips: say so, or fail where the run requires them."""
-    if not MODELS:
-        skip_unless_required("models", f"no shared models at {SHARED} (set LITEGPU_SHARED_MODELS)")
+    shared_model(NONE)
 
 
-@pytest.mark.skipif(not MODELS, reason=f"no shared models at {SHARED}")
-@pytest.mark.parametrize("name", [m for m in MODELS if m not in QUANTIZED | STATEFUL])
-def test_model_matches_litert(name: str) -> None:
-    errors = run_both(SHARED / name)
+@pytest.mark.parametrize("name", FLOAT_MODELS)
+def test_model_matches_litert(shared_model, name: str) -> None:
+    errors = run_both(shared_model(name))
     assert max(errors) <= TOLERANCE, errors
 
 
-@pytest.mark.skipif("dynamic_batch_mlp.tflite" not in MODELS, reason="dynamic_batch_mlp.tflite not shared")
-def test_dynamic_batch_resize_matches_litert() -> None:
-    errors = run_both(SHARED / "dynamic_batch_mlp.tflite", batch=3)
+def test_dynamic_batch_resize_matches_litert(shared_model) -> None:
+    errors = run_both(shared_model("dynamic_batch_mlp"), batch=3)
     assert max(errors) <= TOLERANCE
 
 
@@ -79,14 +82,12 @@ def test_dynamic_batch_resize_matches_litert() -> None:
 # tests/test_quantized_models.py and tests/test_hybrid_models.py.
 
 
-@pytest.mark.skipif("mobilenet_v2_int8.tflite" not in MODELS, reason="int8 model not shared")
-def test_int8_model_is_read_whole() -> None:
-    assert len(litegpu.load_model(SHARED / "mobilenet_v2_int8.tflite").subgraphs[0].nodes) == 64
+def test_int8_model_is_read_whole(shared_model) -> None:
+    assert len(litegpu.load_model(shared_model("mobilenet_v2_int8")).subgraphs[0].nodes) == 64
 
 
-@pytest.mark.skipif("stateful_counter.tflite" not in MODELS, reason="stateful_counter.tflite not shared")
-def test_stateful_counter_keeps_state_like_litert() -> None:
-    path = str(SHARED / "stateful_counter.tflite")
+def test_stateful_counter_keeps_state_like_litert(shared_model) -> None:
+    path = str(shared_model("stateful_counter"))
     ours, theirs = litegpu.Interpreter(model_path=path), LiteRT(model_path=path)
     assert ours.get_signature_list() == theirs.get_signature_list()
     runners = [(i.get_signature_runner("increment"), i.get_signature_runner("reset")) for i in (ours, theirs)]

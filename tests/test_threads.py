@@ -9,9 +9,7 @@ copied a later run's outputs into an earlier caller's buffers.
 """
 from __future__ import annotations
 
-import os
 import threading
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,7 +18,6 @@ import litegpu
 from litegpu.errors import ConcurrentUseError, ExecutionError, LiteGpuError
 from litegpu.testing.builder import ModelBuilder
 
-SHARED = Path(os.environ.get("LITEGPU_SHARED_MODELS", Path(__file__).resolve().parents[1] / ".." / "shared" / "models"))
 THREADS = 4
 ROUNDS = 60
 
@@ -105,16 +102,13 @@ BUILDERS = {"mlp": _mlp_model, "split": _split_model}
 
 
 @pytest.fixture(params=[*BUILDERS, "tiny_bert"])
-def models(request, skip_unless_required) -> list[tuple[str, bytes]]:
+def models(request, shared_model) -> list[tuple[str, bytes]]:
     """One model per test: the built ones everywhere, the shared tiny_bert (whose cpu plan
     segfaulted under two threads) where the shared models are."""
     name = request.param
     if name in BUILDERS:
         return [(name, BUILDERS[name]())]
-    path = SHARED / f"{name}.tflite"
-    if not path.exists():
-        skip_unless_required("models", f"no shared model at {path} (set LITEGPU_SHARED_MODELS)")
-    return [(name, path.read_bytes())]
+    return [(name, shared_model(name).read_bytes())]
 
 
 def test_shared_interpreter_refuses_overlap_and_never_corrupts(backend, models) -> None:
@@ -290,12 +284,9 @@ def test_interpreter_api_choices_against_litert() -> None:
 
 
 @pytest.mark.slow
-def test_shared_interpreter_stress(backend, skip_unless_required) -> None:
+def test_shared_interpreter_stress(backend, shared_model) -> None:
     """The long variant: mobilenet_v2 shared by 4 threads, 500 unlocked sequences each."""
-    path = SHARED / "mobilenet_v2.tflite"
-    if not path.exists():
-        skip_unless_required("models", f"no shared model at {path} (set LITEGPU_SHARED_MODELS)")
-    it = _interpreter(path.read_bytes(), backend)
+    it = _interpreter(shared_model("mobilenet_v2").read_bytes(), backend)
     feeds = [_inputs(it.get_input_details(), 600 + k) for k in range(THREADS)]
     answers = [[a.copy() for a in _sequence(it, f)] for f in feeds]
 

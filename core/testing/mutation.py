@@ -43,9 +43,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-# The shared models next to the checkout (as tests/test_shared_models.py finds them).
-DEFAULT_MODELS_DIR = Path(os.environ.get(
-    "LITEGPU_SHARED_MODELS", Path(__file__).resolve().parents[2] / ".." / "shared" / "models"))
+from .shared_models import shared_models_dir
+
+# The shared models' folder when this module was imported (the fuzzer's default too);
+# resolve_models looks it up again when called, so a later $LITEGPU_SHARED_MODELS counts.
+DEFAULT_MODELS_DIR = shared_models_dir()
 DEFAULT_MODELS = ("dynamic_batch_mlp", "elementwise_200", "stateful_counter", "lstm_classifier", "unet_small")
 # A model bigger than this costs far more per case (pipe, read, compile, invoke at 224x224):
 # size_weights gives it fewer cases per round.
@@ -403,8 +405,10 @@ class Report:
                 "by_mutation": {k: dict(v) for k, v in self.by_mutation.items()}, "samples": self.samples}
 
 
-def resolve_models(names: Sequence[str], models_dir: Path = DEFAULT_MODELS_DIR) -> list[Path]:
-    """Model names (``dynamic_batch_mlp``) or paths, as existing files; ``all``: every shared model."""
+def resolve_models(names: Sequence[str], models_dir: Path | None = None) -> list[Path]:
+    """Model names (``dynamic_batch_mlp``) or paths, as existing files; ``all``: every shared model.
+    Names are looked up in ``models_dir`` (default: :func:`~litegpu.testing.shared_models.shared_models_dir`)."""
+    models_dir = shared_models_dir() if models_dir is None else Path(models_dir)
     paths = []
     if list(names) == ["all"]:
         paths = sorted(models_dir.glob("*.tflite"))

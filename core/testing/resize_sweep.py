@@ -20,7 +20,7 @@ Command line::
     python -m litegpu.testing.resize_sweep --backend cpu --backend opencl [--models NAME ...]
         [--cases PATTERN ...] [--no-shared] [--no-cases] [-v]
 
-Models are the shared ``.tflite`` files (``../shared/models``, or ``$LITEGPU_SHARED_MODELS``)
+Models are the shared ``.tflite`` files (where :mod:`litegpu.testing.shared_models` finds them)
 and the conformance cases of :data:`CONFORMANCE_CASES` (built by ``litegpu.testing.builder``).
 """
 from __future__ import annotations
@@ -39,11 +39,14 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
+from .shared_models import shared_models_dir
+
 __all__ = ["CONFORMANCE_CASES", "SweepModel", "CaseResult", "Tally", "resize_variants", "classify",
            "shared_models", "conformance_models", "sweep", "format_table", "main"]
 
-DEFAULT_MODELS_DIR = Path(os.environ.get(
-    "LITEGPU_SHARED_MODELS", Path(__file__).resolve().parents[2] / ".." / "shared" / "models"))
+# The shared models' folder when this module was imported; shared_models() looks it up
+# again when called without one, so a later $LITEGPU_SHARED_MODELS counts.
+DEFAULT_MODELS_DIR = shared_models_dir()
 TOLERANCE = 1e-4
 # A variant whose inputs would exceed this many elements in all is not tried (time, memory).
 MAX_ELEMENTS = 1 << 22
@@ -148,11 +151,13 @@ class SweepModel:
     samples: list[np.ndarray] | None = None   # the model's own inputs, when it comes with some
 
 
-def shared_models(names: Sequence[str] = (), models_dir: Path = DEFAULT_MODELS_DIR) -> list[SweepModel]:
-    """The shared ``.tflite`` models (all, or those named), with a skip reason for the ones
-    litegpu refuses as a whole at their own shapes (full-integer, int16x8, hybrid)."""
+def shared_models(names: Sequence[str] = (), models_dir: Path | None = None) -> list[SweepModel]:
+    """The shared ``.tflite`` models (all, or those named) in ``models_dir`` (default:
+    :func:`~litegpu.testing.shared_models.shared_models_dir`), with a skip reason for the
+    ones litegpu refuses as a whole at their own shapes (full-integer, int16x8, hybrid)."""
     import litegpu
 
+    models_dir = shared_models_dir() if models_dir is None else models_dir
     out = []
     for path in sorted(Path(models_dir).glob("*.tflite")):
         if names and path.stem not in names:
