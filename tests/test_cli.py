@@ -12,7 +12,6 @@ import pytest
 from litegpu.cli import main
 from litegpu.testing.builder import ModelBuilder
 
-SHARED = Path(__file__).resolve().parents[1] / ".." / "shared" / "models"
 
 
 def litegpu(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -130,11 +129,7 @@ def test_bad_invocation_in_a_real_process(files: Path, argv, expected, words) ->
     _check_one_error_line(res.returncode, res.stdout, res.stderr, expected, words)
 
 
-def test_forbid_compile_with_cold_cache(files: Path, tmp_path: Path) -> None:
-    from litegpu.plugins import manager
-    backend = manager().backends.get("opencl")
-    if backend is None or not backend.available()[0]:
-        pytest.skip("no OpenCL device")
+def test_forbid_compile_with_cold_cache(opencl, files: Path, tmp_path: Path) -> None:
     env = {"LITEGPU_OPENCL_FORBID_COMPILE": "1", "LITEGPU_CACHE_DIR": str(tmp_path / "litegpu"),
            "POCL_CACHE_DIR": str(tmp_path / "pocl"), "XDG_CACHE_HOME": str(tmp_path / "xdg")}
     res = litegpu("run", str(files / "add.tflite"), "--backend", "opencl", env=env)
@@ -204,10 +199,8 @@ def test_inspect_prints_ops_and_report(files: Path, capsys) -> None:
     assert "tensor 1 'c' FLOAT32[1, 4] const" in out
 
 
-def test_inspect_counts_agree_with_litert() -> None:
-    path = SHARED / "resnet18_fp16.tflite"
-    if not path.exists():
-        pytest.skip("shared model resnet18_fp16.tflite is not here")
+def test_inspect_counts_agree_with_litert(shared_model) -> None:
+    path = shared_model("resnet18_fp16")
     out = litegpu("inspect", str(path))
     assert out.returncode == 0, out.stderr
     # 74 operators in the file (LiteRT's count): 42 fp16 weight DEQUANTIZE folded at load, 32 run.

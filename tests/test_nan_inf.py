@@ -25,7 +25,7 @@ import litegpu
 from litegpu.cli import random_inputs
 from litegpu.testing.builder import ModelBuilder
 
-from test_shared_models import SHARED, LiteRT
+from test_shared_models import LiteRT
 
 F32 = np.float32
 HUGE = 3e38     # finite; LiteRT's LOGISTIC is right at this one (1.0)
@@ -286,13 +286,6 @@ SLOW_SHARED_CASES = [("efficientnet_b0", ("nan", "inf")), ("resnet18_fp16", ("in
                      ("mobilenet_v3_small", ("inf",))]
 
 
-def _shared(name: str, skip_unless_required):
-    path = SHARED / f"{name}.tflite"
-    if not path.is_file():
-        skip_unless_required("models", f"no shared model {path}")
-    return path
-
-
 def _check_shared(backend: str, path, kinds) -> None:
     theirs = LiteRT(model_path=str(path), num_threads=2)
     theirs.allocate_tensors()
@@ -314,14 +307,14 @@ def _check_shared(backend: str, path, kinds) -> None:
 
 
 @pytest.mark.parametrize("name,kinds", SHARED_CASES, ids=[n for n, _ in SHARED_CASES])
-def test_special_values_through_shared_models_match_litert(backend, skip_unless_required, name, kinds):
-    _check_shared(backend, _shared(name, skip_unless_required), kinds)
+def test_special_values_through_shared_models_match_litert(backend, shared_model, name, kinds):
+    _check_shared(backend, shared_model(name), kinds)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name,kinds", SLOW_SHARED_CASES, ids=[n for n, _ in SLOW_SHARED_CASES])
-def test_special_values_through_more_shared_models_match_litert(backend, skip_unless_required, name, kinds):
-    _check_shared(backend, _shared(name, skip_unless_required), kinds)
+def test_special_values_through_more_shared_models_match_litert(backend, shared_model, name, kinds):
+    _check_shared(backend, shared_model(name), kinds)
 
 
 # -- the same bits every invoke ---------------------------------------------------------------------
@@ -352,11 +345,11 @@ def _check_repeats(backend: str, path) -> None:
 
 
 @pytest.mark.parametrize("name", REPEAT_MODELS)
-def test_every_invoke_gives_the_first_ones_bits(backend, skip_unless_required, name):
-    _check_repeats(backend, _shared(name, skip_unless_required))
+def test_every_invoke_gives_the_first_ones_bits(backend, shared_model, name):
+    _check_repeats(backend, shared_model(name))
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", SLOW_REPEAT_MODELS)
-def test_every_invoke_of_more_models_gives_the_first_ones_bits(backend, skip_unless_required, name):
-    _check_repeats(backend, _shared(name, skip_unless_required))
+def test_every_invoke_of_more_models_gives_the_first_ones_bits(backend, shared_model, name):
+    _check_repeats(backend, shared_model(name))

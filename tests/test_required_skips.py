@@ -122,16 +122,13 @@ def test_the_shared_model_fixture_finds_models_where_the_variable_says(tmp_path,
 
 # Files that still find the shared models by themselves, or skip for a missing one with a
 # plain pytest.skip: others own them; each is to go through the ``shared_model`` fixture.
-NOT_YET_THROUGH_THE_FIXTURE = {"test_cli.py"}
-
-
 def test_only_litegpu_testing_shared_models_says_where_the_shared_models_are():
     """One place computes the folder (``$LITEGPU_SHARED_MODELS`` or ``../shared/models``),
     and no test skips for a missing shared model except through the fixture."""
     sources = [*TESTS.glob("*.py"), *(TESTS.parent / "core" / "testing").glob("*.py")]
     offenders = []
     for path in sources:
-        if path.name in NOT_YET_THROUGH_THE_FIXTURE | {"shared_models.py", Path(__file__).name}:
+        if path.name in {"shared_models.py", Path(__file__).name}:
             continue
         text = path.read_text()
         for pattern in ('"shared" / "models"', 'environ.get("LITEGPU_SHARED_MODELS"', 'environ["LITEGPU_SHARED_MODELS"',

@@ -12,17 +12,16 @@ import pytest
 
 import litegpu
 from litegpu.cli import random_inputs
-from litegpu.testing.shared_models import NONE, shared_model_names, shared_models_dir
+from litegpu.testing.shared_models import NONE, shared_model_names, shared_model_path
 
 from ai_edge_litert.interpreter import Interpreter as LiteRT  # a test dependency: never skipped
 
-SHARED = shared_models_dir()   # tests/test_nan_inf.py reads its models from here
 MODELS = shared_model_names()
 
 
 def _is_quantized(name: str) -> bool:
     """Whether the model has quantized integer tensors (refused until int8 kernels exist)."""
-    model = litegpu.load_model(SHARED / name)
+    model = litegpu.load_model(shared_model_path(name))
     return any(t.type_name in ("INT8", "UINT8", "INT16") and t.quantization is not None
                and t.quantization.is_set for sg in model.subgraphs for t in sg.tensors)
 
