@@ -159,7 +159,7 @@ def _assert_compiles(verdicts, key: str) -> None:
     if error:
         pytest.fail(f"{key}: planning or generating its CUDA sources failed: {error}")
     if not mine:
-        pytest.skip(why)
+        pytest.skip(why or "its GPU partitions launch no kernel (each node is a copy the runtime makes)")
     failures = [f"{key}: a {k[0]} kernel does not compile for compute_{arch}:\n{by_key[k]}"
                 for arch, by_key in reports.items() for k in sorted(mine) if k in by_key]
     assert not failures, "\n\n".join(failures)
