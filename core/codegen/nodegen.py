@@ -28,7 +28,6 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 

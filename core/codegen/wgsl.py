@@ -55,6 +55,11 @@ class WgslDialect:
     suffix: str = ".wgsl"
     max_buffers: int = 8
 
+    def prelude(self, precision_name: str) -> str:
+        """Nothing: each WGSL kernel is a whole module (a program's source, as
+        :func:`litegpu.codegen.render.assemble` joins them, is its modules one after another)."""
+        return ""
+
     def storage_dtype(self, dtype: np.dtype) -> np.dtype:
         """The dtype a tensor stored as ``dtype`` (see :meth:`litegpu.codegen.Precision.storage_dtype`)
         has in WGSL storage: 8- and 16-bit integers widen to 32 bits (:data:`STORAGE`)."""

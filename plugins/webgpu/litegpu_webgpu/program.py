@@ -12,7 +12,6 @@ the launches into one command buffer, submits it and returns its event at once.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -53,19 +52,6 @@ def precision_for(device: Device, options: CompileOptions) -> tuple[Precision, s
     if not device.f16:
         return Precision(), "; precision loss allowed, but the device has no shader-f16"
     return Precision(half_storage=True, half_arith=bool(options.extra.get(HALF_ARITHMETIC, True))), ""
-
-
-@dataclass(frozen=True)
-class _WgslModules:
-    """WGSL as :func:`litegpu.codegen.render.build_failure` reads a dialect: each kernel is a
-    whole module, so a step's "program" is its modules one after another and there is no
-    prelude. (render.assemble takes C-family dialects; a WGSL program is a list of modules.)"""
-
-    name: str = "wgsl"
-    suffix: str = ".wgsl"
-
-    def prelude(self, precision_name: str) -> str:
-        return ""
 
 
 class WebGpuProgram(Program):
@@ -118,7 +104,7 @@ class WebGpuProgram(Program):
                     if k.source not in pipelines:
                         pipelines[k.source] = self.device.pipelines.get(k.source)
         except BuildFailed as exc:
-            modules = _WgslModules()
+            modules = self.device.dialect
             by_step = {assemble([kernels], self.precision, modules)[0]: kernels for kernels in step_kernels}
 
             def build_step(source: str) -> None:
