@@ -1,9 +1,10 @@
-"""The dialect interface: how one GPU API spells what a kernel needs.
+"""The C family's dialect interface: how OpenCL C, CUDA C++ and MSL spell what a kernel needs.
 
-Kernels (:mod:`litegpu.codegen.kernels`) are written once, as C statements over a
-small kernel language, and never name a GPU API. What differs between APIs is data,
-one :class:`Dialect` table each (OpenCL C, CUDA C++, Metal Shading Language in
-:mod:`.dialects`):
+Kernels (:mod:`litegpu.codegen.kernels`) are written once and never name a GPU API:
+as :mod:`.ir` trees (which :mod:`.crender` renders in the kernel language below, and
+:mod:`.wgsl` as WGSL), or, for generators not yet moved to the tree, as C statements of
+that kernel language. What differs between the C-family APIs is data, one
+:class:`Dialect` table each (in :mod:`.dialects`):
 
 - a kernel's signature: its prefix, how a buffer parameter is declared, whether
   tensors arrive as (buffer, element offset) pairs or as pointers the runtime has
@@ -26,8 +27,9 @@ overloaded for vectors with scalar bounds), ``vload{4,8,16}``/``vstore4``,
 and the saturating or rounding integer conversions ``convert_<int>_sat`` and
 ``convert_long_rte``. Anything else a kernel needs goes through this table.
 
-A WGSL dialect would need more than a table: WGSL has no preprocessor and declares
-variables differently, so the C statements themselves would have to be rendered.
+WGSL is not a table of this kind: it has no preprocessor and declares variables
+differently, so it renders the tree itself (:class:`.wgsl.WgslDialect`), and a generator
+still written in C text declines there.
 """
 from __future__ import annotations
 
