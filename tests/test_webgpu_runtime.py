@@ -504,6 +504,26 @@ def test_a_tensor_over_the_binding_limit_is_declined_with_its_reason_and_runs_on
     assert all("maxStorageBufferBindingSize" in a.reason for a in report.assignments), report
 
 
+# -- litegpu compile --out --------------------------------------------------------------------------------------
+
+def test_compile_out_writes_each_programs_modules_checked_on_the_device(webgpu, tmp_path):
+    """``litegpu compile --backend webgpu --out``: one .wgsl per program, its modules each
+    under a ``// kernel k_<digest>`` line, every one built on the device; a module naga
+    refuses makes offline_build raise with naga's message."""
+    from litegpu.cli import main
+    from litegpu.codegen.wgsl import MODULE_MARK, modules
+    model = tmp_path / "chain.tflite"
+    model.write_bytes(_chain_model()[0])
+    assert main(["compile", str(model), "--backend", "webgpu", "--out", str(tmp_path / "out")]) == 0
+    (source,) = sorted((tmp_path / "out").glob("webgpu.F32.*.wgsl"))
+    found = modules(source.read_text())
+    assert found and all(m.startswith(MODULE_MARK + "k_") and "fn main(" in m for m in found)
+    assert webgpu.offline_build(source.read_text()) == {}
+    broken = found[0].replace("fn main(", "fn main(oops: u32, ")
+    with pytest.raises(Exception, match="(?i)entry|argument|binding|invalid|error"):
+        webgpu.offline_build("\n".join([found[0], broken]))
+
+
 # -- a lost device (last: it destroys the module's device) ------------------------------------------------------
 
 def test_a_lost_device_is_a_clear_error_and_the_next_model_gets_a_new_device(webgpu, device):

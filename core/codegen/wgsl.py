@@ -95,6 +95,16 @@ def launch(global_size: tuple[int, ...], local_size: tuple[int, ...] | None
     return group, dispatch, fold
 
 
+MODULE_MARK = "// kernel "
+
+
+def modules(source: str) -> list[str]:
+    """The shader modules of a program's source (:func:`litegpu.codegen.render.assemble`
+    joins them, each starting with its ``// kernel <name>`` line)."""
+    parts = source.split("\n" + MODULE_MARK)
+    return [part if i == 0 else MODULE_MARK + part for i, part in enumerate(parts) if part.strip()]
+
+
 @dataclass(frozen=True)
 class WgslKernel:
     """A rendered kernel: the shader module's source, its group size and the groups to
@@ -375,5 +385,7 @@ class WgslRenderer:
                  "fn main(@builtin(global_invocation_id) lg_gid: vec3<u32>, "
                  "@builtin(local_invocation_id) lg_lid: vec3<u32>, @builtin(workgroup_id) lg_wid: vec3<u32>) {",
                  *guard, *body, "}"]
-        source = "\n".join([*header, *bindings, *arrays, *self._helpers.values(), *entry]) + "\n"
+        # The first line names the kernel (the program builder replaces KERNEL with its name),
+        # so a program's modules, joined in one file, can be told apart: see modules().
+        source = "\n".join([f"{MODULE_MARK}KERNEL", *header, *bindings, *arrays, *self._helpers.values(), *entry]) + "\n"
         return WgslKernel(source, group, dispatch)

@@ -17,8 +17,8 @@ import numpy as np
 from litegpu.backend import COMPLETE, CompileOptions, Event, NodeContext, Partition, Program, Support
 from litegpu.codegen import Precision
 from litegpu.codegen.backend import CodegenBackend
-from litegpu.codegen.wgsl import WgslDialect
-from litegpu.errors import InvalidArgumentError
+from litegpu.codegen.wgsl import WgslDialect, modules
+from litegpu.errors import BackendUnavailableError, InvalidArgumentError
 from litegpu.graph import Model
 from litegpu.ops import TensorSpec
 
@@ -47,6 +47,18 @@ class WebGpuBackend(CodegenBackend):
         """The user's device from the environment (``webgpu_device``), else the default."""
         given = options.extra.get(DEVICE_OPTION)
         return user_device(given) if given is not None else self.open_device()
+
+    def offline_build(self, source: str) -> dict[str, bytes]:
+        """Validates each module of ``source`` by building its pipeline on the default device
+        (naga checks the WGSL), so a kernel that does not build is reported; the source is
+        the artifact. BackendUnavailableError where there is no WebGPU adapter."""
+        ok, why = self.available()
+        if not ok:
+            raise BackendUnavailableError(f"WGSL is checked on a WebGPU device ({why})")
+        pipelines = self.open_device().pipelines
+        for module in modules(source):
+            pipelines.get(module)   # BuildFailed carries naga's log
+        return {}
 
     def dialect_object(self) -> WgslDialect:
         """WGSL with the default device's storage-buffer limit."""
