@@ -28,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -370,27 +371,8 @@ class NodeGen:
             lines.append(f"const {t} {name} = {text};")
             return ir.Sym(name, t)
 
-        def stage(k: int, expr: ir.Expr, activation: str) -> ir.Sym:
-            v = declare(f"ep{k}", renderer.expr(expr))
-            if ACTIVATION_RANGES[activation] == (-np.inf, np.inf):
-                return v
-            return declare(f"ep{k}c", renderer.expr(formulas.clamp(activation, v)))
-
-        out_shape = self.specs[self.out_tensor].shape
-        channels = int(out_shape[-1]) if out_shape else 1
-        v = stage(0, declare("ep_in", value), self.attrs.get("activation", "NONE"))
-        # A chain that ends on a quantization grid (the float view's requantization) reads
-        # its constants in float32 even in half storage: scales and integer biases must
-        # not round to 11 bits.
-        exact = any(f.ctx.node.op == "QUANT_SIM" for f in self.followers)
-        for k, f in enumerate(self.followers, start=1):
-            op = f.ctx.node.op
-            if f.other is None:
-                expr = formulas.UNARY[op](v, f.ctx.attrs)
-            else:
-                y = declare(f"epy{k}", self._other(f, index, channels, vector, exact))
-                expr = formulas.BINARY[op](*((y, v) if f.swap else (v, y)), f.ctx.attrs)
-            v = stage(k, expr, f.ctx.attrs.get("activation", "NONE"))
+        v = self._follow(declare("ep_in", value), lambda name, expr: declare(name, renderer.expr(expr)),
+                         lambda k, f, channels, exact: declare(f"epy{k}", self._other(f, index, channels, vector, exact)))
         return " ".join(lines) + " ", v.name
 
     def _other(self, f: Follower, index: str, channels: int, vector: bool, exact: bool) -> str:
@@ -493,28 +475,37 @@ class NodeGen:
             b.store(out, index, value if value.type.scalar == out.element().scalar else value.cast(out.element()))
             return
         vector = value.type.lanes == 4
-        shape = self.specs[self.out_tensor].shape
-        channels = int(shape[-1]) if shape else 1
-        v = self._ir_stage(b, 0, value, self.attrs.get("activation", "NONE"))
-        # A chain that ends on a quantization grid reads its constants in float32 even in
-        # half storage: scales and integer biases must not round to 11 bits.
-        exact = any(f.ctx.node.op == "QUANT_SIM" for f in self.followers)
-        for k, f in enumerate(self.followers, start=1):
-            op = f.ctx.node.op
-            if f.other is None:
-                expr = formulas.UNARY[op](v, f.ctx.attrs)
-            else:
-                y = self._ir_other(b, f, index, channels, vector, exact)
-                expr = formulas.BINARY[op](*((y, v) if f.swap else (v, y)), f.ctx.attrs)
-            v = self._ir_stage(b, k, expr, f.ctx.attrs.get("activation", "NONE"))
+        v = self._follow(value, b.let, lambda k, f, channels, exact: self._ir_other(b, f, index, channels, vector, exact))
         b.store(out, index, v)
 
-    @staticmethod
-    def _ir_stage(b: ir.KernelBuilder, k: int, expr: ir.Expr, activation: str) -> ir.Sym:
-        """``expr`` after ``activation``, each in a variable (an expression that reads its
-        operand twice, as HARD_SWISH and the clamps do, then repeats no source)."""
-        v = b.let(f"ep{k}", expr)
-        return v if ACTIVATION_RANGES[activation] == (-np.inf, np.inf) else b.let(f"ep{k}c", formulas.clamp(activation, v))
+    def _follow(self, value: ir.Expr, declare: Callable[[str, ir.Expr], ir.Sym],
+                other: Callable[[int, Follower, int, bool], ir.Expr]) -> ir.Sym:
+        """``value`` after the node's fused activation and every follower, in order: each
+        stage is ``declare``d as a variable (an expression that reads its operand twice, as
+        HARD_SWISH and the clamps do, then repeats no source); ``other(k, follower,
+        channels, exact)`` gives a binary follower's other operand."""
+        shape = self.specs[self.out_tensor].shape
+        channels = int(shape[-1]) if shape else 1
+        # A chain that ends on a quantization grid (the float view's requantization) reads
+        # its constants in float32 even in half storage: scales and integer biases must
+        # not round to 11 bits.
+        exact = any(f.ctx.node.op == "QUANT_SIM" for f in self.followers)
+
+        def stage(k: int, expr: ir.Expr, activation: str) -> ir.Sym:
+            v = declare(f"ep{k}", expr)
+            if ACTIVATION_RANGES[activation] == (-np.inf, np.inf):
+                return v
+            return declare(f"ep{k}c", formulas.clamp(activation, v))
+
+        v = stage(0, value, self.attrs.get("activation", "NONE"))
+        for k, f in enumerate(self.followers, start=1):
+            if f.other is None:
+                expr = formulas.UNARY[f.ctx.node.op](v, f.ctx.attrs)
+            else:
+                y = other(k, f, channels, exact)
+                expr = formulas.BINARY[f.ctx.node.op](*((y, v) if f.swap else (v, y)), f.ctx.attrs)
+            v = stage(k, expr, f.ctx.attrs.get("activation", "NONE"))
+        return v
 
     def _ir_other(self, b: ir.KernelBuilder, f: Follower, index: ir.Expr, channels: int, vector: bool,
                   exact: bool) -> ir.Expr:
