@@ -42,7 +42,7 @@ def pointee(buffer: ir.Buffer) -> str:
     return ir.scalar_of(buffer.dtype)
 
 
-class CRenderer:
+class CRenderer(ir.Renderer):
     """Renders kernels and expressions in one dialect."""
 
     def __init__(self, dialect: Dialect, precision) -> None:
@@ -50,13 +50,9 @@ class CRenderer:
         self.precision = precision   # a litegpu.codegen.Precision
         # Full-precision tensors are plain float pointers only when others are half.
         self.half_storage = precision.half_storage
+        self.BARRIER = dialect.barrier
 
     # -- expressions -----------------------------------------------------------------------------
-    def expr(self, e: ir.Expr) -> str:
-        """``e`` as a C expression."""
-        method = getattr(self, f"_{type(e).__name__.lower()}")
-        return method(e)
-
     def _lit(self, e: ir.Lit) -> str:
         s = e.type.scalar
         if s == "float":
@@ -137,41 +133,14 @@ class CRenderer:
         return f"{e.array.name}[{self.expr(e.index)}]"
 
     # -- statements -------------------------------------------------------------------------------
-    def stmts(self, body: list[ir.Stmt], indent: str = "  ") -> list[str]:
-        """The lines of ``body``."""
-        lines: list[str] = []
-        for s in body:
-            lines.extend(self.stmt(s, indent))
-        return lines
+    def declare(self, sym: ir.Sym, value: ir.Expr, mutable: bool) -> str:
+        return f"{'' if mutable else 'const '}{ctype(sym.type)} {sym.name} = {self.expr(value)};"
 
-    def stmt(self, s: ir.Stmt, indent: str) -> list[str]:
-        """The lines of one statement."""
-        if isinstance(s, ir.Let):
-            return [f"{indent}const {ctype(s.sym.type)} {s.sym.name} = {self.expr(s.value)};"]
-        if isinstance(s, ir.Var):
-            return [f"{indent}{ctype(s.sym.type)} {s.sym.name} = {self.expr(s.value)};"]
-        if isinstance(s, ir.Assign):
-            return [f"{indent}{s.target.name} {s.op}= {self.expr(s.value)};"]
-        if isinstance(s, ir.Store):
-            return [indent + self._store(s)]
-        if isinstance(s, ir.LocalStore):
-            return [f"{indent}{s.array.name}[{self.expr(s.index)}] = {self.expr(s.value)};"]
-        if isinstance(s, ir.If):
-            lines = [f"{indent}if ({self.expr(s.cond)}) {{", *self.stmts(s.body, indent + "  ")]
-            if s.orelse:
-                lines += [f"{indent}}} else {{", *self.stmts(s.orelse, indent + "  ")]
-            return lines + [f"{indent}}}"]
-        if isinstance(s, ir.For):
-            i = s.sym.name
-            return [f"{indent}for (int {i} = {self.expr(s.start)}; {i} < {self.expr(s.stop)}; {i} += {s.step}) {{",
-                    *self.stmts(s.body, indent + "  "), f"{indent}}}"]
-        if isinstance(s, ir.Barrier):
-            return [indent + self.d.barrier]
-        if isinstance(s, ir.Return):
-            return [f"{indent}return;"]
-        raise TypeError(f"no C rendering of {type(s).__name__}")
+    def for_head(self, s: ir.For) -> str:
+        i = s.sym.name
+        return f"for (int {i} = {self.expr(s.start)}; {i} < {self.expr(s.stop)}; {i} += {s.step}) {{"
 
-    def _store(self, s: ir.Store) -> str:
+    def store(self, s: ir.Store) -> str:
         p, i, v, n = s.buffer.name, self.expr(s.index), self.expr(s.value), s.value.type.lanes
         if not s.buffer.is_float:
             return f"{p}[{i}] = {v};" if n == 1 else f"vstore{n}({v}, 0, ({p}) + ({i}));"

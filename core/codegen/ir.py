@@ -615,3 +615,55 @@ class KernelBuilder:
             raise TypeError("a block is still open")
         return Kernel(list(self.params), list(self.locals), list(self._blocks[0]),
                       tuple(int(g) for g in global_size), None if local_size is None else tuple(int(x) for x in local_size))
+
+
+class Renderer:
+    """What every renderer shares: expressions dispatch to ``_<node class>`` methods, and the
+    block structure (if/else, loops, assignments, local stores, returns) is laid out once.
+    A renderer spells the rest: :meth:`declare`, :meth:`store`, :meth:`for_head` and
+    :attr:`BARRIER`."""
+
+    BARRIER = ""   # the statement that makes every work-item of the group wait
+
+    def expr(self, e: Expr) -> str:
+        """``e`` as source text."""
+        return getattr(self, f"_{type(e).__name__.lower()}")(e)
+
+    def declare(self, sym: Sym, value: Expr, mutable: bool) -> str:
+        """The declaration of ``sym`` holding ``value`` (a constant unless ``mutable``)."""
+        raise NotImplementedError
+
+    def store(self, s: Store) -> str:
+        """A store into a tensor."""
+        raise NotImplementedError
+
+    def for_head(self, s: For) -> str:
+        """A counted loop's header, up to its opening brace."""
+        raise NotImplementedError
+
+    def stmts(self, body: list[Stmt], indent: str = "  ") -> list[str]:
+        """The lines of ``body``."""
+        return [line for s in body for line in self.stmt(s, indent)]
+
+    def stmt(self, s: Stmt, indent: str) -> list[str]:
+        """The lines of one statement."""
+        if isinstance(s, (Let, Var)):
+            return [indent + self.declare(s.sym, s.value, isinstance(s, Var))]
+        if isinstance(s, Assign):
+            return [f"{indent}{s.target.name} {s.op}= {self.expr(s.value)};"]
+        if isinstance(s, Store):
+            return [indent + self.store(s)]
+        if isinstance(s, LocalStore):
+            return [f"{indent}{s.array.name}[{self.expr(s.index)}] = {self.expr(s.value)};"]
+        if isinstance(s, If):
+            lines = [f"{indent}if ({self.expr(s.cond)}) {{", *self.stmts(s.body, indent + "  ")]
+            if s.orelse:
+                lines += [f"{indent}}} else {{", *self.stmts(s.orelse, indent + "  ")]
+            return lines + [f"{indent}}}"]
+        if isinstance(s, For):
+            return [indent + self.for_head(s), *self.stmts(s.body, indent + "  "), f"{indent}}}"]
+        if isinstance(s, Barrier):
+            return [indent + self.BARRIER]
+        if isinstance(s, Return):
+            return [f"{indent}return;"]
+        raise TypeError(f"{type(self).__name__} has no rendering of {type(s).__name__}")

@@ -115,7 +115,7 @@ class WgslKernel:
     dispatch: tuple[int, int, int]
 
 
-class WgslRenderer:
+class WgslRenderer(ir.Renderer):
     """Renders kernels in one precision mode (``precision``: a :class:`litegpu.codegen.Precision`)."""
 
     def __init__(self, precision) -> None:
@@ -154,10 +154,6 @@ class WgslRenderer:
         return self.precision.half_arith or any(self.storage(b) == "f16" for b in k.params)
 
     # -- expressions --------------------------------------------------------------------------------
-    def expr(self, e: ir.Expr) -> str:
-        """``e`` as a WGSL expression."""
-        return getattr(self, f"_{type(e).__name__.lower()}")(e)
-
     def _lit(self, e: ir.Lit) -> str:
         t = self.scalar(e.type.scalar)
         if t in ("f32", "f16"):
@@ -327,43 +323,24 @@ class WgslRenderer:
         return name
 
     # -- statements ---------------------------------------------------------------------------------------
-    def stmts(self, body: list[ir.Stmt], indent: str = "  ") -> list[str]:
-        """The lines of ``body``."""
-        return [line for s in body for line in self.stmt(s, indent)]
+    BARRIER = "workgroupBarrier();"
 
-    def stmt(self, s: ir.Stmt, indent: str) -> list[str]:
-        """The lines of one statement."""
-        if isinstance(s, ir.Let):
-            return [f"{indent}let {s.sym.name}: {self.type(s.sym.type)} = {self.expr(s.value)};"]
-        if isinstance(s, ir.Var):
-            return [f"{indent}var {s.sym.name}: {self.type(s.sym.type)} = {self.expr(s.value)};"]
-        if isinstance(s, ir.Assign):
-            return [f"{indent}{s.target.name} {s.op}= {self.expr(s.value)};"]
-        if isinstance(s, ir.Store):
-            buf, n = s.buffer, s.value.type.lanes
-            if n == 1:
-                have = self.storage(buf)
-                value = self.expr(s.value)
-                if self.type(s.value.type) != have:
-                    value = f"{have}({value})"
-                return [f"{indent}{buf.name}[{self.expr(s.index)}] = {value};"]
-            return [f"{indent}{self._access('st', buf, s.value.type)}({self.expr(s.index)}, {self.expr(s.value)});"]
-        if isinstance(s, ir.LocalStore):
-            return [f"{indent}{s.array.name}[{self.expr(s.index)}] = {self.expr(s.value)};"]
-        if isinstance(s, ir.If):
-            lines = [f"{indent}if ({self.expr(s.cond)}) {{", *self.stmts(s.body, indent + "  ")]
-            if s.orelse:
-                lines += [f"{indent}}} else {{", *self.stmts(s.orelse, indent + "  ")]
-            return lines + [f"{indent}}}"]
-        if isinstance(s, ir.For):
-            i = s.sym.name
-            return [f"{indent}for (var {i}: i32 = {self.expr(s.start)}; {i} < {self.expr(s.stop)}; {i} += {s.step}) {{",
-                    *self.stmts(s.body, indent + "  "), f"{indent}}}"]
-        if isinstance(s, ir.Barrier):
-            return [f"{indent}workgroupBarrier();"]
-        if isinstance(s, ir.Return):
-            return [f"{indent}return;"]
-        raise TypeError(f"no WGSL rendering of {type(s).__name__}")
+    def declare(self, sym: ir.Sym, value: ir.Expr, mutable: bool) -> str:
+        return f"{'var' if mutable else 'let'} {sym.name}: {self.type(sym.type)} = {self.expr(value)};"
+
+    def store(self, s: ir.Store) -> str:
+        buf, n = s.buffer, s.value.type.lanes
+        if n > 1:
+            return f"{self._access('st', buf, s.value.type)}({self.expr(s.index)}, {self.expr(s.value)});"
+        have = self.storage(buf)
+        value = self.expr(s.value)
+        if self.type(s.value.type) != have:
+            value = f"{have}({value})"
+        return f"{buf.name}[{self.expr(s.index)}] = {value};"
+
+    def for_head(self, s: ir.For) -> str:
+        i = s.sym.name
+        return f"for (var {i}: i32 = {self.expr(s.start)}; {i} < {self.expr(s.stop)}; {i} += {s.step}) {{"
 
     # -- the kernel -------------------------------------------------------------------------------------------
     def kernel(self, k: ir.Kernel) -> WgslKernel:
