@@ -29,8 +29,8 @@ from ..graph import Node, Tensor
 from ..quant import (QuantParams, activation_range, dequantize, fp32_scale, multiply_by_quantized_multiplier,
                      multiply_by_quantized_multiplier_64, quantize, quantize_multiplier, requantize_fp32,
                      round_half_away, rounding_divide_by_pot, xnn_add, xnn_add_params)
-from .nn import (_pad_hw, _spatial_plan, _tap, conv_sums, depthwise_sums, pool_input_4d, transpose_conv_out_hw,
-                 transpose_conv_sums)
+from .nn import (_pad_hw, _spatial_plan, _tap, bilinear_axis, conv_sums, depthwise_sums, pool_input_4d,
+                 transpose_conv_out_hw, transpose_conv_sums)
 from .registry import OpDef, TensorSpec, get_op, register
 from .reduce import reduction_axes
 
@@ -643,19 +643,10 @@ def _xnn_bilinear_axis(in_size: int, out_size: int, attrs: dict) -> tuple[np.nda
     hwc_q11``): the source position in float32, its lower and upper index, and the
     upper tap's weight in 1/2048ths rounded to nearest even. Without half-pixel centers
     (TensorFlow's legacy mode, or align_corners) the position is ``out * scale``; with
-    them ``out * scale + (scale / 2 - 1/2)``, clamped into the image."""
-    adjust = int(attrs["align_corners"] and out_size != 1)
-    scale = np.float32(in_size - adjust) / np.float32(out_size - adjust)
-    v = np.arange(out_size, dtype=np.float32)
-    if attrs["half_pixel_centers"] and not attrs["align_corners"]:
-        src = v * scale + (np.float32(0.5) * scale - np.float32(0.5))
-        src = np.minimum(np.maximum(src, np.float32(0)), np.float32(in_size - 1))
-    else:
-        src = v * scale
-    lower = src.astype(np.int64)
-    upper = np.minimum(lower + 1, in_size - 1)
-    alpha = np.rint((src - lower.astype(np.float32)) * np.float32(2048)).astype(np.int64)
-    return lower, upper, alpha
+    them ``out * scale + (scale / 2 - 1/2)``, clamped into the image: the float taps of
+    :func:`litegpu.ops.nn.bilinear_axis`, the weight quantized."""
+    lower, upper, weight = bilinear_axis(in_size, out_size, {**attrs, "xnnpack": True})
+    return lower, upper, np.rint(weight * np.float32(2048)).astype(np.int64)
 
 
 def _resize_bilinear_xnn(inputs: list, attrs: dict) -> list[np.ndarray]:
