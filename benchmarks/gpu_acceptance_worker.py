@@ -115,25 +115,11 @@ def _convnet() -> bytes:
     return b.build()
 
 
-def _mlp() -> bytes:
-    """Two fully connected layers on (8, 256): big enough that every runtime splits the work."""
-    from litegpu.testing.builder import ModelBuilder
-    rng = np.random.default_rng(1)
-    b = ModelBuilder()
-    x = b.input("x", (8, 256))
-    h, y = b.tensor("h", (8, 512)), b.tensor("y", (8, 128))
-    b.op("FULLY_CONNECTED", [x, b.const("w1", rng.standard_normal((512, 256)).astype(np.float32) * 0.05),
-                             b.const("b1", np.zeros(512, np.float32))], [h], fused_activation_function="RELU")
-    b.op("FULLY_CONNECTED", [h, b.const("w2", rng.standard_normal((128, 512)).astype(np.float32) * 0.05),
-                             b.const("b2", np.zeros(128, np.float32))], [y])
-    b.output(y)
-    return b.build()
-
-
 def build_models(folder: Path, quick: bool) -> dict:
     """Write the built models into ``folder``; name -> path."""
     folder.mkdir(parents=True, exist_ok=True)
-    built = {"built_convnet": _convnet} if quick else {"built_convnet": _convnet, "built_mlp": _mlp}
+    from litegpu.testing.builder import two_layer_mlp
+    built = {"built_convnet": _convnet} if quick else {"built_convnet": _convnet, "built_mlp": two_layer_mlp}
     paths = {}
     for name, make in built.items():
         path = folder / f"{name}.tflite"

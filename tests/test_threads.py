@@ -16,7 +16,7 @@ import pytest
 
 import litegpu
 from litegpu.errors import ConcurrentUseError, ExecutionError, LiteGpuError
-from litegpu.testing.builder import ModelBuilder
+from litegpu.testing.builder import ModelBuilder, two_layer_mlp
 
 THREADS = 4
 ROUNDS = 60
@@ -32,20 +32,6 @@ def _split_model() -> bytes:
     b.op("CUMSUM", [y, b.const("axis", np.array(1, np.int32))], [z])
     b.op("MUL", [z, b.const("two", np.full((4, 64), 2, np.float32))], [w])
     b.output(w)
-    return b.build()
-
-
-def _mlp_model() -> bytes:
-    """Two fully connected layers, big enough that the cpu plan splits them over threads."""
-    rng = np.random.default_rng(1)
-    b = ModelBuilder()
-    x = b.input("x", (8, 256))
-    h, y = b.tensor("h", (8, 512)), b.tensor("y", (8, 128))
-    b.op("FULLY_CONNECTED", [x, b.const("w1", rng.standard_normal((512, 256)).astype(np.float32) * 0.05),
-                             b.const("b1", np.zeros(512, np.float32))], [h], fused_activation_function="RELU")
-    b.op("FULLY_CONNECTED", [h, b.const("w2", rng.standard_normal((128, 512)).astype(np.float32) * 0.05),
-                             b.const("b2", np.zeros(128, np.float32))], [y])
-    b.output(y)
     return b.build()
 
 
@@ -98,7 +84,7 @@ def _in_threads(work, n: int = THREADS) -> list:
     return raised
 
 
-BUILDERS = {"mlp": _mlp_model, "split": _split_model}
+BUILDERS = {"mlp": two_layer_mlp, "split": _split_model}
 
 
 @pytest.fixture(params=[*BUILDERS, "tiny_bert"])
@@ -241,7 +227,7 @@ def test_separate_interpreters_in_threads(backend, models) -> None:
 
 
 def test_concurrent_use_error_names_both_calls() -> None:
-    it = _interpreter(_mlp_model(), "cpu")
+    it = _interpreter(two_layer_mlp(), "cpu")
     entered, release = threading.Event(), threading.Event()
 
     def hold() -> None:
@@ -267,7 +253,7 @@ def test_interpreter_api_choices_against_litert() -> None:
     """get_tensor before allocate_tensors raises (as LiteRT); set_tensor on an output is
     allowed (as LiteRT) and the next invoke overwrites it; invoke while a tensor() view is
     held is allowed (LiteRT raises), and the view shows the new values."""
-    it = litegpu.Interpreter(model_content=_mlp_model())
+    it = litegpu.Interpreter(model_content=two_layer_mlp())
     x, y = it.get_input_details()[0], it.get_output_details()[0]
     with pytest.raises(ExecutionError, match="allocate_tensors"):
         it.get_tensor(x["index"])

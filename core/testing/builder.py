@@ -425,3 +425,19 @@ class _Writer:
         ins, outs = maps(inputs), maps(outputs)
         key_off = self.b.CreateString(key)
         return self._table([("vec", ins), ("vec", outs), ("string", key_off), None, ("uint", subgraph)])
+
+
+def two_layer_mlp() -> bytes:
+    """A model of two fully connected layers on (8, 256), seeded: big enough that every
+    runtime splits the work over threads (used by the thread tests and the GPU acceptance
+    script)."""
+    rng = np.random.default_rng(1)
+    b = ModelBuilder()
+    x = b.input("x", (8, 256))
+    h, y = b.tensor("h", (8, 512)), b.tensor("y", (8, 128))
+    b.op("FULLY_CONNECTED", [x, b.const("w1", rng.standard_normal((512, 256)).astype(np.float32) * 0.05),
+                             b.const("b1", np.zeros(512, np.float32))], [h], fused_activation_function="RELU")
+    b.op("FULLY_CONNECTED", [h, b.const("w2", rng.standard_normal((128, 512)).astype(np.float32) * 0.05),
+                             b.const("b2", np.zeros(128, np.float32))], [y])
+    b.output(y)
+    return b.build()
