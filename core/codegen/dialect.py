@@ -68,6 +68,7 @@ class Dialect:
     preludes: dict[str, str] = field(default_factory=dict)   # per precision name: types and LD/ST macros
     library: str = ""               # definitions of kernel-language functions the API lacks
     max_buffers: int = 0            # buffer parameters a kernel may take (0: no limit that binds)
+    max_lanes: int = 16             # the widest vector a kernel may use
     # {cond} {a} {b}: ``a`` where ``cond`` holds, else ``b``; lane by lane when they are vectors,
     # as OpenCL's ``?:`` (C++ cannot overload it: CUDA spells OpenCL's ``select``)
     choose: str = "({cond} ? {a} : {b})"

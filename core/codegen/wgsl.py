@@ -54,6 +54,7 @@ class WgslDialect:
     name: str = "wgsl"
     suffix: str = ".wgsl"
     max_buffers: int = 8
+    max_lanes: int = 4      # vec4 is WGSL's widest vector
 
     def prelude(self, precision_name: str) -> str:
         """Nothing: each WGSL kernel is a whole module (a program's source, as
