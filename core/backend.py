@@ -38,8 +38,7 @@ Required and optional members (an optional member's default is what the base cla
 class       required                       optional, and its default
 ==========  =============================  ==========================================
 Backend     ``name``, ``supports``,        ``is_gpu`` (False), ``gpu_priority`` (0),
-            ``compile``                    ``host_memory`` (True), ``dialect`` (""),
-                                           ``offline_build`` ({}),
+            ``compile``                    ``host_memory`` (True),
                                            ``available`` (yes), ``device_info`` ({}),
                                            ``schedule`` (one node per step),
                                            ``allocate``/``copy_in``/``copy_out``/
@@ -333,10 +332,6 @@ class Backend:
     #: Among available GPU backends, "GPU" prefers the highest (cuda 30, metal 20,
     #: opencl 10; a third party's default 0 comes after them).
     gpu_priority: int = 0
-    #: The :mod:`litegpu.codegen` dialect a codegen GPU backend renders its kernels in
-    #: ("opencl", "cuda", "metal"); "" for a backend with kernels of its own. Read by
-    #: ``litegpu compile --out``, which renders a model's programs without a device.
-    dialect: str = ""
     #: True: programs read and write host numpy arrays. False: they take the backend's own
     #: device buffers (from ``allocate``); the executor keeps tensors in device memory
     #: between partitions of the backend and inserts copy_in/copy_out at device boundaries.
@@ -388,13 +383,6 @@ class Backend:
         op. Required.
         """
         raise NotImplementedError(f"backend {self.name!r} does not implement compile(), which is required")
-
-    def offline_build(self, source: str) -> dict[str, bytes]:
-        """What building ``source`` (a program in :attr:`dialect`) yields without a
-        device, as {file name: contents} (cuda: PTX per GPU arch); raises, with the
-        compiler's log, when it does not build. Called by ``litegpu compile --out``.
-        Default: nothing (the source alone is the artifact)."""
-        return {}
 
     def bind_control(self, control: Branch | Loop) -> Callable[[], None] | None:
         """``control`` (its steps from this backend's programs) as one call of no
@@ -488,8 +476,6 @@ def contract_problems(backend: object) -> list[str]:
     for flag in _FLAGS:
         if not isinstance(getattr(backend, flag), bool):
             problems.append(f"{flag} must be a bool, got {getattr(backend, flag)!r}")
-    if not isinstance(backend.dialect, str):
-        problems.append(f"dialect must be a str, got {backend.dialect!r}")
     priority = backend.gpu_priority
     if not isinstance(priority, int) or isinstance(priority, bool):
         problems.append(f"gpu_priority must be an int, got {priority!r}")

@@ -433,6 +433,7 @@ def _compile_offline(args: argparse.Namespace) -> int:
     """``compile --out``: every GPU program of the model as source (and what the backend
     builds offline, e.g. PTX) in DIR, with a manifest of launches; no device needed."""
     from .codegen import DIALECTS, Precision
+    from .codegen.backend import CodegenBackend
     from .codegen.offline import render_model
     from .codegen.render import build_failure
     from .model import load_model
@@ -447,9 +448,10 @@ def _compile_offline(args: argparse.Namespace) -> int:
     manifest = []
     for name in args.backend:
         backend = manager().backend(name)
-        if backend.dialect not in DIALECTS:
+        if not isinstance(backend, CodegenBackend) or backend.dialect not in DIALECTS:
+            codegen = sorted(n for n, b in manager().backends.items() if isinstance(b, CodegenBackend))
             raise InvalidArgumentError(f"backend {name!r} renders no kernel sources (only codegen GPU backends "
-                                       f"do: {', '.join(sorted(DIALECTS))})")
+                                       f"do: {', '.join(codegen)})")
         dialect = DIALECTS[backend.dialect]
         for precision in precisions:
             with progress(f"rendering {Path(args.model).name} for {name} ({precision.name})"):

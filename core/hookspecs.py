@@ -42,3 +42,22 @@ def litegpu_custom_ops() -> list[OpDef]:
 
     :returns: op definitions with attributes, shape inference and a numpy reference.
     """
+
+
+@hookspec
+def litegpu_dialects() -> list:
+    """Return the kernel dialects this plugin provides: how :mod:`litegpu.codegen` spells
+    kernels for a GPU API (a new GPU API is a plugin module with its dialect and its
+    backend, whose ``dialect`` names it).
+
+    A C-family API returns a :class:`litegpu.codegen.Dialect` table (OpenCL C, CUDA C++
+    and MSL are three); another family brings a dialect object with the same members
+    (``name``, ``suffix``, ``max_buffers``, ``max_lanes``, ``prelude``, ``storage_dtype``
+    and ``render``, as :class:`litegpu.codegen.wgsl.WgslDialect` does). Called once, when
+    the plugin manager loads the plugins; every dialect is then in
+    :data:`litegpu.codegen.DIALECTS` by name.
+
+    Dispatch: every plugin's result is collected; names must be unique.
+
+    :returns: dialect objects, each with a unique ``name``.
+    """

@@ -36,6 +36,7 @@ class PluginRecord:
     version: str = ""
     error: str = ""
     backends: list[str] = field(default_factory=list)
+    dialects: list[str] = field(default_factory=list)
 
 
 class PluginManager:
@@ -46,6 +47,8 @@ class PluginManager:
         self.pm.add_hookspecs(hookspecs)
         self.records: list[PluginRecord] = []
         self.backends: dict[str, Backend] = {}
+        #: Kernel dialects by name (``litegpu_dialects``; :data:`litegpu.codegen.DIALECTS` reads them).
+        self.dialects: dict[str, object] = {}
         self._loaded = False
         self._lock = threading.Lock()
 
@@ -92,6 +95,8 @@ class PluginManager:
             for rec in [r for r in self.records if r.name == name]:
                 for backend in rec.backends:
                     self.backends.pop(backend, None)
+                for dialect in rec.dialects:
+                    self.dialects.pop(dialect, None)
                 self.records.remove(rec)
             plugin = self.pm.get_plugin(name)
             if plugin is not None:
@@ -105,6 +110,7 @@ class PluginManager:
         try:
             call = self._hooks_of(plugin)
             backends = self._checked_backends(rec, call("litegpu_backends"))
+            dialects = self._checked_dialects(rec, call("litegpu_dialects"))
             for opdefs in call("litegpu_custom_ops"):
                 for opdef in opdefs or ():
                     register(opdef)
@@ -117,6 +123,9 @@ class PluginManager:
             for backend in backends:
                 self.backends[backend.name] = backend
                 rec.backends.append(backend.name)
+            for dialect in dialects:
+                self.dialects[dialect.name] = dialect
+                rec.dialects.append(dialect.name)
             return None
         rec.error = f"{type(fault).__name__}: {fault}"
         log.warning("litegpu plugin %r failed: %s", rec.name, rec.error)
@@ -148,6 +157,25 @@ class PluginManager:
             raise PluginError(f"{_who(rec)}: " + "; ".join(faults))
         return backends
 
+    def _checked_dialects(self, rec: PluginRecord, results: list) -> list:
+        """The dialects of ``litegpu_dialects`` results, each checked for the members codegen
+        reads and for a name no other dialect has; raises :class:`PluginError` naming the
+        plugin and every fault found."""
+        dialects = [d for result in results for d in (result if isinstance(result, (list, tuple)) else [result])]
+        faults, names = [], set()
+        for i, dialect in enumerate(dialects):
+            problems = dialect_problems(dialect)
+            name = getattr(dialect, "name", None)
+            if not problems and (name in self.dialects or name in names):
+                owner = next((r.name for r in self.records if name in r.dialects), rec.name)
+                problems = [f"name {name!r} is already taken by plugin {owner!r}"]
+            names.add(name)
+            if problems:
+                faults.append(f"dialect {i} ({_kind(dialect)}): " + "; ".join(problems))
+        if faults:
+            raise PluginError(f"{_who(rec)}: " + "; ".join(faults))
+        return dialects
+
     def _name_clash(self, name: str, earlier: int | None) -> list[str]:
         """Why ``name`` cannot be registered: a backend of another plugin has it, or an
         ``earlier`` backend (by position) of the same plugin."""
@@ -176,6 +204,22 @@ class PluginManager:
         if not ok:
             raise BackendUnavailableError(f"backend {name!r} is unavailable: {why}")
         return backend
+
+
+_DIALECT_MEMBERS = {"suffix": str, "max_buffers": int, "max_lanes": int}
+_DIALECT_METHODS = ("prelude", "storage_dtype", "render")
+
+
+def dialect_problems(dialect: object) -> list[str]:
+    """What is wrong with a dialect a plugin returns (see ``hookspecs.litegpu_dialects``);
+    empty when nothing is."""
+    name = getattr(dialect, "name", None)
+    if not isinstance(name, str) or not name:
+        return [f"name must be a non-empty str, got {name!r}"]
+    problems = [f"{member} must be of type {kind.__name__}, got {getattr(dialect, member, None)!r}"
+                for member, kind in _DIALECT_MEMBERS.items() if not isinstance(getattr(dialect, member, None), kind)]
+    return problems + [f"{method} must be a method" for method in _DIALECT_METHODS
+                       if not callable(getattr(dialect, method, None))]
 
 
 def _check_not_shadowed(plugin: object, value: str) -> None:

@@ -43,6 +43,10 @@ class CodegenBackend(Backend):
 
     is_gpu = True
     host_memory = False
+    #: The name of the dialect (in :data:`litegpu.codegen.DIALECTS`) this backend's kernels
+    #: render in: "opencl", "cuda", "metal", "wgsl", or a plugin's own. Read by
+    #: ``litegpu compile --out``, which renders a model's programs without a device.
+    dialect: str = ""
 
     def open_device(self) -> Any:
         """The default device (opened once, lazily; it has an ``info()`` dict), or
@@ -61,6 +65,13 @@ class CodegenBackend(Backend):
             return self.open_device().info()
         except BackendUnavailableError as exc:
             return {"error": str(exc)}
+
+    def offline_build(self, source: str) -> dict[str, bytes]:
+        """What building ``source`` (a program in :attr:`dialect`) yields without a
+        device, as {file name: contents} (cuda: PTX per GPU arch); raises, with the
+        compiler's log, when it does not build. Called by ``litegpu compile --out``.
+        Default: nothing (the source alone is the artifact)."""
+        return {}
 
     def dialect_object(self) -> Dialect | WgslDialect:
         """The dialect this backend's kernels render in: ``DIALECTS[self.dialect]``.

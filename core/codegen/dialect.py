@@ -35,6 +35,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 AXES = "xyz"
 
 
@@ -92,6 +94,17 @@ class Dialect:
             return f"{var}.{'xyzw'[j]}"
         quad = ("lo", "hi")[j // 4] if width == 8 else ("s0123", "s4567", "s89ab", "scdef")[j // 4]
         return f"{var}.{quad}.{'xyzw'[j % 4]}"
+
+    def render(self, kernel, precision) -> str:
+        """``kernel`` (a :class:`~litegpu.codegen.ir.Kernel`) as source in ``precision``
+        (a :class:`~litegpu.codegen.Precision`): one C-family renderer serves every table."""
+        from .crender import CRenderer
+        return CRenderer(self, precision).kernel(kernel)
+
+    def storage_dtype(self, dtype: np.dtype) -> np.dtype:
+        """The dtype a tensor stored as ``dtype`` has in this API's buffers: the same (C
+        pointers take every element type)."""
+        return np.dtype(dtype)
 
     def prelude(self, precision_name: str) -> str:
         """Everything a program of this dialect starts with, in ``precision_name`` mode."""

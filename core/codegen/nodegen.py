@@ -457,8 +457,7 @@ class NodeGen:
         full = array.dtype == np.float32 and not storage
         buf = b.buffer(array.dtype, full_precision=full)
         stored = array if full else array.astype(self.precision.storage_dtype(array.dtype))
-        if isinstance(self.dialect, WgslDialect):
-            stored = stored.astype(self.dialect.storage_dtype(stored.dtype))
+        stored = stored.astype(self.dialect.storage_dtype(stored.dtype))
         self._ir_args[buf.name] = Arg(const=stored)
         return buf
 
@@ -534,10 +533,7 @@ class NodeGen:
             raise UnsupportedError(f"node {self.ctx.node.index} ({self.ctx.node.op}): its {d.name} kernel would take "
                                    f"{len(k.params)} buffers; {d.name} allows {d.max_buffers}")
         try:
-            if isinstance(d, WgslDialect):
-                source = WgslRenderer(self.precision).kernel(k).source
-            else:
-                source = CRenderer(d, self.precision).kernel(k)
+            source = d.render(k, self.precision)
         except TypeError as exc:   # a type or size this API has not (WGSL: int64, 8 lanes)
             raise UnsupportedError(f"no {d.name} kernel for this variant: {exc}") from None
         return KernelSpec(source, k.global_size, k.local_size, [self._ir_args[p.name] for p in k.params])

@@ -61,6 +61,10 @@ class WgslDialect:
         :func:`litegpu.codegen.render.assemble` joins them, is its modules one after another)."""
         return ""
 
+    def render(self, kernel: ir.Kernel, precision) -> str:
+        """``kernel`` as a WGSL module in ``precision`` (see :class:`WgslRenderer`)."""
+        return WgslRenderer(precision).kernel(kernel).source
+
     def storage_dtype(self, dtype: np.dtype) -> np.dtype:
         """The dtype a tensor stored as ``dtype`` (see :meth:`litegpu.codegen.Precision.storage_dtype`)
         has in WGSL storage: 8- and 16-bit integers widen to 32 bits (:data:`STORAGE`)."""

@@ -16,3 +16,10 @@ def litegpu_backends():
     """The cuda backend (it opens its device lazily, in ``available()``)."""
     from .backend import CudaBackend
     return [CudaBackend()]
+
+
+@hookimpl
+def litegpu_dialects():
+    """The CUDA C++ dialect its kernels render in."""
+    from litegpu.codegen.cuda import CUDA
+    return [CUDA]

@@ -15,3 +15,10 @@ def litegpu_backends():
     """The metal backend (it opens its device lazily, in ``available()``)."""
     from .backend import MetalBackend
     return [MetalBackend()]
+
+
+@hookimpl
+def litegpu_dialects():
+    """The MSL dialect its kernels render in."""
+    from litegpu.codegen.metal import METAL
+    return [METAL]

@@ -13,3 +13,10 @@ def litegpu_backends():
     """The opencl backend (it probes its device lazily, in ``available()``)."""
     from .backend import OpenClBackend
     return [OpenClBackend()]
+
+
+@hookimpl
+def litegpu_dialects():
+    """The OpenCL C dialect its kernels render in."""
+    from litegpu.codegen.opencl import OPENCL
+    return [OPENCL]

@@ -15,3 +15,10 @@ def litegpu_backends():
     """The webgpu backend (it probes its device lazily, in ``available()``)."""
     from .backend import WebGpuBackend
     return [WebGpuBackend()]
+
+
+@hookimpl
+def litegpu_dialects():
+    """The WGSL dialect its kernels render in."""
+    from litegpu.codegen.wgsl import WGSL
+    return [WGSL]
