@@ -171,6 +171,7 @@ class Session:
             "backends": [(b.name, b.device_info()) for b in (*self.backends, self.cpu)],
             "litegpu": __version__, "num_threads": self.options.num_threads,
             "precision_loss_allowed": self.options.precision_loss_allowed,
+            "half_arithmetic": bool(self.options.extra.get("half_arithmetic", True)),
             "max_delegated_partitions": self.max_delegated_partitions}
         saved = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in self.resources.items()}
         try:

@@ -71,6 +71,18 @@ def opencl(skip_unless_required):
     return backend
 
 
+@pytest.fixture(scope="session")
+def webgpu(skip_unless_required):
+    """The webgpu backend; skips (or fails where required) without wgpu or an adapter."""
+    backend = manager().backends.get("webgpu")
+    if backend is None:
+        skip_unless_required("webgpu", "the webgpu backend is not installed")
+    ok, why = backend.available()
+    if not ok:
+        skip_unless_required("webgpu", f"webgpu is unavailable here: {why}")
+    return backend
+
+
 @pytest.fixture(params=["cpu", "opencl"])
 def backend_name(request: pytest.FixtureRequest) -> str:
     """A test on cpu and on opencl; the opencl one skips (or fails, where required) as the

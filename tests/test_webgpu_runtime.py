@@ -33,18 +33,6 @@ TOLERANCE = {"F32": 1e-6, "F32_F16": 2e-3, "F16": 1e-2}
 N = 999   # elements: odd, so half tensors are not a multiple of 4 bytes and offsets need aligning
 
 
-@pytest.fixture(scope="module")
-def webgpu(skip_unless_required):
-    """The webgpu backend; skips (or fails where required) without wgpu or an adapter."""
-    backend = manager().backends.get("webgpu")
-    if backend is None:
-        skip_unless_required("webgpu", "the webgpu backend is not installed")
-    ok, why = backend.available()
-    if not ok:
-        skip_unless_required("webgpu", f"webgpu is unavailable here: {why}")
-    return backend
-
-
 @pytest.fixture
 def device(webgpu):
     return webgpu.open_device()
@@ -52,7 +40,7 @@ def device(webgpu):
 
 def _options(precision: str = "F32") -> CompileOptions:
     half, arith = PRECISIONS[precision]
-    return CompileOptions(precision_loss_allowed=half, extra={"webgpu_half_arithmetic": arith})
+    return CompileOptions(precision_loss_allowed=half, extra={"half_arithmetic": arith})
 
 
 def _skip_without_f16(device, precision: str) -> None:

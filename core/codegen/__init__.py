@@ -14,7 +14,8 @@ A GPU plugin is the runtime around it: device, build, memory, launch, events, ca
 """
 from .dialect import Dialect
 from .dialects import DIALECTS
-from .nodegen import Arg, Follower, KernelSpec, NodeGen, Precision, c_float, c_type, prelude, round_up, strides_of
+from .nodegen import (HALF_ARITHMETIC, Arg, Follower, KernelSpec, NodeGen, Precision, c_float, c_type, prelude,
+                      requested_precision, round_up, strides_of)
 
-__all__ = ["DIALECTS", "Arg", "Dialect", "Follower", "KernelSpec", "NodeGen", "Precision", "c_float", "c_type",
-           "prelude", "round_up", "strides_of"]
+__all__ = ["DIALECTS", "HALF_ARITHMETIC", "Arg", "Dialect", "Follower", "KernelSpec", "NodeGen", "Precision", "c_float", "c_type",
+           "prelude", "requested_precision", "round_up", "strides_of"]

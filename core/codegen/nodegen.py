@@ -92,6 +92,21 @@ class Precision:
         return dtype
 
 
+#: The delegate option (``load_delegate(name, {HALF_ARITHMETIC: False})``) that keeps fp32
+#: arithmetic over fp16 storage when precision loss is allowed: TFLite GPU's F32_F16.
+HALF_ARITHMETIC = "half_arithmetic"
+
+
+def requested_precision(options, device_half: bool) -> Precision:
+    """The precision a program compiled with ``options`` (:class:`litegpu.backend.CompileOptions`)
+    runs in: F32 unless precision loss is allowed; then half storage, with half arithmetic
+    (F16) where the device computes in half (``device_half``) and :data:`HALF_ARITHMETIC`
+    is not turned off, else float arithmetic (F32_F16)."""
+    if not options.precision_loss_allowed:
+        return Precision()
+    return Precision(half_storage=True, half_arith=device_half and bool(options.extra.get(HALF_ARITHMETIC, True)))
+
+
 class StoredTensor:
     """Mixin of a GPU plugin's device tensor: its ``size`` and ``nbytes`` from its ``shape``
     and ``storage`` (the dtype it has in device memory, see :meth:`Precision.storage_of`)."""

@@ -56,15 +56,17 @@ def litert_outputs(model_bytes: bytes, inputs: Sequence[np.ndarray]) -> list[np.
 
 
 def litegpu_outputs(model_bytes: bytes, inputs: Sequence[np.ndarray], backend: str,
-                    precision_loss_allowed: bool = False) -> list[np.ndarray]:
+                    precision_loss_allowed: bool = False, half_arithmetic: bool = True) -> list[np.ndarray]:
     """Outputs of litegpu's Interpreter with ``backend`` as its delegate.
 
     Uses the public API exactly as a user of ``ai_edge_litert`` would;
-    ``precision_loss_allowed`` is the delegate option that allows fp16.
+    ``precision_loss_allowed`` is the delegate option that allows fp16 (storage, and
+    arithmetic unless ``half_arithmetic`` is False: F32_F16).
     """
     import litegpu
 
-    delegate = litegpu.load_delegate(backend, {"precision_loss_allowed": precision_loss_allowed})
+    delegate = litegpu.load_delegate(backend, {"precision_loss_allowed": precision_loss_allowed,
+                                               "half_arithmetic": half_arithmetic})
     interp = litegpu.Interpreter(model_content=bytes(model_bytes), experimental_delegates=[delegate])
     details = interp.get_input_details()
     _check_count(len(details), inputs)
@@ -90,8 +92,9 @@ def half_stored(inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
 
 
 def check_f16(model_bytes: bytes, inputs: Sequence[np.ndarray], backend: str, tol: float,
-              quanta: int | None, what: str) -> str:
-    """Compare ``backend`` in F16 (``precision_loss_allowed``) with LiteRT on half-rounded inputs.
+              quanta: int | None, what: str, half_arithmetic: bool = True) -> str:
+    """Compare ``backend`` in F16 (``precision_loss_allowed``; F32_F16 without
+    ``half_arithmetic``) with LiteRT on half-rounded inputs.
 
     Returns a reason to skip (LiteRT's outputs reach beyond fp16's range, which half
     storage cannot hold) or ``""``; raises AssertionError when the outputs differ by more
@@ -103,7 +106,7 @@ def check_f16(model_bytes: bytes, inputs: Sequence[np.ndarray], backend: str, to
     big = max(finite, default=0.0)
     if big > float(np.finfo(np.float16).max):
         return f"outputs reach {big:g}, beyond the fp16 range (65504): half storage cannot hold them"
-    got = litegpu_outputs(model_bytes, inputs, backend, precision_loss_allowed=True)
+    got = litegpu_outputs(model_bytes, inputs, backend, precision_loss_allowed=True, half_arithmetic=half_arithmetic)
     if any(g.dtype.kind == "f" and not np.isfinite(g).all() for g in got) and \
             all(np.isfinite(w).all() for w in want if w.dtype.kind == "f"):
         raise AssertionError(f"{what}: F16 made a NaN or infinity that LiteRT did not")

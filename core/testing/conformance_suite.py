@@ -15,7 +15,8 @@ listing the backends that are: a misspelling must never pass as 667 skips.
 a GPU backend: LiteRT gets the inputs rounded to fp16, as the device stores them, and the
 tolerance widens to :data:`~litegpu.testing.conformance.FP16_TOL` (quantized cases:
 :data:`~litegpu.testing.conformance.FP16_QUANTA` more quanta). A backend that is not a GPU
-(cpu) has no F16 mode, so its cases skip saying so::
+(cpu) has no F16 mode, so its cases skip saying so. ``--litegpu-precision f32_f16`` does the
+same with float arithmetic over the half storage (the ``half_arithmetic`` delegate option off)::
 
     pytest --pyargs litegpu.testing.conformance_suite --litegpu-backend cuda --litegpu-precision f16
 """
@@ -43,8 +44,8 @@ if not CASES:
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_op(backend: str, case: Case, litegpu_precision: str) -> None:
     """litegpu on ``backend`` matches LiteRT on ``case`` within ``case.tol`` (F16: see above)."""
-    if litegpu_precision == "f16" and not manager().backend(backend).is_gpu:
-        pytest.skip(f"{backend} is not a GPU backend: it computes in fp32 and has no F16 mode")
+    if litegpu_precision != "f32" and not manager().backend(backend).is_gpu:
+        pytest.skip(f"{backend} is not a GPU backend: it computes in fp32 and has no half modes")
     model_bytes, inputs = case.build()
     if backend != FALLBACK_BACKEND:
         refused = unsupported(model_bytes, manager().backend(backend))
@@ -52,8 +53,10 @@ def test_op(backend: str, case: Case, litegpu_precision: str) -> None:
             sg, node, op, answer = refused[0]
             pytest.skip(f"{backend} does not support node {node} ({op}) of subgraph {sg}: "
                         f"{answer.reason or 'no reason given'}")
-    if litegpu_precision == "f16":
-        why = check_f16(model_bytes, inputs, backend, case.tol, case.quanta, f"{case.id} on {backend} in F16")
+    if litegpu_precision != "f32":
+        mode = litegpu_precision.upper()
+        why = check_f16(model_bytes, inputs, backend, case.tol, case.quanta, f"{case.id} on {backend} in {mode}",
+                        half_arithmetic=litegpu_precision == "f16")
         if why:
             pytest.skip(why)
         return

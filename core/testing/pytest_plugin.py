@@ -14,8 +14,10 @@ misspelled name must never turn a run of skips into a pass. By default, backends
 are unavailable are left out, and the terminal summary says which and why; a backend
 whose ``available()`` raises is an error in either mode.
 
-``--litegpu-precision f16`` asks GPU backends for F16 (LiteRT's ``precision_loss_allowed``);
-the ``litegpu_precision`` fixture gives ``"f32"`` (the default) or ``"f16"``.
+``--litegpu-precision f16`` asks GPU backends for F16 (LiteRT's ``precision_loss_allowed``:
+half storage, half arithmetic where the device has it), ``f32_f16`` for half storage with
+float arithmetic; the ``litegpu_precision`` fixture gives ``"f32"`` (the default),
+``"f32_f16"`` or ``"f16"``.
 
 The check runs when collection finishes, so a backend registered by a ``-p`` plugin, a
 conftest or a test module during collection counts. The fixture's value is the
@@ -33,7 +35,7 @@ import pytest
 ENV_VAR = "LITEGPU_TEST_BACKENDS"
 OPTION = "--litegpu-backend"
 PRECISION_OPTION = "--litegpu-precision"
-PRECISIONS = ("f32", "f16")
+PRECISIONS = ("f32", "f32_f16", "f16")
 
 
 @dataclass
@@ -57,8 +59,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help=f"run litegpu backend tests on NAME (repeatable; default: ${ENV_VAR} "
                          "or every available backend); an unknown or unavailable NAME is an error")
     group.addoption(PRECISION_OPTION, dest="litegpu_precision", default=PRECISIONS[0], choices=PRECISIONS,
-                    help="the precision GPU backends run in: f32 (default) or f16 (LiteRT's "
-                         "precision_loss_allowed: half storage, half arithmetic where the device has it)")
+                    help="the precision GPU backends run in: f32 (default), f32_f16 (half storage, float "
+                         "arithmetic) or f16 (LiteRT's precision_loss_allowed: half storage, half arithmetic "
+                         "where the device has it)")
 
 
 def _split(values) -> list[str]:

@@ -18,7 +18,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from litegpu.backend import CompileOptions, Event, Partition, Program
-from litegpu.codegen import Precision
+from litegpu.codegen import Precision, requested_precision
 from litegpu.codegen.nodegen import StoredTensor
 from litegpu.codegen.cuda import CUDA
 from litegpu.codegen.render import assemble, blocks, build_failure, lifetimes, partition_kernels
@@ -135,10 +135,8 @@ def read(tensor: CudaTensor, out: np.ndarray, wait_for: Sequence[Event] = ()) ->
 
 
 def precision_for(device: Device, options: CompileOptions) -> Precision:
-    """F32 unless precision loss is allowed; then half storage and half arithmetic (as on opencl)."""
-    if not options.precision_loss_allowed:
-        return Precision()
-    return Precision(half_storage=True, half_arith=device.fp16)
+    """F32 unless precision loss is allowed; then half storage, and half arithmetic where the device has it (as on opencl)."""
+    return requested_precision(options, device.fp16)
 
 
 def build_cubin(device: Device, source: str, options: CompileOptions) -> tuple[bytes, bool]:

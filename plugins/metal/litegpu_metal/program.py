@@ -15,7 +15,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from litegpu.backend import CompileOptions, Event, Partition, Program
-from litegpu.codegen import Precision
+from litegpu.codegen import Precision, requested_precision
 from litegpu.codegen.nodegen import StoredTensor
 from litegpu.codegen.metal import METAL
 from litegpu.codegen.render import assemble, build_failure, lifetimes, partition_kernels
@@ -45,8 +45,9 @@ class MetalTensor(StoredTensor):
 
 
 def precision_for(options: CompileOptions) -> Precision:
-    """F32 unless precision loss is allowed; then F16 (every Apple GPU computes in half)."""
-    return Precision(half_storage=True, half_arith=True) if options.precision_loss_allowed else Precision()
+    """F32 unless precision loss is allowed; then F16 (every Apple GPU computes in half), or
+    F32_F16 when the ``half_arithmetic`` delegate option is False."""
+    return requested_precision(options, True)
 
 
 def new_tensor(device: MetalDevice, precision: Precision, shape, dtype, full_precision: bool = False) -> MetalTensor:

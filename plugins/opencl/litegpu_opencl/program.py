@@ -22,7 +22,7 @@ from litegpu.errors import ExecutionError, InvalidArgumentError
 from litegpu.memory import Usage, plan_arena
 
 from .build import BuildFailed, build_program, build_source, store_warmed_binary
-from litegpu.codegen import Precision
+from litegpu.codegen import Precision, requested_precision
 from litegpu.codegen.nodegen import StoredTensor
 from litegpu.codegen.opencl import OPENCL
 from litegpu.codegen.render import assemble, build_failure, lifetimes, partition_kernels
@@ -107,10 +107,9 @@ def read(tensor: ClTensor, out: np.ndarray, wait_for=None) -> None:
 
 
 def precision_for(device: Device, options: CompileOptions) -> Precision:
-    """F32 unless precision loss is allowed; then half storage, and half arithmetic on fp16 devices."""
-    if not options.precision_loss_allowed:
-        return Precision()
-    return Precision(half_storage=True, half_arith=device.fp16)
+    """F32 unless precision loss is allowed; then half storage, and half arithmetic on fp16 devices (F32_F16 on the others, or when the
+    ``half_arithmetic`` delegate option is False)."""
+    return requested_precision(options, device.fp16)
 
 
 class _Launch:

@@ -18,7 +18,7 @@ import numpy as np
 
 from litegpu import progress
 from litegpu.backend import CompileOptions, Event, Partition, Program
-from litegpu.codegen import Precision
+from litegpu.codegen import Precision, requested_precision
 from litegpu.codegen.nodegen import KernelSpec
 from litegpu.codegen.render import assemble, build_failure, lifetimes, partition_kernels
 from litegpu.codegen.wgsl import WgslDialect
@@ -36,7 +36,6 @@ log = logging.getLogger("litegpu.webgpu")
 
 #: ``CompileOptions.extra`` key: False runs F32_F16 (half storage, float arithmetic) where
 #: precision loss is allowed, instead of F16.
-HALF_ARITHMETIC = "webgpu_half_arithmetic"
 
 #: Makes a partition's kernels: (precision, dialect) -> kernels per step.
 KernelSource = Callable[[Precision, WgslDialect], list[list[KernelSpec]]]
@@ -45,13 +44,14 @@ KernelSource = Callable[[Precision, WgslDialect], list[list[KernelSpec]]]
 def precision_for(device: Device, options: CompileOptions) -> tuple[Precision, str]:
     """The precision mode a program runs in, and a note when it is not what was asked for.
 
-    F32 unless precision loss is allowed; then F16 (or F32_F16, see :data:`HALF_ARITHMETIC`)
-    where the device has ``shader-f16``, without which WGSL has no half type at all."""
+    F32 unless precision loss is allowed; then F16 (or F32_F16, see
+    :data:`litegpu.codegen.HALF_ARITHMETIC`) where the device has ``shader-f16``, without
+    which WGSL has no half type at all."""
     if not options.precision_loss_allowed:
         return Precision(), ""
     if not device.f16:
         return Precision(), "; precision loss allowed, but the device has no shader-f16"
-    return Precision(half_storage=True, half_arith=bool(options.extra.get(HALF_ARITHMETIC, True))), ""
+    return requested_precision(options, True), ""
 
 
 class WebGpuProgram(Program):
