@@ -340,3 +340,29 @@ def test_a_generator_written_in_c_text_declines_in_wgsl_saying_so():
     assert not found and any("no wgsl kernel for LOG_SOFTMAX yet" in r for r in refusals), refusals
     found, _ = offline.gpu_partitions(model, DIALECTS["opencl"])
     assert found   # the same node renders in C
+
+
+def _grid_kernel(n: int):
+    """y = 3 x + 1 on integers of a 16-bit grid, in full-precision (float32) tensors."""
+    b = ir.KernelBuilder()
+    x = b.buffer(np.float32, full_precision=True)
+    y = b.buffer(np.float32, writes=True, full_precision=True)
+    i = b.let("i", b.global_id(0))
+    b.store(y, i, b.let("v", x.load(i) * 3.0 + 1.0, ir.REAL))
+    return b.kernel((n,))
+
+
+def test_float_arithmetic_keeps_a_16_bit_grid_in_f16(wgpu_device):
+    if "shader-f16" not in wgpu_device[2]:
+        pytest.skip("the adapter has no shader-f16: F16 arithmetic cannot run on it")
+    xs = np.arange(-10000, 10000, 7, dtype=F32)
+    want = xs * 3 + 1
+    f16 = PRECISIONS["F16"]
+    plain, widened = _grid_kernel(xs.size), ir.float_arithmetic(_grid_kernel(xs.size))
+    for k in (plain, widened):
+        _output_sizes(k, want)
+    assert not np.array_equal(_run_wgsl(wgpu_device, plain, [xs], f16)[0], want)   # half rounds the grid
+    np.testing.assert_array_equal(_run_wgsl(wgpu_device, widened, [xs], f16)[0], want)
+    c = CRenderer(DIALECTS["opencl"], f16).kernel(widened)
+    assert "real" not in c and "const float v =" in c
+

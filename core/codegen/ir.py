@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Iterator, Sequence, Union
 
 import numpy as np
@@ -667,3 +667,34 @@ class Renderer:
         if isinstance(s, Return):
             return [f"{indent}return;"]
         raise TypeError(f"{type(self).__name__} has no rendering of {type(s).__name__}")
+
+
+def float_arithmetic(kernel: Kernel) -> Kernel:
+    """``kernel`` computing in ``float`` where it computed in ``real``: every ``real`` value,
+    variable and local array becomes ``float``, and float tensors load as float (their
+    storage is unchanged; stores convert). :meth:`litegpu.codegen.NodeGen.ir_kernel` renders
+    a kernel so in F16 when it touches a tensor kept at full precision: half arithmetic,
+    with its 11-bit significand, cannot hold a 16-bit grid."""
+    seen: dict[object, object] = {}   # each variable and local array is rebuilt once, kept by identity
+
+    def widen(t: Type) -> Type:
+        return Type("float", t.lanes) if t.scalar == "real" else t
+
+    def conv(x):
+        if isinstance(x, Type):
+            return widen(x)
+        if isinstance(x, (Sym, LocalArray)):
+            if x not in seen:
+                seen[x] = type(x)(**{f.name: conv(getattr(x, f.name)) for f in fields(x)})
+            return seen[x]
+        if isinstance(x, Load):
+            return Load(x.buffer, conv(x.index), widen(x.type), x.as_float or x.type.scalar == "real")
+        if isinstance(x, (Expr, Stmt)):
+            return type(x)(**{f.name: conv(getattr(x, f.name)) for f in fields(x)})
+        if isinstance(x, list):
+            return [conv(v) for v in x]
+        if isinstance(x, tuple):
+            return tuple(conv(v) for v in x)
+        return x   # buffers, numbers, names
+
+    return Kernel(list(kernel.params), conv(kernel.locals), conv(kernel.body), kernel.global_size, kernel.local_size)
