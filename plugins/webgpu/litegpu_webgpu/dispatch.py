@@ -25,6 +25,7 @@ from .tensor import WgpuTensor
 
 if TYPE_CHECKING:
     from .device import Device
+    from .timing import Timestamps
 
 
 @dataclass(frozen=True)
@@ -75,18 +76,24 @@ def groups_of(spec: KernelSpec, device: "Device") -> tuple[int, int, int]:
     return groups
 
 
-def submit(device: "Device", launches: Sequence[Launch]) -> WebGpuEvent:
-    """Record ``launches`` into one command buffer and submit it; the event of its completion."""
+def submit(device: "Device", launches: Sequence[Launch], timestamps: "Timestamps | None" = None) -> WebGpuEvent:
+    """Record ``launches`` into one command buffer and submit it; the event of its completion.
+
+    With ``timestamps`` (profiling, see :mod:`.timing`) each launch gets a compute pass of
+    its own whose beginning and end the device stamps: WebGPU stamps passes, not dispatches."""
     with device.calls("running a partition"):
         fence = device.fences.acquire()
         encoder = device.device.create_command_encoder()
-        if launches:
-            compute = encoder.begin_compute_pass()
-            for launch in launches:
+        passes = [[launch] for launch in launches] if timestamps else [list(launches)] if launches else []
+        for j, group in enumerate(passes):
+            compute = encoder.begin_compute_pass(timestamp_writes=timestamps.writes(j) if timestamps else None)
+            for launch in group:
                 compute.set_pipeline(launch.pipeline.pipeline)
                 compute.set_bind_group(0, launch.bind_group(device))
                 compute.dispatch_workgroups(*launch.groups)
             compute.end()
+        if timestamps:
+            timestamps.resolve(encoder)
         encoder.copy_buffer_to_buffer(device.fences.source(), 0, fence, 0, FENCE_BYTES)
         device.queue.submit([encoder.finish()])
         return device.fences.track(fence)

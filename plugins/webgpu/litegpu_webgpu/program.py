@@ -12,6 +12,7 @@ the launches into one command buffer, submits it and returns its event at once.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -31,11 +32,9 @@ from .dispatch import Binding, Launch, groups_of, submit
 from .fence import WebGpuEvent
 from .pipelines import BuildFailed
 from .tensor import WgpuTensor, host_bytes, round4, storage_dtype
+from .timing import MAX_TIMED_DISPATCHES, Timestamps
 
 log = logging.getLogger("litegpu.webgpu")
-
-#: ``CompileOptions.extra`` key: False runs F32_F16 (half storage, float arithmetic) where
-#: precision loss is allowed, instead of F16.
 
 #: Makes a partition's kernels: (precision, dialect) -> kernels per step.
 KernelSource = Callable[[Precision, WgslDialect], list[list[KernelSpec]]]
@@ -222,6 +221,34 @@ class WebGpuProgram(Program):
         Returns at once with the submission's event. Work submitted earlier to this device's
         queue comes first anyway; events of the host, other backends or other devices are
         waited for here."""
+        self._prepare(inputs, outputs, wait_for)
+        return submit(self.device, self.launches)
+
+    def run_profiled(self, inputs: Sequence[WgpuTensor], outputs: Sequence[WgpuTensor], wait_for: Sequence[Event],
+                     profiler) -> WebGpuEvent | None:
+        """:meth:`run` with each dispatch's device time recorded into ``profiler`` (a
+        ``litegpu.profile.Profiler``) from timestamp queries (see :mod:`.timing`); None,
+        having run nothing, on a device without ``timestamp-query`` (the profiler then
+        times the partition as a whole)."""
+        from litegpu.profile import Slice, node_info, nodes_label
+        if "timestamp-query" not in self.device.features or not 0 < len(self.launches) <= MAX_TIMED_DISPATCHES:
+            return None
+        self._prepare(inputs, outputs, wait_for)
+        with self.device.calls("preparing timestamp queries"):
+            stamps = Timestamps(self.device, len(self.launches))
+        submitted = time.perf_counter()
+        stamps.event = submit(self.device, self.launches, stamps)
+        track = f"queue ({self.device.name})"
+        for j, launch in enumerate(self.launches):
+            infos = tuple(node_info(c) for c in launch.nodes)
+            profiler.add_device(stamps.dispatch(j), submitted, Slice(
+                nodes_label(infos), "kernel", "webgpu", track, 0.0, 0.0, infos, "webgpu",
+                {"kernel": launch.name, "groups": list(launch.groups), "precision": self.precision.name,
+                 "first": j == 0}))
+        return stamps.event
+
+    def _prepare(self, inputs: Sequence[WgpuTensor], outputs: Sequence[WgpuTensor], wait_for: Sequence[Event]) -> None:
+        """Wait for what the queue does not order (see :meth:`run`) and bind the run's tensors."""
         for e in wait_for:
             if not (isinstance(e, WebGpuEvent) and e.device is self.device):
                 e.wait()
@@ -229,7 +256,6 @@ class WebGpuProgram(Program):
             self._bind(t, x)
         for t, x in zip(self.outputs, outputs):
             self._bind(t, x)
-        return submit(self.device, self.launches)
 
     def _bind(self, t: int, tensor: WgpuTensor) -> None:
         if self._bound.get(t) is tensor:
