@@ -181,6 +181,7 @@ def _math() -> list[str]:
     out += [f"{_FN} half {fn}(half x) {{ return (half){fn}((float)x); }}" for fn in _UNARY]
     out += [f"{_FN} half {fn}(half a, half b) {{ return (half){fn}((float)a, (float)b); }}" for fn in _BINARY]
     out.append(f"{_FN} half clamp(half x, half lo, half hi) {{ return fmin(fmax(x, lo), hi); }}")
+    out.append(f"{_FN} half fma(half a, half b, half c) {{ return (half)fmaf((float)a, (float)b, (float)c); }}")
     for s in ("float", "half", "int"):
         out.append(f"{_FN} {s} select({s} a, {s} b, int c) {{ return c ? b : a; }}")
     for v, (s, fields, _) in _VECTORS.items():
@@ -189,6 +190,7 @@ def _math() -> list[str]:
                 for fn in _BINARY]
         out += [f"{_FN} {v} {fn}({v} a, {s} b) {{ return {_each(v, lambda f: f'{fn}(a.{f}, b)')}; }}"
                 for fn in _SCALAR_BOUND]
+        out.append(f"{_FN} {v} fma({v} a, {v} b, {v} c) {{ return {_each(v, lambda f: f'fma(a.{f}, b.{f}, c.{f})')}; }}")
         out += [f"{_FN} {v} clamp({v} x, {s} lo, {s} hi) {{ return {_each(v, lambda f: f'clamp(x.{f}, lo, hi)')}; }}",
                 f"{_FN} {v} clamp({v} x, {v} lo, {v} hi) {{ return {_each(v, lambda f: f'clamp(x.{f}, lo.{f}, hi.{f})')}; }}"]
     for v, m in _MASKS.items():   # per-lane tests give masks; select reads their sign bits

@@ -83,9 +83,10 @@ def gelu(x: Expr, attrs: dict) -> Expr:
 
 
 def hard_swish(x: Expr) -> Expr:
-    """HARD_SWISH as XNNPACK computes it, ``x * clamp(x / 6 + 1/2, 0, 1)``: 3e38 stays
-    finite, where ``x * relu6(x + 3) / 6`` overflows to inf."""
-    return x * call("clamp", x * (1 / 6) + 0.5, 0.0, 1.0)
+    """HARD_SWISH as XNNPACK computes it, ``x * clamp(fma(x, 1/6, 1/2), 0, 1)`` (one rounding
+    in the fma, as its kernels have): 3e38 stays finite, where ``x * relu6(x + 3) / 6``
+    overflows to inf."""
+    return x * call("clamp", call("fma", x, 1 / 6, 0.5), 0.0, 1.0)
 
 
 def clamp(activation: str, x: Expr) -> Expr:

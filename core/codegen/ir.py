@@ -304,8 +304,10 @@ MATH: dict[str, tuple[int, str]] = {
                                     "fabs", "floor", "ceil", "rint", "round", "trunc", "sign", "abs")},
     **{fn: (2, "same") for fn in ("fmax", "fmin", "fmod", "pow", "min", "max")},
     "clamp": (3, "same"),
+    "fma": (3, "same"),       # a * b + c rounded once (operands of one type: a scalar is splatted)
     "isnan": (1, "mask"),
     "isinf": (1, "mask"),
+    "signbit": (1, "mask"),   # the sign bit is set (-0.0 and negative NaNs too)
 }
 
 

@@ -18,18 +18,26 @@ ops, int32 arithmetic, comparisons, logical ops and SELECT, so a loop counter's 
 WHILE condition's LESS and LOGICAL_AND, and an embedding's index fix-up are task
 functions too (and a loop made only of them runs as one compiled call).
 
+The float (and int32) arithmetic ops and the fused activations' clamps have one formula
+each, the GPU kernels' (:mod:`litegpu.codegen.formulas`), rendered as numba source over
+float32 by :mod:`litegpu.codegen.pyrender`; LOGISTIC, TANH and GELU are the cpu's own
+(``_CPU_UNARY``, ``_GELU``: functions of :mod:`.kernels.mathfn` that match LiteRT to the
+bit and vectorize).
+
 Generated sources are cached as modules (:mod:`.generated`); shapes are run-time
 arguments, so identical chains share one compiled function.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 
 import numpy as np
 
 from litegpu import env
 from litegpu.backend import NodeContext
-from litegpu.ops.registry import ACTIVATION_RANGES, CLAMP_ACTIVATIONS
+from litegpu.codegen import formulas, ir, pyrender
+from litegpu.ops.registry import CLAMP_ACTIVATIONS
 
 from .generated import load_generated
 from .kernels import mathfn
@@ -43,63 +51,58 @@ PARALLEL_MIN_ELEMENTS = 1 << 15
 # for every thread.
 MIN_COLS, MAX_COLS = 256, 4096
 
-# Scalar expressions over float32 values; {a}, {b} are operands. Constants are float32
-# globals of the generated module so no value is promoted to float64.
-_UNARY = {
+# The float ops fused: their formulas are litegpu.codegen.formulas' (the GPU kernels'),
+# rendered as numba source over float32 (litegpu.codegen.pyrender) with {a} and {b} for the
+# operands, except where the cpu computes differently on purpose (_CPU_UNARY).
+_FLOAT_UNARY = ("NEG", "ABS", "SQUARE", "SQRT", "RSQRT", "EXP", "LOG", "SIN", "COS", "FLOOR", "CEIL",
+                "HARD_SWISH", "LEAKY_RELU", "ELU", "RELU", "RELU6", "RELU_N1_TO_1", "RELU_0_TO_1")
+_FLOAT_BINARY = ("ADD", "SUB", "MUL", "DIV", "MAXIMUM", "MINIMUM", "SQUARED_DIFFERENCE", "PRELU")
+# How the cpu spells math functions: exp through kernels.mathfn's exp32 (it vectorizes,
+# where np.exp is a libm call per element), fma through its fma32 (llvm.fma).
+_FUNCTIONS = {"exp": "_exp32({0})", "fma": "_fma32({0}, {1}, {2})"}
+# The cpu's own formulas, and why: LOGISTIC and TANH call kernels.mathfn's sigmoid32 and
+# tanh64, which vectorize and match LiteRT to the bit (the GPU's 1 / (1 + exp(-x)) rounds
+# twice, its tanh is a rational fit within 4e-7).
+_CPU_UNARY = {
     "LOGISTIC": "_sigmoid32({a})",
     "TANH": "_tanh64(np.float64({a}))",
-    "EXP": "_exp32({a})",
-    "NEG": "-{a}",
-    "ABS": "abs({a})",
-    "SQUARE": "{a} * {a}",
-    "SQRT": "np.sqrt({a})",
-    "RSQRT": "_1 / np.sqrt({a})",
-    # XNNPACK's: x * clamp(fma(x, 1/6, 1/2), 0, 1); 3e38 stays finite (x * relu6(x + 3) / 6 overflows)
-    "HARD_SWISH": "{a} * min(max(_fma32({a}, _SIXTH, _HALF), _0), _1)",
-    "LEAKY_RELU": "{a} if {a} > _0 else {a} * np.float32({alpha})",
-    "ELU": "{a} if {a} >= _0 else np.expm1({a})",
-    "LOG": "np.log({a})",
-    "SIN": "np.sin({a})",
-    "COS": "np.cos({a})",
-    "FLOOR": "np.floor({a})",
-    "CEIL": "np.ceil({a})",
 }
-_BINARY = {
-    "ADD": "{a} + {b}",
-    "SUB": "{a} - {b}",
-    "MUL": "{a} * {b}",
-    "DIV": "{a} / {b}",
-    # LiteRT's: the first operand where it wins, else the second (NaN too); with the
-    # ``swapped`` attr b is first (litegpu.ops.elementwise.max_min_swapped).
-    "MAXIMUM": "{a} if {a} > {b} else {b}",
-    "MINIMUM": "{a} if {a} < {b} else {b}",
-    "SQUARED_DIFFERENCE": "({a} - {b}) * ({a} - {b})",
-    "PRELU": "{a} if {a} >= _0 else {a} * {b}",
-}
-# LOGISTIC, EXP and TANH call kernels.mathfn's sigmoid32, exp32 and tanh64 (vectorizable,
-# unlike np.exp and np.tanh per element); the import line names that module's digest, so
-# editing it changes every source using it.
+# GELU in float32 arithmetic that vectorizes, a few ulps from the float64 formula
+# (kernels.mathfn; the same functions as the standalone kernel's, where the GPU's is a
+# rational fit of erf or tanh).
+_GELU = "_gelu32({a})"
+_GELU_TANH = "_gelu_tanh32({a})"
+# The mathfn functions the import line names (with that module's digest, so editing it
+# changes every source using it).
+_MATHFN = ("exp32", "sigmoid32", "tanh64", "gelu32", "gelu_tanh32", "fma32")
+_UNARY_OPS = frozenset(_FLOAT_UNARY) | frozenset(_CPU_UNARY)
+_OPERAND_TYPES = {"f": ir.REAL, "i": ir.INT}
 
 
+@functools.lru_cache(maxsize=None)
+def _formula(op: str, kind: str, alpha: float, swapped: bool) -> str:
+    """The template of float or int (``kind`` "f" / "i") op ``op``: its formula in
+    :mod:`litegpu.codegen.formulas` over operands ``{a}`` (and ``{b}``), or the cpu's own.
+    ``alpha`` is LEAKY_RELU's; ``swapped`` says MAXIMUM / MINIMUM's second operand is first."""
+    if op in _CPU_UNARY:
+        return _CPU_UNARY[op]
+    a, b = (pyrender.operand(name, _OPERAND_TYPES[kind]) for name in ("{a}", "{b}"))
+    attrs = {"alpha": alpha, "swapped": swapped}
+    expr = formulas.UNARY[op](a, attrs) if op in _UNARY_OPS else formulas.BINARY[op](a, b, attrs)
+    return pyrender.render(expr, _FUNCTIONS)
 
-def _binary_formula(ctx: NodeContext) -> str:
-    """The expression of binary ``ctx``: ``_BINARY``'s, operands exchanged for a swapped
-    MAXIMUM / MINIMUM."""
-    formula = _BINARY[ctx.node.op]
-    if ctx.attrs.get("swapped"):
-        formula = formula.replace("{a}", "{_}").replace("{b}", "{a}").replace("{_}", "{b}")
-    return formula
 
-
+@functools.lru_cache(maxsize=None)
 def _clamp(name: str) -> str:
-    """The clamp of activation ``name`` (litegpu.ops.registry.ACTIVATION_RANGES) as an expression."""
-    lo, hi = ACTIVATION_RANGES[name]
-    expr = "{a}" if lo == -np.inf else f"max({{a}}, np.float32({lo!r}))"
-    return expr if hi == np.inf else f"min({expr}, np.float32({hi!r}))"
+    """The clamp of activation ``name`` (:func:`litegpu.codegen.formulas.clamp`) as a template over ``{a}``."""
+    return pyrender.render(formulas.clamp(name, pyrender.operand("{a}")), _FUNCTIONS)
 
 
-# The clamp ops (RELU, RELU6, RELU_N1_TO_1, RELU_0_TO_1).
-_UNARY.update({op: _clamp(op) for op in ("RELU", "RELU6", "RELU_N1_TO_1", "RELU_0_TO_1")})
+def _template(ctx: NodeContext, kind: str) -> str:
+    """The template of unary or binary ``ctx`` on ``kind`` operands (see :func:`_formula`)."""
+    return _formula(ctx.node.op, kind, float(ctx.attrs.get("alpha", 0.0)), bool(ctx.attrs.get("swapped")))
+
+
 # Fused activations are clamps in LiteRT; TANH and SIGN_BIT have no range and change nothing.
 _ACTIVATION = {name: None if name == "NONE" else name for name in CLAMP_ACTIVATIONS} | {"TANH": None, "SIGN_BIT": None}
 
@@ -112,10 +115,6 @@ _COMPARE = {"LESS": "{a} < {b}", "LESS_EQUAL": "{a} <= {b}", "GREATER": "{a} > {
             "EQUAL": "{a} == {b}", "NOT_EQUAL": "{a} != {b}"}
 _LOGICAL = {"LOGICAL_AND": "{a} & {b}", "LOGICAL_OR": "{a} | {b}", "LOGICAL_NOT": "not {a}"}
 _SELECT = "{b} if {a} else {c}"
-# GELU in float32 arithmetic that vectorizes, a few ulps from the float64 formula
-# (kernels.mathfn; the same functions as the standalone kernel's).
-_GELU = "_gelu32({a})"
-_GELU_TANH = "_gelu_tanh32({a})"
 
 
 def _expression(ctx: NodeContext) -> str | None:
@@ -124,12 +123,12 @@ def _expression(ctx: NodeContext) -> str | None:
     if len(ctx.outputs) != 1 or any(s is None or np.dtype(s.dtype) not in _KIND for s in specs):
         return None
     kinds = "".join(_KIND[np.dtype(s.dtype)] for s in specs)   # inputs then the output
-    if op in _UNARY or op in _BINARY:
-        arity = 1 if op in _UNARY else 2
+    if op in _UNARY_OPS or op in _FLOAT_BINARY:
+        arity = 1 if op in _UNARY_OPS else 2
         if kinds == "f" * (arity + 1) and ctx.attrs.get("activation", "NONE") in _ACTIVATION:
-            return _UNARY[op] if arity == 1 else _binary_formula(ctx)
+            return _template(ctx, "f")
         if kinds == "i" * (arity + 1) and op in _INT_OPS and ctx.attrs.get("activation", "NONE") == "NONE":
-            return _UNARY[op] if arity == 1 else _BINARY[op]
+            return _template(ctx, "i")
         return None
     if op == "GELU":
         return (_GELU_TANH if ctx.attrs.get("approximate") else _GELU) if kinds == "ff" else None
@@ -306,12 +305,12 @@ def plan_group(nodes: list[NodeContext], escaping: set[int]) -> FusedGroup | Non
                     inputs.append(t)
             operands.append(names[t])
         a, b, c = (*operands, None, None)[:3]
-        expr = _expression(ctx).format(a=a, b=b, c=c, alpha=repr(float(ctx.attrs.get("alpha", 0.0))))
+        expr = _expression(ctx).format(a=a, b=b, c=c)
         kind = kinds[ctx.node.outputs[0]] = _KIND[np.dtype(ctx.outputs[0].dtype)]
         body.append(f"            v{k} = {_VALUE[kind].format(e=expr)}")
         act = _ACTIVATION.get(ctx.attrs.get("activation", "NONE")) if kind == "f" else None
         if act:
-            body.append(f"            v{k} = np.float32({_UNARY[act].format(a=f'v{k}')})")
+            body.append(f"            v{k} = np.float32({_clamp(act).format(a=f'v{k}')})")
         names[ctx.node.outputs[0]] = f"v{k}"
     outputs = [ctx.node.outputs[0] for ctx in nodes if ctx.node.outputs[0] in escaping]
     if not outputs or len(inputs) + len(outputs) > ARRAYS:
@@ -325,13 +324,11 @@ def plan_group(nodes: list[NodeContext], escaping: set[int]) -> FusedGroup | Non
     arrays = [*inputs, *outputs]
     pointers = [_POINTER[kinds[t]].format(a=f"a{j}") for j, t in enumerate(arrays)]
     names_ = [f"x{j}" for j in range(len(inputs))] + [f"y{j}" for j in range(len(outputs))]
-    maths = [f for f in ("exp32", "sigmoid32", "tanh64", "gelu32", "gelu_tanh32", "fma32")
-             if any(f"_{f}" in line for line in body)]
+    maths = [f for f in _MATHFN if any(f"_{f}" in line for line in body)]
     source = "\n".join([
         '"""Generated by litegpu_cpu.fusion; safe to delete."""',
         "import numpy as np",
         "from litegpu_cpu.kernels.tasks import task_function, int32_pointer as _i32, uint8_pointer as _u8",
-        "_0, _1, _HALF, _SIXTH = np.float32(0), np.float32(1), np.float32(0.5), np.float32(1 / 6)",
         *([f"from litegpu_cpu.kernels.mathfn import {', '.join(f'{f} as _{f}' for f in maths)}"
            f"  # mathfn {mathfn.DIGEST}"] if maths else []),
         "",
