@@ -1,11 +1,13 @@
-"""The opencl convolution and matmul kernels (``litegpu_opencl/kernels/conv.py``) on the
-real OpenCL device, for the paths the conformance cases do not reach: grouped convs
+"""The convolution and matmul kernels (:mod:`litegpu.codegen.kernels.conv`) on the real
+OpenCL device, for the paths the conformance cases do not reach: grouped convs
 whose groups fill whole tiles, float16/float8/float4 tiles with ragged row ends,
 output channels that are not a multiple of 4 behind followers, strided reductions,
 rhs rows read with one vector load, and the fp16 storage mode.
 
 Each test builds one model with several nodes (one program build) and compares every
 output with the numpy references, which the conformance suite checks against LiteRT.
+The kernels are written with :mod:`litegpu.codegen.ir`, so the same models run on
+webgpu too (lavapipe in CI), where WGSL's widest vector makes every tile a float4.
 """
 from __future__ import annotations
 
@@ -29,11 +31,18 @@ def rand(rng, *shape):
     return rng.standard_normal(shape).astype(F32)
 
 
+@pytest.fixture(params=["opencl", "webgpu"])
+def gpu(request):
+    """A GPU backend the kernels run on (skips, or fails where required, as its fixture does):
+    opencl with float16/float8 tiles, webgpu with float4 tiles only."""
+    return request.getfixturevalue(request.param)
+
+
 def check(backend, model: bytes, inputs, fp16: bool = False, tol: float = 1e-5) -> None:
-    """Every node runs on opencl and every output matches the references."""
+    """Every node runs on ``backend`` and every output matches the references."""
     refused = unsupported(model, backend)
-    assert not refused, f"opencl refused {[(r[2], r[3].reason) for r in refused]}"
-    got = litegpu_outputs(model, inputs, "opencl", precision_loss_allowed=fp16)
+    assert not refused, f"{backend.name} refused {[(r[2], r[3].reason) for r in refused]}"
+    got = litegpu_outputs(model, inputs, backend.name, precision_loss_allowed=fp16)
     want = reference_outputs(model, inputs)
     compare(got, want, FP16_TOL if fp16 else tol)
 
@@ -61,10 +70,12 @@ def test_pixels_per_item_fits_the_row():
 def test_channel_vector_is_the_widest_that_divides():
     from litegpu.codegen.kernels.conv import channel_vector
     assert [channel_vector(c) for c in (144, 24, 12, 70, 3)] == [16, 8, 4, 4, 4]
+    assert [channel_vector(c, 8) for c in (144, 24, 12)] == [8, 8, 4]
+    assert [channel_vector(c, 4) for c in (144, 24, 12)] == [4, 4, 4]   # WGSL's widest vector
 
 
 @pytest.mark.parametrize("fp16", [False, True], ids=["F32", "F32_F16"])
-def test_conv2d_tiles_groups_and_channel_tails(opencl, fp16):
+def test_conv2d_tiles_groups_and_channel_tails(gpu, fp16):
     rng = np.random.default_rng(1)
     b = ModelBuilder()
     x = b.input("x", (2, 13, 11, 8), F32)
@@ -95,11 +106,11 @@ def test_conv2d_tiles_groups_and_channel_tails(opencl, fp16):
         b.op("CONV_2D", [x, w, bias], [y], **options)
         outs.append(y)
     b.output(*outs)
-    check(opencl, b.build(), [rand(rng, 2, 13, 11, 8)], fp16)
+    check(gpu, b.build(), [rand(rng, 2, 13, 11, 8)], fp16)
 
 
 @pytest.mark.parametrize("fp16", [False, True], ids=["F32", "F32_F16"])
-def test_depthwise_tiles_and_multipliers(opencl, fp16):
+def test_depthwise_tiles_and_multipliers(gpu, fp16):
     rng = np.random.default_rng(2)
     b = ModelBuilder()
     x = b.input("x", (1, 15, 17, 64), F32)
@@ -124,10 +135,10 @@ def test_depthwise_tiles_and_multipliers(opencl, fp16):
              depth_multiplier=w_shape[3] // layers[k][1][3], **options)
         outs.append(y)
     b.output(*outs)
-    check(opencl, b.build(), [rand(rng, 1, 15, 17, 64), rand(rng, 2, 9, 10, 8)], fp16)
+    check(gpu, b.build(), [rand(rng, 1, 15, 17, 64), rand(rng, 2, 9, 10, 8)], fp16)
 
 
-def test_transpose_convs_with_many_phases_and_tiles(opencl):
+def test_transpose_convs_with_many_phases_and_tiles(gpu):
     rng = np.random.default_rng(3)
     b = ModelBuilder()
     x = b.input("x", (1, 9, 7, 8), F32)
@@ -147,10 +158,10 @@ def test_transpose_convs_with_many_phases_and_tiles(opencl):
     b.custom_op("Convolution2DTransposeBias", [x, w, b.const("bm", rand(rng, 8))], [y],
                 custom_options=transpose_conv_bias_options("SAME", 2, 2))
     b.output(*outs, y)
-    check(opencl, b.build(), [rand(rng, 1, 9, 7, 8)])
+    check(gpu, b.build(), [rand(rng, 1, 9, 7, 8)])
 
 
-def test_fully_connected_and_batch_matmul_operand_layouts(opencl):
+def test_fully_connected_and_batch_matmul_operand_layouts(gpu):
     rng = np.random.default_rng(4)
     b = ModelBuilder()
     x = b.input("x", (2, 3, 10), F32)
@@ -171,12 +182,12 @@ def test_fully_connected_and_batch_matmul_operand_layouts(opencl):
     # One constant rhs shared by the batch (float16 tiles).
     b.op("BATCH_MATMUL", [a, b.const("d", rand(rng, 3, 16))], [y4])
     b.output(y0, y1, y2, y3, y4)
-    check(opencl, b.build(), [rand(rng, 2, 3, 10), rand(rng, 6, 10), rand(rng, 2, 1, 7, 5),
+    check(gpu, b.build(), [rand(rng, 2, 3, 10), rand(rng, 6, 10), rand(rng, 2, 1, 7, 5),
                               rand(rng, 3, 7, 8), rand(rng, 2, 5, 3)])
 
 
 @pytest.mark.parametrize("channels", [16, 8, 6])
-def test_followers_fold_into_the_conv_store(opencl, channels):
+def test_followers_fold_into_the_conv_store(gpu, channels):
     """conv -> ADD (same shape) -> MUL (per channel) -> RELU is one launch, for float16
     and float8 tiles (stored a float4 at a time) and for 6 channels (scalar stores)."""
     from litegpu.session import Session
@@ -195,12 +206,12 @@ def test_followers_fold_into_the_conv_store(opencl, channels):
     b.op("RELU", [m], [y])
     b.output(y)
     model = b.build()
-    program = Session(load_model(model), ["opencl"]).compile(0).steps[0][0]
+    program = Session(load_model(model), [gpu.name]).compile(0).steps[0][0]
     assert len(program.launches) == 1
-    check(opencl, model, [rand(rng, 1, 6, 9, 3), rand(rng, 1, 6, 9, channels)])
+    check(gpu, model, [rand(rng, 1, 6, 9, 3), rand(rng, 1, 6, 9, channels)])
 
 
-def test_empty_outputs_launch_nothing(opencl):
+def test_empty_outputs_launch_nothing(gpu):
     """A VALID window larger than the input gives an empty output, not a failed build."""
     b = ModelBuilder()
     x = b.input("x", (1, 3, 3, 4), F32)
@@ -212,6 +223,6 @@ def test_empty_outputs_launch_nothing(opencl):
          stride_h=1, stride_w=1, depth_multiplier=2)
     b.output(y, z)
     model = b.build()
-    assert not unsupported(model, opencl)
-    got = litegpu_outputs(model, [np.ones((1, 3, 3, 4), F32)], "opencl")
+    assert not unsupported(model, gpu)
+    got = litegpu_outputs(model, [np.ones((1, 3, 3, 4), F32)], gpu.name)
     assert [g.shape for g in got] == [(1, 0, 0, 8), (1, 0, 0, 8)]

@@ -1,10 +1,12 @@
-"""The opencl pooling, reduction, softmax-family, normalization, resize and arg max/min
-kernels (``litegpu_opencl/kernels/pool.py``) on the real OpenCL device, for the paths
+"""The pooling, reduction, softmax-family, normalization, resize and arg max/min kernels
+(``litegpu.codegen.kernels.pool``) on the real OpenCL device, for the paths
 the conformance cases do not reach: reductions over every pattern of kept / reduced
 runs (float8 / float4 / scalar lanes, split accumulator chains, row tails), windows
 clipped by SAME padding, rows whose length is no multiple of 4, negative softmax beta,
 elementwise followers folded into these kernels, and float accumulation under half
-storage.
+storage. The float tests run on webgpu too, whose WGSL kernels take 4-lane vectors where
+OpenCL's take 8 (the int64 and arg max/min tests stay on opencl: WGSL has no 64-bit
+integers).
 
 Most tests build one model with several nodes (one program build) and compare every
 output with the numpy references, which the conformance suite checks against LiteRT.
@@ -35,11 +37,17 @@ def rand(rng, *shape, scale=1.0):
     return (rng.standard_normal(shape) * scale).astype(F32)
 
 
+@pytest.fixture(params=["opencl", "webgpu"])
+def gpu(request):
+    """The opencl backend, then the webgpu one (each skips as its own fixture does)."""
+    return request.getfixturevalue(request.param)
+
+
 def check(backend, model: bytes, inputs, fp16: bool = False, tol: float = 1e-5) -> list[np.ndarray]:
-    """Every node runs on opencl and every output matches the references; returns the outputs."""
+    """Every node runs on ``backend`` and every output matches the references; returns the outputs."""
     refused = unsupported(model, backend)
-    assert not refused, f"opencl refused {[(r[2], r[3].reason) for r in refused]}"
-    got = litegpu_outputs(model, inputs, "opencl", precision_loss_allowed=fp16)
+    assert not refused, f"{backend.name} refused {[(r[2], r[3].reason) for r in refused]}"
+    got = litegpu_outputs(model, inputs, backend.name, precision_loss_allowed=fp16)
     compare(got, reference_outputs(model, inputs), FP16_TOL if fp16 else tol)
     return got
 
@@ -57,7 +65,7 @@ def reduction(b: ModelBuilder, op: str, x: int, x_shape, axes, keep: bool = Fals
 
 
 @pytest.mark.parametrize("fp16", [False, True], ids=["F32", "F32_F16"])
-def test_reductions_over_every_run_pattern(opencl, fp16):
+def test_reductions_over_every_run_pattern(gpu, fp16):
     rng = np.random.default_rng(1)
     b = ModelBuilder()
     x = b.input("x", (2, 3, 5, 8), F32)
@@ -79,7 +87,7 @@ def test_reductions_over_every_run_pattern(opencl, fp16):
     b.output(*outs)
     inputs = [rand(rng, 2, 3, 5, 8), rand(rng, 2, 203), rand(rng, 3, 37), rand(rng, 40, 12),
               rng.uniform(0.8, 1.2, (3, 4, 16)).astype(F32)]
-    check(opencl, b.build(), inputs, fp16)
+    check(gpu, b.build(), inputs, fp16)
 
 
 def test_integer_and_bool_reductions_are_exact(opencl):
@@ -128,7 +136,7 @@ def test_spatial_mean_is_one_work_item_per_channel_group():
     assert "/" not in kernel.source.split("for (")[1].split("}")[0]   # no division inside it
 
 
-def test_reductions_accumulate_in_float_under_half_storage(opencl):
+def test_reductions_accumulate_in_float_under_half_storage(gpu):
     """Half accumulators stall at 2048 (2048 + 1 rounds back to 2048); float ones do not."""
     b = ModelBuilder()
     ones = b.input("ones", (1, 100, 100, 8), F32)
@@ -141,8 +149,8 @@ def test_reductions_accumulate_in_float_under_half_storage(opencl):
     b.op("L2_NORMALIZATION", [row], [norm])
     b.output(mean, total, soft, norm)
     model = b.build()
-    assert not unsupported(model, opencl)
-    got = litegpu_outputs(model, [np.ones((1, 100, 100, 8), F32), np.ones((1, 4096), F32)], "opencl",
+    assert not unsupported(model, gpu)
+    got = litegpu_outputs(model, [np.ones((1, 100, 100, 8), F32), np.ones((1, 4096), F32)], gpu.name,
                           precision_loss_allowed=True)
     np.testing.assert_allclose(got[0], 1.0, rtol=1e-3)
     np.testing.assert_allclose(got[1], 4096.0, rtol=1e-3)
@@ -151,7 +159,7 @@ def test_reductions_accumulate_in_float_under_half_storage(opencl):
 
 
 @pytest.mark.parametrize("fp16", [False, True], ids=["F32", "F32_F16"])
-def test_pools_over_clipped_windows_and_channel_widths(opencl, fp16):
+def test_pools_over_clipped_windows_and_channel_widths(gpu, fp16):
     rng = np.random.default_rng(3)
     b = ModelBuilder()
     inputs, outs = [], []
@@ -179,10 +187,10 @@ def test_pools_over_clipped_windows_and_channel_widths(opencl, fp16):
         inputs.append(rand(rng, *in_shape))
         outs.append(y)
     b.output(*outs)
-    check(opencl, b.build(), inputs, fp16)
+    check(gpu, b.build(), inputs, fp16)
 
 
-def test_pools_count_only_pixels_inside_the_image(opencl):
+def test_pools_count_only_pixels_inside_the_image(gpu):
     """SAME windows at the border: a mean of ones stays 1, an L2 pool of twos stays 2, and
     padding never wins a max of negative values (as in LiteRT)."""
     b = ModelBuilder()
@@ -194,17 +202,17 @@ def test_pools_count_only_pixels_inside_the_image(opencl):
         outs.append(y)
     b.output(*outs)
     model = b.build()
-    assert not unsupported(model, opencl)
-    avg, _, _ = litegpu_outputs(model, [np.ones((1, 5, 6, 8), F32)], "opencl")
-    _, l2, _ = litegpu_outputs(model, [np.full((1, 5, 6, 8), 2.0, F32)], "opencl")
-    _, _, mx = litegpu_outputs(model, [np.full((1, 5, 6, 8), -3.0, F32)], "opencl")
+    assert not unsupported(model, gpu)
+    avg, _, _ = litegpu_outputs(model, [np.ones((1, 5, 6, 8), F32)], gpu.name)
+    _, l2, _ = litegpu_outputs(model, [np.full((1, 5, 6, 8), 2.0, F32)], gpu.name)
+    _, _, mx = litegpu_outputs(model, [np.full((1, 5, 6, 8), -3.0, F32)], gpu.name)
     np.testing.assert_allclose(avg, 1.0, rtol=1e-6)
     np.testing.assert_allclose(l2, 2.0, rtol=1e-6)
     np.testing.assert_array_equal(mx, -3.0)
 
 
 @pytest.mark.parametrize("fp16", [False, True], ids=["F32", "F32_F16"])
-def test_softmax_family_rows_of_any_length(opencl, fp16):
+def test_softmax_family_rows_of_any_length(gpu, fp16):
     rng = np.random.default_rng(4)
     b = ModelBuilder()
     a = b.input("a", (3, 37), F32)
@@ -223,11 +231,11 @@ def test_softmax_family_rows_of_any_length(opencl, fp16):
         b.op(op, [src], [y], **options)
         outs.append(y)
     b.output(*outs)
-    check(opencl, b.build(), [rand(rng, 3, 37, scale=3), rand(rng, 2, 2, 16, scale=3), rand(rng, 4, 6, scale=3),
+    check(gpu, b.build(), [rand(rng, 3, 37, scale=3), rand(rng, 2, 2, 16, scale=3), rand(rng, 4, 6, scale=3),
                               rand(rng, 2, 203, scale=3)], fp16)
 
 
-def test_followers_fold_into_reductions_softmax_and_pools(opencl):
+def test_followers_fold_into_reductions_softmax_and_pools(gpu):
     """MEAN, SOFTMAX (whose exps are parked in the output first) and AVERAGE_POOL_2D with
     elementwise followers: one step each, and the followers see the final values."""
     rng = np.random.default_rng(5)
@@ -252,13 +260,13 @@ def test_followers_fold_into_reductions_softmax_and_pools(opencl):
     b.output(*outs)
     model = b.build()
     sg = load_model(model).subgraphs[0]
-    steps = opencl.schedule(node_contexts(load_model(model), sg), list(sg.outputs))
+    steps = gpu.schedule(node_contexts(load_model(model), sg), list(sg.outputs))
     assert sorted(len(step) for step in steps) == [2, 2, 2]
-    check(opencl, model, [rand(rng, 1, 6, 6, 16), rand(rng, 3, 24, scale=3)])
+    check(gpu, model, [rand(rng, 1, 6, 6, 16), rand(rng, 3, 24, scale=3)])
 
 
 @pytest.mark.parametrize("fp16", [False, True], ids=["F32", "F32_F16"])
-def test_resize_flags_and_channel_widths(opencl, fp16):
+def test_resize_flags_and_channel_widths(gpu, fp16):
     rng = np.random.default_rng(6)
     b = ModelBuilder()
     inputs, outs = [], []
@@ -274,10 +282,10 @@ def test_resize_flags_and_channel_widths(opencl, fp16):
         inputs.append(rand(rng, *in_shape))
         outs.append(y)
     b.output(*outs)
-    check(opencl, b.build(), inputs, fp16)
+    check(gpu, b.build(), inputs, fp16)
 
 
-def test_lrn_windows_clipped_at_the_channel_ends(opencl):
+def test_lrn_windows_clipped_at_the_channel_ends(gpu):
     rng = np.random.default_rng(7)
     b = ModelBuilder()
     x = b.input("x", (1, 3, 4, 5), F32)
@@ -287,7 +295,7 @@ def test_lrn_windows_clipped_at_the_channel_ends(opencl):
         b.op("LOCAL_RESPONSE_NORMALIZATION", [x], [y], radius=radius, bias=bias, alpha=alpha, beta=beta)
         outs.append(y)
     b.output(*outs)
-    check(opencl, b.build(), [rand(rng, 1, 3, 4, 5, scale=2)])
+    check(gpu, b.build(), [rand(rng, 1, 3, 4, 5, scale=2)])
 
 
 def test_arg_max_min_pick_the_first_extreme(opencl):

@@ -87,6 +87,9 @@ class CRenderer(ir.Renderer):
         n = e.type.lanes
         if n == 1 and e.cond.type.lanes == 1:   # C's own choice, in every dialect and type
             return f"({self.expr(e.cond)} ? {self.expr(e.a)} : {self.expr(e.b)})"
+        if e.cond.type.lanes == 1:   # a scalar condition picks a whole vector: C's ?: too (CUDA's select
+            # takes a mask of the vector's lanes, MSL's and OpenCL's ?: take a scalar condition)
+            return f"({self.expr(e.cond)} ? {self._splat(e.a, n)} : {self._splat(e.b, n)})"
         # A lane-wise choice is the dialect's (CUDA's and MSL's select take vectors only: a
         # scalar branch is splatted).
         return self.d.choose.format(cond=self.expr(e.cond), a=self._splat(e.a, n), b=self._splat(e.b, n))
@@ -101,6 +104,8 @@ class CRenderer(ir.Renderer):
             return f"convert_{e.type}_sat({self.expr(e.a)})"
         if e.type.lanes == 1:
             return f"(({ctype(e.type)})({self.expr(e.a)}))"
+        if e.type == ir.REAL4:   # the precision prelude's conversion (there is no convert_real4)
+            return f"TO_REAL4({self.expr(e.a)})"
         return f"convert_{e.type}({self.expr(e.a)})"
 
     def _lane(self, e: ir.Lane) -> str:
@@ -108,6 +113,11 @@ class CRenderer(ir.Renderer):
 
     def _vec(self, e: ir.Vec) -> str:
         return self.d.make_vector(str(e.type), *(self.expr(p) for p in e.parts))
+
+    def _quad(self, e: ir.Quad) -> str:
+        # OpenCL's swizzles; a dialect without them has structs of quads with these names.
+        names = ("lo", "hi") if e.a.type.lanes == 8 else ("s0123", "s4567", "s89ab", "scdef")
+        return f"({self.expr(e.a)}).{names[e.j]}"
 
     def _id(self, e: ir.Id) -> str:
         return f"((int){self.d.id(e.kind, e.axis)})"
@@ -132,11 +142,21 @@ class CRenderer(ir.Renderer):
         return f"TO_REAL4(vload4(0, ({p}) + ({i})))" if full else f"LD4({p}, {i})"
 
     def _localload(self, e: ir.LocalLoad) -> str:
+        if e.type.lanes != e.array.type.lanes:   # consecutive elements of a scalar array
+            return f"vload{e.type.lanes}(0, ({e.array.name}) + ({self.expr(e.index)}))"
         return f"{e.array.name}[{self.expr(e.index)}]"
 
     # -- statements -------------------------------------------------------------------------------
     def declare(self, sym: ir.Sym, value: ir.Expr, mutable: bool) -> str:
         return f"{'' if mutable else 'const '}{ctype(sym.type)} {sym.name} = {self.expr(value)};"
+
+    def local_store_vector(self, s: ir.LocalStore) -> str:
+        return f"vstore{s.value.type.lanes}({self.expr(s.value)}, 0, ({s.array.name}) + ({self.expr(s.index)}));"
+
+    def stmt(self, s: ir.Stmt, indent: str) -> list[str]:
+        lines = super().stmt(s, indent)
+        # A loop marked for unrolling gets the pragma OpenCL C, CUDA and MSL all take.
+        return ["#pragma unroll", *lines] if isinstance(s, ir.For) and s.unroll else lines
 
     def for_head(self, s: ir.For) -> str:
         i = s.sym.name

@@ -29,10 +29,10 @@ from typing import Iterator, Sequence, Union
 import numpy as np
 
 FLOATS = ("float", "half", "real")
-INTS = ("int", "uint", "long", "short", "char", "uchar")
+INTS = ("int", "uint", "long", "short", "char", "uchar", "ulong")   # ulong: wrapping 64-bit sums
 SCALARS = FLOATS + INTS + ("bool",)
 LANES = (1, 2, 4, 8, 16)
-_UNSIGNED_BITS = {"uchar": 8, "uint": 32}
+_UNSIGNED_BITS = {"uchar": 8, "uint": 32, "ulong": 64}
 # Names a kernel's own variables never take: parameters (``t0``, and ``t0_b``/``t0_o`` in C),
 # the renderers' builtins (``lg_*``), and the keywords and builtins of the APIs.
 _RESERVED = re.compile(r"t\d+(_[bo])?|lg_.*|main|KERNEL|real4?|FT|LD4?|ST4?|TO_REAL4|"
@@ -143,6 +143,15 @@ class Expr:
             raise IndexError(f"lane {j} of a {self.type}")
         return Lane(self, j, self.type.with_lanes(1))
 
+    def quad(self, j: int) -> "Expr":
+        """Lanes ``4j`` .. ``4j + 3`` of an 8- or 16-lane vector, as a 4-lane vector (OpenCL's
+        ``.lo``/``.hi``, ``.s0123``..); a 4-lane vector's quad 0 is the vector itself."""
+        if self.type.lanes == 4 and j == 0:
+            return self
+        if self.type.lanes not in (8, 16) or not 0 <= j < self.type.lanes // 4:
+            raise IndexError(f"quad {j} of a {self.type}")
+        return Quad(self, j, self.type.with_lanes(4))
+
     def cast(self, type_: Type, saturate: bool = False) -> "Expr":
         """This value converted to ``type_`` (C's conversion: float to integer truncates;
         integer to a narrower integer wraps). ``saturate``: a float out of the integer
@@ -214,6 +223,15 @@ class Cast(Expr):
 
 @dataclass(frozen=True, eq=False)
 class Lane(Expr):
+    a: Expr
+    j: int
+    type: Type
+
+
+@dataclass(frozen=True, eq=False)
+class Quad(Expr):
+    """Lanes ``4j`` .. ``4j + 3`` of an 8- or 16-lane vector (see :meth:`Expr.quad`)."""
+
     a: Expr
     j: int
     type: Type
@@ -394,9 +412,14 @@ class LocalArray:
     type: Type
     size: int
 
-    def load(self, index: Operand) -> LocalLoad:
-        """Element ``index``."""
-        return LocalLoad(self, as_expr(index, INT), self.type)
+    def load(self, index: Operand, lanes: int = 1) -> LocalLoad:
+        """Element ``index``; with ``lanes``, that many consecutive elements of a scalar
+        array from ``index``, as a vector (OpenCL's ``vload``)."""
+        if lanes == 1:
+            return LocalLoad(self, as_expr(index, INT), self.type)
+        if self.type.lanes != 1:
+            raise TypeError(f"a vector load from {self.name}, an array of {self.type}")
+        return LocalLoad(self, as_expr(index, INT), self.type.with_lanes(lanes))
 
 
 # -- statements ---------------------------------------------------------------------------------------------
@@ -462,6 +485,7 @@ class For(Stmt):
     stop: Expr
     step: int
     body: list[Stmt]
+    unroll: bool = False    # a constant trip count the C compilers are asked to unroll fully
 
 
 @dataclass(eq=False)
@@ -553,7 +577,8 @@ class KernelBuilder:
         self._add(Store(buffer, as_expr(index, INT), value))
 
     def local_store(self, array: LocalArray, index: Operand, value: Operand) -> None:
-        """Store ``value`` at ``index`` of a local array."""
+        """Store ``value`` at ``index`` of a local array (a vector into an array of scalars:
+        its lanes at consecutive elements from ``index``, OpenCL's ``vstore``)."""
         self._add(LocalStore(array, as_expr(index, INT), as_expr(value, array.type)))
 
     def barrier(self) -> None:
@@ -592,12 +617,13 @@ class KernelBuilder:
         block[-1].orelse = body
 
     @contextlib.contextmanager
-    def for_(self, name: str, start: Operand, stop: Operand, step: int = 1) -> Iterator[Sym]:
-        """A counted loop; yields the counter (an ``int``)."""
+    def for_(self, name: str, start: Operand, stop: Operand, step: int = 1, unroll: bool = False) -> Iterator[Sym]:
+        """A counted loop; yields the counter (an ``int``). ``unroll``: ask the compiler to
+        unroll it fully (C's ``#pragma unroll``; WGSL has no such hint)."""
         sym = Sym(self._fresh(name), INT)
         with self._block() as body:
             yield sym
-        self._add(For(sym, as_expr(start, INT), as_expr(stop, INT), int(step), body))
+        self._add(For(sym, as_expr(start, INT), as_expr(stop, INT), int(step), body, bool(unroll)))
 
     def global_id(self, axis: int = 0) -> Id:
         """This work-item's global id along ``axis``."""
@@ -622,8 +648,8 @@ class KernelBuilder:
 class Renderer:
     """What every renderer shares: expressions dispatch to ``_<node class>`` methods, and the
     block structure (if/else, loops, assignments, local stores, returns) is laid out once.
-    A renderer spells the rest: :meth:`declare`, :meth:`store`, :meth:`for_head` and
-    :attr:`BARRIER`."""
+    A renderer spells the rest: :meth:`declare`, :meth:`store`, :meth:`for_head`,
+    :meth:`local_store_vector` and :attr:`BARRIER`."""
 
     BARRIER = ""   # the statement that makes every work-item of the group wait
 
@@ -643,6 +669,10 @@ class Renderer:
         """A counted loop's header, up to its opening brace."""
         raise NotImplementedError
 
+    def local_store_vector(self, s: LocalStore) -> str:
+        """A vector's lanes stored at consecutive elements of a local array of scalars."""
+        raise NotImplementedError
+
     def stmts(self, body: list[Stmt], indent: str = "  ") -> list[str]:
         """The lines of ``body``."""
         return [line for s in body for line in self.stmt(s, indent)]
@@ -656,6 +686,8 @@ class Renderer:
         if isinstance(s, Store):
             return [indent + self.store(s)]
         if isinstance(s, LocalStore):
+            if s.value.type.lanes != s.array.type.lanes:   # a vector's lanes into a scalar array
+                return [indent + self.local_store_vector(s)]
             return [f"{indent}{s.array.name}[{self.expr(s.index)}] = {self.expr(s.value)};"]
         if isinstance(s, If):
             lines = [f"{indent}if ({self.expr(s.cond)}) {{", *self.stmts(s.body, indent + "  ")]

@@ -543,8 +543,11 @@ class NodeGen:
                   local_size: tuple[int, ...] | None = None) -> KernelSpec:
         """The kernel ``b`` built, rendered in this node's dialect and precision."""
         k = b.kernel(global_size, local_size)
-        if self.precision.half_arith and any(p.full_precision for p in k.params):
-            k = ir.float_arithmetic(k)   # a full-precision tensor's grid does not fit in half
+        if self.precision.half_arith and any(p.full_precision and self._ir_args[p.name].tensor is not None
+                                             for p in k.params):
+            # A tensor kept at full precision holds a 16-bit grid, which half arithmetic
+            # cannot (a generator's float32 tables, such as resize taps, need no such care).
+            k = ir.float_arithmetic(k)
         d = self.dialect
         if d.max_buffers and len(k.params) > d.max_buffers:
             raise UnsupportedError(f"node {self.ctx.node.index} ({self.ctx.node.op}): its {d.name} kernel would take "

@@ -18,8 +18,10 @@ WGSL is not a spelling of C, so it renders the tree itself (the C-family rendere
   come from a function of their bits (evaluated at run time).
 - Math: OpenCL's names map to WGSL's (``fabs`` to ``abs``, ``rint`` to ``round``, which
   rounds half to even, ``rsqrt`` to ``inverseSqrt``); ``isnan``/``isinf`` test the bits
-  (implementations may assume no NaN in float comparisons); ``expm1`` and ``round``
-  (half away from zero) are helper functions.
+  (implementations may assume no NaN in float comparisons), as does ``signbit``; ``expm1``
+  and ``round`` (half away from zero) are helper functions.
+- Local memory: a vector load or store of consecutive elements of a local array (OpenCL's
+  ``vload``/``vstore``) is a helper function naming the module-scope array.
 - Launches: a kernel without a local size runs in groups of :data:`GROUP` along axis 0,
   each work-item past the global size leaving at once; more groups than one dimension
   allows are folded into a second dispatch dimension.
@@ -211,7 +213,7 @@ class WgslRenderer(ir.Renderer):
 
     def _call(self, e: ir.Call) -> str:
         lanes = e.args[0].type.lanes
-        if e.fn in ("isnan", "isinf"):
+        if e.fn in ("isnan", "isinf", "signbit"):
             return f"{self._helper(e.fn, e.args[0].type)}({self.expr(e.args[0])})"
         if e.fn in ("expm1", "round"):
             return f"{self._helper(e.fn, e.args[0].type)}({self.expr(e.args[0])})"
@@ -255,6 +257,9 @@ class WgslRenderer(ir.Renderer):
     def _vec(self, e: ir.Vec) -> str:
         return f"{self.type(e.type)}({', '.join(self.expr(p) for p in e.parts)})"
 
+    def _quad(self, e: ir.Quad) -> str:
+        raise TypeError(f"WGSL has no {e.a.type.lanes}-lane vectors to take a quad of; use 4 lanes")
+
     def _id(self, e: ir.Id) -> str:
         var = {"global": "lg_gid", "local": "lg_lid", "group": "lg_wid"}[e.kind]
         if e.kind == "global" and e.axis == 0 and self._fold:
@@ -273,6 +278,8 @@ class WgslRenderer(ir.Renderer):
         return text if target == have else f"{target}({text})"
 
     def _localload(self, e: ir.LocalLoad) -> str:
+        if e.type.lanes != e.array.type.lanes:   # consecutive elements of a scalar array
+            return f"{self._local_access('ld', e.array, e.type.lanes)}({self.expr(e.index)})"
         return f"{e.array.name}[{self.expr(e.index)}]"
 
     # -- helper functions ------------------------------------------------------------------------------
@@ -302,6 +309,13 @@ class WgslRenderer(ir.Renderer):
             out = f"vec{t.lanes}<bool>" if t.lanes > 1 else "bool"
             self._helpers[key] = (f"fn {key}(x: {wt}) -> {out} {{ "
                                   f"return (bitcast<{u}>({wide}) & {u}(0x7fffffffu)) {test} {u}(0x7f800000u); }}")
+        elif name == "signbit":
+            # The bits decide, as for isnan: -0.0 and negative NaNs have it set.
+            u = f"vec{t.lanes}<u32>" if t.lanes > 1 else "u32"
+            wide = "x" if scalar == "f32" else (f"vec{t.lanes}<f32>(x)" if t.lanes > 1 else "f32(x)")
+            out = f"vec{t.lanes}<bool>" if t.lanes > 1 else "bool"
+            self._helpers[key] = (f"fn {key}(x: {wt}) -> {out} {{ "
+                                  f"return (bitcast<{u}>({wide}) & {u}(0x80000000u)) != {u}(0u); }}")
         elif name == "expm1":
             # exp(x) - 1 loses every digit near 0; (u - 1) * x / log(u) keeps them (Kahan).
             self._helpers[key] = (f"fn {key}(x: {wt}) -> {wt} {{ let u = exp(x); "
@@ -342,6 +356,23 @@ class WgslRenderer(ir.Renderer):
         if self.type(s.value.type) != have:
             value = f"{have}({value})"
         return f"{buf.name}[{self.expr(s.index)}] = {value};"
+
+    def local_store_vector(self, s: ir.LocalStore) -> str:
+        return f"{self._local_access('st', s.array, s.value.type.lanes)}({self.expr(s.index)}, {self.expr(s.value)});"
+
+    def _local_access(self, kind: str, array: ir.LocalArray, lanes: int) -> str:
+        """A function loading (``ld``) or storing (``st``) ``lanes`` consecutive elements of
+        the local array ``array`` as a vector (a module-scope variable: no pointer is passed)."""
+        name = f"lg_{kind}{lanes}_{array.name}"
+        if name not in self._helpers:
+            vt = self.type(array.type.with_lanes(lanes))
+            if kind == "ld":
+                parts = ", ".join(f"{array.name}[i + {j}]" for j in range(lanes))
+                self._helpers[name] = f"fn {name}(i: i32) -> {vt} {{ return {vt}({parts}); }}"
+            else:
+                sets = " ".join(f"{array.name}[i + {j}] = v.{'xyzw'[j]};" for j in range(lanes))
+                self._helpers[name] = f"fn {name}(i: i32, v: {vt}) {{ {sets} }}"
+        return name
 
     def for_head(self, s: ir.For) -> str:
         i = s.sym.name

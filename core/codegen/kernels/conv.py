@@ -1,13 +1,15 @@
 """Convolutions and matrix products: CONV_2D, DEPTHWISE_CONV_2D, TRANSPOSE_CONV,
-Convolution2DTransposeBias, FULLY_CONNECTED and BATCH_MATMUL.
+Convolution2DTransposeBias, FULLY_CONNECTED and BATCH_MATMUL; written with
+:mod:`litegpu.codegen.ir`, so every dialect (WGSL included) renders them.
 
-Every kernel here has the same shape, the *output tile* (:func:`tile_kernel`): the
-output is seen as ``[rows, pixels, channels]`` and one work-item computes ``vec``
-consecutive output channels (a ``float16``, ``float8`` or ``float4``, see
-:func:`channel_vector`) for ``P`` pixels of one row, with the ``P`` accumulators in
-registers. Dimension 0 of the launch walks the channel groups (the fastest output
-index in NHWC, so neighbouring work-items store neighbouring bytes), dimension 1 the
-pixel blocks of a row and dimension 2 the rows.
+Every kernel here has the same shape, the *output tile* (:class:`Tile`): the output is
+seen as ``[rows, pixels, channels]`` and one work-item computes ``vec`` consecutive
+output channels (a ``float16``, ``float8`` or ``float4`` accumulator, see
+:func:`channel_vector`; ``float4`` only where the dialect's widest vector is 4, as in
+WGSL) for ``P`` pixels of one row, with the ``P`` accumulators in registers. Dimension 0
+of the launch walks the channel groups (the fastest output index in NHWC, so
+neighbouring work-items store neighbouring bytes), dimension 1 the pixel blocks of a row
+and dimension 2 the rows.
 
 The weights are repacked at compile time (:func:`pack_oc`) to ``[O/vec][K][vec]``, K
 being the reduction (``kh, kw, i`` for a convolution): one vector load then gives the
@@ -16,37 +18,44 @@ Output channels that are not a multiple of 4 take float4 tiles padded with zero
 weights; the last tile computes the padding lanes and stores lane by lane, skipping them.
 
 Inner products go through :func:`dot`, which reads the input four reduction steps at
-a time (one ``LD4`` per pixel, shared by four weight vectors) when the input is
+a time (one four-lane load per pixel, shared by four weight vectors) when the input is
 contiguous along the reduction. Windows that may leave the input (padding) take a
-second, masked copy of the loop that only border tiles run (:func:`window_dot`).
+second, masked copy of the loop that only border tiles run (:func:`window_dot`); window
+rows outside the input are skipped by an ``if`` around the row's work.
 
-Accumulation is in ``float``; outputs go through ``store_output``/``store_output4``
-(a float4 at a time), so fused activations and folded elementwise followers apply.
+Accumulation is in ``float`` (loads ``as_float``); outputs go through
+``NodeGen.ir_store_output`` a ``real4`` at a time (a wide accumulator's quads in turn),
+so fused activations and folded elementwise followers apply.
 """
 from __future__ import annotations
+
+from typing import Callable, Sequence
 
 import numpy as np
 from litegpu.ops.nn import conv_output_size, transpose_conv_padding
 
+from .. import ir
+from ..ir import Expr, call, logical_and, select
 from ..nodegen import KernelSpec, NodeGen
 from . import Decline, generator
 
 _F32 = np.dtype(np.float32)
 
+#: The weights' ``float{vec}`` at a reduction step (an expression or a literal step).
+WeightLoad = Callable[[ir.Operand], Expr]
+
 
 # -- shared helpers -----------------------------------------------------------------------
 
-_QUARTERS = {4: [""], 8: [".lo", ".hi"], 16: [".s0123", ".s4567", ".s89ab", ".scdef"]}
-
-
-def channel_vector(channels: int) -> int:
-    """Output channels per work-item: 16, 8 or 4, the widest that divides ``channels``
-    (4 when none does: the last group is then padded and stored lane by lane).
+def channel_vector(channels: int, most: int = 16) -> int:
+    """Output channels per work-item: 16, 8 or 4, the widest (up to ``most``, the
+    dialect's ``max_lanes``) that divides ``channels`` (4 when none does: the last group
+    is then padded and stored lane by lane).
 
     Measured on PoCL (AVX-512): a 1x1 conv runs ~90 GFLOP/s with float4 tiles, ~145
     with float8 and ~280 with float16, per two cores' worth of CPU time.
     """
-    return next((v for v in (16, 8) if channels % v == 0), 4)
+    return next((v for v in (16, 8) if v <= most and channels % v == 0), 4)
 
 
 def pack_oc(w: np.ndarray, vec: int) -> np.ndarray:
@@ -78,9 +87,35 @@ def pixels_per_item(pixels: int, most: int = 4) -> int:
     return min(candidates, key=lambda p: (-(-pixels // p) * p - pixels, -p))
 
 
-def _gather(g: NodeGen, ptr: str, indices: list[str]) -> str:
+def _floats(lanes: int) -> ir.Type:
+    """The accumulator type of ``lanes`` lanes."""
+    return ir.FLOAT.with_lanes(lanes)
+
+
+def _plus(e: Expr, k: ir.Operand) -> Expr:
+    """``e + k``, or ``e`` itself when ``k`` is the literal 0, ``e - |k|`` when it is a
+    negative literal (the source stays readable)."""
+    if isinstance(k, int):
+        return e if k == 0 else e - (-k) if k < 0 else e + k
+    return e + k
+
+
+def _times(e: Expr, k: int) -> Expr:
+    """``e * k``, or ``e`` itself when ``k`` is 1."""
+    return e if k == 1 else e * k
+
+
+def _sum(terms: Sequence[Expr]) -> Expr:
+    """``terms[0] + terms[1] + ...``, added left to right."""
+    total = terms[0]
+    for term in terms[1:]:
+        total = total + term
+    return total
+
+
+def _gather(buf: ir.Buffer, indices: Sequence[ir.Operand]) -> Expr:
     """A ``float{n}`` of separately indexed elements (the lanes of a strided operand)."""
-    return g.vector(f"float{len(indices)}", *(g.loadv(ptr, i, 1) for i in indices))
+    return ir.vector(_floats(len(indices)), *(buf.load(i, as_float=True) for i in indices))
 
 
 def _constant(g: NodeGen, pos: int, what: str) -> np.ndarray:
@@ -98,69 +133,66 @@ def _check_float(g: NodeGen, skip: int | None = None) -> None:
         raise Decline(f"{g.ctx.node.op} on non-float32 tensors")
 
 
-def _bias(g: NodeGen, pos: int, channels: int, vec: int) -> str | None:
-    """A ``float{vec}`` expression of the bias of channel group ``oc``, or None without bias."""
+def _bias(g: NodeGen, b: ir.KernelBuilder, pos: int, channels: int, vec: int, oc: Expr) -> Expr | None:
+    """The ``float{vec}`` bias of channel group ``oc``, or None without bias."""
     if pos >= len(g.ctx.inputs) or g.ctx.inputs[pos] is None:
         return None
     spec = g.ctx.inputs[pos]
     if spec.value is not None:
         padded = np.zeros(-(-channels // vec) * vec, np.float32)
         padded[:channels] = np.asarray(spec.value, np.float32).reshape(-1)
-        return g.loadv(g.const(padded), f"oc * {vec}", vec)
-    return _gather(g, g.input(pos), [f"min(oc * {vec} + {lane}, {channels - 1})" for lane in range(vec)])
+        return g.ir_const(b, padded).load(oc * vec, vec, as_float=True)
+    return _gather(g.ir_input(b, pos), [call("min", _plus(oc * vec, lane), channels - 1) for lane in range(vec)])
 
 
-def _indent(code: str, spaces: int) -> str:
-    """``code`` with every non-empty line indented (the generated C stays readable)."""
-    return "\n".join(" " * spaces + line if line else line for line in code.split("\n"))
+def _in_range(i: Expr, size: int) -> Expr:
+    """``0 <= i < size``."""
+    return logical_and(i >= 0, i < size)
 
 
-def dot(g: NodeGen, pixels: int, n: int, x: str, xaddr: list[str], wload, vec: int, xstride: int = 1,
-        masks: list[str] | None = None) -> str:
-    """C statements adding ``sum_k x_p[k] * w[k]`` to ``acc{p}`` for ``p < pixels``.
+def dot(b: ir.KernelBuilder, accs: Sequence[ir.Sym], n: int, x: ir.Buffer, xaddr: Sequence[Expr],
+        wload: WeightLoad, vec: int, xstride: int = 1, masks: Sequence[Expr] | None = None) -> None:
+    """Add ``sum_k x_p[k] * w[k]`` to ``accs[p]`` for every pixel ``p``.
 
     ``x_p[k]`` is element ``xaddr[p] + k * xstride`` of ``x``; ``wload(k)`` is the
-    ``float{vec}`` of the output channels' weights at reduction step ``k`` (a C
-    expression of ``k``); ``masks[p]`` (an int, false where pixel ``p``'s window
-    leaves the image) selects 0 for its input there: a select, not a multiply by 0,
-    which would turn an infinite neighbour read at the clamped address into NaN. With
-    a contiguous input the loop takes four steps at a time: one ``LD4`` per pixel feeds
-    four weight vectors.
+    ``float{vec}`` of the output channels' weights at reduction step ``k``; ``masks[p]``
+    (a bool, false where pixel ``p``'s window leaves the image) selects 0 for its input
+    there: a select, not a multiply by 0, which would turn an infinite neighbour read at
+    the clamped address into NaN. With a contiguous input the loop takes four steps at a
+    time: one four-lane load per pixel feeds four weight vectors.
     """
-    lines = []
     step4 = n - n % 4 if xstride == 1 else 0
     if step4:
-        lines.append(f"for (int k = 0; k < {step4}; k += 4) {{")
-        lines.append(f"  const float{vec} " + ", ".join(f"w{j} = {wload(f'k + {j}')}" for j in range(4)) + ";")
-        for p in range(pixels):
-            v = g.loadv(x, f"{xaddr[p]} + k", 4)
-            if masks:
-                zero = g.vector("float4", "0.0f")
-                v = f"({masks[p]} ? {v} : {zero})"
-            lines.append(f"  {{ const float4 v = {v}; acc{p} += " + " + ".join(f"{g.lane('v', j, 4)} * w{j}" for j in range(4)) + "; }")
-        lines.append("}")
-    rest = n - step4
-    if rest:
-        # A short tail is unrolled (k a literal); a strided reduction loops one step at a time.
-        ks = [str(step4 + j) for j in range(rest)] if rest <= 4 else ["k"]
-        if rest > 4:
-            lines.append(f"for (int k = {step4}; k < {n}; ++k) {{")
-        for k in ks:
-            lines.append(f"  {{ const float{vec} w = {wload(k)};")
-            for p in range(pixels):
-                xs = f"{k} * {xstride}" if xstride != 1 else k
-                v = g.loadv(x, f"{xaddr[p]} + {xs}", 1)
+        with b.for_("k", 0, step4, 4) as k:
+            ws = [b.let(f"w{j}", wload(_plus(k, j)), _floats(vec)) for j in range(4)]
+            for p, acc in enumerate(accs):
+                v = x.load(xaddr[p] + k, 4, as_float=True)
                 if masks:
-                    v = f"({masks[p]} ? {v} : 0.0f)"
-                lines.append(f"    acc{p} += {v} * w;")
-            lines.append("  }")
-        if rest > 4:
-            lines.append("}")
-    return "\n".join(lines)
+                    v = select(masks[p], v, ir.lit(0.0, ir.FLOAT4))
+                v = b.let("v", v, ir.FLOAT4)
+                b.assign(acc, _sum([v.lane(j) * ws[j] for j in range(4)]), "+")
+    rest = n - step4
+    if not rest:
+        return
+
+    def step(k: ir.Operand) -> None:
+        w = b.let("w", wload(k), _floats(vec))
+        for p, acc in enumerate(accs):
+            v = x.load(_plus(xaddr[p], k if xstride == 1 else k * xstride), as_float=True)
+            if masks:
+                v = select(masks[p], v, 0.0)
+            b.assign(acc, v * w, "+")
+
+    if rest <= 4:   # a short tail is unrolled (k a literal)
+        for j in range(rest):
+            step(step4 + j)
+    else:           # a strided reduction loops one step at a time
+        with b.for_("k", step4, n) as k:
+            step(k)
 
 
-def window_dot(g: NodeGen, pixels: int, n: int, x: str, cols: list[str], width: int, addr,
-               wload, vec: int, may_leave: bool) -> str:
+def window_dot(b: ir.KernelBuilder, accs: Sequence[ir.Sym], n: int, x: ir.Buffer, cols: Sequence[Expr],
+               width: int, addr: Callable[[Expr], Expr], wload: WeightLoad, vec: int, may_leave: bool) -> None:
     """:func:`dot` over pixels whose input column ``cols[p]`` may lie outside ``[0, width)``.
 
     ``addr(col)`` is the element index of the window's first input at column ``col``.
@@ -168,85 +200,117 @@ def window_dot(g: NodeGen, pixels: int, n: int, x: str, cols: list[str], width: 
     tiles (nearly all) run the plain loop, border tiles a copy with clamped addresses
     and masks selecting 0. ``may_leave`` False (checked at compile time) keeps the plain loop only.
     """
-    inside = dot(g, pixels, n, x, [addr(c) for c in cols], wload, vec)
     if not may_leave:
-        return inside
-    clamp = "".join(f"const int q{p} = clamp({c}, 0, {width - 1});\n"
-                    f"const int m{p} = {c} == q{p};\n" for p, c in enumerate(cols))
-    border = dot(g, pixels, n, x, [addr(f"q{p}") for p in range(pixels)], wload, vec,
-                 masks=[f"m{p}" for p in range(pixels)])
-    return (f"if ({cols[0]} >= 0 && {cols[-1]} < {width}) {{\n{_indent(inside, 2)}\n}} else {{\n"
-            f"{_indent(clamp + border, 2)}\n}}")
+        dot(b, accs, n, x, [addr(c) for c in cols], wload, vec)
+        return
+    with b.if_(logical_and(cols[0] >= 0, cols[-1] < width)):
+        dot(b, accs, n, x, [addr(c) for c in cols], wload, vec)
+    with b.else_():
+        clamped, masks = [], []
+        for p, c in enumerate(cols):
+            clamped.append(b.let(f"q{p}", call("clamp", c, 0, width - 1)))
+            masks.append(b.let(f"m{p}", c.eq(clamped[-1]), ir.BOOL))
+        dot(b, accs, n, x, [addr(q) for q in clamped], wload, vec, masks=masks)
 
 
-def tile_kernel(g: NodeGen, *, rows: int, blocks: int, channels: int, vec: int, pixels: int, setup: str,
-                compute: str, pixel: list[str], exists: list[str] | None, bias: str | None) -> KernelSpec:
-    """The output-tile kernel every generator here returns (see the module docstring).
+class Tile:
+    """The output-tile kernel every generator here builds (see the module docstring).
 
     Work-item ``(oc, cb, r)`` owns output channels ``vec*oc .. vec*oc+vec-1`` of
-    ``pixels`` pixels: ``setup`` (C statements of ``cb`` and ``r``) names them,
-    ``compute`` adds into ``acc0 ..``, ``pixel[p]`` is pixel ``p``'s flat index over the
-    output's leading axes and ``exists[p]`` (None: always) whether it is inside the
-    output. The bias (a ``float{vec}`` expression of ``oc``) starts the accumulators.
+    ``pixels`` pixels of row ``r``; its ids are the kernel's first statements. The
+    generator declares what it needs of ``cb`` and ``r``, then :meth:`accumulators`,
+    adds into them, and :meth:`finish` stores them.
     """
-    assert channels % vec == 0 or vec == 4, "only float4 tiles pad their last group"
-    if 0 in (rows, blocks, channels):
-        return g.kernel("", (0, 0, 0))   # an empty output: never launched (its C might divide by 0)
-    init = bias or g.vector(f"float{vec}", "0.0f")
-    lines = [f"const int oc = {g.global_id(0)};", f"const int cb = {g.global_id(1)};",
-             f"const int r = {g.global_id(2)};", setup]
-    if bias and pixels > 1:
-        lines.append(f"const float{vec} bias = {bias};")
-        init = "bias"
-    lines.append(" ".join(f"float{vec} acc{p} = {init};" for p in range(pixels)))
-    lines.append(compute)
-    for p in range(pixels):
-        idx = f"({pixel[p]}) * {channels} + oc * {vec}"
+
+    def __init__(self, g: NodeGen, b: ir.KernelBuilder, vec: int, pixels: int) -> None:
+        self.g, self.b, self.vec, self.pixels = g, b, vec, pixels
+        self.oc = b.let("oc", b.global_id(0))
+        self.cb = b.let("cb", b.global_id(1))
+        self.r = b.let("r", b.global_id(2))
+        self.accs: list[ir.Sym] = []
+
+    def row_of(self, rows: int) -> tuple[ir.Sym, ir.Sym]:
+        """``(batch, row)`` of ``r`` when the launch's rows are ``rows`` rows per batch."""
+        batch = self.b.let("b", self.r / rows)
+        return batch, self.b.let("oh", self.r - batch * rows)
+
+    def accumulators(self, bias: Expr | None) -> list[ir.Sym]:
+        """The ``pixels`` accumulators, each starting at the bias (a ``float{vec}`` of ``oc``)."""
+        b, t = self.b, _floats(self.vec)
+        init: Expr = bias if bias is not None else ir.lit(0.0, t)
+        if bias is not None and self.pixels > 1:
+            init = b.let("bias", bias, t)
+        self.accs = [b.var(f"acc{p}", init, t) for p in range(self.pixels)]
+        return self.accs
+
+    def finish(self, *, rows: int, blocks: int, channels: int, pixel: Sequence[Expr],
+               exists: Sequence[Expr] | None) -> KernelSpec:
+        """Store the accumulators and render: ``pixel[p]`` is pixel ``p``'s flat index over
+        the output's leading axes and ``exists[p]`` (None: always) whether it is inside
+        the output."""
+        g, b, vec = self.g, self.b, self.vec
+        assert channels % vec == 0 or vec == 4, "only float4 tiles pad their last group"
+        if 0 in (rows, blocks, channels):   # an empty output: never launched (its indices might divide by 0)
+            return g.ir_kernel(g.new_kernel(), (0, 0, 0))
+        for p, acc in enumerate(self.accs):
+            idx = pixel[p] * channels + self.oc * vec
+            if exists:
+                with b.if_(exists[p]):
+                    self._store(acc, idx, channels)
+            else:
+                self._store(acc, idx, channels)
+        return g.ir_kernel(b, (-(-channels // vec), blocks, rows))
+
+    def _store(self, acc: ir.Sym, idx: Expr, channels: int) -> None:
+        g, b, vec = self.g, self.b, self.vec
         if channels % 4 == 0:
-            # Stored a float4 at a time: that is what the epilogue (followers) is written for.
-            store = " ".join(g.store_output4(f"{idx} + {4 * j}" if j else idx, f"TO_REAL4(acc{p}{part})")
-                             for j, part in enumerate(_QUARTERS[vec]))
-        else:
-            # Scalar stores skip the padding lanes of the last channel group.
-            lanes = [f"(real){g.lane(f'acc{p}', lane, 4)}" for lane in range(4)]
-            store = " ".join([g.store_output(idx, lanes[0])] + [
-                f"if (oc * 4 + {lane} < {channels}) {g.store_output(f'{idx} + {lane}', lanes[lane])}"
-                for lane in range(1, 4)])
-        cond = exists[p] if exists else None
-        lines.append(f"if ({cond}) {{ {store} }}" if cond else f"{{ {store} }}")
-    return g.kernel(_indent("\n".join(lines), 2), (-(-channels // vec), blocks, rows))
+            # Stored a real4 at a time: that is what the epilogue (followers) is written for.
+            for q in range(vec // 4):
+                g.ir_store_output(b, _plus(idx, 4 * q), acc.quad(q).cast(ir.REAL4))
+            return
+        # Scalar stores skip the padding lanes of the last channel group.
+        g.ir_store_output(b, idx, acc.lane(0).cast(ir.REAL))
+        for lane in range(1, 4):
+            with b.if_(self.oc * 4 + lane < channels):
+                g.ir_store_output(b, idx + lane, acc.lane(lane).cast(ir.REAL))
 
 
-def _blocked(count: int, pixels: int, start: str, name: str) -> tuple[list[str], list[str] | None, str]:
+def _blocked(b: ir.KernelBuilder, count: int, pixels: int, start: Expr, name: str
+             ) -> tuple[list[Expr], list[Expr] | None, list[ir.Sym]]:
     """The pixels ``start + p`` of a block along an axis of ``count``.
 
     Returns their index expressions, their existence conditions (None when every block
-    is full) and C declaring ``{name}{p}``: the index clamped inside the axis, so the
+    is full) and ``{name}{p}`` declared: the index clamped inside the axis, so the
     missing pixels of the last block read real memory (their results are not stored).
     """
     ragged = count % pixels != 0
-    index = [f"{start} + {p}" for p in range(pixels)]
-    decl = "\n".join(f"const int {name}{p} = {f'min({i}, {count - 1})' if ragged else i};"
-                     for p, i in enumerate(index))
-    return index, ([f"{i} < {count}" for i in index] if ragged else None), decl
+    index = [_plus(start, p) for p in range(pixels)]
+    syms = [b.let(f"{name}{p}", call("min", i, count - 1) if ragged else i) for p, i in enumerate(index)]
+    return index, ([i < count for i in index] if ragged else None), syms
 
 
-def _gemm_rows(g: NodeGen, x: str, count: int, stride: int, k: int, channels: int, vec: int, wload,
-               bias: str | None, xbase: str = "") -> KernelSpec:
+def _gemm_rows(g: NodeGen, tile: Tile, x: ir.Buffer, count: int, stride: int, k: int, channels: int,
+               wload: WeightLoad, bias: Expr | None, xbase: Expr | None = None) -> KernelSpec:
     """``count`` independent rows of ``k`` inputs (row ``m`` of ``x`` starts at
     ``m * stride`` plus ``xbase``), each times the weights: pointwise convolutions and
     FULLY_CONNECTED."""
-    pixels = pixels_per_item(count)
-    index, exists, decl = _blocked(count, pixels, f"cb * {pixels}", "m")
-    compute = dot(g, pixels, k, x, [f"m{p} * {stride}{xbase}" for p in range(pixels)], wload, vec)
-    return tile_kernel(g, rows=1, blocks=-(-count // pixels), channels=channels, vec=vec, pixels=pixels,
-                       setup=decl, compute=compute, pixel=index, exists=exists, bias=bias)
+    pixels = tile.pixels
+    index, exists, rows = _blocked(tile.b, count, pixels, tile.cb * pixels, "m")
+    accs = tile.accumulators(bias)
+    xaddr = [_times(m, stride) if xbase is None else _times(m, stride) + xbase for m in rows]
+    dot(tile.b, accs, k, x, xaddr, wload, tile.vec)
+    return tile.finish(rows=1, blocks=-(-count // pixels), channels=channels, pixel=index, exists=exists)
+
+
+def _weights(wp: ir.Buffer, base: Expr, vec: int) -> WeightLoad:
+    """Loads of packed weights ``[.., K, vec]`` whose step 0 is at element ``base``."""
+    return lambda k: wp.load(_plus(base, k * vec), vec, as_float=True)
 
 
 # -- CONV_2D ------------------------------------------------------------------------------
 
 
-@generator("CONV_2D", epilogue=True)
+@generator("CONV_2D", epilogue=True, ir=True)
 def conv2d(g: NodeGen) -> list[KernelSpec]:
     """CONV_2D (strides, dilations, SAME/VALID, groups): a pointwise conv with stride 1
     is a product of the ``[pixels, C]`` input with the weights; other convs walk the
@@ -260,9 +324,10 @@ def conv2d(g: NodeGen) -> list[KernelSpec]:
     (sh, sw), (dh, dw) = g.attrs["stride"], g.attrs["dilation"]
     _, pt = conv_output_size(h, kh, sh, dh, g.attrs["padding"])
     _, pl = conv_output_size(wd, kw, sw, dw, g.attrs["padding"])
+    most = g.dialect.max_lanes
     groups = c // i
     per_group = o // groups
-    vec = channel_vector(per_group if groups > 1 else o)
+    vec = channel_vector(per_group if groups > 1 else o, most)
     if groups > 1 and per_group % 4:
         # The lanes of a tile would read different groups: run it as a dense conv with
         # zero weights outside each output channel's group (grouped convs are rare).
@@ -270,58 +335,69 @@ def conv2d(g: NodeGen) -> list[KernelSpec]:
         for grp in range(groups):
             dense[grp * per_group:(grp + 1) * per_group, :, :, grp * i:(grp + 1) * i] = \
                 w[grp * per_group:(grp + 1) * per_group]
-        w, i, groups, vec = dense, c, 1, channel_vector(o)
-    x = g.input(0)
-    wp = g.const(pack_oc(w.reshape(o, kh * kw * i), vec))
-    bias = _bias(g, 2, o, vec)
-    gbase = f" + (oc * {vec} / {per_group}) * {i}" if groups > 1 else ""
+        w, i, groups, vec = dense, c, 1, channel_vector(o, most)
+    pointwise = kh == kw == 1 and sh == sw == 1 and (oh, ow) == (h, wd) and pt == pl == 0
+    b = g.new_kernel()
+    x = g.ir_input(b, 0)
+    wp = g.ir_const(b, pack_oc(w.reshape(o, kh * kw * i), vec))
+    tile = Tile(g, b, vec, pixels_per_item(n * h * wd if pointwise else ow))
+    oc = tile.oc
+    bias = _bias(g, b, 2, o, vec, oc)
+    gbase = (oc * vec / per_group) * i if groups > 1 else None
     wgroup = kh * kw * i * vec   # packed weights of one channel group
 
-    def wload_at(base: str):
-        return lambda k: g.loadv(wp, f"{base} + ({k}) * {vec}", vec)
+    if pointwise:
+        return [_gemm_rows(g, tile, x, n * h * wd, c, i, o, _weights(wp, oc * wgroup, vec), bias, gbase)]
 
-    if kh == kw == 1 and sh == sw == 1 and (oh, ow) == (h, wd) and pt == pl == 0:
-        return [_gemm_rows(g, x, n * h * wd, c, i, o, vec, wload_at(f"oc * {wgroup}"), bias, gbase)]
-
-    pixels = pixels_per_item(ow)
-    index, exists, decl = _blocked(ow, pixels, f"cb * {pixels}", "ow")
-    setup = (f"const int b = r / {oh}; const int oh = r - b * {oh};\n{decl}\n"
-             + "\n".join(f"const int iw{p} = ow{p} * {sw} - {pl};" for p in range(pixels)))
+    pixels = tile.pixels
+    batch, orow = tile.row_of(oh)
+    index, exists, ows = _blocked(b, ow, pixels, tile.cb * pixels, "ow")
+    iws = [b.let(f"iw{p}", _plus(_times(o_, sw), -pl)) for p, o_ in enumerate(ows)]
+    accs = tile.accumulators(bias)
     rows_leave = pt > 0 or (oh - 1) * sh - pt + (kh - 1) * dh >= h
     cols_leave = pl > 0 or (ow - 1) * sw - pl + (kw - 1) * dw >= wd
-    per_tap = "\n".join([
-        f"for (int kw = 0; kw < {kw}; ++kw) {{",
-        f"  const int wk = oc * {wgroup} + (kh * {kw} + kw) * {i * vec};",
-        _indent(window_dot(g, pixels, i, x, [f"iw{p} + kw * {dw}" for p in range(pixels)], wd,
-                           lambda col: f"(xr + {col}) * {c}{gbase}", wload_at("wk"), vec, cols_leave), 2),
-        "}"])
-    if dw == 1 and groups == 1 and kw > 1:
+
+    def addr(xr: Expr) -> Callable[[Expr], Expr]:
+        return lambda col: _times(xr + col, c) if gbase is None else _times(xr + col, c) + gbase
+
+    def per_tap(kh_: Expr, xr: Expr) -> None:
+        with b.for_("kw", 0, kw) as kw_:
+            wk = b.let("wk", oc * wgroup + (kh_ * kw + kw_) * (i * vec))
+            window_dot(b, accs, i, x, [iw + _times(kw_, dw) for iw in iws], wd, addr(xr),
+                       _weights(wp, wk, vec), vec, cols_leave)
+
+    def whole_row(kh_: Expr, xr: Expr) -> None:
         # Dilation 1: the kw * I inputs of a window row are contiguous, one dot covers them.
-        whole_row = (f"const int wk = oc * {wgroup} + kh * {kw * i * vec};\n"
-                     + dot(g, pixels, kw * i, x, [f"(xr + iw{p}) * {c}" for p in range(pixels)], wload_at("wk"),
-                           vec))
-        if cols_leave:
-            row = (f"if (iw0 >= 0 && iw{pixels - 1} + {kw - 1} < {wd}) {{\n{_indent(whole_row, 2)}\n}} else {{\n"
-                   f"{_indent(per_tap, 2)}\n}}")
+        wk = b.let("wk", oc * wgroup + kh_ * (kw * i * vec))
+        dot(b, accs, kw * i, x, [_times(xr + iw, c) for iw in iws], _weights(wp, wk, vec), vec)
+
+    def row(kh_: Expr, ih: Expr) -> None:
+        xr = b.let("xr", (batch * h + ih) * wd)
+        if not (dw == 1 and groups == 1 and kw > 1):
+            per_tap(kh_, xr)
+        elif cols_leave:
+            with b.if_(logical_and(iws[0] >= 0, iws[-1] + (kw - 1) < wd)):
+                whole_row(kh_, xr)
+            with b.else_():
+                per_tap(kh_, xr)
         else:
-            row = whole_row
-    else:
-        row = per_tap
-    body = "\n".join([
-        f"for (int kh = 0; kh < {kh}; ++kh) {{",
-        f"  const int ih = oh * {sh} - {pt} + kh * {dh};",
-        f"  if (ih < 0 || ih >= {h}) continue;" if rows_leave else "",
-        f"  const int xr = (b * {h} + ih) * {wd};",
-        _indent(row, 2),
-        "}"])
-    return [tile_kernel(g, rows=n * oh, blocks=-(-ow // pixels), channels=o, vec=vec, pixels=pixels, setup=setup,
-                        compute=body, pixel=[f"r * {ow} + {e}" for e in index], exists=exists, bias=bias)]
+            whole_row(kh_, xr)
+
+    with b.for_("kh", 0, kh) as kh_:
+        ih = b.let("ih", _plus(_times(orow, sh), -pt) + _times(kh_, dh))
+        if rows_leave:
+            with b.if_(_in_range(ih, h)):
+                row(kh_, ih)
+        else:
+            row(kh_, ih)
+    return [tile.finish(rows=n * oh, blocks=-(-ow // pixels), channels=o,
+                        pixel=[tile.r * ow + e for e in index], exists=exists)]
 
 
 # -- DEPTHWISE_CONV_2D ----------------------------------------------------------------------
 
 
-@generator("DEPTHWISE_CONV_2D", epilogue=True)
+@generator("DEPTHWISE_CONV_2D", epilogue=True, ir=True)
 def depthwise_conv2d(g: NodeGen) -> list[KernelSpec]:
     """DEPTHWISE_CONV_2D with any depth multiplier, stride, dilation and padding.
 
@@ -340,57 +416,66 @@ def depthwise_conv2d(g: NodeGen) -> list[KernelSpec]:
     _, pt = conv_output_size(h, kh, sh, dh, g.attrs["padding"])
     _, pl = conv_output_size(wd, kw, sw, dw, g.attrs["padding"])
     contiguous = mult == 1 and c % 4 == 0
-    vec = channel_vector(o) if contiguous else 4
-    x = g.input(0)
-    wp = g.const(pack_oc(w.reshape(kh * kw, o).T, vec))   # [O/vec][kh*kw][vec]
-    bias = _bias(g, 2, o, vec)
+    vec = channel_vector(o, g.dialect.max_lanes) if contiguous else 4
+    b = g.new_kernel()
+    x = g.ir_input(b, 0)
+    wp = g.ir_const(b, pack_oc(w.reshape(kh * kw, o).T, vec))   # [O/vec][kh*kw][vec]
     # A tile keeps its row of inputs, (P - 1) * sw + (kw - 1) * dw + 1 vectors, and P
     # accumulators in registers: 8 pixels at stride 1, 4 at stride 2 (measured faster).
-    pixels = pixels_per_item(ow, 8 if sw == 1 else 4)
-    index, exists, decl = _blocked(ow, pixels, f"cb * {pixels}", "ow")
-    lanes = ""
+    tile = Tile(g, b, vec, pixels_per_item(ow, 8 if sw == 1 else 4))
+    oc, pixels = tile.oc, tile.pixels
+    bias = _bias(g, b, 2, o, vec, oc)
+    batch, orow = tile.row_of(oh)
+    index, exists, ows = _blocked(b, ow, pixels, tile.cb * pixels, "ow")
     if contiguous:
-        def load(col: str) -> str:
-            return g.loadv(x, f"(xr + {col}) * {c} + oc * {vec}", vec)
+        def load(xr: Expr, col: Expr) -> Expr:
+            return x.load((xr + col) * c + oc * vec, vec, as_float=True)
     else:
-        lanes = "".join(f"\nconst int ci{lane} = min(oc * 4 + {lane}, {o - 1}) / {mult};" for lane in range(4))
+        ci = [b.let(f"ci{lane}", call("min", _plus(oc * 4, lane), o - 1) / mult) for lane in range(4)]
 
-        def load(col: str) -> str:
-            return _gather(g, x, [f"(xr + {col}) * {c} + ci{lane}" for lane in range(4)])
-    setup = f"const int b = r / {oh}; const int oh = r - b * {oh};\n{decl}{lanes}\nconst int iw = ow0 * {sw} - {pl};"
+        def load(xr: Expr, col: Expr) -> Expr:
+            return _gather(x, [(xr + col) * c + ci[lane] for lane in range(4)])
+    iw = b.let("iw", _plus(_times(ows[0], sw), -pl))
+    accs = tile.accumulators(bias)
     # Input column j (from iw) feeds pixel p through tap t when j = p * sw + t * dw.
     used = sorted({p * sw + t * dw for p in range(pixels) for t in range(kw)})
     rows_leave = pt > 0 or (oh - 1) * sh - pt + (kh - 1) * dh >= h
     cols_leave = pl > 0 or (ow - 1) * sw - pl + (kw - 1) * dw >= wd or ow % pixels != 0
+    t = _floats(vec)
 
-    def taps(masked: bool) -> str:
-        out = []
+    def taps(xr: Expr, ws: list[ir.Sym], masked: bool) -> None:
+        xs = {}
         for j in used:
             if masked:
-                out.append(f"const int q{j} = clamp(iw + {j}, 0, {wd - 1});")
+                q = b.let(f"q{j}", call("clamp", _plus(iw, j), 0, wd - 1))
                 # a select, not a multiply by 0: inf * 0 would be NaN
-                zero = g.vector(f"float{vec}", "0.0f")
-                out.append(f"const float{vec} x{j} = iw + {j} == q{j} ? {load(f'q{j}')} : {zero};")
+                xs[j] = b.let(f"x{j}", select(_plus(iw, j).eq(q), load(xr, q), ir.lit(0.0, t)), t)
             else:
-                out.append(f"const float{vec} x{j} = {load(f'iw + {j}')};")
-        for p in range(pixels):
-            out.append(f"acc{p} += " + " + ".join(f"x{p * sw + t * dw} * w{t}" for t in range(kw)) + ";")
-        return _indent("\n".join(out), 4)
+                xs[j] = b.let(f"x{j}", load(xr, _plus(iw, j)), t)
+        for p, acc in enumerate(accs):
+            b.assign(acc, _sum([xs[p * sw + tap * dw] * ws[tap] for tap in range(kw)]), "+")
 
-    body = [f"for (int kh = 0; kh < {kh}; ++kh) {{", f"  const int ih = oh * {sh} - {pt} + kh * {dh};"]
-    if rows_leave:
-        body.append(f"  if (ih < 0 || ih >= {h}) continue;")
-    body.append(f"  const int xr = (b * {h} + ih) * {wd};")
-    body.append(f"  const float{vec} " + ", ".join(
-        f"w{t} = {g.loadv(wp, f'(oc * {kh * kw} + kh * {kw} + {t}) * {vec}', vec)}" for t in range(kw)) + ";")
-    if cols_leave:
-        body += [f"  if (iw >= 0 && iw + {used[-1]} < {wd}) {{", taps(False), "  } else {", taps(True), "  }"]
-    else:
-        body.append(taps(False))
-    body.append("}")
-    return [tile_kernel(g, rows=n * oh, blocks=-(-ow // pixels), channels=o, vec=vec, pixels=pixels, setup=setup,
-                        compute="\n".join(body), pixel=[f"r * {ow} + {e}" for e in index], exists=exists,
-                        bias=bias)]
+    def row(kh_: Expr, ih: Expr) -> None:
+        xr = b.let("xr", (batch * h + ih) * wd)
+        ws = [b.let(f"w{tap}", wp.load(_plus(oc * (kh * kw) + kh_ * kw, tap) * vec, vec, as_float=True), t)
+              for tap in range(kw)]
+        if cols_leave:
+            with b.if_(logical_and(iw >= 0, iw + used[-1] < wd)):
+                taps(xr, ws, False)
+            with b.else_():
+                taps(xr, ws, True)
+        else:
+            taps(xr, ws, False)
+
+    with b.for_("kh", 0, kh) as kh_:
+        ih = b.let("ih", _plus(_times(orow, sh), -pt) + _times(kh_, dh))
+        if rows_leave:
+            with b.if_(_in_range(ih, h)):
+                row(kh_, ih)
+        else:
+            row(kh_, ih)
+    return [tile.finish(rows=n * oh, blocks=-(-ow // pixels), channels=o,
+                        pixel=[tile.r * ow + e for e in index], exists=exists)]
 
 
 # -- TRANSPOSE_CONV and Convolution2DTransposeBias ------------------------------------------
@@ -412,42 +497,42 @@ def _transpose_conv(g: NodeGen, x_pos: int, w_pos: int, bias_pos: int) -> list[K
     sh, sw = g.attrs["stride"]
     pt = transpose_conv_padding(oh, kh, sh, g.attrs["padding"])
     pl = transpose_conv_padding(ow, kw, sw, g.attrs["padding"])
-    vec = channel_vector(o)
-    x = g.input(x_pos)
-    wp = g.const(pack_oc(w.reshape(o, kh * kw * c), vec))
-    bias = _bias(g, bias_pos, o, vec)
+    vec = channel_vector(o, g.dialect.max_lanes)
+    b = g.new_kernel()
+    x = g.ir_input(b, x_pos)
+    wp = g.ir_const(b, pack_oc(w.reshape(o, kh * kw * c), vec))
     per_phase = -(-ow // sw)
-    pixels = pixels_per_item(per_phase)
+    tile = Tile(g, b, vec, pixels_per_item(per_phase))
+    oc, pixels = tile.oc, tile.pixels
+    bias = _bias(g, b, bias_pos, o, vec, oc)
     blocks = -(-per_phase // pixels)
-    setup = (f"const int b = r / {oh}; const int oh = r - b * {oh};\n"
-             f"const int phase = cb % {sw}; const int j0 = (cb / {sw}) * {pixels};")
-    index = [f"phase + {sw} * (j0 + {p})" for p in range(pixels)]
-    exists = [f"{e} < {ow}" for e in index]
-    taps = window_dot(g, pixels, c, x, [f"tw / {sw} + j0 + {p}" for p in range(pixels)], wd,
-                      lambda col: f"(xr + {col}) * {c}", lambda k: g.loadv(wp, f"wk + ({k}) * {vec}", vec), vec, True)
-    body = "\n".join([
-        f"for (int kh = 0; kh < {kh}; ++kh) {{",
-        f"  const int th = oh + {pt} - kh;",
-        f"  if (th < 0 || th % {sh} != 0 || th >= {h * sh}) continue;",
-        f"  const int xr = (b * {h} + th / {sh}) * {wd};",
-        f"  for (int kw = 0; kw < {kw}; ++kw) {{",
-        f"    const int tw = phase + {pl} - kw;",
-        # The remainder of a negative tw is negative or 0, so this tests divisibility for any sign.
-        f"    if (tw % {sw} != 0) continue;",
-        f"    const int wk = oc * {kh * kw * c * vec} + (kh * {kw} + kw) * {c * vec};",
-        _indent(taps, 4),
-        "  }", "}"])
-    return [tile_kernel(g, rows=n * oh, blocks=blocks * sw, channels=o, vec=vec, pixels=pixels, setup=setup,
-                        compute=body, pixel=[f"r * {ow} + {e}" for e in index], exists=exists, bias=bias)]
+    batch, orow = tile.row_of(oh)
+    phase = b.let("phase", tile.cb % sw)
+    j0 = b.let("j0", (tile.cb / sw) * pixels)
+    index = [phase + sw * _plus(j0, p) for p in range(pixels)]
+    accs = tile.accumulators(bias)
+    with b.for_("kh", 0, kh) as kh_:
+        th = b.let("th", _plus(orow, pt) - kh_)
+        with b.if_(logical_and(logical_and(th >= 0, (th % sh).eq(0)), th < h * sh)):
+            xr = b.let("xr", (batch * h + th / sh) * wd)
+            with b.for_("kw", 0, kw) as kw_:
+                tw = b.let("tw", _plus(phase, pl) - kw_)
+                # The remainder of a negative tw is negative or 0, so this tests divisibility for any sign.
+                with b.if_((tw % sw).eq(0)):
+                    wk = b.let("wk", oc * (kh * kw * c * vec) + (kh_ * kw + kw_) * (c * vec))
+                    window_dot(b, accs, c, x, [_plus(tw / sw + j0, p) for p in range(pixels)], wd,
+                               lambda col: (xr + col) * c, _weights(wp, wk, vec), vec, True)
+    return [tile.finish(rows=n * oh, blocks=blocks * sw, channels=o, pixel=[tile.r * ow + e for e in index],
+                        exists=[e < ow for e in index])]
 
 
-@generator("TRANSPOSE_CONV", epilogue=True)
+@generator("TRANSPOSE_CONV", epilogue=True, ir=True)
 def transpose_conv(g: NodeGen) -> list[KernelSpec]:
     """TRANSPOSE_CONV: inputs (output_shape, weights [O, KH, KW, I], input, bias?)."""
     return _transpose_conv(g, x_pos=2, w_pos=1, bias_pos=3)
 
 
-@generator("Convolution2DTransposeBias", epilogue=True)
+@generator("Convolution2DTransposeBias", epilogue=True, ir=True)
 def transpose_conv_bias(g: NodeGen) -> list[KernelSpec]:
     """MediaPipe's Convolution2DTransposeBias: inputs (input, weights [O, KH, KW, I], bias)."""
     return _transpose_conv(g, x_pos=0, w_pos=1, bias_pos=2)
@@ -456,7 +541,7 @@ def transpose_conv_bias(g: NodeGen) -> list[KernelSpec]:
 # -- FULLY_CONNECTED and BATCH_MATMUL -------------------------------------------------------
 
 
-@generator("FULLY_CONNECTED", epilogue=True)
+@generator("FULLY_CONNECTED", epilogue=True, ir=True)
 def fully_connected(g: NodeGen) -> list[KernelSpec]:
     """FULLY_CONNECTED: the input flattened to rows of K times ``weights^T`` (+ bias).
 
@@ -467,36 +552,38 @@ def fully_connected(g: NodeGen) -> list[KernelSpec]:
     _check_float(g)
     o, k = g.ctx.inputs[1].shape
     count = int(np.prod(g.ctx.inputs[0].shape, dtype=np.int64)) // k
-    x = g.input(0)
+    b = g.new_kernel()
+    x = g.ir_input(b, 0)
     if g.ctx.inputs[1].value is not None:
-        vec = channel_vector(o)
-        wp = g.const(pack_oc(np.asarray(g.ctx.inputs[1].value, np.float32), vec))
-
-        def wload(step: str) -> str:
-            return g.loadv(wp, f"oc * {k * vec} + ({step}) * {vec}", vec)
+        vec = channel_vector(o, g.dialect.max_lanes)
+        wp = g.ir_const(b, pack_oc(np.asarray(g.ctx.inputs[1].value, np.float32), vec))
+        tile = Tile(g, b, vec, pixels_per_item(count))
+        wload = _weights(wp, tile.oc * (k * vec), vec)
     else:
-        vec, w = 4, g.input(1)
+        vec, wt = 4, g.ir_input(b, 1)
+        tile = Tile(g, b, vec, pixels_per_item(count))
+        rows = [call("min", _plus(tile.oc * 4, lane), o - 1) * k for lane in range(4)]
 
-        def wload(step: str) -> str:
-            return _gather(g, w, [f"min(oc * 4 + {lane}, {o - 1}) * {k} + {step}" for lane in range(4)])
-    return [_gemm_rows(g, x, count, k, k, o, vec, wload, _bias(g, 2, o, vec))]
+        def wload(step: ir.Operand) -> Expr:
+            return _gather(wt, [_plus(row, step) for row in rows])
+    return [_gemm_rows(g, tile, x, count, k, k, o, wload, _bias(g, b, 2, o, vec, tile.oc))]
 
 
-def _batch_index(out_batch: tuple[int, ...], batch: tuple[int, ...], row: str) -> str:
+def _batch_index(out_batch: tuple[int, ...], batch: tuple[int, ...], row: Expr) -> Expr:
     """Index of the matrix of an operand with batch shape ``batch`` that output matrix
     ``row`` (over ``out_batch``) reads, under broadcasting."""
     full = (1,) * (len(out_batch) - len(batch)) + tuple(batch)
     terms, out_stride, in_stride = [], 1, 1
     for d, od in zip(reversed(full), reversed(out_batch)):
         if d != 1:
-            coord = f"({row} / {out_stride} % {od})" if out_stride > 1 else f"({row} % {od})"
-            terms.append(f"{coord} * {in_stride}" if in_stride > 1 else coord)
+            coord = (row / out_stride % od) if out_stride > 1 else (row % od)
+            terms.append(_times(coord, in_stride))
         out_stride *= od
         in_stride *= d
-    return " + ".join(terms) or "0"
+    return _sum(terms) if terms else ir.lit(0, ir.INT)
 
 
-@generator("BATCH_MATMUL", epilogue=True)
+@generator("BATCH_MATMUL", epilogue=True, ir=True)
 def batch_matmul(g: NodeGen) -> list[KernelSpec]:
     """BATCH_MATMUL with adj_x / adj_y and broadcast batch axes.
 
@@ -512,32 +599,37 @@ def batch_matmul(g: NodeGen) -> list[KernelSpec]:
     m, n = out_shape[-2], out_shape[-1]
     k = a_shape[-2] if adj_x else a_shape[-1]
     out_batch = out_shape[:-2]
-    a = g.input(0)
+    most = g.dialect.max_lanes
+    b = g.new_kernel()
+    a = g.ir_input(b, 0)
+    # The weight loads below read ``tile`` and ``bb``, declared once the rhs is bound and
+    # its tile width known (a load is built only when dot runs).
     if g.ctx.inputs[1].value is not None:
-        vec = channel_vector(n)
+        vec = channel_vector(n, most)
         value = np.asarray(g.ctx.inputs[1].value, np.float32).reshape(-1, *b_shape[-2:])
-        bp = g.const(pack_oc(value if adj_y else value.swapaxes(-1, -2), vec))   # [batch][N/vec][K][vec]
+        rhs = g.ir_const(b, pack_oc(value if adj_y else value.swapaxes(-1, -2), vec))   # [batch][N/vec][K][vec]
 
-        def wload(step: str) -> str:
-            return g.loadv(bp, f"((bb * {-(-n // vec)} + oc) * {k} + {step}) * {vec}", vec)
+        def wload(step: ir.Operand) -> Expr:
+            return rhs.load(((bb * -(-n // vec) + tile.oc) * k + step) * vec, vec, as_float=True)
     elif not adj_y and n % 4 == 0:
-        vec, b = channel_vector(n), g.input(1)
+        vec, rhs = channel_vector(n, most), g.ir_input(b, 1)
 
-        def wload(step: str) -> str:
-            return g.loadv(b, f"bb * {k * n} + ({step}) * {n} + oc * {vec}", vec)
+        def wload(step: ir.Operand) -> Expr:
+            return rhs.load(_plus(bb * (k * n), _times(step, n)) + tile.oc * vec, vec, as_float=True)
     else:
-        vec, b = 4, g.input(1)
-        lane = [f"min(oc * 4 + {j}, {n - 1})" for j in range(4)]
+        vec, rhs = 4, g.ir_input(b, 1)
 
-        def wload(step: str) -> str:
-            return _gather(g, b, [f"bb * {k * n} + {lane[j]} * {k} + {step}" if adj_y
-                                  else f"bb * {k * n} + ({step}) * {n} + {lane[j]}" for j in range(4)])
-    pixels = pixels_per_item(m)
-    index, exists, decl = _blocked(m, pixels, f"cb * {pixels}", "m")
-    setup = (f"const int ab = {_batch_index(out_batch, a_shape[:-2], 'r')};\n"
-             f"const int bb = {_batch_index(out_batch, b_shape[:-2], 'r')};\n{decl}")
-    xaddr = [f"ab * {m * k} + m{p}" + ("" if adj_x else f" * {k}") for p in range(pixels)]
-    compute = dot(g, pixels, k, a, xaddr, wload, vec, xstride=m if adj_x else 1)
-    return [tile_kernel(g, rows=int(np.prod(out_batch, dtype=np.int64)), blocks=-(-m // pixels), channels=n,
-                        vec=vec, pixels=pixels, setup=setup, compute=compute,
-                        pixel=[f"r * {m} + {e}" for e in index], exists=exists, bias=None)]
+        def wload(step: ir.Operand) -> Expr:
+            lane = [call("min", _plus(tile.oc * 4, j), n - 1) for j in range(4)]
+            return _gather(rhs, [_plus(bb * (k * n) + lane[j] * k, step) if adj_y
+                                 else _plus(bb * (k * n), _times(step, n)) + lane[j] for j in range(4)])
+    tile = Tile(g, b, vec, pixels_per_item(m))
+    ab = b.let("ab", _batch_index(out_batch, a_shape[:-2], tile.r))
+    bb = b.let("bb", _batch_index(out_batch, b_shape[:-2], tile.r))
+    pixels = tile.pixels
+    index, exists, rows = _blocked(b, m, pixels, tile.cb * pixels, "m")
+    accs = tile.accumulators(None)
+    xaddr = [ab * (m * k) + (row if adj_x else row * k) for row in rows]
+    dot(b, accs, k, a, xaddr, wload, vec, xstride=m if adj_x else 1)
+    return [tile.finish(rows=int(np.prod(out_batch, dtype=np.int64)), blocks=-(-m // pixels), channels=n,
+                        pixel=[tile.r * m + e for e in index], exists=exists)]

@@ -1,4 +1,5 @@
-"""Data-movement kernels: reshapes, concatenation, padding, slicing, transposes, gathers.
+"""Data-movement kernels: reshapes, concatenation, padding, slicing, transposes, gathers;
+written with :mod:`litegpu.codegen.ir`, so every dialect (WGSL included) renders them.
 
 Every op here is one or a few *walks*: a loop nest over the elements written, where
 each loop axis moves the source and the destination by a fixed stride. A transpose is
@@ -9,19 +10,22 @@ stride cannot describe are *bounds*: padding (outside the input gives the fill v
 mirroring, a coordinate split into quotient and remainder (BATCH_TO_SPACE_ND's crops),
 or a coordinate read from an index tensor (GATHER, GATHER_ND, EMBEDDING_LOOKUP).
 
-Before code is written a walk is simplified: size-1 axes go, and neighbouring axes that
+Before a kernel is built a walk is simplified: size-1 axes go, and neighbouring axes that
 step the same way merge, so a reshape becomes one flat loop and a concatenation on the
 channel axis two. Each work-item then moves a chunk of the innermost axis (see
-:func:`_cut`): float4s (LD4/ST4, vload4/vstore4 for integers) when that axis is
-contiguous on both sides and a multiple of 4 long, 4x4 blocks transposed in registers
-for transposes, else a short scalar loop.
+:func:`_cut`): four-lane loads and stores (``real4``, or the integer type's 4-lane
+vector) when that axis is contiguous on both sides and a multiple of 4 long, 4x4 blocks
+transposed in registers for transposes, else a short scalar loop. Four lanes are what
+every dialect has, WGSL's ``vec4`` included.
 
 Several outputs (SPLIT, SPLIT_V, UNPACK) or inputs (CONCATENATION, PACK) are one kernel
 per output or input: each is a branch-free copy of its own columns.
 
 The op's attributes and index arithmetic come from :mod:`litegpu.ops.shape` (its
 normalized strided-slice plan, paddings, split sizes, gather dimensions, block shapes):
-nothing here re-derives LiteRT's rules.
+nothing here re-derives LiteRT's rules. WGSL has no 64-bit integers: int64 tensors
+decline there, except constant int64 gather indices, which are uploaded as int32 (they
+are checked in range, so they fit).
 """
 from __future__ import annotations
 
@@ -35,7 +39,10 @@ from litegpu.ops.shape import (  # the single source of LiteRT's index rules
     block_and_pairs, gather_dims, mirror_pad_widths, pad_widths, reverse_axes, slice_bounds, split_sizes,
     split_v_sizes, strided_slice_plan, transpose_perm)
 
-from ..nodegen import KernelSpec, NodeGen, c_float, c_type, strides_of
+from .. import ir
+from ..ir import Expr, call, logical_and, select
+from ..nodegen import KernelSpec, NodeGen, strides_of
+from ..wgsl import WgslDialect
 from . import Decline, generator
 
 _F32 = np.dtype(np.float32)
@@ -55,7 +62,8 @@ class Bound:
     """A source axis that strides cannot describe.
 
     Its coordinate starts as ``offset + sum(coord[j] * m for j, m in parts)`` over loop
-    axes; with ``index`` set (a C pointer) that expression is instead a position in the
+    axes; with ``index`` set (the index tensor's
+    :class:`~litegpu.codegen.ir.Buffer`) that expression is instead a position in the
     index tensor, whose value is the coordinate. ``mode`` then says what happens:
 
     - ``pad``: outside ``[0, size)`` the element is the fill value;
@@ -69,7 +77,7 @@ class Bound:
     size: int
     stride: int
     mode: str
-    index: str | None = None
+    index: ir.Buffer | None = None
     block: int = 1
     mod_stride: int = 0
 
@@ -117,25 +125,36 @@ def _simplify(w: Walk) -> Walk:
     return Walk(shape, src, dst, w.src_base, w.dst_base, bounds)
 
 
-def _literal(value, dtype: np.dtype) -> str:
-    """A C literal of ``value`` in ``dtype`` (as a ``real`` for float tensors)."""
+def _literal(value, dtype: np.dtype) -> Expr:
+    """``value`` as a literal of a ``dtype`` tensor's element (a ``real`` for float tensors)."""
     dtype = np.dtype(dtype)
     if dtype == _F32:
-        return f"(real)({c_float(float(value))})"
+        return ir.lit(float(value), ir.REAL)
     v = int(np.asarray(value).astype(dtype))
-    if v == -2 ** 63:
-        return "(long)(-9223372036854775807L - 1)"
-    return f"({c_type(dtype)})({v}L)" if dtype == np.int64 else f"({c_type(dtype)})({v})"
+    type_ = ir.Type(ir.scalar_of(dtype))
+    if v == -2 ** 63:   # C has no literal of the smallest long: its negation overflows
+        return ir.lit(v + 1, type_) - 1
+    return ir.lit(v, type_)
 
 
-def _terms(base, pairs) -> str:
-    """``base + c_j * k`` as C for (axis, k) pairs, dropping zero terms; ``base`` may be a
-    C expression."""
-    # An int j names coordinate c{j}; a string is a C variable.
-    out = [(f"c{j}" if isinstance(j, int) else j) + ("" if k == 1 else f" * {k}") for j, k in pairs if k != 0]
-    if base not in (0, "0") or not out:
-        out.insert(0, str(base))
-    return " + ".join(out)
+def _times(x: Expr, k: int) -> Expr:
+    """``x * k``, or ``x`` itself when ``k`` is 1."""
+    return x if k == 1 else x * k
+
+
+def _plus(x: Expr, n: int) -> Expr:
+    """``x + n``, or ``x`` itself when ``n`` is 0."""
+    return x if n == 0 else x + n
+
+
+def _affine(base: Expr | int, terms: list[tuple[Expr, int]]) -> Expr:
+    """``base + sum(x * k)`` over (x, k) terms as an ``int``, zero terms dropped (``base``
+    is a number or an ``int`` value)."""
+    total = None if isinstance(base, int) and base == 0 else ir.as_expr(base, ir.INT)
+    for x, k in terms:
+        if k:
+            total = _times(x, k) if total is None else total + _times(x, k)
+    return ir.lit(0, ir.INT) if total is None else total
 
 
 def _vector_store_ok(g: NodeGen, w: Walk, epilogue: bool) -> bool:
@@ -200,22 +219,24 @@ def _cut(g: NodeGen, w: Walk, epilogue: bool) -> _Shape:
         if last >= 1 and last - 1 not in bounded:
             rows = max(r for r in range(1, _MAX_PER_ITEM // inner + 1) if w.shape[last - 1] % r == 0)
         return _Shape("scalar", inner, rows_per_item=rows)
-    # A divisor of the row avoids a bounds test in the loop.
+    # A divisor of the row keeps every chunk whole (else the last one's loop stops short).
     return _Shape("scalar", next((k for k in range(_MAX_PER_ITEM, _MAX_PER_ITEM // 2 - 1, -1) if inner % k == 0),
                                  _MAX_PER_ITEM))
 
 
-def walk_kernel(g: NodeGen, w: Walk, src: str, dtype: np.dtype, pos: int = 0,
-                fill: str | None = None) -> KernelSpec | None:
-    """The kernel copying from pointer ``src`` into output ``pos`` along ``w``.
+def walk_kernel(g: NodeGen, b: ir.KernelBuilder, w: Walk, src: ir.Buffer, pos: int = 0,
+                fill: Expr | None = None) -> KernelSpec | None:
+    """The kernel (built in ``b``) copying from ``src`` into output ``pos`` along ``w``.
 
-    ``fill`` is the value of padded or out-of-range elements (a ``real`` expression for
-    float tensors; zero when omitted). Float stores of a single-output node go through
-    the epilogue (fused activation, followers). Returns None when nothing is written.
+    ``fill`` is the value of padded or out-of-range elements (of ``src``'s element type:
+    ``real`` for float tensors; zero when omitted). Float stores of a single-output node
+    go through the epilogue (fused activation, followers). Returns None when nothing is
+    written.
 
     Work-items: dimension 0 is the chunk of the innermost walk axis (omitted when a row
     is one chunk), dimension 1 the row, i.e. the flat index over the other axes, decoded
-    once per work-item; bounds that do not involve the innermost axis are hoisted too.
+    once per work-item (WGSL: both on one axis, see :func:`_row`); bounds that do not
+    involve the innermost axis are hoisted too.
     """
     w = _simplify(w)
     total = _prod(w.shape)
@@ -224,164 +245,190 @@ def walk_kernel(g: NodeGen, w: Walk, src: str, dtype: np.dtype, pos: int = 0,
     extent = sum(abs(s) * (d - 1) for s, d in zip(w.src, w.shape)) + abs(w.src_base) + total
     if max(extent, w.dst_base + total) > _INT_LIMIT:
         raise Decline("tensor too large for 32-bit indexing")
-    dtype = np.dtype(dtype)
-    epilogue = dtype == _F32 and pos == 0 and len(g.ctx.node.outputs) == 1
+    epilogue = src.is_float and pos == 0 and len(g.ctx.node.outputs) == 1
     cut = _cut(g, w, epilogue)
-    lines, global_size = _row_lines(g, w, cut)
-    io = _Access(g, src, dtype, pos, fill, cut.mode != "scalar", epilogue)
-    step = 4 if cut.mode != "scalar" else 1
+    row = _row(b, w, cut, isinstance(g.dialect, WgslDialect))
+    io = _Access(g, b, src, pos, fill, 1 if cut.mode == "scalar" else 4, epilogue)
     if cut.rows_per_item > 1:
         nxt = len(w.shape) - 2
-        body = _element_lines(g, w, cut, io, "s1", "d1")
-        loop = [f"for (int k = 0; k < {cut.per_item}; k += {step}) {{"] + [f"  {b}" for b in body] + ["}"]
-        lines += [f"for (int r = 0; r < {cut.rows_per_item}; r++) {{",
-                  f"  const int s1 = {_terms('s0', [('r', w.src[nxt])])};",
-                  f"  const int d1 = {_terms('d0', [('r', w.dst[nxt])])};"] + [f"  {b}" for b in loop] + ["}"]
-    elif cut.per_item == step:
-        lines += ["{"] + [f"  {b}" for b in _element_lines(g, w, cut, io)] + ["}"]
+        with b.for_("r", 0, cut.rows_per_item) as r:
+            s1 = b.let("s1", _affine(row.s0, [(r, w.src[nxt])]))
+            d1 = b.let("d1", _affine(row.d0, [(r, w.dst[nxt])]))
+            _step_loop(b, w, cut, io, row, s1, d1)
     else:
-        body = _element_lines(g, w, cut, io)
-        lines += [f"for (int k = 0; k < {cut.per_item}; k += {step}) {{"] + [f"  {b}" for b in body] + ["}"]
-    return g.kernel("\n".join(f"  {line}" for line in lines), global_size)
+        _step_loop(b, w, cut, io, row, row.s0, row.d0)
+    return g.ir_kernel(b, row.global_size)
 
 
-def _row_lines(g: NodeGen, w: Walk, cut: _Shape) -> tuple[list[str], tuple[int, ...]]:
-    """The work-item's ids, its row's coordinates, the row's source and destination
-    offsets ``s0`` / ``d0`` and the bounds that stay fixed along the row; and the global size."""
+@dataclass
+class _Row:
+    """What a work-item declares once for its row (see :func:`_row`)."""
+
+    global_size: tuple[int, ...]
+    ch: Expr | None          # the chunk of the innermost axis (None: a row is one chunk)
+    coords: dict[int, Expr]  # the row's coordinates the offsets and bounds need, by axis
+    s0: Expr                 # the row's source offset (bounds add to it)
+    d0: Expr                 # the row's destination offset
+    inb: Expr | None         # whether the row's fixed bounds hold (None: the walk checks nothing)
+
+
+def _row(b: ir.KernelBuilder, w: Walk, cut: _Shape, flat: bool) -> _Row:
+    """Declare the work-item's ids, its row's coordinates, the row's source and destination
+    offsets and the bounds that stay fixed along the row; with the global size. ``flat``:
+    the (chunk, row) grid is one axis."""
     last, inner = len(w.shape) - 1, w.shape[-1]
     chunks = -(-inner // cut.per_item)
     # Rows: the other axes, those a work-item covers several of counted in groups.
     row_shape = [d // cut.factor(j, last) for j, d in enumerate(w.shape[:last])]
-    if chunks > 1:
-        lines = [f"const int ch = {g.global_id(0)};", f"const int row = {g.global_id(1)};"]
+    if chunks > 1 and flat:
+        # WGSL groups work-items along axis 0 only: a 2-D launch of few chunks would run
+        # tiny groups, and more than 65535 rows could not be dispatched.
+        item = b.let("item", b.global_id(0))
+        ch, row = b.let("ch", item % chunks), b.let("row", item / chunks)
+        global_size = (chunks * _prod(row_shape),)
+    elif chunks > 1:
+        ch, row = b.let("ch", b.global_id(0)), b.let("row", b.global_id(1))
         global_size = (chunks, _prod(row_shape))
     else:
-        lines = [f"const int row = {g.global_id(0)};"]
+        ch, row = None, b.let("row", b.global_id(0))
         global_size = (_prod(row_shape),)
     # A side that walks in the output's own order needs no coordinates: its offset is row * inner.
     its, rs = strides_of(tuple(w.shape)), strides_of(tuple(row_shape))
     identity_src = cut.mode != "block" and w.src_base == 0 and list(w.src) == its
     identity_dst = cut.mode != "block" and w.dst_base == 0 and list(w.dst) == its
     row_size = inner * cut.rows_per_item
-    needed = {j for b in w.bounds for j, _ in b.parts}
+    needed = {j for bd in w.bounds for j, _ in bd.parts}
     if not identity_src:
         needed |= {j for j in range(last) if w.src[j]}
     if not identity_dst:
         needed |= {j for j in range(last) if w.dst[j]}
+    coords: dict[int, Expr] = {}
     for j in sorted(needed - {last}):
         if len(row_shape) == 1:
-            expr = "row"
+            expr = row
         elif j == 0:
-            expr = f"row / {rs[0]}"
+            expr = row / rs[0]
         elif rs[j] == 1:
-            expr = f"row % {row_shape[j]}"
+            expr = row % row_shape[j]
         else:
-            expr = f"row / {rs[j]} % {row_shape[j]}"
-        factor = cut.factor(j, last)
-        lines.append(f"const int c{j} = {f'({expr}) * {factor}' if factor > 1 else expr};")
-    src = f"row * {row_size}" if identity_src else _terms(w.src_base, [(j, w.src[j]) for j in range(last)])
-    dst = f"row * {row_size}" if identity_dst else _terms(w.dst_base, [(j, w.dst[j]) for j in range(last)])
-    lines += [f"int s0 = {src};", f"const int d0 = {dst};"]
-    if _checked(w):
-        lines.append("bool inb = true;")
-    lines += _bound_lines([b for b in w.bounds if all(j != last for j, _ in b.parts)], "s0", "inb", "o")
-    return lines, global_size
+            expr = row / rs[j] % row_shape[j]
+        coords[j] = b.let(f"c{j}", _times(expr, cut.factor(j, last)))
+
+    def offset(base: int, strides: list[int], identity: bool) -> Expr:
+        if identity:
+            return _times(row, row_size)
+        return _affine(base, [(coords[j], strides[j]) for j in range(last) if strides[j]])
+
+    s0 = b.var("s0", offset(w.src_base, w.src, identity_src))
+    d0 = b.let("d0", offset(w.dst_base, w.dst, identity_dst))
+    inb = b.var("inb", True, ir.BOOL) if _checked(w) else None
+    _bounds(b, [bd for bd in w.bounds if all(j != last for j, _ in bd.parts)], coords, s0, inb, "o")
+    return _Row(global_size, ch, coords, s0, d0, inb)
 
 
 def _checked(w: Walk) -> bool:
     """Whether some element of the walk may lie outside the source (padding, indices)."""
-    return any(b.mode in ("pad", "index") for b in w.bounds)
+    return any(bd.mode in ("pad", "index") for bd in w.bounds)
 
 
 class _Access:
-    """Load and store expressions of one walk: scalar or four-wide, float or integer."""
+    """Loads and stores of one walk: one element or four consecutive ones, float or integer."""
 
-    def __init__(self, g: NodeGen, src: str, dtype: np.dtype, pos: int, fill: str | None,
-                 vec: bool, epilogue: bool) -> None:
-        self.g, self.src, self.pos, self.vec, self.epilogue = g, src, pos, vec, epilogue
-        self.is_float = dtype == _F32
-        ctype = c_type(dtype)
-        self.type = ("real" if self.is_float else ctype) + ("4" if vec else "")
-        fill = fill or ("(real)0" if self.is_float else f"({ctype})0")
-        self.fill = f"({self.type})({fill})" if vec else fill
+    def __init__(self, g: NodeGen, b: ir.KernelBuilder, src: ir.Buffer, pos: int, fill: Expr | None,
+                 lanes: int, epilogue: bool) -> None:
+        self.g, self.b, self.src, self.pos, self.lanes, self.epilogue = g, b, src, pos, lanes, epilogue
+        self.type = src.element().with_lanes(lanes)
+        fill = fill if fill is not None else ir.lit(0, src.element())
+        self.fill = fill if lanes == 1 else ir.vector(self.type, fill)
 
-    def load(self, index: str, ok: str | None) -> str:
-        """The element(s) at ``index``, or the fill value where ``ok`` is false."""
-        if self.is_float:
-            expr = self.g.load4(self.src, index) if self.vec else self.g.load(self.src, index)
-        else:
-            expr = f"vload4(0, {self.src} + {index})" if self.vec else f"{self.src}[{index}]"
-        return f"{ok} ? {expr} : {self.fill}" if ok else expr
+    def load(self, index: Expr, ok: Expr | None) -> Expr:
+        """The element(s) at ``index``, or the fill value where ``ok`` is false (a scalar
+        condition: C's ``?:``, which leaves an index outside the tensor unread; WGSL's
+        ``select`` reads it, within the binding's bounds, as WebGPU's robust access does)."""
+        value = self.src.load(index, self.lanes)
+        return value if ok is None else select(ok, value, self.fill)
 
-    def store(self, index: str, value: str) -> str:
-        """Statement storing ``value`` at ``index`` of the output (through the epilogue)."""
-        g = self.g
+    def store(self, index: Expr, value: Expr) -> None:
+        """Store ``value`` at ``index`` of the output (through the epilogue)."""
         if self.epilogue:
-            return g.store_output4(index, value) if self.vec else g.store_output(index, value)
-        out = g.output(self.pos)
-        if self.is_float:
-            return g.store4(out, index, value) if self.vec else g.store(out, index, value)
-        return f"vstore4({value}, 0, {out} + {index});" if self.vec else f"{out}[{index}] = {value};"
+            self.g.ir_store_output(self.b, index, value)
+        else:
+            self.b.store(self.g.ir_output(self.b, self.pos), index, value)
 
 
-def _element_lines(g: NodeGen, w: Walk, cut: _Shape, io: _Access, s0: str = "s0", d0: str = "d0") -> list[str]:
-    """The statements for one step along the row (4 elements, a 4x4 block or 1 element)
-    that starts at source offset ``s0`` and destination offset ``d0``."""
-    last, inner = len(w.shape) - 1, w.shape[-1]
-    looped = cut.per_item != (1 if cut.mode == "scalar" else 4)
-    if inner <= cut.per_item:
-        pos = "k" if looped else "0"
-    else:
-        pos = f"ch * {cut.per_item} + k" if looped else f"ch * {cut.per_item}"
-    body = [f"const int c{last} = {pos};"]
+def _step_loop(b: ir.KernelBuilder, w: Walk, cut: _Shape, io: _Access, row: _Row, s0: Expr, d0: Expr) -> None:
+    """The work-item's steps along one row from source offset ``s0`` and destination
+    offset ``d0``: one step, or a loop over its chunk of the innermost axis."""
+    if cut.per_item == io.lanes:
+        _step(b, w, cut, io, row, s0, d0, None)
+        return
+    inner = w.shape[-1]
+    stop: Expr | int = cut.per_item
     if inner % cut.per_item:
-        body.append(f"if (c{last} >= {inner}) break;")
-    body += [f"int s = {_terms(s0, [(last, w.src[last])])};",
-             f"const int d = {_terms(d0, [(last, w.dst[last])])};"]
-    ok = "inb" if _checked(w) else None
-    along = [b for b in w.bounds if any(j == last for j, _ in b.parts)]
+        # The last chunk of the row is shorter: the loop stops at the row's end.
+        stop = b.let("n", call("min", ir.lit(cut.per_item, ir.INT), inner - row.ch * cut.per_item))
+    with b.for_("k", 0, stop, io.lanes) as k:
+        _step(b, w, cut, io, row, s0, d0, k)
+
+
+def _step(b: ir.KernelBuilder, w: Walk, cut: _Shape, io: _Access, row: _Row, s0: Expr, d0: Expr,
+          k: Expr | None) -> None:
+    """One step along the row (4 elements, a 4x4 block or 1 element): ``k`` is the loop
+    counter over the work-item's chunk (None: the chunk is one step)."""
+    last, inner = len(w.shape) - 1, w.shape[-1]
+    start = row.ch * cut.per_item if inner > cut.per_item else None
+    if k is None:
+        pos = ir.lit(0, ir.INT) if start is None else start
+    else:
+        pos = k if start is None else start + k
+    c_last = b.let(f"c{last}", pos)
+    along = [bd for bd in w.bounds if any(j == last for j, _ in bd.parts)]
+    s_value = _affine(s0, [(c_last, w.src[last])])
+    s = b.var("s", s_value) if along else b.let("s", s_value)
+    d = b.let("d", _affine(d0, [(c_last, w.dst[last])]))
+    ok = row.inb
     if along:
-        if ok:
-            body.append("bool ok = inb;")
-            ok = "ok"
-        body += _bound_lines(along, "s", "ok", "i")
+        if ok is not None:
+            ok = b.var("ok", ok)
+        _bounds(b, along, {**row.coords, last: c_last}, s, ok, "i")
     if cut.mode == "block":
         # Four contiguous loads along the block axis, stored transposed along the row.
         step_t = w.dst[cut.block_axis]
+        a = [b.let(f"a{r}", io.load(_plus(s, r * w.src[last]), ok)) for r in range(4)]
         for r in range(4):
-            body.append(f"const {io.type} a{r} = {io.load(f's + {r * w.src[last]}' if r else 's', ok)};")
-        for r, lane in enumerate("xyzw"):
-            body.append(io.store(f"d + {r * step_t}" if r else "d",
-                                 g.vector(io.type, *(f"a{k}.{lane}" for k in range(4)))))
+            io.store(_plus(d, r * step_t), ir.vector(io.type, *(v.lane(r) for v in a)))
     else:
-        body += [f"const {io.type} v = {io.load('s', ok)};", io.store("d", "v")]
-    return body
+        v = b.let("v", io.load(s, ok))
+        io.store(d, v)
 
 
-def _bound_lines(bounds: list[Bound], s: str, ok: str, tag: str) -> list[str]:
-    """C statements applying ``bounds``: each adds its step to ``s`` and, for padding
-    and indices, ands its range test into ``ok``. ``tag`` keeps names unique."""
-    lines = []
-    for k, b in enumerate(bounds):
-        x = f"x{tag}{k}"
-        pos_expr = _terms(b.offset, b.parts)
-        if b.index is not None:
-            lines += [f"const long r{tag}{k} = {b.index}[{pos_expr}];",
-                      f"{ok} = {ok} && r{tag}{k} >= 0 && r{tag}{k} < {b.size};",
-                      f"const int {x} = {ok} ? (int)r{tag}{k} : 0;"]
+def _bounds(b: ir.KernelBuilder, bounds: list[Bound], coords: dict[int, Expr], s: Expr, ok: Expr | None,
+            tag: str) -> None:
+    """Apply ``bounds`` at the coordinates ``coords``: each adds its step to the variable
+    ``s`` and, for padding and indices, ands its range test into the variable ``ok``.
+    ``tag`` keeps names unique."""
+    for k, bd in enumerate(bounds):
+        pos = _affine(bd.offset, [(coords[j], m) for j, m in bd.parts])
+        if bd.index is not None:
+            r = b.let(f"r{tag}{k}", bd.index.load(pos))
+            b.assign(ok, logical_and(logical_and(ok, r >= 0), r < bd.size))
+            x = b.let(f"x{tag}{k}", select(ok, r.cast(ir.INT), 0))
+        elif bd.mode in ("reflect", "symmetric"):
+            x = b.var(f"x{tag}{k}", pos)
         else:
-            lines.append(f"int {x} = {pos_expr};")
-        if b.mode == "pad":
-            lines.append(f"{ok} = {ok} && {x} >= 0 && {x} < {b.size};")
-        elif b.mode == "reflect":
-            lines.append(f"{x} = {x} < 0 ? -{x} : {x}; {x} = {x} >= {b.size} ? {2 * b.size - 2} - {x} : {x};")
-        elif b.mode == "symmetric":
-            lines.append(f"{x} = {x} < 0 ? -{x} - 1 : {x}; {x} = {x} >= {b.size} ? {2 * b.size - 1} - {x} : {x};")
-        if b.mode == "divmod":
-            lines.append(f"{s} += {x} / {b.block} * {b.stride} + {x} % {b.block} * {b.mod_stride};")
+            x = b.let(f"x{tag}{k}", pos)
+        if bd.mode == "pad":
+            b.assign(ok, logical_and(logical_and(ok, x >= 0), x < bd.size))
+        elif bd.mode == "reflect":
+            b.assign(x, select(x < 0, -x, x))
+            b.assign(x, select(x >= bd.size, (2 * bd.size - 2) - x, x))
+        elif bd.mode == "symmetric":
+            b.assign(x, select(x < 0, -x - 1, x))
+            b.assign(x, select(x >= bd.size, (2 * bd.size - 1) - x, x))
+        if bd.mode == "divmod":
+            b.assign(s, _times(x / bd.block, bd.stride) + _times(x % bd.block, bd.mod_stride), "+")
         else:
-            lines.append(f"{s} += {x} * {b.stride};")
-    return lines
+            b.assign(s, _times(x, bd.stride), "+")
 
 
 def _kernels(*specs: KernelSpec | None) -> list[KernelSpec]:
@@ -408,21 +455,22 @@ def _dtype(g: NodeGen) -> np.dtype:
     return np.dtype(g.ctx.inputs[0].dtype)
 
 
-def _one(g: NodeGen, w: Walk, fill: str | None = None) -> list[KernelSpec]:
+def _one(g: NodeGen, w: Walk, fill: Expr | None = None) -> list[KernelSpec]:
     """The kernels of a node copying its input 0 into its one output along ``w``."""
-    return _kernels(walk_kernel(g, w, g.input(0), _dtype(g), 0, fill))
+    b = g.new_kernel()
+    return _kernels(walk_kernel(g, b, w, g.ir_input(b, 0), fill=fill))
 
 
 # -- copies ---------------------------------------------------------------------------------
 
-@generator("RESHAPE", "SQUEEZE", "EXPAND_DIMS", epilogue=True)
+@generator("RESHAPE", "SQUEEZE", "EXPAND_DIMS", epilogue=True, ir=True)
 def reshape(g: NodeGen) -> list[KernelSpec]:
     """Same elements in the same order: one flat (vectorised) copy."""
     n = _prod(_out_shape(g))
     return _one(g, Walk([n], [1]))
 
 
-@generator("TRANSPOSE", epilogue=True)
+@generator("TRANSPOSE", epilogue=True, ir=True)
 def transpose(g: NodeGen) -> list[KernelSpec]:
     """Output axis i walks input axis perm[i]; axes that stay together merge."""
     shape = _in_shape(g)
@@ -431,7 +479,7 @@ def transpose(g: NodeGen) -> list[KernelSpec]:
     return _one(g, Walk([shape[p] for p in perm], [strides[p] for p in perm]))
 
 
-@generator("REVERSE_V2", epilogue=True)
+@generator("REVERSE_V2", epilogue=True, ir=True)
 def reverse(g: NodeGen) -> list[KernelSpec]:
     """Reversed axes walk backwards from their last element (negative stride)."""
     shape = _in_shape(g)
@@ -443,7 +491,7 @@ def reverse(g: NodeGen) -> list[KernelSpec]:
     return _one(g, Walk(list(shape), src, src_base=base))
 
 
-@generator("BROADCAST_TO", epilogue=True)
+@generator("BROADCAST_TO", epilogue=True, ir=True)
 def broadcast_to(g: NodeGen) -> list[KernelSpec]:
     """Broadcast axes have source stride 0 (numpy rules: shapes aligned at the right)."""
     shape, out = _in_shape(g), _out_shape(g)
@@ -452,7 +500,7 @@ def broadcast_to(g: NodeGen) -> list[KernelSpec]:
     return _one(g, Walk(list(out), [0 if d == 1 else s for d, s in zip(full, strides)]))
 
 
-@generator("TILE", epilogue=True)
+@generator("TILE", epilogue=True, ir=True)
 def tile(g: NodeGen) -> list[KernelSpec]:
     """Each axis of the output splits into (repeat, original) with strides (0, stride)."""
     shape, out = _in_shape(g), _out_shape(g)
@@ -466,7 +514,7 @@ def tile(g: NodeGen) -> list[KernelSpec]:
 
 # -- slices ---------------------------------------------------------------------------------
 
-@generator("SLICE", epilogue=True)
+@generator("SLICE", epilogue=True, ir=True)
 def slice_(g: NodeGen) -> list[KernelSpec]:
     """A walk of the output's shape from the first selected element."""
     shape = _in_shape(g)
@@ -476,7 +524,7 @@ def slice_(g: NodeGen) -> list[KernelSpec]:
                         src_base=sum(b * s for (b, _), s in zip(bounds, strides))))
 
 
-@generator("STRIDED_SLICE", epilogue=True)
+@generator("STRIDED_SLICE", epilogue=True, ir=True)
 def strided_slice(g: NodeGen) -> list[KernelSpec]:
     """LiteRT's plan (new axes inserted, per-axis index ranges) as start and step per axis;
     shrunk and new axes are size-1 axes of the walk, which simplification drops."""
@@ -503,9 +551,9 @@ def _join(g: NodeGen, outer: int, widths: list[int]) -> list[KernelSpec]:
     total = sum(widths)
     kernels, offset = [], 0
     for k, width in enumerate(widths):
-        g.reset()
+        b = g.new_kernel()
         w = Walk([outer, width], [width, 1], [total, 1], dst_base=offset)
-        kernels.append(walk_kernel(g, w, g.input(k), _dtype(g)))
+        kernels.append(walk_kernel(g, b, w, g.ir_input(b, k)))
         offset += width
     return _kernels(*kernels)
 
@@ -515,14 +563,14 @@ def _split_from(g: NodeGen, outer: int, total: int, widths: list[int], x: int) -
     ``outer`` rows (``total`` wide) of input ``x``; one kernel per output."""
     kernels, offset = [], 0
     for k, width in enumerate(widths):
-        g.reset()
+        b = g.new_kernel()
         w = Walk([outer, width], [total, 1], src_base=offset)
-        kernels.append(walk_kernel(g, w, g.input(x), np.dtype(g.ctx.inputs[x].dtype), pos=k))
+        kernels.append(walk_kernel(g, b, w, g.ir_input(b, x), pos=k))
         offset += width
     return _kernels(*kernels)
 
 
-@generator("CONCATENATION", epilogue=True)
+@generator("CONCATENATION", epilogue=True, ir=True)
 def concatenation(g: NodeGen) -> list[KernelSpec]:
     """Rows of the axis and everything inside it, side by side (the fused activation is
     already NONE in the attrs: LiteRT ignores it)."""
@@ -532,7 +580,7 @@ def concatenation(g: NodeGen) -> list[KernelSpec]:
     return _join(g, _prod(shape[:axis]), [int(s.shape[axis]) * inner for s in g.ctx.inputs])
 
 
-@generator("PACK", epilogue=True)
+@generator("PACK", epilogue=True, ir=True)
 def pack(g: NodeGen) -> list[KernelSpec]:
     """A concatenation of the inputs along a new axis."""
     shape = _in_shape(g)
@@ -541,7 +589,7 @@ def pack(g: NodeGen) -> list[KernelSpec]:
     return _join(g, _prod(shape[:axis]), [inner] * len(g.ctx.inputs))
 
 
-@generator("UNPACK")
+@generator("UNPACK", ir=True)
 def unpack(g: NodeGen) -> list[KernelSpec]:
     """Output k is slice k of the axis: one kernel per output."""
     shape = _in_shape(g)
@@ -550,7 +598,7 @@ def unpack(g: NodeGen) -> list[KernelSpec]:
     return _split_from(g, _prod(shape[:axis]), shape[axis] * inner, [inner] * shape[axis], 0)
 
 
-@generator("SPLIT")
+@generator("SPLIT", ir=True)
 def split(g: NodeGen) -> list[KernelSpec]:
     """Equal parts along the axis in input 0: one kernel per output."""
     shape = _in_shape(g, 1)
@@ -559,7 +607,7 @@ def split(g: NodeGen) -> list[KernelSpec]:
     return _split_from(g, _prod(shape[:axis]), shape[axis] * inner, [s * inner for s in sizes], 1)
 
 
-@generator("SPLIT_V")
+@generator("SPLIT_V", ir=True)
 def split_v(g: NodeGen) -> list[KernelSpec]:
     """Parts of the sizes in input 1 along the axis in input 2: one kernel per output."""
     shape = _in_shape(g)
@@ -584,24 +632,25 @@ def _padded_walk(shape: tuple[int, ...], out: tuple[int, ...], pads: list[tuple[
     return Walk(list(out), src, bounds=bounds)
 
 
-@generator("PAD", "PADV2", epilogue=True)
+@generator("PAD", "PADV2", epilogue=True, ir=True)
 def pad(g: NodeGen) -> list[KernelSpec]:
     """Outside the input: the constant (PADV2's input 2, else the zero point)."""
     shape, dtype = _in_shape(g), _dtype(g)
     pads = pad_widths(shape, _const(g, 1, "the paddings"), "PAD")
+    b = g.new_kernel()
+    src = g.ir_input(b, 0)
     if g.ctx.node.op == "PADV2":
         spec = g.ctx.inputs[2]
         if spec.value is not None:
             fill = _literal(np.asarray(spec.value).reshape(-1)[0], dtype)
-        else:
-            ptr = g.input(2)
-            fill = g.load(ptr, "0", dtype)
+        else:   # read at run time, by every padded element
+            fill = g.ir_input(b, 2).load(0)
     else:
         fill = _literal(g.attrs.get("pad_value", 0), dtype)
-    return _one(g, _padded_walk(shape, _out_shape(g), pads, "pad"), fill)
+    return _kernels(walk_kernel(g, b, _padded_walk(shape, _out_shape(g), pads, "pad"), src, fill=fill))
 
 
-@generator("MIRROR_PAD", epilogue=True)
+@generator("MIRROR_PAD", epilogue=True, ir=True)
 def mirror_pad(g: NodeGen) -> list[KernelSpec]:
     """Padded coordinates mirror back into the input (REFLECT skips the edge)."""
     shape, mode = _in_shape(g), g.attrs["mode"]
@@ -611,7 +660,7 @@ def mirror_pad(g: NodeGen) -> list[KernelSpec]:
 
 # -- depth, space and batch -----------------------------------------------------------------
 
-@generator("DEPTH_TO_SPACE", epilogue=True)
+@generator("DEPTH_TO_SPACE", epilogue=True, ir=True)
 def depth_to_space(g: NodeGen) -> list[KernelSpec]:
     """The output as (n, h, by, w, bx, c) reads input (n, h, w, by, bx, c)."""
     n, h, w, c = _in_shape(g)
@@ -620,7 +669,7 @@ def depth_to_space(g: NodeGen) -> list[KernelSpec]:
     return _one(g, Walk([n, h, bs, w, bs, co], [h * w * c, w * c, bs * co, c, co, 1]))
 
 
-@generator("SPACE_TO_DEPTH", epilogue=True)
+@generator("SPACE_TO_DEPTH", epilogue=True, ir=True)
 def space_to_depth(g: NodeGen) -> list[KernelSpec]:
     """The output as (n, h/bs, w/bs, by, bx, c) reads input (n, h/bs, by, w/bs, bx, c)."""
     n, h, w, c = _in_shape(g)
@@ -634,7 +683,7 @@ def _block_input(g: NodeGen, what: str):
     return shape, block, pairs
 
 
-@generator("SPACE_TO_BATCH_ND", epilogue=True)
+@generator("SPACE_TO_BATCH_ND", epilogue=True, ir=True)
 def space_to_batch(g: NodeGen) -> list[KernelSpec]:
     """The output as (b1..bM, n, q1..qM, rest): spatial input coordinate i is
     ``q_i * B_i + b_i - pad_i``, padded with the zero point outside the input."""
@@ -656,7 +705,7 @@ def space_to_batch(g: NodeGen) -> list[KernelSpec]:
     return _one(g, Walk(view, src, bounds=bounds), fill)
 
 
-@generator("BATCH_TO_SPACE_ND", epilogue=True)
+@generator("BATCH_TO_SPACE_ND", epilogue=True, ir=True)
 def batch_to_space(g: NodeGen) -> list[KernelSpec]:
     """Output spatial coordinate y_i is ``y_i + crop_i`` of the uncropped space, whose
     quotient by B_i is the input's coordinate and remainder its place in the batch."""
@@ -699,7 +748,17 @@ def _check_const_indices(g: NodeGen, pos: int, limits: list[int] | int, what: st
         raise Decline(f"{what} has an index out of range")
 
 
-@generator("GATHER", epilogue=True)
+def _indices(g: NodeGen, b: ir.KernelBuilder, pos: int) -> ir.Buffer:
+    """The index tensor, input ``pos``, as a parameter of ``b``'s kernel. WGSL has no
+    64-bit integers: there int64 indices (constant and in range, see
+    :func:`_check_const_indices`) are uploaded as int32."""
+    spec = g.ctx.inputs[pos]
+    if np.dtype(spec.dtype) == np.int64 and isinstance(g.dialect, WgslDialect):
+        return g.ir_const(b, np.asarray(spec.value).astype(np.int32))
+    return g.ir_input(b, pos)
+
+
+@generator("GATHER", epilogue=True, ir=True)
 def gather(g: NodeGen) -> list[KernelSpec]:
     """The output as (batch, outer, index, inner): the axis coordinate is read from the
     indices at (batch, index). Only constant, in-range indices come here (see
@@ -709,24 +768,26 @@ def gather(g: NodeGen) -> list[KernelSpec]:
     _check_const_indices(g, 1, p[axis], "GATHER")
     nb, outer, count = _prod(p[:bd]), _prod(p[bd:axis]), _prod(ix[bd:])
     limit, inner = p[axis], _prod(p[axis + 1:])
-    idx = g.input(1)
+    b = g.new_kernel()
+    idx = _indices(g, b, 1)
     w = Walk([nb, outer, count, inner], [outer * limit * inner, limit * inner, 0, 1],
              bounds=[Bound([(0, count), (2, 1)], 0, limit, inner, "index", idx)])
-    return _kernels(walk_kernel(g, w, g.input(0), _dtype(g)))
+    return _kernels(walk_kernel(g, b, w, g.ir_input(b, 0)))
 
 
-@generator("EMBEDDING_LOOKUP", epilogue=True)
+@generator("EMBEDDING_LOOKUP", epilogue=True, ir=True)
 def embedding_lookup(g: NodeGen) -> list[KernelSpec]:
     """Row ids[i] of the table for each id (GATHER along axis 0)."""
     ids, table = _in_shape(g, 0), _in_shape(g, 1)
     _check_const_indices(g, 0, table[0], "EMBEDDING_LOOKUP")
     inner = _prod(table[1:])
-    idx = g.input(0)
+    b = g.new_kernel()
+    idx = _indices(g, b, 0)
     w = Walk([ids[0], inner], [0, 1], bounds=[Bound([(0, 1)], 0, table[0], inner, "index", idx)])
-    return _kernels(walk_kernel(g, w, g.input(1), np.dtype(g.ctx.inputs[1].dtype)))
+    return _kernels(walk_kernel(g, b, w, g.ir_input(b, 1)))
 
 
-@generator("GATHER_ND", epilogue=True)
+@generator("GATHER_ND", epilogue=True, ir=True)
 def gather_nd(g: NodeGen) -> list[KernelSpec]:
     """The output as (index row, inner): each of the row's ``depth`` indices steps its
     params axis; the slice after them is copied whole."""
@@ -735,6 +796,7 @@ def gather_nd(g: NodeGen) -> list[KernelSpec]:
     _check_const_indices(g, 1, list(p[:depth]), "GATHER_ND")
     strides = strides_of(p)
     rows, inner = _prod(ix[:-1]), _prod(p[depth:])
-    idx = g.input(1)
+    b = g.new_kernel()
+    idx = _indices(g, b, 1)
     bounds = [Bound([(0, depth)], j, p[j], strides[j], "index", idx) for j in range(depth)]
-    return _kernels(walk_kernel(g, Walk([rows, inner], [0, 1], bounds=bounds), g.input(0), _dtype(g)))
+    return _kernels(walk_kernel(g, b, Walk([rows, inner], [0, 1], bounds=bounds), g.ir_input(b, 0)))

@@ -1,4 +1,5 @@
-"""LSTM and UNIDIRECTIONAL_SEQUENCE_LSTM: a whole sequence in one launch.
+"""LSTM and UNIDIRECTIONAL_SEQUENCE_LSTM: a whole sequence in one launch, written with
+:mod:`litegpu.codegen.ir`, so every dialect (WGSL included) renders it.
 
 A work-group per batch row runs every time step of that row (rows are independent,
 so groups never wait for each other). The group keeps the row's recurrent state in
@@ -20,6 +21,11 @@ overwrites state that a work-item of the same group still reads; barriers separa
 the phases. The initial state is read from the state tensors (inputs 18 and 19) and
 the final state is written back into them, as LiteRT updates its variable tensors.
 
+The kernel takes at most seven buffers (x, y, the two states, the gate weights, one
+table of the per-cell vectors and the projection with its bias as a last row), within
+WebGPU's eight. Everything is float4 (WGSL's widest vector is enough); the local
+state must fit the group's local memory (32 KiB, WebGPU's default 16 KiB).
+
 Work-items per group (``LANES``): on PoCL's CPU device a group runs on one core and
 its barriers are expensive, so one work-item walking the cell blocks is fastest
 (measured 4-5x faster than 4 work-items with barriers); a GPU wants more lanes, but
@@ -27,36 +33,57 @@ a generator does not know its device yet. Rows run in parallel either way.
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
+from typing import Iterator
 
 import numpy as np
 
 from litegpu.ops.nn import LAYER_NORM_EPSILON, LSTM_INPUT_NAMES
 from litegpu.ops.registry import CLAMP_ACTIVATIONS
 
-from ..nodegen import NodeGen, c_float, clamp_c
+from .. import formulas, ir
+from ..ir import FLOAT, FLOAT4, Expr, Sym, call, select
+from ..nodegen import KernelSpec, NodeGen
+from ..wgsl import WgslDialect
 from . import Decline, generator
 
 _F32 = np.dtype(np.float32)
 _GATES = ("input", "forget", "cell", "output")
 _OUTPUT_STATE, _CELL_STATE = 18, 19
-_MAX_LOCAL_BYTES = 32 << 10   # the least local memory an OpenCL full-profile device has
+_MAX_LOCAL_BYTES = 32 << 10    # the least local memory an OpenCL full-profile device has
+_WGSL_LOCAL_BYTES = 16 << 10   # WebGPU's default maxComputeWorkgroupStorageSize
+# The per-cell vectors ([4][cp] each) in the order they sit in the packed table.
+_TABLES = ("bias", "post", "norm", "peep")
 
 #: Work-items per batch row (see the module docstring). Any value is correct.
 LANES = 1
 
 # Inside an LSTM the activation is a real function on the cell input and state (TFLite's
-# ApplyActivationToVector), not a fused output clamp: TANH really is tanh here. Each
-# takes and returns a float4.
-_ACT = {
-    **{name: (lambda g, v, name=name: clamp_c(name, v, "float", g=g)) for name in CLAMP_ACTIVATIONS},
-    "TANH": lambda g, v: f"tanh({v})",
-    "SIGN_BIT": lambda g, v: f"select({g.vector('float4', '0.0f')}, {g.vector('float4', '1.0f')}, signbit({v}))",
-}
+# ApplyActivationToVector), not a fused output clamp: TANH really is tanh here.
+_ACTIVATIONS = (*CLAMP_ACTIVATIONS, "TANH", "SIGN_BIT")
 
 
-def _sigmoid(v: str) -> str:
-    return f"(1.0f / (1.0f + exp(-({v}))))"
+def _activation(b: ir.KernelBuilder, name: str, v: Expr) -> Expr:
+    """The LSTM activation ``name`` of the float4 ``v``; a clamp lets NaN through, as
+    XNNPACK's compares and selects do (:func:`litegpu.codegen.formulas.clamp`)."""
+    if name == "TANH":
+        return call("tanh", v)
+    if name == "SIGN_BIT":
+        return select(call("signbit", v), ir.lit(1.0, FLOAT4), ir.lit(0.0, FLOAT4))
+    if name == "NONE":
+        return v
+    # The clamp reads its operand more than once: name it rather than repeat a load.
+    return formulas.clamp(name, v if isinstance(v, Sym) else b.let("av", v, FLOAT4))
+
+
+def _sigmoid(v: Expr) -> Expr:
+    return 1.0 / (1.0 + call("exp", -v))
+
+
+def _plus(e: Expr, n: int) -> Expr:
+    """``e + n``, without adding a zero."""
+    return e + n if n else e
 
 
 def _weights(g: NodeGen) -> dict[str, np.ndarray | None]:
@@ -114,25 +141,26 @@ class _Shape:
         """(R, padded n_output) of the projection phase."""
         return _block(self.n_output)
 
-    def row(self, t: str, width: int) -> str:
+    def row(self, t: Expr, b: Expr, width: int) -> Expr:
         """Element offset of row ``b`` at time ``t`` of x or y ([T,B,*] time-major, else [B,T,*])."""
         if self.time_major or not self.seq:
-            return f"((({t}) * {self.batch} + b) * {width})"
-        return f"((b * {self.steps} + ({t})) * {width})"
+            return (t * self.batch + b) * width
+        return (b * self.steps + t) * width
 
 
-def _repack(w: dict, s: _Shape, layer_norm: tuple[bool, ...]) -> dict[str, np.ndarray]:
+def _repack(w: dict, s: _Shape, layer_norm: tuple[bool, ...], tables: tuple[str, ...]) -> dict[str, np.ndarray]:
     """Weights as the kernel reads them, padded with zeros to whole blocks; absent gates
     (CIFG's input gate) and absent parts are zeros:
 
     - ``W [n_input + n_output][4][cp]``: input then recurrent weights, gates i, f, c, o;
-    - ``bias [4][cp]``: added before the gate (0 for layer-norm gates); ``post [4][cp]``:
-      added after the norm; ``peep``, ``norm [4][cp]``: peephole and layer-norm weights;
-    - ``proj [n_cell][pp]`` (transposed) and ``proj_bias [pp]``.
+    - ``tab [len(tables)][4][cp]``: of ``tables``, ``bias`` is added before the gate (0 for
+      layer-norm gates), ``post`` after the norm; ``peep`` and ``norm`` are the peephole
+      and layer-norm weights;
+    - ``proj [n_cell + 1][pp]``: the projection transposed, its bias as the last row.
     """
     _, cp = s.cell_block
     _, pp = s.out_block
-    out = {name: np.zeros((4, cp), np.float32) for name in ("bias", "post", "peep", "norm")}
+    out = {name: np.zeros((4, cp), np.float32) for name in _TABLES}
     wcat = np.zeros((s.n_input + s.n_output, 4, cp), np.float32)
     for k, gate in enumerate(_GATES):
         if w[f"input_to_{gate}"] is None:
@@ -144,20 +172,18 @@ def _repack(w: dict, s: _Shape, layer_norm: tuple[bool, ...]) -> dict[str, np.nd
             out["norm"][k, :s.n_cell] = w[f"{gate}_layer_norm"]
         if gate != "cell" and w[f"cell_to_{gate}"] is not None:
             out["peep"][k, :s.n_cell] = w[f"cell_to_{gate}"]
-    out["W"] = wcat
+    packed = {"W": wcat, "tab": np.stack([out[name] for name in tables])}
     if w["projection_weights"] is not None:
-        proj = np.zeros((s.n_cell, pp), np.float32)
-        proj[:, :s.n_output] = w["projection_weights"].T
-        out["proj"] = proj
-        bias = np.zeros(pp, np.float32)
+        proj = np.zeros((s.n_cell + 1, pp), np.float32)
+        proj[:s.n_cell, :s.n_output] = w["projection_weights"].T
         if w["projection_bias"] is not None:
-            bias[:s.n_output] = w["projection_bias"]
-        out["proj_bias"] = bias
-    return out
+            proj[s.n_cell, :s.n_output] = w["projection_bias"]
+        packed["proj"] = proj
+    return packed
 
 
-@generator("LSTM", "UNIDIRECTIONAL_SEQUENCE_LSTM")
-def lstm(g: NodeGen):
+@generator("LSTM", "UNIDIRECTIONAL_SEQUENCE_LSTM", ir=True)
+def lstm(g: NodeGen) -> list[KernelSpec]:
     """The whole op in one launch: see the module docstring."""
     ctx, attrs = g.ctx, g.attrs
     if any(s is not None and s.dtype != _F32 for s in (*ctx.inputs, *ctx.outputs)):
@@ -173,6 +199,8 @@ def lstm(g: NodeGen):
                seq, time_major)
     if s.batch == 0 or s.steps == 0:
         return []   # no output elements, and the state stays as it is
+    if attrs["activation"] not in _ACTIVATIONS:
+        raise Decline(f"LSTM activation {attrs['activation']}")
     cifg = w["input_to_input"] is None
     layer_norm = tuple(w[f"{gate}_layer_norm"] is not None and not (cifg and gate == "input") for gate in _GATES)
     peephole = any(w[f"cell_to_{gate}"] is not None for gate in ("input", "forget", "output"))
@@ -180,198 +208,222 @@ def lstm(g: NodeGen):
     _, cp = s.cell_block
     _, pp = s.out_block
     local_floats = 2 * pp + cp + (cp if projection else 0) + (4 * cp + 8 if any(layer_norm) else 0)
-    if local_floats * 4 > _MAX_LOCAL_BYTES:
+    limit = _WGSL_LOCAL_BYTES if isinstance(g.dialect, WgslDialect) else _MAX_LOCAL_BYTES
+    if local_floats * 4 > limit:
         raise Decline(f"LSTM state of {local_floats * 4} bytes per batch row does not fit one work-group's "
-                      f"local memory ({_MAX_LOCAL_BYTES} bytes)")
+                      f"local memory ({limit} bytes in {g.dialect.name})")
 
     # Parameters (the order they are asked for is the kernel's parameter order).
-    p = {"x": g.input(0), "y": g.output(0), "hs": g.tensor_param(h_state, const=False),
-         "cs": g.tensor_param(c_state, const=False)}
-    packed = _repack(w, s, layer_norm)
-    for name in ("W", "bias") + (("post", "norm") if any(layer_norm) else ()) + (("peep",) if peephole else ()) \
-            + (("proj", "proj_bias") if projection else ()):
-        p[name] = g.const(packed[name])
-    gen = _Writer(g, s, p, attrs, cifg, layer_norm, peephole, projection)
-    return [g.kernel(gen.body(), (LANES, s.batch), (LANES, 1))]
+    b = g.new_kernel()
+    tables = ("bias",) + (("post", "norm") if any(layer_norm) else ()) + (("peep",) if peephole else ())
+    packed = _repack(w, s, layer_norm, tables)
+    bufs = {"x": g.ir_input(b, 0), "y": g.ir_output(b, 0), "hs": g.ir_tensor(b, h_state, writes=True),
+            "cs": g.ir_tensor(b, c_state, writes=True), "W": g.ir_const(b, packed["W"]),
+            "tab": g.ir_const(b, packed["tab"])}
+    if projection:
+        bufs["proj"] = g.ir_const(b, packed["proj"])
+    _Writer(b, s, bufs, tables, attrs, cifg, layer_norm, peephole).body()
+    return [g.ir_kernel(b, (LANES, s.batch), (LANES, 1))]
 
 
 class _Writer:
-    """Writes the kernel body of one LSTM node (see the module docstring)."""
+    """Builds the kernel body of one LSTM node (see the module docstring)."""
 
-    def __init__(self, g: NodeGen, s: _Shape, p: dict[str, str], attrs: dict, cifg: bool,
-                 layer_norm: tuple[bool, ...], peephole: bool, projection: bool) -> None:
-        self.g, self.s, self.p = g, s, p
-        act = _ACT[attrs["activation"]]
-        self.act = lambda v: act(g, v)
+    def __init__(self, b: ir.KernelBuilder, s: _Shape, bufs: dict[str, ir.Buffer], tables: tuple[str, ...],
+                 attrs: dict, cifg: bool, layer_norm: tuple[bool, ...], peephole: bool) -> None:
+        self.b, self.s, self.bufs = b, s, bufs
+        self.activation = attrs["activation"]
         self.cell_clip, self.proj_clip = float(attrs["cell_clip"]), float(attrs["proj_clip"])
-        self.cifg, self.ln, self.peephole, self.projection = cifg, layer_norm, peephole, projection
+        self.cifg, self.ln, self.peephole, self.projection = cifg, layer_norm, peephole, "proj" in bufs
         self.r, self.cp = s.cell_block
         self.rp, self.pp = s.out_block
+        self.table_rows = {name: j for j, name in enumerate(tables)}
 
-    def body(self) -> str:
+    def body(self) -> None:
         """Prologue (state into local memory), the time loop, epilogue (state back)."""
-        g, s, p, cp, pp = self.g, self.s, self.p, self.cp, self.pp
-        arrays = [("hl", 2 * pp), ("cl", cp)] + [("ml", cp)] * self.projection \
-            + [("gz", 4 * cp), ("st", 8)] * any(self.ln)
-        lines = [f"  {g.local_array('float', name, size)}" for name, size in arrays]
-        lines += [
-            f"  const int lid = {g.local_id(0)}, b = {g.global_id(1)};",
-            # Padding units start at 0; they never reach an output or the state.
-            (f"  for (int i = lid; i < {pp}; i += {LANES}) "
-             f"hl[i] = i < {s.n_output} ? {g.loadv(p['hs'], f'b * {s.n_output} + i', 1)} : 0.0f;"),
-            (f"  for (int i = lid; i < {cp}; i += {LANES}) "
-             f"cl[i] = i < {s.n_cell} ? {g.loadv(p['cs'], f'b * {s.n_cell} + i', 1)} : 0.0f;"),
-            f"  {g.barrier()}",
-            f"  for (int t = 0; t < {s.steps}; ++t) {{",
-            f"    {g.local_ptr('float', const=True)} hcur = hl + (t & 1) * {pp};",
-            f"    {g.local_ptr('float')} hnext = hl + ((t + 1) & 1) * {pp};",
-        ]
-        lines += self._gates()
+        b, s, cp, pp = self.b, self.s, self.cp, self.pp
+        self.hl = b.local_array("hl", FLOAT, 2 * pp)
+        self.cl = b.local_array("cl", FLOAT, cp)
         if self.projection:
-            lines += self._projection()
-        lines += [
-            "  }",
-            (f"  for (int i = lid; i < {s.n_output}; i += {LANES}) "
-             + g.store(p['hs'], f"b * {s.n_output} + i", f"hl[{(s.steps & 1) * pp} + i]")),
-            f"  for (int i = lid; i < {s.n_cell}; i += {LANES}) " + g.store(p['cs'], f"b * {s.n_cell} + i", "cl[i]"),
-        ]
-        return "\n".join(lines)
+            self.ml = b.local_array("ml", FLOAT, cp)
+        if any(self.ln):
+            self.gz = b.local_array("gz", FLOAT, 4 * cp)
+            self.st = b.local_array("st", FLOAT, 8)
+        self.lid, self.row_b = b.let("lid", b.local_id(0)), b.let("b", b.global_id(1))
+        # Padding units start at 0; they never reach an output or the state.
+        self._state_in(self.hl, self.bufs["hs"], pp, s.n_output)
+        self._state_in(self.cl, self.bufs["cs"], cp, s.n_cell)
+        b.barrier()
+        with b.for_("t", 0, s.steps) as t:
+            self.t = t
+            self.hcur = b.let("hcur", (t & 1) * pp)
+            self.hnext = b.let("hnext", ((t + 1) & 1) * pp)
+            self._gates()
+            if self.projection:
+                self._projection()
+        with b.for_("i", self.lid, s.n_output, LANES) as i:
+            b.store(self.bufs["hs"], self.row_b * s.n_output + i, self.hl.load(_plus(i, (s.steps & 1) * pp)))
+        with b.for_("i", self.lid, s.n_cell, LANES) as i:
+            b.store(self.bufs["cs"], self.row_b * s.n_cell + i, self.cl.load(i))
 
     # -- pieces ---------------------------------------------------------------------------
-    def _blocks(self, n_blocks: int, width: int, var: str, inner: list[str]) -> list[str]:
-        """A loop of this work-item's blocks (``var`` = first unit), then a barrier."""
-        return ([f"    for (int blk = lid; blk < {n_blocks}; blk += {LANES}) {{",
-                 f"      const int {var} = blk * {width};"]
-                + inner + ["    }", f"    {self.g.barrier()}"])
+    def _state_in(self, array: ir.LocalArray, state: ir.Buffer, padded: int, n: int) -> None:
+        """This row's ``n`` units of ``state`` into ``array``, zeros up to ``padded``."""
+        b = self.b
+        with b.for_("i", self.lid, padded, LANES) as i:
+            value = state.load(self.row_b * n + i, as_float=True)
+            if n == padded:
+                b.local_store(array, i, value)
+            else:   # an if, not a select: WGSL's select would read past the row too
+                with b.if_(i < n):
+                    b.local_store(array, i, value)
+                with b.else_():
+                    b.local_store(array, i, 0.0)
 
-    def _table(self, name: str, gate: int, r: int) -> str:
-        """float4 of a [4][cp] table at gate ``gate``, cells c0 + 4r ..."""
-        return f"convert_float4(LD4({self.p[name]}, {gate * self.cp} + c0 + {4 * r}))"
+    @contextlib.contextmanager
+    def _blocks(self, n_blocks: int, width: int, name: str) -> Iterator[Sym]:
+        """A loop of this work-item's blocks (yields the block's first unit), then a barrier."""
+        b = self.b
+        with b.for_("blk", self.lid, n_blocks, LANES) as blk:
+            yield b.let(name, blk * width)
+        b.barrier()
 
-    def _store_y(self, value: str, col: str, width: int) -> list[str]:
+    def _table(self, name: str, gate: int, q: int, c0: Expr) -> Expr:
+        """float4 of a [4][cp] table at gate ``gate``, cells c0 + 4q ..."""
+        row = self.table_rows[name]
+        return self.bufs["tab"].load(_plus(c0, (4 * row + gate) * self.cp + 4 * q), 4, as_float=True)
+
+    def _store_y(self, value: Sym, col: Expr, width: int) -> None:
         """Store a float4 into output columns col..col+3 (masked past ``width``)."""
-        g, y, off = self.g, self.p["y"], self.s.row("t", width)
+        b, y, off = self.b, self.bufs["y"], self.s.row(self.t, self.row_b, width)
         if width % 4 == 0:
-            return [f"      {g.store4(y, f'{off} + {col}', value)}"]
-        return [f"      if ({col} + {j} < {width}) {g.store(y, f'{off} + {col} + {j}', g.lane(f'({value})', j, 4))}"
-                for j in range(4)]
+            b.store(y, off + col, value)
+            return
+        for j in range(4):
+            with b.if_(_plus(col, j) < width):
+                b.store(y, _plus(off + col, j), value.lane(j))
 
-    def _gates(self) -> list[str]:
+    def _mac(self, z: dict[tuple[int, int], Sym], v: Sym, wr: Sym) -> None:
+        """Every accumulator += ``v`` times its float4 of the weight row at ``wr``."""
+        for (k, q), acc in z.items():
+            self.b.assign(acc, v * self.bufs["W"].load(_plus(wr, k * self.cp + 4 * q), 4, as_float=True), "+")
+
+    def _gates(self) -> None:
         """Gate phase, then (layer norm) the normalizing phases; ends after a barrier."""
-        g, s, p, r, cp = self.g, self.s, self.p, self.r, self.cp
-        g.alias("xr", p["x"])
-        pairs = [(k, q) for k in range(4) for q in range(r)]   # gate k, float4 group q
-        mac = " ".join(f"z{k}_{q} += v * convert_float4(LD4(wr, {k * cp + 4 * q}));" for k, q in pairs)
-        inner = [f"      float4 z{k}_{q} = {self._table('bias', k, q)};" for k, q in pairs]
-        wptr = g.global_ptr("FT", const=True)
-        inner += [
-            f"      {g.global_ptr(g.pointee(p['x']), const=True)} xr = {p['x']} + {s.row('t', s.n_input)};",
-            f"      for (int k = 0; k < {s.n_input}; ++k) {{",
-            f"        const float v = {g.loadv('xr', 'k', 1)}; {wptr} wr = {p['W']} + k * {4 * cp} + c0;",
-            f"        {mac}",
-            "      }",
-            f"      for (int k = 0; k < {s.n_output}; ++k) {{",
-            f"        const float v = hcur[k]; {wptr} wr = {p['W']} + ({s.n_input} + k) * {4 * cp} + c0;",
-            f"        {mac}",
-            "      }",
-        ]
-        for q in range(r):
-            inner.append(f"      {{ const float4 cold = vload4(0, cl + c0 + {4 * q});")
-            if self.peephole:
-                inner.append(f"      z0_{q} += {self._table('peep', 0, q)} * cold; "
-                             f"z1_{q} += {self._table('peep', 1, q)} * cold;")
-            if any(self.ln):
-                inner += [f"      vstore4(z{k}_{q}, 0, gz + {k * cp} + c0 + {4 * q});" for k in range(4)]
-            else:
-                inner += self._update(q, "cold")
-            inner.append("      }")
-        lines = self._blocks(cp // (4 * r), 4 * r, "c0", inner)
-        if not any(self.ln):
-            return lines
-        # Layer norm: stats of the normalized i/f/c gates; the cell update from gz.
-        lines += self._stats([k for k in range(3) if self.ln[k]])
-        inner = []
-        for q in range(r):
-            inner.append("      {")
-            inner += [f"      float4 z{k}_{q} = vload4(0, gz + {k * cp} + c0 + {4 * q});" for k in range(4)]
-            inner += [self._normalize(k, q) for k in range(3) if self.ln[k]]
-            inner += self._update(q, f"vload4(0, cl + c0 + {4 * q})", output_waits=self.ln[3])
-            inner.append("      }")
-        lines += self._blocks(cp // (4 * r), 4 * r, "c0", inner)
+        b, s, cp = self.b, self.s, self.cp
+        with self._blocks(cp // (4 * self.r), 4 * self.r, "c0") as c0:
+            z = {(k, q): b.var(f"z{k}_{q}", self._table("bias", k, q, c0), FLOAT4)
+                 for k in range(4) for q in range(self.r)}   # gate k, float4 group q
+            xr = b.let("xr", s.row(self.t, self.row_b, s.n_input))
+            with b.for_("k", 0, s.n_input) as k:
+                v = b.let("v", self.bufs["x"].load(xr + k, as_float=True), FLOAT)
+                self._mac(z, v, b.let("wr", k * (4 * cp) + c0))
+            with b.for_("k", 0, s.n_output) as k:
+                v = b.let("v", self.hl.load(self.hcur + k), FLOAT)
+                self._mac(z, v, b.let("wr", (s.n_input + k) * (4 * cp) + c0))
+            for q in range(self.r):
+                zq = [z[k, q] for k in range(4)]
+                cold = b.let("cold", self.cl.load(_plus(c0, 4 * q), 4), FLOAT4)
+                if self.peephole:
+                    b.assign(zq[0], self._table("peep", 0, q, c0) * cold, "+")
+                    b.assign(zq[1], self._table("peep", 1, q, c0) * cold, "+")
+                if any(self.ln):
+                    for k in range(4):
+                        b.local_store(self.gz, _plus(c0, k * cp + 4 * q), zq[k])
+                else:
+                    self._update(zq, q, c0, cold)
+        if any(self.ln):
+            self._normalized_update()
+
+    def _normalized_update(self) -> None:
+        """Layer norm: stats of the normalized i/f/c gates, the cell update from ``gz``;
+        then, when the output gate is normalized, its stats and the output."""
+        b, cp, r = self.b, self.cp, self.r
+        self._stats([k for k in range(3) if self.ln[k]])
+        with self._blocks(cp // (4 * r), 4 * r, "c0") as c0:
+            for q in range(r):
+                zq = [b.var(f"z{k}_{q}", self.gz.load(_plus(c0, k * cp + 4 * q), 4), FLOAT4) for k in range(4)]
+                for k in range(3):
+                    if self.ln[k]:
+                        self._normalize(zq[k], k, q, c0)
+                self._update(zq, q, c0, self.cl.load(_plus(c0, 4 * q), 4), output_waits=self.ln[3])
         if self.ln[3]:
             # The output gate's norm needs every new cell (its peephole) first.
-            lines += self._stats([3])
-            inner = []
-            for q in range(r):
-                inner += [f"      {{ float4 z3_{q} = vload4(0, gz + {3 * cp} + c0 + {4 * q});",
-                          self._normalize(3, q)]
-                inner += self._output(q, f"vload4(0, cl + c0 + {4 * q})") + ["      }"]
-            lines += self._blocks(cp // (4 * r), 4 * r, "c0", inner)
-        return lines
+            self._stats([3])
+            with self._blocks(cp // (4 * r), 4 * r, "c0") as c0:
+                for q in range(r):
+                    z3 = b.var(f"z3_{q}", self.gz.load(_plus(c0, 3 * cp + 4 * q), 4), FLOAT4)
+                    self._normalize(z3, 3, q, c0)
+                    self._output(z3, q, c0, self.cl.load(_plus(c0, 4 * q), 4))
 
-    def _update(self, q: int, cold: str, output_waits: bool = False) -> list[str]:
+    def _update(self, z: list[Sym], q: int, c0: Sym, cold: Expr, output_waits: bool = False) -> None:
         """The new cell state of group ``q`` from z0..z3 and the old state; then the output
         gate, unless it ``output_waits`` for its layer norm (then z3 goes back to gz)."""
-        ig = "1.0f - f" if self.cifg else _sigmoid(f"z0_{q}")
-        lines = [f"      const float4 f = {_sigmoid(f'z1_{q}')};",
-                 f"      const float4 ig = {ig};",
-                 f"      float4 cn = f * ({cold}) + ig * {self.act(f'z2_{q}')};"]
+        b = self.b
+        f = b.let("f", _sigmoid(z[1]), FLOAT4)
+        ig = b.let("ig", 1.0 - f if self.cifg else _sigmoid(z[0]), FLOAT4)
+        cn = b.var("cn", f * cold + ig * _activation(b, self.activation, z[2]), FLOAT4)
         if self.cell_clip > 0:
-            lines.append(f"      cn = clamp(cn, {c_float(-self.cell_clip)}, {c_float(self.cell_clip)});")
-        lines.append(f"      vstore4(cn, 0, cl + c0 + {4 * q});")
+            b.assign(cn, call("clamp", cn, -self.cell_clip, self.cell_clip))
+        b.local_store(self.cl, _plus(c0, 4 * q), cn)
         if self.peephole:
-            lines.append(f"      z3_{q} += {self._table('peep', 3, q)} * cn;")
+            b.assign(z[3], self._table("peep", 3, q, c0) * cn, "+")
         if output_waits:
-            return lines + [f"      vstore4(z3_{q}, 0, gz + {3 * self.cp} + c0 + {4 * q});"]
-        return lines + self._output(q, "cn")
+            b.local_store(self.gz, _plus(c0, 3 * self.cp + 4 * q), z[3])
+        else:
+            self._output(z[3], q, c0, cn)
 
-    def _output(self, q: int, cn: str) -> list[str]:
+    def _output(self, z3: Sym, q: int, c0: Sym, cn: Expr) -> None:
         """``m = sigmoid(z3) * act(c)`` of group ``q`` into ``ml`` (projection) or the
         new ``h`` and the output."""
-        lines = [f"      const float4 m = {_sigmoid(f'z3_{q}')} * {self.act(cn)};"]
+        b = self.b
+        m = b.let("m", _sigmoid(z3) * _activation(b, self.activation, cn), FLOAT4)
         if self.projection:
-            return lines + [f"      vstore4(m, 0, ml + c0 + {4 * q});"]
-        return lines + [f"      vstore4(m, 0, hnext + c0 + {4 * q});"] \
-            + self._store_y("m", f"c0 + {4 * q}", self.s.n_output)
+            b.local_store(self.ml, _plus(c0, 4 * q), m)
+            return
+        b.local_store(self.hl, _plus(self.hnext + c0, 4 * q), m)
+        self._store_y(m, _plus(c0, 4 * q), self.s.n_output)
 
-    def _normalize(self, k: int, q: int) -> str:
+    def _normalize(self, z: Sym, k: int, q: int, c0: Sym) -> None:
         """Layer norm of gate ``k`` (group ``q``): (z - mean) / stddev * weight + bias."""
-        return (f"      z{k}_{q} = (z{k}_{q} - st[{2 * k}]) * st[{2 * k + 1}] * {self._table('norm', k, q)}"
-                f" + {self._table('post', k, q)};")
+        st = self.st
+        self.b.assign(z, (z - st.load(2 * k)) * st.load(2 * k + 1) * self._table("norm", k, q, c0)
+                      + self._table("post", k, q, c0))
 
-    def _stats(self, gates: list[int]) -> list[str]:
+    def _stats(self, gates: list[int]) -> None:
         """Mean and 1/stddev of the row's pre-activations of ``gates`` into ``st``, two-pass
         like TFLite's MeanStddevNormalization; ends with a barrier."""
         if not gates:
-            return []
-        n, cp = self.s.n_cell, self.cp
-        lines = []
+            return
+        b, n, gz = self.b, self.s.n_cell, self.gz
         for j, k in enumerate(gates):
-            lines += [
-                f"    if (lid == {j % LANES}) {{",
-                f"      {self.g.local_ptr('float', const=True)} zr = gz + {k * cp};",
-                "      float sum = 0.0f, sq = 0.0f;",
-                f"      for (int c = 0; c < {n}; ++c) sum += zr[c];",
-                f"      const float mean = sum / {n};",
-                f"      for (int c = 0; c < {n}; ++c) {{ const float d = zr[c] - mean; sq += d * d; }}",
-                f"      st[{2 * k}] = mean; st[{2 * k + 1}] = 1.0f / sqrt(sq / {n} + {c_float(LAYER_NORM_EPSILON)});",
-                "    }",
-            ]
-        return lines + [f"    {self.g.barrier()}"]
+            with b.if_(self.lid.eq(j % LANES)):
+                sum_ = b.var("sum", 0.0, FLOAT)
+                sq = b.var("sq", 0.0, FLOAT)
+                with b.for_("c", 0, n) as c:
+                    b.assign(sum_, gz.load(_plus(c, k * self.cp)), "+")
+                mean = b.let("mean", sum_ / n, FLOAT)
+                with b.for_("c", 0, n) as c:
+                    d = b.let("d", gz.load(_plus(c, k * self.cp)) - mean, FLOAT)
+                    b.assign(sq, d * d, "+")
+                b.local_store(self.st, 2 * k, mean)
+                b.local_store(self.st, 2 * k + 1, 1.0 / call("sqrt", sq / n + LAYER_NORM_EPSILON))
+        b.barrier()
 
-    def _projection(self) -> list[str]:
+    def _projection(self) -> None:
         """Projection phase: new h = clip(W_proj m + b), into h and the output."""
-        s, p, rp, pp = self.s, self.p, self.rp, self.pp
-        inner = [f"      float4 a{q} = convert_float4(LD4({p['proj_bias']}, p0 + {4 * q}));" for q in range(rp)]
-        inner += [
-            f"      for (int k = 0; k < {s.n_cell}; ++k) {{",
-            f"        const float v = ml[k]; {self.g.global_ptr('FT', const=True)} wr = {p['proj']} + k * {pp} + p0;",
-            "        " + " ".join(f"a{q} += v * convert_float4(LD4(wr, {4 * q}));" for q in range(rp)),
-            "      }",
-        ]
-        for q in range(rp):
-            if self.proj_clip > 0:
-                inner.append(f"      a{q} = clamp(a{q}, {c_float(-self.proj_clip)}, {c_float(self.proj_clip)});")
-            inner.append(f"      vstore4(a{q}, 0, hnext + p0 + {4 * q});")
-            inner += self._store_y(f"a{q}", f"p0 + {4 * q}", s.n_output)
-        return self._blocks(pp // (4 * rp), 4 * rp, "p0", inner)
+        b, s, rp, pp = self.b, self.s, self.rp, self.pp
+        proj = self.bufs["proj"]
+        with self._blocks(pp // (4 * rp), 4 * rp, "p0") as p0:
+            acc = [b.var(f"a{q}", proj.load(_plus(p0, s.n_cell * pp + 4 * q), 4, as_float=True), FLOAT4)
+                   for q in range(rp)]
+            with b.for_("k", 0, s.n_cell) as k:
+                v = b.let("v", self.ml.load(k), FLOAT)
+                wr = b.let("wr", k * pp + p0)
+                for q in range(rp):
+                    b.assign(acc[q], v * proj.load(_plus(wr, 4 * q), 4, as_float=True), "+")
+            for q in range(rp):
+                if self.proj_clip > 0:
+                    b.assign(acc[q], call("clamp", acc[q], -self.proj_clip, self.proj_clip))
+                b.local_store(self.hl, _plus(self.hnext + p0, 4 * q), acc[q])
+                self._store_y(acc[q], _plus(p0, 4 * q), s.n_output)
