@@ -325,23 +325,6 @@ def test_kernels_type_check_as_msl(clangxx, tmp_path):
     assert not failures, "\n\n".join(f"{key}:\n{report}" for key, report in failures.items())
 
 
-def test_a_generator_written_in_c_text_declines_in_wgsl_saying_so():
-    from litegpu.codegen import offline
-    from litegpu.codegen.wgsl import WGSL
-    from litegpu.model import load_model
-    from litegpu.testing.builder import ModelBuilder
-    mb = ModelBuilder()
-    x = mb.input("x", (2, 8))
-    y = mb.tensor("y", (2, 8))
-    mb.op("LOG_SOFTMAX", [x], [y])
-    mb.output(y)
-    model = load_model(mb.build())
-    found, refusals = offline.gpu_partitions(model, WGSL)
-    assert not found and any("no wgsl kernel for LOG_SOFTMAX yet" in r for r in refusals), refusals
-    found, _ = offline.gpu_partitions(model, DIALECTS["opencl"])
-    assert found   # the same node renders in C
-
-
 def _grid_kernel(n: int):
     """y = 3 x + 1 on integers of a 16-bit grid, in full-precision (float32) tensors."""
     b = ir.KernelBuilder()

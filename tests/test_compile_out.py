@@ -14,6 +14,8 @@ from litegpu.cli import main
 from litegpu.codegen import kernels
 from litegpu.testing.builder import ModelBuilder
 
+from test_kernel_build_errors import broken
+
 
 def _model(tmp_path) -> str:
     """x -> LOGISTIC -> MUL by itself -> CUMSUM (cpu only) -> ADD: two GPU partitions."""
@@ -73,9 +75,7 @@ def test_cuda_sources_and_ptx_without_a_gpu(tmp_path, nvrtc_available):
 
 def test_a_kernel_that_fails_names_its_node(tmp_path, monkeypatch, capsys, nvrtc_available):
     kernels.load_all()
-    real = kernels.GENERATORS["ADD"]
-    monkeypatch.setitem(kernels.GENERATORS, "ADD", kernels.Generator(
-        lambda g: [g.kernel(f"  {g.output()}[0] = no_such_name;", (1,))], real.epilogue))
+    monkeypatch.setitem(kernels.GENERATORS, "ADD", broken(kernels.GENERATORS["ADD"]))
     monkeypatch.setenv("LITEGPU_CACHE_DIR", str(tmp_path / "cache"))
     assert main(["compile", _model(tmp_path), "--backend", "cuda", "--out", str(tmp_path / "out")]) == 1
     err = capsys.readouterr().err

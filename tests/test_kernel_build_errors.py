@@ -1,10 +1,11 @@
 """A GPU kernel the API's compiler refuses is reported by node, op and saved source.
 
 A real compiler refuses a real (deliberately broken) kernel: the generator of one op is
-replaced for the test by one that writes a statement no C dialect accepts.
+replaced for the test by one that writes a statement no dialect accepts.
 """
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -27,16 +28,18 @@ def _model() -> bytes:
     return b.build()
 
 
+def broken(real: kernels.Generator) -> kernels.Generator:
+    """``real`` with a statement no dialect accepts at the top of each kernel's body."""
+    def gen(g):
+        return [dataclasses.replace(k, source=k.source.replace("{", "{ no_such_name;", 1)) for k in real.fn(g)]
+    return kernels.Generator(gen, real.epilogue)
+
+
 @pytest.fixture
 def broken_mul(monkeypatch):
-    """MUL's generator writes a kernel whose body uses an undeclared name."""
+    """MUL's generator writes kernels whose body uses an undeclared name."""
     kernels.load_all()
-    real = kernels.GENERATORS["MUL"]
-
-    def broken(g):
-        out = g.output()
-        return [g.kernel(f"  {out}[0] = no_such_name;", (1,))]
-    monkeypatch.setitem(kernels.GENERATORS, "MUL", kernels.Generator(broken, real.epilogue))
+    monkeypatch.setitem(kernels.GENERATORS, "MUL", broken(kernels.GENERATORS["MUL"]))
 
 
 def test_opencl_build_failure_names_node_op_and_source(opencl, broken_mul, tmp_path, monkeypatch):

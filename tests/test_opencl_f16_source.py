@@ -22,7 +22,8 @@ from pathlib import Path
 import pytest
 from gpu_sources import MODEL_FILES, planned, report
 
-from litegpu.codegen import Precision, prelude
+from litegpu.codegen import Precision
+from litegpu.codegen.opencl import OPENCL
 from litegpu.codegen.render import program_source
 from litegpu.testing.cases import all_cases
 
@@ -151,9 +152,9 @@ def test_checker_catches_half_arithmetic_mistakes(tmp_path, mistake):
     """Each mistake compiles in F32 mode yet is reported in F16 mode, pointing at its line,
     and only against its own source when checked in a batch with correct ones."""
     body = _MISTAKES[mistake]
-    f32 = prelude(Precision()) + _KERNEL.format(body=body)
-    bad = prelude(F16) + _KERNEL.format(body=body)
-    good = prelude(F16) + _KERNEL.format(body="const float4 w = convert_float4(v) * 2.0f;\n"
+    f32 = OPENCL.prelude(Precision().name) + _KERNEL.format(body=body)
+    bad = OPENCL.prelude(F16.name) + _KERNEL.format(body=body)
+    good = OPENCL.prelude(F16.name) + _KERNEL.format(body="const float4 w = convert_float4(v) * 2.0f;\n"
                                               "  ST4(t0, 0, TO_REAL4(fmax(w, 0.0f)));\n  ST(t0, 0, exp(v.x));")
     reports = clang_check({"f32": f32, "bad": bad, "good": good}, tmp_path)
     assert set(reports) == {"bad"}, reports

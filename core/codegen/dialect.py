@@ -1,10 +1,10 @@
 """The C family's dialect interface: how OpenCL C, CUDA C++ and MSL spell what a kernel needs.
 
-Kernels (:mod:`litegpu.codegen.kernels`) are written once and never name a GPU API:
-as :mod:`.ir` trees (which :mod:`.crender` renders in the kernel language below, and
-:mod:`.wgsl` as WGSL), or, for generators not yet moved to the tree, as C statements of
-that kernel language. What differs between the C-family APIs is data, one
-:class:`Dialect` table each (in :mod:`.dialects`):
+Kernels (:mod:`litegpu.codegen.kernels`) are written once, as :mod:`.ir` trees, and
+never name a GPU API; :mod:`.crender` renders them in the C family's kernel language
+below. What differs between the C-family APIs is data, one :class:`Dialect` table each
+(:mod:`.opencl`, :mod:`.cuda`, :mod:`.metal`; a plugin registers its own through the
+``litegpu_dialects`` hook):
 
 - a kernel's signature: its prefix, how a buffer parameter is declared, whether
   tensors arrive as (buffer, element offset) pairs or as pointers the runtime has
@@ -28,8 +28,7 @@ and the saturating or rounding integer conversions ``convert_<int>_sat`` and
 ``convert_long_rte``. Anything else a kernel needs goes through this table.
 
 WGSL is not a table of this kind: it has no preprocessor and declares variables
-differently, so it renders the tree itself (:class:`.wgsl.WgslDialect`), and a generator
-still written in C text declines there.
+differently, so it renders the tree itself (:mod:`.wgsl`).
 """
 from __future__ import annotations
 

@@ -706,7 +706,7 @@ class Renderer:
 def float_arithmetic(kernel: Kernel) -> Kernel:
     """``kernel`` computing in ``float`` where it computed in ``real``: every ``real`` value,
     variable and local array becomes ``float``, and float tensors load as float (their
-    storage is unchanged; stores convert). :meth:`litegpu.codegen.NodeGen.ir_kernel` renders
+    storage is unchanged; stores convert). :meth:`litegpu.codegen.NodeGen.kernel` renders
     a kernel so in F16 when it touches a tensor kept at full precision: half arithmetic,
     with its 11-bit significand, cannot hold a 16-bit grid."""
     seen: dict[object, object] = {}   # each variable and local array is rebuilt once, kept by identity

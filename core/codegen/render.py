@@ -28,8 +28,6 @@ def generate(ctx, precision: Precision, specs, step_followers=None, out_tensor=N
     gen = load_all().get(ctx.node.op)
     if gen is None:
         raise Decline(f"no GPU kernel for {ctx.node.op}")
-    if not gen.ir and not isinstance(dialect, Dialect):
-        raise Decline(f"no {dialect.name} kernel for {ctx.node.op} yet (its generator is C text)")
     return gen.fn(NodeGen(ctx, precision, specs, step_followers, out_tensor, dialect))
 
 

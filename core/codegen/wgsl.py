@@ -50,8 +50,7 @@ class WgslDialect:
     """WGSL as a dialect of :mod:`litegpu.codegen`: its name, a source file's suffix and the
     storage buffers a kernel may bind (``maxStorageBuffersPerShaderStage``: 8 is what every
     WebGPU device offers; a runtime that asked its device for more uses its own copy).
-    Kernels render through :class:`WgslRenderer`; there is no C text in this dialect, so a
-    generator not yet written with :mod:`litegpu.codegen.ir` declines (the node runs on cpu)."""
+    Kernels render through :class:`WgslRenderer`."""
 
     name: str = "wgsl"
     suffix: str = ".wgsl"

@@ -1,11 +1,11 @@
-"""Kernel generators of the opencl backend, by op name.
+"""The GPU kernel generators, by op name.
 
-A generator takes a :class:`~litegpu_opencl.codegen.NodeGen` for one node and returns
-its kernels (usually one). It raises :class:`Decline` with a reason for a variant it
-cannot run; the node then falls back to cpu and the reason is reported. Generators
-registered with ``epilogue=True`` write their output through
-``NodeGen.store_output`` / ``store_output4``, so elementwise nodes that follow can be
-folded into their store (see :mod:`litegpu_opencl.fusion`).
+A generator takes a :class:`~litegpu.codegen.NodeGen` for one node and returns its
+kernels (usually one), built as :mod:`litegpu.codegen.ir` trees and rendered in the
+node's dialect. It raises :class:`Decline` with a reason for a variant it cannot run; the
+node then falls back to cpu and the reason is reported. Generators registered with
+``epilogue=True`` write their output through ``NodeGen.store_output``, so elementwise
+nodes that follow can be folded into their store (see :mod:`litegpu.codegen.fusion`).
 """
 from __future__ import annotations
 
@@ -22,23 +22,20 @@ class Decline(Exception):
 
 @dataclass(frozen=True)
 class Generator:
-    """A registered generator, whether it honours followers (see module docstring), and
-    whether it writes its kernels with :mod:`litegpu.codegen.ir` (``ir``: every dialect
-    renders them; the others are C text, which WGSL cannot take)."""
+    """A registered generator, and whether it honours followers (see module docstring)."""
 
     fn: Callable[[NodeGen], list[KernelSpec]]
     epilogue: bool = False
-    ir: bool = False
 
 
 GENERATORS: dict[str, Generator] = {}
 
 
-def generator(*ops: str, epilogue: bool = False, ir: bool = False):
+def generator(*ops: str, epilogue: bool = False):
     """Register the decorated function as the generator of ``ops``."""
     def wrap(fn: Callable[[NodeGen], list[KernelSpec]]):
         for op in ops:
-            GENERATORS[op] = Generator(fn, epilogue, ir)
+            GENERATORS[op] = Generator(fn, epilogue)
         return fn
     return wrap
 

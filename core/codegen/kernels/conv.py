@@ -24,7 +24,7 @@ second, masked copy of the loop that only border tiles run (:func:`window_dot`);
 rows outside the input are skipped by an ``if`` around the row's work.
 
 Accumulation is in ``float`` (loads ``as_float``); outputs go through
-``NodeGen.ir_store_output`` a ``real4`` at a time (a wide accumulator's quads in turn),
+``NodeGen.store_output`` a ``real4`` at a time (a wide accumulator's quads in turn),
 so fused activations and folded elementwise followers apply.
 """
 from __future__ import annotations
@@ -141,8 +141,8 @@ def _bias(g: NodeGen, b: ir.KernelBuilder, pos: int, channels: int, vec: int, oc
     if spec.value is not None:
         padded = np.zeros(-(-channels // vec) * vec, np.float32)
         padded[:channels] = np.asarray(spec.value, np.float32).reshape(-1)
-        return g.ir_const(b, padded).load(oc * vec, vec, as_float=True)
-    return _gather(g.ir_input(b, pos), [call("min", _plus(oc * vec, lane), channels - 1) for lane in range(vec)])
+        return g.const(b, padded).load(oc * vec, vec, as_float=True)
+    return _gather(g.input(b, pos), [call("min", _plus(oc * vec, lane), channels - 1) for lane in range(vec)])
 
 
 def _in_range(i: Expr, size: int) -> Expr:
@@ -251,7 +251,7 @@ class Tile:
         g, b, vec = self.g, self.b, self.vec
         assert channels % vec == 0 or vec == 4, "only float4 tiles pad their last group"
         if 0 in (rows, blocks, channels):   # an empty output: never launched (its indices might divide by 0)
-            return g.ir_kernel(g.new_kernel(), (0, 0, 0))
+            return g.kernel(g.new_kernel(), (0, 0, 0))
         for p, acc in enumerate(self.accs):
             idx = pixel[p] * channels + self.oc * vec
             if exists:
@@ -259,20 +259,20 @@ class Tile:
                     self._store(acc, idx, channels)
             else:
                 self._store(acc, idx, channels)
-        return g.ir_kernel(b, (-(-channels // vec), blocks, rows))
+        return g.kernel(b, (-(-channels // vec), blocks, rows))
 
     def _store(self, acc: ir.Sym, idx: Expr, channels: int) -> None:
         g, b, vec = self.g, self.b, self.vec
         if channels % 4 == 0:
             # Stored a real4 at a time: that is what the epilogue (followers) is written for.
             for q in range(vec // 4):
-                g.ir_store_output(b, _plus(idx, 4 * q), acc.quad(q).cast(ir.REAL4))
+                g.store_output(b, _plus(idx, 4 * q), acc.quad(q).cast(ir.REAL4))
             return
         # Scalar stores skip the padding lanes of the last channel group.
-        g.ir_store_output(b, idx, acc.lane(0).cast(ir.REAL))
+        g.store_output(b, idx, acc.lane(0).cast(ir.REAL))
         for lane in range(1, 4):
             with b.if_(self.oc * 4 + lane < channels):
-                g.ir_store_output(b, idx + lane, acc.lane(lane).cast(ir.REAL))
+                g.store_output(b, idx + lane, acc.lane(lane).cast(ir.REAL))
 
 
 def _blocked(b: ir.KernelBuilder, count: int, pixels: int, start: Expr, name: str
@@ -310,7 +310,7 @@ def _weights(wp: ir.Buffer, base: Expr, vec: int) -> WeightLoad:
 # -- CONV_2D ------------------------------------------------------------------------------
 
 
-@generator("CONV_2D", epilogue=True, ir=True)
+@generator("CONV_2D", epilogue=True)
 def conv2d(g: NodeGen) -> list[KernelSpec]:
     """CONV_2D (strides, dilations, SAME/VALID, groups): a pointwise conv with stride 1
     is a product of the ``[pixels, C]`` input with the weights; other convs walk the
@@ -338,8 +338,8 @@ def conv2d(g: NodeGen) -> list[KernelSpec]:
         w, i, groups, vec = dense, c, 1, channel_vector(o, most)
     pointwise = kh == kw == 1 and sh == sw == 1 and (oh, ow) == (h, wd) and pt == pl == 0
     b = g.new_kernel()
-    x = g.ir_input(b, 0)
-    wp = g.ir_const(b, pack_oc(w.reshape(o, kh * kw * i), vec))
+    x = g.input(b, 0)
+    wp = g.const(b, pack_oc(w.reshape(o, kh * kw * i), vec))
     tile = Tile(g, b, vec, pixels_per_item(n * h * wd if pointwise else ow))
     oc = tile.oc
     bias = _bias(g, b, 2, o, vec, oc)
@@ -397,7 +397,7 @@ def conv2d(g: NodeGen) -> list[KernelSpec]:
 # -- DEPTHWISE_CONV_2D ----------------------------------------------------------------------
 
 
-@generator("DEPTHWISE_CONV_2D", epilogue=True, ir=True)
+@generator("DEPTHWISE_CONV_2D", epilogue=True)
 def depthwise_conv2d(g: NodeGen) -> list[KernelSpec]:
     """DEPTHWISE_CONV_2D with any depth multiplier, stride, dilation and padding.
 
@@ -418,8 +418,8 @@ def depthwise_conv2d(g: NodeGen) -> list[KernelSpec]:
     contiguous = mult == 1 and c % 4 == 0
     vec = channel_vector(o, g.dialect.max_lanes) if contiguous else 4
     b = g.new_kernel()
-    x = g.ir_input(b, 0)
-    wp = g.ir_const(b, pack_oc(w.reshape(kh * kw, o).T, vec))   # [O/vec][kh*kw][vec]
+    x = g.input(b, 0)
+    wp = g.const(b, pack_oc(w.reshape(kh * kw, o).T, vec))   # [O/vec][kh*kw][vec]
     # A tile keeps its row of inputs, (P - 1) * sw + (kw - 1) * dw + 1 vectors, and P
     # accumulators in registers: 8 pixels at stride 1, 4 at stride 2 (measured faster).
     tile = Tile(g, b, vec, pixels_per_item(ow, 8 if sw == 1 else 4))
@@ -499,8 +499,8 @@ def _transpose_conv(g: NodeGen, x_pos: int, w_pos: int, bias_pos: int) -> list[K
     pl = transpose_conv_padding(ow, kw, sw, g.attrs["padding"])
     vec = channel_vector(o, g.dialect.max_lanes)
     b = g.new_kernel()
-    x = g.ir_input(b, x_pos)
-    wp = g.ir_const(b, pack_oc(w.reshape(o, kh * kw * c), vec))
+    x = g.input(b, x_pos)
+    wp = g.const(b, pack_oc(w.reshape(o, kh * kw * c), vec))
     per_phase = -(-ow // sw)
     tile = Tile(g, b, vec, pixels_per_item(per_phase))
     oc, pixels = tile.oc, tile.pixels
@@ -526,13 +526,13 @@ def _transpose_conv(g: NodeGen, x_pos: int, w_pos: int, bias_pos: int) -> list[K
                         exists=[e < ow for e in index])]
 
 
-@generator("TRANSPOSE_CONV", epilogue=True, ir=True)
+@generator("TRANSPOSE_CONV", epilogue=True)
 def transpose_conv(g: NodeGen) -> list[KernelSpec]:
     """TRANSPOSE_CONV: inputs (output_shape, weights [O, KH, KW, I], input, bias?)."""
     return _transpose_conv(g, x_pos=2, w_pos=1, bias_pos=3)
 
 
-@generator("Convolution2DTransposeBias", epilogue=True, ir=True)
+@generator("Convolution2DTransposeBias", epilogue=True)
 def transpose_conv_bias(g: NodeGen) -> list[KernelSpec]:
     """MediaPipe's Convolution2DTransposeBias: inputs (input, weights [O, KH, KW, I], bias)."""
     return _transpose_conv(g, x_pos=0, w_pos=1, bias_pos=2)
@@ -541,7 +541,7 @@ def transpose_conv_bias(g: NodeGen) -> list[KernelSpec]:
 # -- FULLY_CONNECTED and BATCH_MATMUL -------------------------------------------------------
 
 
-@generator("FULLY_CONNECTED", epilogue=True, ir=True)
+@generator("FULLY_CONNECTED", epilogue=True)
 def fully_connected(g: NodeGen) -> list[KernelSpec]:
     """FULLY_CONNECTED: the input flattened to rows of K times ``weights^T`` (+ bias).
 
@@ -553,14 +553,14 @@ def fully_connected(g: NodeGen) -> list[KernelSpec]:
     o, k = g.ctx.inputs[1].shape
     count = int(np.prod(g.ctx.inputs[0].shape, dtype=np.int64)) // k
     b = g.new_kernel()
-    x = g.ir_input(b, 0)
+    x = g.input(b, 0)
     if g.ctx.inputs[1].value is not None:
         vec = channel_vector(o, g.dialect.max_lanes)
-        wp = g.ir_const(b, pack_oc(np.asarray(g.ctx.inputs[1].value, np.float32), vec))
+        wp = g.const(b, pack_oc(np.asarray(g.ctx.inputs[1].value, np.float32), vec))
         tile = Tile(g, b, vec, pixels_per_item(count))
         wload = _weights(wp, tile.oc * (k * vec), vec)
     else:
-        vec, wt = 4, g.ir_input(b, 1)
+        vec, wt = 4, g.input(b, 1)
         tile = Tile(g, b, vec, pixels_per_item(count))
         rows = [call("min", _plus(tile.oc * 4, lane), o - 1) * k for lane in range(4)]
 
@@ -583,7 +583,7 @@ def _batch_index(out_batch: tuple[int, ...], batch: tuple[int, ...], row: Expr) 
     return _sum(terms) if terms else ir.lit(0, ir.INT)
 
 
-@generator("BATCH_MATMUL", epilogue=True, ir=True)
+@generator("BATCH_MATMUL", epilogue=True)
 def batch_matmul(g: NodeGen) -> list[KernelSpec]:
     """BATCH_MATMUL with adj_x / adj_y and broadcast batch axes.
 
@@ -601,23 +601,23 @@ def batch_matmul(g: NodeGen) -> list[KernelSpec]:
     out_batch = out_shape[:-2]
     most = g.dialect.max_lanes
     b = g.new_kernel()
-    a = g.ir_input(b, 0)
+    a = g.input(b, 0)
     # The weight loads below read ``tile`` and ``bb``, declared once the rhs is bound and
     # its tile width known (a load is built only when dot runs).
     if g.ctx.inputs[1].value is not None:
         vec = channel_vector(n, most)
         value = np.asarray(g.ctx.inputs[1].value, np.float32).reshape(-1, *b_shape[-2:])
-        rhs = g.ir_const(b, pack_oc(value if adj_y else value.swapaxes(-1, -2), vec))   # [batch][N/vec][K][vec]
+        rhs = g.const(b, pack_oc(value if adj_y else value.swapaxes(-1, -2), vec))   # [batch][N/vec][K][vec]
 
         def wload(step: ir.Operand) -> Expr:
             return rhs.load(((bb * -(-n // vec) + tile.oc) * k + step) * vec, vec, as_float=True)
     elif not adj_y and n % 4 == 0:
-        vec, rhs = channel_vector(n, most), g.ir_input(b, 1)
+        vec, rhs = channel_vector(n, most), g.input(b, 1)
 
         def wload(step: ir.Operand) -> Expr:
             return rhs.load(_plus(bb * (k * n), _times(step, n)) + tile.oc * vec, vec, as_float=True)
     else:
-        vec, rhs = 4, g.ir_input(b, 1)
+        vec, rhs = 4, g.input(b, 1)
 
         def wload(step: ir.Operand) -> Expr:
             lane = [call("min", _plus(tile.oc * 4, j), n - 1) for j in range(4)]

@@ -178,7 +178,7 @@ def _operand(g: NodeGen, b: ir.KernelBuilder, pos: int, bc: Broadcast, k: int, w
     spec = g.ctx.inputs[pos]
     if np.dtype(spec.dtype) == _F32 and spec.value is not None and np.asarray(spec.value).size == 1:
         return ir.lit(float(np.asarray(spec.value).reshape(-1)[0]), ir.REAL.with_lanes(width))
-    buf, idx = g.ir_input(b, pos), bc.index(k, flat, coords)
+    buf, idx = g.input(b, pos), bc.index(k, flat, coords)
     if width == 4:
         return buf.load(idx, 4) if bc.last_varies(k) else ir.vector(ir.REAL4, buf.load(idx))
     return buf.load(idx)
@@ -208,12 +208,12 @@ def pointwise(g: NodeGen, positions: Sequence[int], compute: Compute, *, width: 
     values = [b.let(f"a{k}", _operand(g, b, pos, bc, k, width, flat, coords)) for k, pos in enumerate(positions)]
     value = compute(b, values)
     if np.dtype(out_spec.dtype) == _F32:
-        g.ir_store_output(b, flat, value)
+        g.store_output(b, flat, value)
     else:
-        out = g.ir_output(b)
+        out = g.output(b)
         r = b.let("r", value.cast(out.element()))
         b.store(out, flat, _int_activation(activation, r))
-    return g.ir_kernel(b, (_size(out_spec.shape) // width,))
+    return g.kernel(b, (_size(out_spec.shape) // width,))
 
 
 def _dtype(g: NodeGen, pos: int) -> np.dtype:
@@ -233,7 +233,7 @@ def _float_width(g: NodeGen, positions: Sequence[int]) -> int:
 
 # -- generators --------------------------------------------------------------------------
 
-@generator(*formulas.UNARY, "LOGICAL_NOT", epilogue=True, ir=True)
+@generator(*formulas.UNARY, "LOGICAL_NOT", epilogue=True)
 def unary(g: NodeGen) -> list[KernelSpec]:
     """``out = f(in)``: floats through :data:`formulas.UNARY` (four per work-item when the
     size allows), integers and bools through their own forms."""
@@ -263,7 +263,7 @@ def _int_pow(b: ir.KernelBuilder, v: list[Expr], bits: int) -> Expr:
     return p
 
 
-@generator(*formulas.BINARY, epilogue=True, ir=True)
+@generator(*formulas.BINARY, epilogue=True)
 def binary(g: NodeGen) -> list[KernelSpec]:
     """Broadcasting binary arithmetic: floats through :data:`formulas.BINARY` (four per
     work-item when the innermost merged axis allows), integers through their own forms with
@@ -293,7 +293,7 @@ def _check_int_divisor(g: NodeGen, op: str) -> None:
         raise Decline(f"integer {op} by a constant holding zero")
 
 
-@generator(*_COMPARE, ir=True)
+@generator(*_COMPARE)
 def compare(g: NodeGen) -> list[KernelSpec]:
     """Comparisons and LOGICAL_AND/OR: bool (0/1 byte) outputs of broadcast operands."""
     _check_int(g, _dtype(g, 0))
@@ -301,7 +301,7 @@ def compare(g: NodeGen) -> list[KernelSpec]:
     return [pointwise(g, [0, 1], lambda b, v: test(v[0], v[1]))]
 
 
-@generator("SELECT", "SELECT_V2", epilogue=True, ir=True)
+@generator("SELECT", "SELECT_V2", epilogue=True)
 def select_op(g: NodeGen) -> list[KernelSpec]:
     """``cond ? x : y`` with the condition, x and y broadcast (SELECT's rank-1 condition
     picks whole slices along axis 0)."""
@@ -313,7 +313,7 @@ def select_op(g: NodeGen) -> list[KernelSpec]:
     return [pointwise(g, [0, 1, 2], lambda b, v: select(v[0].ne(0), v[1], v[2]), shapes=shapes)]
 
 
-@generator("ADD_N", epilogue=True, ir=True)
+@generator("ADD_N", epilogue=True)
 def add_n(g: NodeGen) -> list[KernelSpec]:
     """The sum of equal-shaped inputs, added in input order."""
     positions = list(range(len(g.ctx.inputs)))
@@ -329,7 +329,7 @@ def add_n(g: NodeGen) -> list[KernelSpec]:
     return [pointwise(g, positions, total, width=width)]
 
 
-@generator("CAST", epilogue=True, ir=True)
+@generator("CAST", epilogue=True)
 def cast(g: NodeGen) -> list[KernelSpec]:
     """CAST as LiteRT converts: float to integer truncates and saturates (NaN to the
     maximum), to bool is ``!= 0``, integer to integer wraps."""
@@ -347,7 +347,7 @@ def cast(g: NodeGen) -> list[KernelSpec]:
     return [pointwise(g, [0], lambda b, v: v[0].cast(t))]
 
 
-@generator("ZEROS_LIKE", epilogue=True, ir=True)
+@generator("ZEROS_LIKE", epilogue=True)
 def zeros_like(g: NodeGen) -> list[KernelSpec]:
     """Zeros of the input's shape and type (the input is not read)."""
     dtype = np.dtype(g.ctx.outputs[0].dtype)
@@ -361,7 +361,7 @@ def zeros_like(g: NodeGen) -> list[KernelSpec]:
 # -- the float view of quantized models (litegpu.float_view) -----------------------------
 
 
-@generator("QUANT_LUT", epilogue=True, ir=True)
+@generator("QUANT_LUT", epilogue=True)
 def quant_lut(g: NodeGen) -> list[KernelSpec]:
     """A quantized one-input op of the float view: the input's code (rounded in float,
     NaN and strays clamped into the table) indexes its table of outputs, kept float32."""
@@ -372,13 +372,13 @@ def quant_lut(g: NodeGen) -> list[KernelSpec]:
     last = float(np.asarray(table).size - 1)
 
     def compute(b: ir.KernelBuilder, v: list[Expr]) -> Expr:
-        buf = g.ir_const(b, np.asarray(table, np.float32).reshape(-1), storage=False)
+        buf = g.const(b, np.asarray(table, np.float32).reshape(-1), storage=False)
         code = call("rint", v[0].cast(ir.FLOAT) * inv) + float(g.attrs["offset"])
         return buf.load(call("fmin", call("fmax", code, 0.0), last).cast(ir.INT))
     return [pointwise(g, [0], compute)]
 
 
-@generator("GRID_REQUANT16", epilogue=True, ir=True)
+@generator("GRID_REQUANT16", epilogue=True)
 def grid_requant16(g: NodeGen) -> list[KernelSpec]:
     """The 16x8 sums of the float view (litegpu.float_view.grid_requant16): the high and
     low sums read back as integers (in float32, then ``long``), ``256 * high + low +
@@ -403,13 +403,13 @@ def grid_requant16(g: NodeGen) -> list[KernelSpec]:
 
     def compute(b: ir.KernelBuilder, v: list[Expr]) -> Expr:
         ch = b.let("ch", b.global_id(0) % channels)
-        bias = g.ir_const(b, a["bias"].astype(np.int64))
+        bias = g.const(b, a["bias"].astype(np.int64))
         acc = b.let("acc", code(v[0]) * 256 + code(v[1]) + bias.load(ch))
         one = ir.lit(1, ir.LONG)
         if a["style"] == "tflite16":
             # TFLite's int64 MultiplyByQuantizedMultiplier: the multiplier cut to 16 bits,
             # one rounding (half up) by 2^(15 - shift).
-            tm, ts = g.ir_const(b, reduced), g.ir_const(b, total)
+            tm, ts = g.const(b, reduced), g.const(b, total)
             shift = b.let("sh", ts.load(ch).cast(ir.LONG))
             q = b.let("q", (acc * tm.load(ch) + (one << (shift - 1))) >> shift)
         else:
@@ -417,7 +417,7 @@ def grid_requant16(g: NodeGen) -> list[KernelSpec]:
             # (ties away from zero), RoundingDivideByPOT.
             left = np.maximum(a["shift"], 0).astype(np.int32)
             right = np.maximum(-a["shift"], 0).astype(np.int32)
-            tm, tl, tr = g.ir_const(b, a["multiplier"].astype(np.int64)), g.ir_const(b, left), g.ir_const(b, right)
+            tm, tl, tr = g.const(b, a["multiplier"].astype(np.int64)), g.const(b, left), g.const(b, right)
             ab = b.let("ab", (acc << tl.load(ch).cast(ir.LONG)) * tm.load(ch))
             nudged = b.let("nudged", ab + select(ab >= 0, one << 30, one - (one << 30)))
             high = b.let("high", select(nudged >= 0, nudged >> 31, -((-nudged) >> 31)))
@@ -429,7 +429,7 @@ def grid_requant16(g: NodeGen) -> list[KernelSpec]:
     return [pointwise(g, [0, 1], compute)]
 
 
-@generator("QUANTIZE", "DEQUANTIZE", epilogue=True, ir=True)
+@generator("QUANTIZE", "DEQUANTIZE", epilogue=True)
 def convert_quantized(g: NodeGen) -> list[KernelSpec]:
     """The float view's edges: DEQUANTIZE of integers ``(q - zp) * scale`` (of floats: a
     copy), QUANTIZE of floats ``clamp(rint(x / scale) + zp)`` in float32; per-tensor

@@ -257,7 +257,7 @@ def walk_kernel(g: NodeGen, b: ir.KernelBuilder, w: Walk, src: ir.Buffer, pos: i
             _step_loop(b, w, cut, io, row, s1, d1)
     else:
         _step_loop(b, w, cut, io, row, row.s0, row.d0)
-    return g.ir_kernel(b, row.global_size)
+    return g.kernel(b, row.global_size)
 
 
 @dataclass
@@ -351,9 +351,9 @@ class _Access:
     def store(self, index: Expr, value: Expr) -> None:
         """Store ``value`` at ``index`` of the output (through the epilogue)."""
         if self.epilogue:
-            self.g.ir_store_output(self.b, index, value)
+            self.g.store_output(self.b, index, value)
         else:
-            self.b.store(self.g.ir_output(self.b, self.pos), index, value)
+            self.b.store(self.g.output(self.b, self.pos), index, value)
 
 
 def _step_loop(b: ir.KernelBuilder, w: Walk, cut: _Shape, io: _Access, row: _Row, s0: Expr, d0: Expr) -> None:
@@ -458,19 +458,19 @@ def _dtype(g: NodeGen) -> np.dtype:
 def _one(g: NodeGen, w: Walk, fill: Expr | None = None) -> list[KernelSpec]:
     """The kernels of a node copying its input 0 into its one output along ``w``."""
     b = g.new_kernel()
-    return _kernels(walk_kernel(g, b, w, g.ir_input(b, 0), fill=fill))
+    return _kernels(walk_kernel(g, b, w, g.input(b, 0), fill=fill))
 
 
 # -- copies ---------------------------------------------------------------------------------
 
-@generator("RESHAPE", "SQUEEZE", "EXPAND_DIMS", epilogue=True, ir=True)
+@generator("RESHAPE", "SQUEEZE", "EXPAND_DIMS", epilogue=True)
 def reshape(g: NodeGen) -> list[KernelSpec]:
     """Same elements in the same order: one flat (vectorised) copy."""
     n = _prod(_out_shape(g))
     return _one(g, Walk([n], [1]))
 
 
-@generator("TRANSPOSE", epilogue=True, ir=True)
+@generator("TRANSPOSE", epilogue=True)
 def transpose(g: NodeGen) -> list[KernelSpec]:
     """Output axis i walks input axis perm[i]; axes that stay together merge."""
     shape = _in_shape(g)
@@ -479,7 +479,7 @@ def transpose(g: NodeGen) -> list[KernelSpec]:
     return _one(g, Walk([shape[p] for p in perm], [strides[p] for p in perm]))
 
 
-@generator("REVERSE_V2", epilogue=True, ir=True)
+@generator("REVERSE_V2", epilogue=True)
 def reverse(g: NodeGen) -> list[KernelSpec]:
     """Reversed axes walk backwards from their last element (negative stride)."""
     shape = _in_shape(g)
@@ -491,7 +491,7 @@ def reverse(g: NodeGen) -> list[KernelSpec]:
     return _one(g, Walk(list(shape), src, src_base=base))
 
 
-@generator("BROADCAST_TO", epilogue=True, ir=True)
+@generator("BROADCAST_TO", epilogue=True)
 def broadcast_to(g: NodeGen) -> list[KernelSpec]:
     """Broadcast axes have source stride 0 (numpy rules: shapes aligned at the right)."""
     shape, out = _in_shape(g), _out_shape(g)
@@ -500,7 +500,7 @@ def broadcast_to(g: NodeGen) -> list[KernelSpec]:
     return _one(g, Walk(list(out), [0 if d == 1 else s for d, s in zip(full, strides)]))
 
 
-@generator("TILE", epilogue=True, ir=True)
+@generator("TILE", epilogue=True)
 def tile(g: NodeGen) -> list[KernelSpec]:
     """Each axis of the output splits into (repeat, original) with strides (0, stride)."""
     shape, out = _in_shape(g), _out_shape(g)
@@ -514,7 +514,7 @@ def tile(g: NodeGen) -> list[KernelSpec]:
 
 # -- slices ---------------------------------------------------------------------------------
 
-@generator("SLICE", epilogue=True, ir=True)
+@generator("SLICE", epilogue=True)
 def slice_(g: NodeGen) -> list[KernelSpec]:
     """A walk of the output's shape from the first selected element."""
     shape = _in_shape(g)
@@ -524,7 +524,7 @@ def slice_(g: NodeGen) -> list[KernelSpec]:
                         src_base=sum(b * s for (b, _), s in zip(bounds, strides))))
 
 
-@generator("STRIDED_SLICE", epilogue=True, ir=True)
+@generator("STRIDED_SLICE", epilogue=True)
 def strided_slice(g: NodeGen) -> list[KernelSpec]:
     """LiteRT's plan (new axes inserted, per-axis index ranges) as start and step per axis;
     shrunk and new axes are size-1 axes of the walk, which simplification drops."""
@@ -553,7 +553,7 @@ def _join(g: NodeGen, outer: int, widths: list[int]) -> list[KernelSpec]:
     for k, width in enumerate(widths):
         b = g.new_kernel()
         w = Walk([outer, width], [width, 1], [total, 1], dst_base=offset)
-        kernels.append(walk_kernel(g, b, w, g.ir_input(b, k)))
+        kernels.append(walk_kernel(g, b, w, g.input(b, k)))
         offset += width
     return _kernels(*kernels)
 
@@ -565,12 +565,12 @@ def _split_from(g: NodeGen, outer: int, total: int, widths: list[int], x: int) -
     for k, width in enumerate(widths):
         b = g.new_kernel()
         w = Walk([outer, width], [total, 1], src_base=offset)
-        kernels.append(walk_kernel(g, b, w, g.ir_input(b, x), pos=k))
+        kernels.append(walk_kernel(g, b, w, g.input(b, x), pos=k))
         offset += width
     return _kernels(*kernels)
 
 
-@generator("CONCATENATION", epilogue=True, ir=True)
+@generator("CONCATENATION", epilogue=True)
 def concatenation(g: NodeGen) -> list[KernelSpec]:
     """Rows of the axis and everything inside it, side by side (the fused activation is
     already NONE in the attrs: LiteRT ignores it)."""
@@ -580,7 +580,7 @@ def concatenation(g: NodeGen) -> list[KernelSpec]:
     return _join(g, _prod(shape[:axis]), [int(s.shape[axis]) * inner for s in g.ctx.inputs])
 
 
-@generator("PACK", epilogue=True, ir=True)
+@generator("PACK", epilogue=True)
 def pack(g: NodeGen) -> list[KernelSpec]:
     """A concatenation of the inputs along a new axis."""
     shape = _in_shape(g)
@@ -589,7 +589,7 @@ def pack(g: NodeGen) -> list[KernelSpec]:
     return _join(g, _prod(shape[:axis]), [inner] * len(g.ctx.inputs))
 
 
-@generator("UNPACK", ir=True)
+@generator("UNPACK")
 def unpack(g: NodeGen) -> list[KernelSpec]:
     """Output k is slice k of the axis: one kernel per output."""
     shape = _in_shape(g)
@@ -598,7 +598,7 @@ def unpack(g: NodeGen) -> list[KernelSpec]:
     return _split_from(g, _prod(shape[:axis]), shape[axis] * inner, [inner] * shape[axis], 0)
 
 
-@generator("SPLIT", ir=True)
+@generator("SPLIT")
 def split(g: NodeGen) -> list[KernelSpec]:
     """Equal parts along the axis in input 0: one kernel per output."""
     shape = _in_shape(g, 1)
@@ -607,7 +607,7 @@ def split(g: NodeGen) -> list[KernelSpec]:
     return _split_from(g, _prod(shape[:axis]), shape[axis] * inner, [s * inner for s in sizes], 1)
 
 
-@generator("SPLIT_V", ir=True)
+@generator("SPLIT_V")
 def split_v(g: NodeGen) -> list[KernelSpec]:
     """Parts of the sizes in input 1 along the axis in input 2: one kernel per output."""
     shape = _in_shape(g)
@@ -632,25 +632,25 @@ def _padded_walk(shape: tuple[int, ...], out: tuple[int, ...], pads: list[tuple[
     return Walk(list(out), src, bounds=bounds)
 
 
-@generator("PAD", "PADV2", epilogue=True, ir=True)
+@generator("PAD", "PADV2", epilogue=True)
 def pad(g: NodeGen) -> list[KernelSpec]:
     """Outside the input: the constant (PADV2's input 2, else the zero point)."""
     shape, dtype = _in_shape(g), _dtype(g)
     pads = pad_widths(shape, _const(g, 1, "the paddings"), "PAD")
     b = g.new_kernel()
-    src = g.ir_input(b, 0)
+    src = g.input(b, 0)
     if g.ctx.node.op == "PADV2":
         spec = g.ctx.inputs[2]
         if spec.value is not None:
             fill = _literal(np.asarray(spec.value).reshape(-1)[0], dtype)
         else:   # read at run time, by every padded element
-            fill = g.ir_input(b, 2).load(0)
+            fill = g.input(b, 2).load(0)
     else:
         fill = _literal(g.attrs.get("pad_value", 0), dtype)
     return _kernels(walk_kernel(g, b, _padded_walk(shape, _out_shape(g), pads, "pad"), src, fill=fill))
 
 
-@generator("MIRROR_PAD", epilogue=True, ir=True)
+@generator("MIRROR_PAD", epilogue=True)
 def mirror_pad(g: NodeGen) -> list[KernelSpec]:
     """Padded coordinates mirror back into the input (REFLECT skips the edge)."""
     shape, mode = _in_shape(g), g.attrs["mode"]
@@ -660,7 +660,7 @@ def mirror_pad(g: NodeGen) -> list[KernelSpec]:
 
 # -- depth, space and batch -----------------------------------------------------------------
 
-@generator("DEPTH_TO_SPACE", epilogue=True, ir=True)
+@generator("DEPTH_TO_SPACE", epilogue=True)
 def depth_to_space(g: NodeGen) -> list[KernelSpec]:
     """The output as (n, h, by, w, bx, c) reads input (n, h, w, by, bx, c)."""
     n, h, w, c = _in_shape(g)
@@ -669,7 +669,7 @@ def depth_to_space(g: NodeGen) -> list[KernelSpec]:
     return _one(g, Walk([n, h, bs, w, bs, co], [h * w * c, w * c, bs * co, c, co, 1]))
 
 
-@generator("SPACE_TO_DEPTH", epilogue=True, ir=True)
+@generator("SPACE_TO_DEPTH", epilogue=True)
 def space_to_depth(g: NodeGen) -> list[KernelSpec]:
     """The output as (n, h/bs, w/bs, by, bx, c) reads input (n, h/bs, by, w/bs, bx, c)."""
     n, h, w, c = _in_shape(g)
@@ -683,7 +683,7 @@ def _block_input(g: NodeGen, what: str):
     return shape, block, pairs
 
 
-@generator("SPACE_TO_BATCH_ND", epilogue=True, ir=True)
+@generator("SPACE_TO_BATCH_ND", epilogue=True)
 def space_to_batch(g: NodeGen) -> list[KernelSpec]:
     """The output as (b1..bM, n, q1..qM, rest): spatial input coordinate i is
     ``q_i * B_i + b_i - pad_i``, padded with the zero point outside the input."""
@@ -705,7 +705,7 @@ def space_to_batch(g: NodeGen) -> list[KernelSpec]:
     return _one(g, Walk(view, src, bounds=bounds), fill)
 
 
-@generator("BATCH_TO_SPACE_ND", epilogue=True, ir=True)
+@generator("BATCH_TO_SPACE_ND", epilogue=True)
 def batch_to_space(g: NodeGen) -> list[KernelSpec]:
     """Output spatial coordinate y_i is ``y_i + crop_i`` of the uncropped space, whose
     quotient by B_i is the input's coordinate and remainder its place in the batch."""
@@ -754,11 +754,11 @@ def _indices(g: NodeGen, b: ir.KernelBuilder, pos: int) -> ir.Buffer:
     :func:`_check_const_indices`) are uploaded as int32."""
     spec = g.ctx.inputs[pos]
     if np.dtype(spec.dtype) == np.int64 and isinstance(g.dialect, WgslDialect):
-        return g.ir_const(b, np.asarray(spec.value).astype(np.int32))
-    return g.ir_input(b, pos)
+        return g.const(b, np.asarray(spec.value).astype(np.int32))
+    return g.input(b, pos)
 
 
-@generator("GATHER", epilogue=True, ir=True)
+@generator("GATHER", epilogue=True)
 def gather(g: NodeGen) -> list[KernelSpec]:
     """The output as (batch, outer, index, inner): the axis coordinate is read from the
     indices at (batch, index). Only constant, in-range indices come here (see
@@ -772,10 +772,10 @@ def gather(g: NodeGen) -> list[KernelSpec]:
     idx = _indices(g, b, 1)
     w = Walk([nb, outer, count, inner], [outer * limit * inner, limit * inner, 0, 1],
              bounds=[Bound([(0, count), (2, 1)], 0, limit, inner, "index", idx)])
-    return _kernels(walk_kernel(g, b, w, g.ir_input(b, 0)))
+    return _kernels(walk_kernel(g, b, w, g.input(b, 0)))
 
 
-@generator("EMBEDDING_LOOKUP", epilogue=True, ir=True)
+@generator("EMBEDDING_LOOKUP", epilogue=True)
 def embedding_lookup(g: NodeGen) -> list[KernelSpec]:
     """Row ids[i] of the table for each id (GATHER along axis 0)."""
     ids, table = _in_shape(g, 0), _in_shape(g, 1)
@@ -784,10 +784,10 @@ def embedding_lookup(g: NodeGen) -> list[KernelSpec]:
     b = g.new_kernel()
     idx = _indices(g, b, 0)
     w = Walk([ids[0], inner], [0, 1], bounds=[Bound([(0, 1)], 0, table[0], inner, "index", idx)])
-    return _kernels(walk_kernel(g, b, w, g.ir_input(b, 1)))
+    return _kernels(walk_kernel(g, b, w, g.input(b, 1)))
 
 
-@generator("GATHER_ND", epilogue=True, ir=True)
+@generator("GATHER_ND", epilogue=True)
 def gather_nd(g: NodeGen) -> list[KernelSpec]:
     """The output as (index row, inner): each of the row's ``depth`` indices steps its
     params axis; the slice after them is copied whole."""
@@ -799,4 +799,4 @@ def gather_nd(g: NodeGen) -> list[KernelSpec]:
     b = g.new_kernel()
     idx = _indices(g, b, 1)
     bounds = [Bound([(0, depth)], j, p[j], strides[j], "index", idx) for j in range(depth)]
-    return _kernels(walk_kernel(g, b, Walk([rows, inner], [0, 1], bounds=bounds), g.ir_input(b, 0)))
+    return _kernels(walk_kernel(g, b, Walk([rows, inner], [0, 1], bounds=bounds), g.input(b, 0)))

@@ -182,7 +182,7 @@ def _repack(w: dict, s: _Shape, layer_norm: tuple[bool, ...], tables: tuple[str,
     return packed
 
 
-@generator("LSTM", "UNIDIRECTIONAL_SEQUENCE_LSTM", ir=True)
+@generator("LSTM", "UNIDIRECTIONAL_SEQUENCE_LSTM")
 def lstm(g: NodeGen) -> list[KernelSpec]:
     """The whole op in one launch: see the module docstring."""
     ctx, attrs = g.ctx, g.attrs
@@ -217,13 +217,13 @@ def lstm(g: NodeGen) -> list[KernelSpec]:
     b = g.new_kernel()
     tables = ("bias",) + (("post", "norm") if any(layer_norm) else ()) + (("peep",) if peephole else ())
     packed = _repack(w, s, layer_norm, tables)
-    bufs = {"x": g.ir_input(b, 0), "y": g.ir_output(b, 0), "hs": g.ir_tensor(b, h_state, writes=True),
-            "cs": g.ir_tensor(b, c_state, writes=True), "W": g.ir_const(b, packed["W"]),
-            "tab": g.ir_const(b, packed["tab"])}
+    bufs = {"x": g.input(b, 0), "y": g.output(b, 0), "hs": g.tensor(b, h_state, writes=True),
+            "cs": g.tensor(b, c_state, writes=True), "W": g.const(b, packed["W"]),
+            "tab": g.const(b, packed["tab"])}
     if projection:
-        bufs["proj"] = g.ir_const(b, packed["proj"])
+        bufs["proj"] = g.const(b, packed["proj"])
     _Writer(b, s, bufs, tables, attrs, cifg, layer_norm, peephole).body()
-    return [g.ir_kernel(b, (LANES, s.batch), (LANES, 1))]
+    return [g.kernel(b, (LANES, s.batch), (LANES, 1))]
 
 
 class _Writer:

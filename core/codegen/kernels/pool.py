@@ -65,7 +65,7 @@ def _require_float(g: NodeGen) -> None:
 
 def _empty(g: NodeGen) -> KernelSpec:
     """A kernel with no work (an empty output)."""
-    return g.ir_kernel(g.new_kernel(), (0,))
+    return g.kernel(g.new_kernel(), (0,))
 
 
 def _lanes(g: NodeGen, *sizes: int) -> int:
@@ -106,10 +106,10 @@ def _stv(g: NodeGen, b: ir.KernelBuilder, index: Expr, value: Expr) -> None:
     """Store the float/float4/float8 ``value`` at ``index`` of the output through the
     epilogue (a quad at a time; the output's last axis is a multiple of 4)."""
     if value.type.lanes == 1:
-        g.ir_store_output(b, index, value.cast(ir.REAL))
+        g.store_output(b, index, value.cast(ir.REAL))
         return
     for j in range(value.type.lanes // 4):
-        g.ir_store_output(b, index + 4 * j if j else index, value.quad(j).cast(ir.REAL4))
+        g.store_output(b, index + 4 * j if j else index, value.quad(j).cast(ir.REAL4))
 
 
 def _lane_fold(b: ir.KernelBuilder, name: str, v: Expr, comb: Comb) -> Expr:
@@ -358,7 +358,7 @@ def _reduce_loops(b: ir.KernelBuilder, red: list[tuple[int, int]], base: Expr, b
 
 
 @generator("MEAN", "SUM", "REDUCE_PROD", "REDUCE_MAX", "REDUCE_MIN", "REDUCE_ANY", "REDUCE_ALL",
-           epilogue=True, ir=True)
+           epilogue=True)
 def reduce(g: NodeGen) -> list[KernelSpec]:
     """A reduction over constant axes, on the input's shape collapsed into alternating
     kept / reduced runs. Float inputs: when the innermost run is kept (the NHWC spatial
@@ -409,7 +409,7 @@ def _row_reduce(g: NodeGen, red, kept, n_out: int, init: float, comb: Comb, fini
     met a NaN, and only that output is folded again, one element at a time, with LiteRT's
     order-dependent step (measured on PoCL as fast as the ``fmax`` fold it replaces)."""
     b = g.new_kernel()
-    x = g.ir_input(b, 0)
+    x = g.input(b, 0)
     step = _row_step(g, red[-1][0])
     o = b.let("o", b.global_id(0))
     base = b.let("base", _decompose(o, kept) if kept else 0)
@@ -424,8 +424,8 @@ def _row_reduce(g: NodeGen, red, kept, n_out: int, init: float, comb: Comb, fini
         acc, _ = _fold(g, b, red, base, step, step, lambda i, scalar: _ldv(x, i, 1 if scalar else step), comb, init,
                        chains=1 if sign else None)
         y = b.let("y", finish(acc))
-    g.ir_store_output(b, o, y.cast(ir.REAL))
-    return g.ir_kernel(b, (n_out,))
+    g.store_output(b, o, y.cast(ir.REAL))
+    return g.kernel(b, (n_out,))
 
 
 def _column_reduce(g: NodeGen, red, kept, n_out: int, init: float, comb: Comb, finish,
@@ -439,7 +439,7 @@ def _column_reduce(g: NodeGen, red, kept, n_out: int, init: float, comb: Comb, f
     lanes = _lanes(g, inner, _out_last(g))
     groups = next(k for k in (4, 2, 1) if inner % (lanes * k) == 0)
     b = g.new_kernel()
-    x = g.ir_input(b, 0)
+    x = g.input(b, 0)
     c = b.let("c", b.global_id(0) * (lanes * groups))
     j = b.let("j", b.global_id(1))
     o = b.let("o", j * inner + c)
@@ -458,15 +458,15 @@ def _column_reduce(g: NodeGen, red, kept, n_out: int, init: float, comb: Comb, f
         ys = [b.let(f"y{k}", finish(acc)) for k, acc in enumerate(accs)]
         for k, y in enumerate(ys):
             _stv(g, b, o + k * lanes if k else o, y)
-    return g.ir_kernel(b, (inner // (lanes * groups), n_out // inner))
+    return g.kernel(b, (inner // (lanes * groups), n_out // inner))
 
 
 def _int_reduce(g: NodeGen, op: str, dtype: np.dtype, kept, red, count: int, n_out: int) -> KernelSpec:
     """An integer or bool reduction: one output per work-item, exact integer arithmetic."""
     init, comb, final = _int_reducer(op, dtype)
     b = g.new_kernel()
-    x = g.ir_input(b, 0)
-    out = g.ir_output(b)
+    x = g.input(b, 0)
+    out = g.output(b)
     if op == "MEAN":
         # C division truncates toward zero, as LiteRT's integer mean does.
         final = (lambda a: a / ir.lit(max(count, 1), ir.LONG))
@@ -478,7 +478,7 @@ def _int_reduce(g: NodeGen, op: str, dtype: np.dtype, kept, red, count: int, n_o
     # ``real``, which would round int32/int64 results (integer outputs have no activation
     # or followers).
     b.store(out, o, final(acc).cast(out.element()))
-    return g.ir_kernel(b, (n_out,))
+    return g.kernel(b, (n_out,))
 
 
 # -- softmax family and L2 normalization (rows over the last axis) --------------------------------
@@ -497,7 +497,7 @@ class _Rows:
         self.rows = _size(shape) // self.n if self.n else 0
         self.step = _row_step(g, self.n)
         self.b = g.new_kernel()
-        self.x = g.ir_input(self.b, 0)
+        self.x = g.input(self.b, 0)
         self.base = self.b.let("base", self.b.let("row", self.b.global_id(0)) * self.n)
 
     def load(self, buf: ir.Buffer) -> Loader:
@@ -528,16 +528,16 @@ class _Rows:
                     _stv(g, b, base + k, y)
                 else:
                     for j in range(step):
-                        g.ir_store_output(b, base + k + j if j else base + k, y.lane(j).cast(ir.REAL))
+                        g.store_output(b, base + k + j if j else base + k, y.lane(j).cast(ir.REAL))
         first = vec_end if step > 1 else 0
         if first < self.n:
             with b.for_("k", first, self.n) as k:
                 y = b.let("y", value(b.let("v", load(base + k, True))))
-                g.ir_store_output(b, base + k, y.cast(ir.REAL))
+                g.store_output(b, base + k, y.cast(ir.REAL))
 
     def kernel(self) -> list[KernelSpec]:
         """The row kernel built."""
-        return [self.g.ir_kernel(self.b, (self.rows,))]
+        return [self.g.kernel(self.b, (self.rows,))]
 
 
 def _raw_store(b: ir.KernelBuilder, out: ir.Buffer, index: Expr, v: Expr) -> None:
@@ -549,7 +549,7 @@ def _raw_store(b: ir.KernelBuilder, out: ir.Buffer, index: Expr, v: Expr) -> Non
         b.store(out, index + 4 * j if j else index, v.quad(j).cast(ir.REAL4))
 
 
-@generator("SOFTMAX", epilogue=True, ir=True)
+@generator("SOFTMAX", epilogue=True)
 def softmax(g: NodeGen) -> list[KernelSpec]:
     """``exp(beta * (x - max)) / sum`` per row. With ``beta >= 0`` every exp is at most 1
     and is computed once: the second pass sums the exps and parks them in the output,
@@ -558,7 +558,7 @@ def softmax(g: NodeGen) -> list[KernelSpec]:
     r = _Rows(g)
     b = r.b
     beta = float(np.float32(g.attrs["beta"]))
-    out = g.ir_output(b)
+    out = g.output(b)
     park = g.attrs["beta"] >= 0
     side = (lambda i, v, scalar: _raw_store(b, out, i, v)) if park else None
     m = r.max()
@@ -571,7 +571,7 @@ def softmax(g: NodeGen) -> list[KernelSpec]:
     return r.kernel()
 
 
-@generator("LOG_SOFTMAX", epilogue=True, ir=True)
+@generator("LOG_SOFTMAX", epilogue=True)
 def log_softmax(g: NodeGen) -> list[KernelSpec]:
     """``x - max - log(sum(exp(x - max)))`` per row."""
     r = _Rows(g)
@@ -582,7 +582,7 @@ def log_softmax(g: NodeGen) -> list[KernelSpec]:
     return r.kernel()
 
 
-@generator("L2_NORMALIZATION", epilogue=True, ir=True)
+@generator("L2_NORMALIZATION", epilogue=True)
 def l2_normalization(g: NodeGen) -> list[KernelSpec]:
     """``x / max(sqrt(sum(x^2)), 1e-6)`` per row."""
     r = _Rows(g)
@@ -592,7 +592,7 @@ def l2_normalization(g: NodeGen) -> list[KernelSpec]:
     return r.kernel()
 
 
-@generator("LOCAL_RESPONSE_NORMALIZATION", epilogue=True, ir=True)
+@generator("LOCAL_RESPONSE_NORMALIZATION", epilogue=True)
 def local_response_normalization(g: NodeGen) -> list[KernelSpec]:
     """``x * (bias + alpha * sum of x^2 over channels c-r..c+r) ^ -beta``, one work-item
     per element (channel on dimension 0); the window is clipped at the channel ends."""
@@ -604,7 +604,7 @@ def local_response_normalization(g: NodeGen) -> list[KernelSpec]:
     r = int(g.attrs["radius"])
     bias, alpha, beta = (float(np.float32(g.attrs[k])) for k in ("bias", "alpha", "beta"))
     b = g.new_kernel()
-    x = g.ir_input(b, 0)
+    x = g.input(b, 0)
     c = b.let("c", b.global_id(0))
     row = b.let("row", b.global_id(1) * depth)
     lo = b.let("lo", call("max", c - r, 0))
@@ -618,8 +618,8 @@ def local_response_normalization(g: NodeGen) -> list[KernelSpec]:
     # agree to a few ulp (the base is bias + alpha * s, positive for any sane model).
     scale = b.let("scale", select(t > 0.0, call("exp2", -beta * call("log2", t)), call("pow", t, -beta)))
     y = b.let("y", _ldv(x, row + c, 1) * scale)
-    g.ir_store_output(b, row + c, y.cast(ir.REAL))
-    return [g.ir_kernel(b, (depth, pixels))]
+    g.store_output(b, row + c, y.cast(ir.REAL))
+    return [g.kernel(b, (depth, pixels))]
 
 
 # -- pooling --------------------------------------------------------------------------------------
@@ -674,7 +674,7 @@ def _all(*conds: Expr) -> Expr:
     return total
 
 
-@generator("AVERAGE_POOL_2D", "MAX_POOL_2D", "L2_POOL_2D", epilogue=True, ir=True)
+@generator("AVERAGE_POOL_2D", "MAX_POOL_2D", "L2_POOL_2D", epilogue=True)
 def pool2d(g: NodeGen) -> list[KernelSpec]:
     """A 3-D range over (channel groups, output columns, batch x output rows); each
     work-item loops over its window with constant trip counts, skipping taps outside
@@ -728,7 +728,7 @@ def _window_pool(g: NodeGen, win: _Window) -> KernelSpec:
     # short chains where more work-items measured as fast or faster.
     groups = next(k for k in (4, 2, 1) if win.c % (lanes * k) == 0) if win.fh * win.fw >= 16 else 1
     b = g.new_kernel()
-    x = g.ir_input(b, 0)
+    x = g.input(b, 0)
     init, update = _tap_step(b, op, kernel)
     cc, ox, oy, batch, o = _pixel_ids(b, lanes * groups, win.oh, win.ow, win.c)
     y0 = b.let("y0", oy * win.sh - win.top)
@@ -758,7 +758,7 @@ def _window_pool(g: NodeGen, win: _Window) -> KernelSpec:
     for k, acc in enumerate(accs):
         pooled = b.let(f"pool{k}", result(acc))
         _stv(g, b, o + k * lanes if k else o, b.let(f"res{k}", _pool_nan(g, op, kernel, pooled)))
-    return g.ir_kernel(b, win.launch(lanes * groups))
+    return g.kernel(b, win.launch(lanes * groups))
 
 
 def _window_loops(b: ir.KernelBuilder, win: _Window, batch: Expr, cc: Expr, y0: Expr, x0: Expr,
@@ -812,7 +812,7 @@ def _xnn_max_pool(g: NodeGen, win: _Window) -> KernelSpec:
         raise Decline(f"a {fh}x{fw} max pool window (XNNPACK's NaN order is unrolled up to {_XNN_MAX_TAPS} taps)")
     lanes = _lanes(g, win.c)
     b = g.new_kernel()
-    x = g.ir_input(b, 0)
+    x = g.input(b, 0)
     cc, ox, oy, batch, o = _pixel_ids(b, lanes, win.oh, win.ow, win.c)
     y0 = b.let("y0", oy * win.sh - win.top)
     x0 = b.let("x0", ox * win.sw - win.left)
@@ -839,7 +839,7 @@ def _xnn_max_pool(g: NodeGen, win: _Window) -> KernelSpec:
         m = xnn_max9([taps[ky, kx] for ky, kx in chunk], x86_max)
         acc = x86_max(x86_max(m, lo), hi, "<") if acc is None else x86_max(x86_max(acc, m), hi, "<")
     _stv(g, b, o, acc)
-    return g.ir_kernel(b, win.launch(lanes))
+    return g.kernel(b, win.launch(lanes))
 
 
 # -- resize -------------------------------------------------------------------------------------
@@ -870,7 +870,7 @@ def _bilinear(b: ir.KernelBuilder, xnnpack: bool, tl: Expr, tr: Expr, bl: Expr, 
     return b.let("y", tl * (vy * vx) + tr * (vy * wx) + bl * (wy * vx) + br * (wy * wx))
 
 
-@generator("RESIZE_BILINEAR", epilogue=True, ir=True)
+@generator("RESIZE_BILINEAR", epilogue=True)
 def resize_bilinear(g: NodeGen) -> list[KernelSpec]:
     """Bilinear resize; the per-row / per-column source indices and weights come from the
     op module's own float32 coordinate rules (align_corners, half_pixel_centers), uploaded
@@ -882,12 +882,12 @@ def resize_bilinear(g: NodeGen) -> list[KernelSpec]:
     x_lo, x_hi, fx = bilinear_axis(w, ow, g.attrs)
     lanes = _lanes(g, c)
     b = g.new_kernel()
-    x = g.ir_input(b, 0)
+    x = g.input(b, 0)
     # Row and column offsets in elements: the kernel only adds them.
-    ty0, ty1 = (g.ir_const(b, (t * w * c).astype(np.int32)) for t in (y_lo, y_hi))
-    tx0, tx1 = (g.ir_const(b, (t * c).astype(np.int32)) for t in (x_lo, x_hi))
-    tfy = g.ir_const(b, fy.astype(np.float32), storage=False)
-    tfx = g.ir_const(b, fx.astype(np.float32), storage=False)
+    ty0, ty1 = (g.const(b, (t * w * c).astype(np.int32)) for t in (y_lo, y_hi))
+    tx0, tx1 = (g.const(b, (t * c).astype(np.int32)) for t in (x_lo, x_hi))
+    tfy = g.const(b, fy.astype(np.float32), storage=False)
+    tfx = g.const(b, fx.astype(np.float32), storage=False)
     cc, ox, oy, batch, o = _pixel_ids(b, lanes, oh, ow, c)
     img = b.let("img", batch * (h * w * c) + cc)
     r0 = b.let("r0", img + ty0.load(oy))
@@ -899,10 +899,10 @@ def resize_bilinear(g: NodeGen) -> list[KernelSpec]:
     tl, tr, bl, br = (b.let(name, _ldv(x, r + col, lanes))
                       for name, r, col in (("tl", r0, c0), ("tr", r0, c1), ("bl", r1, c0), ("br", r1, c1)))
     _stv(g, b, o, _bilinear(b, g.attrs.get("xnnpack", True), tl, tr, bl, br, wx, wy))
-    return [g.ir_kernel(b, (c // lanes, ow, n * oh))]
+    return [g.kernel(b, (c // lanes, ow, n * oh))]
 
 
-@generator("RESIZE_NEAREST_NEIGHBOR", epilogue=True, ir=True)
+@generator("RESIZE_NEAREST_NEIGHBOR", epilogue=True)
 def resize_nearest(g: NodeGen) -> list[KernelSpec]:
     """Nearest-neighbour resize: a gather through row / column tables computed with the
     op module's rounding rules (LiteRT's, per flag combination)."""
@@ -913,18 +913,18 @@ def resize_nearest(g: NodeGen) -> list[KernelSpec]:
     cols = nearest_axis(w, ow, g.attrs)
     lanes = _lanes(g, c)
     b = g.new_kernel()
-    x = g.ir_input(b, 0)
-    trow = g.ir_const(b, (rows * w * c).astype(np.int32))
-    tcol = g.ir_const(b, (cols * c).astype(np.int32))
+    x = g.input(b, 0)
+    trow = g.const(b, (rows * w * c).astype(np.int32))
+    tcol = g.const(b, (cols * c).astype(np.int32))
     cc, ox, oy, batch, o = _pixel_ids(b, lanes, oh, ow, c)
     y = b.let("y", _ldv(x, batch * (h * w * c) + trow.load(oy) + tcol.load(ox) + cc, lanes))
     _stv(g, b, o, y)
-    return [g.ir_kernel(b, (c // lanes, ow, n * oh))]
+    return [g.kernel(b, (c // lanes, ow, n * oh))]
 
 
 # -- ARG_MAX / ARG_MIN --------------------------------------------------------------------------
 
-@generator("ARG_MAX", "ARG_MIN", ir=True)
+@generator("ARG_MAX", "ARG_MIN")
 def arg_extreme(g: NodeGen) -> list[KernelSpec]:
     """First index of the largest (smallest) value along a constant axis: one work-item
     per output, the axis' inner neighbours on consecutive work-items."""
@@ -943,7 +943,7 @@ def arg_extreme(g: NodeGen) -> list[KernelSpec]:
         raise Decline("arg max/min over an empty axis")
     dtype = np.dtype(x_spec.dtype)
     b = g.new_kernel()
-    x, out = g.ir_input(b, 0), g.ir_output(b, 0)
+    x, out = g.input(b, 0), g.output(b, 0)
     load = (lambda i: _ldv(x, i, 1)) if dtype == _F32 else x.load
     wins = _compare(">" if g.ctx.node.op == "ARG_MAX" else "<")
     step = _row_step(g, size) if dtype == _F32 and inner == 1 else 1
@@ -971,4 +971,4 @@ def arg_extreme(g: NodeGen) -> list[KernelSpec]:
         with b.for_("k", 1, size) as k:
             visit(b.let("v", load(base + k * inner if inner > 1 else base + k)), k)
     b.store(out, j * inner + i, at.cast(out.element()))
-    return [g.ir_kernel(b, (inner, outer))]
+    return [g.kernel(b, (inner, outer))]
