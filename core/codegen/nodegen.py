@@ -298,10 +298,10 @@ class NodeGen:
                local_size: tuple[int, ...] | None = None) -> KernelSpec:
         """The kernel ``b`` built, rendered in this node's dialect and precision."""
         k = b.kernel(global_size, local_size)
-        if self.precision.half_arith and any(p.full_precision and self._args[p.name].tensor is not None
-                                             for p in k.params):
-            # A tensor kept at full precision holds a 16-bit grid, which half arithmetic
-            # cannot (a generator's float32 tables, such as resize taps, need no such care).
+        if self.precision.half_arith and any(p.full_precision for p in k.params):
+            # Data kept in float32 in half storage is there to stay exact: a 16-bit grid, the
+            # float view's requantization scales, XNNPACK's resize taps. Half arithmetic would
+            # round it all the same (an int8 conv's requantized sums by up to 72 quanta).
             k = ir.float_arithmetic(k)
         d = self.dialect
         if d.max_buffers and len(k.params) > d.max_buffers:
