@@ -52,8 +52,9 @@ def litegpu_dialects() -> list:
 
     A C-family API returns a :class:`litegpu.codegen.Dialect` table (OpenCL C, CUDA C++
     and MSL are three); another family brings a dialect object with the same members
-    (``name``, ``suffix``, ``max_buffers``, ``max_lanes``, ``prelude``, ``storage_dtype``
-    and ``render``, as :class:`litegpu.codegen.wgsl.WgslDialect` does). Called once, when
+    (``name``, ``suffix``, ``max_buffers``, ``max_lanes``, ``max_local_bytes``, ``int64``,
+    ``flat_launches``, ``prelude``, ``storage_dtype`` and ``render``, as
+    :class:`litegpu.codegen.wgsl.WgslDialect` does). Called once, when
     the plugin manager loads the plugins; every dialect is then in
     :data:`litegpu.codegen.DIALECTS` by name.
 

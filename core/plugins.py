@@ -206,7 +206,8 @@ class PluginManager:
         return backend
 
 
-_DIALECT_MEMBERS = {"suffix": str, "max_buffers": int, "max_lanes": int}
+_DIALECT_MEMBERS = {"suffix": str, "max_buffers": int, "max_lanes": int, "max_local_bytes": int, "int64": bool,
+                    "flat_launches": bool}
 _DIALECT_METHODS = ("prelude", "storage_dtype", "render")
 
 

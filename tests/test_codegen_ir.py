@@ -349,3 +349,19 @@ def test_float_arithmetic_keeps_a_16_bit_grid_in_f16(wgpu_device):
     c = CRenderer(DIALECTS["opencl"], f16).kernel(widened)
     assert "real" not in c and "const float v =" in c
 
+
+
+def test_a_buffer_read_as_float_and_as_half_in_one_wgsl_kernel(wgpu_device):
+    # F16: an accumulator loads four elements as float, a follower the same four as half;
+    # each needs its own load helper (one name for both did not build).
+    if "shader-f16" not in wgpu_device[2]:
+        pytest.skip("the adapter has no shader-f16: F16 arithmetic cannot run on it")
+    b = ir.KernelBuilder()
+    x, y = b.buffer(np.float32), b.buffer(np.float32, writes=True)
+    i = b.let("i", b.global_id(0) * 4)
+    wide = b.let("wide", x.load(i, 4, as_float=True) * 2.0)
+    b.store(y, i, wide.cast(ir.REAL4) + x.load(i, 4))
+    kernel = b.kernel((4,))
+    xs = np.arange(16, dtype=F32)
+    _output_sizes(kernel, xs)
+    np.testing.assert_array_equal(_run_wgsl(wgpu_device, kernel, [xs], PRECISIONS["F16"])[0], xs * 3)

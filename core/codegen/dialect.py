@@ -70,6 +70,9 @@ class Dialect:
     library: str = ""               # definitions of kernel-language functions the API lacks
     max_buffers: int = 0            # buffer parameters a kernel may take (0: no limit that binds)
     max_lanes: int = 16             # the widest vector a kernel may use
+    max_local_bytes: int = 32768    # local memory a work-group may use (what every device of the API has)
+    int64: bool = True              # 64-bit integer values and tensors
+    flat_launches: bool = False     # prefer one launch axis (groups per axis are few: WGSL's 65535)
     # {cond} {a} {b}: ``a`` where ``cond`` holds, else ``b``; lane by lane when they are vectors,
     # as OpenCL's ``?:`` (C++ cannot overload it: CUDA spells OpenCL's ``select``)
     choose: str = "({cond} ? {a} : {b})"

@@ -58,8 +58,9 @@ def _saturating(z: Expr, bound: float, fit: Expr) -> Expr:
 
     The fit is held to [-1, 1] too: in half arithmetic its polynomials round so that it
     overshoots near the cut-off (tanh's reached -1.015 at -8.76); held, its error in half
-    stays below 1.7e-3. The comparisons let NaN through."""
-    held = select(fit > 1.0, 1.0, select(fit < -1.0, -1.0, fit))
+    stays below 1.7e-3. ``fit / max(|fit|, 1)`` holds it (x / |x| is exactly 1 or -1) and
+    keeps NaN."""
+    held = fit / call("fmax", call("fabs", fit), 1.0)
     return select(call("fabs", z) >= bound, call("clamp", z, -1.0, 1.0), held)
 
 

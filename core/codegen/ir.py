@@ -344,6 +344,27 @@ def call(fn: str, *args: Operand) -> Call:
     return Call(fn, exprs, type_)
 
 
+def plus(e: Expr, k: Operand) -> Expr:
+    """``e + k`` for index arithmetic: ``e`` itself when ``k`` is the literal 0, ``e - |k|``
+    when it is a negative literal (the generated source stays readable)."""
+    if isinstance(k, int) and not isinstance(k, bool):
+        return e if k == 0 else e - (-k) if k < 0 else e + k
+    return e + k
+
+
+def times(e: Expr, k: int) -> Expr:
+    """``e * k``, or ``e`` itself when ``k`` is 1."""
+    return e if k == 1 else e * k
+
+
+def total(terms: Sequence[Expr]) -> Expr:
+    """``terms[0] + terms[1] + ...``, added left to right."""
+    out = terms[0]
+    for term in terms[1:]:
+        out = out + term
+    return out
+
+
 def select(cond: Expr, a: Operand, b: Operand) -> Expr:
     """``a`` where ``cond`` holds, else ``b`` (lane by lane when they are vectors)."""
     a, b = unify(a, b)

@@ -294,14 +294,22 @@ class NodeGen:
             return self._tensors[key].load(idx, lanes)
         return self.tensor(b, f.other).load(idx, lanes)
 
+    def _keeps_float32(self, k: ir.Kernel) -> bool:
+        """Whether ``k`` binds data kept in float32 in half storage, or computes a value the
+        model keeps so (an output of the node or of a folded follower): it is there to stay
+        exact (a 16-bit grid, the float view's integer sums and requantization scales,
+        XNNPACK's resize taps), and half arithmetic would round it all the same (an int8
+        conv's requantized sums by up to 72 quanta; a global mean's sum of 3136 codes
+        overflowed)."""
+        step = [self.ctx, *(f.ctx for f in self.followers)]
+        return any(p.full_precision for p in k.params) or any(
+            t in self.specs and self.specs[t].full_precision for c in step for t in c.node.outputs)
+
     def kernel(self, b: ir.KernelBuilder, global_size: tuple[int, ...],
                local_size: tuple[int, ...] | None = None) -> KernelSpec:
         """The kernel ``b`` built, rendered in this node's dialect and precision."""
         k = b.kernel(global_size, local_size)
-        if self.precision.half_arith and any(p.full_precision for p in k.params):
-            # Data kept in float32 in half storage is there to stay exact: a 16-bit grid, the
-            # float view's requantization scales, XNNPACK's resize taps. Half arithmetic would
-            # round it all the same (an int8 conv's requantized sums by up to 72 quanta).
+        if self.precision.half_arith and self._keeps_float32(k):
             k = ir.float_arithmetic(k)
         d = self.dialect
         if d.max_buffers and len(k.params) > d.max_buffers:

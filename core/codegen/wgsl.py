@@ -56,6 +56,9 @@ class WgslDialect:
     suffix: str = ".wgsl"
     max_buffers: int = 8
     max_lanes: int = 4      # vec4 is WGSL's widest vector
+    max_local_bytes: int = 16384   # maxComputeWorkgroupStorageSize every WebGPU device offers
+    int64: bool = False
+    flat_launches: bool = True     # 65535 groups per axis, and 2-D groups of a few items run poorly
 
     def prelude(self, precision_name: str) -> str:
         """Nothing: each WGSL kernel is a whole module (a program's source, as
@@ -329,7 +332,8 @@ class WgslRenderer(ir.Renderer):
 
     def _access(self, kind: str, buf: ir.Buffer, t: ir.Type) -> str:
         """A function loading (``ld``) or storing (``st``) ``t.lanes`` consecutive elements of ``buf``."""
-        name = f"{kind}{t.lanes}_{buf.name}"
+        # The value type is in the name: one buffer may be read as float and as half (F16).
+        name = f"{kind}{t.lanes}{self.scalar(t.scalar)}_{buf.name}"
         if name not in self._helpers:
             lanes, have = t.lanes, self.storage(buf)
             if kind == "ld":

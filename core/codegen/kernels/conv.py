@@ -92,25 +92,10 @@ def _floats(lanes: int) -> ir.Type:
     return ir.FLOAT.with_lanes(lanes)
 
 
-def _plus(e: Expr, k: ir.Operand) -> Expr:
-    """``e + k``, or ``e`` itself when ``k`` is the literal 0, ``e - |k|`` when it is a
-    negative literal (the source stays readable)."""
-    if isinstance(k, int):
-        return e if k == 0 else e - (-k) if k < 0 else e + k
-    return e + k
 
 
-def _times(e: Expr, k: int) -> Expr:
-    """``e * k``, or ``e`` itself when ``k`` is 1."""
-    return e if k == 1 else e * k
 
 
-def _sum(terms: Sequence[Expr]) -> Expr:
-    """``terms[0] + terms[1] + ...``, added left to right."""
-    total = terms[0]
-    for term in terms[1:]:
-        total = total + term
-    return total
 
 
 def _gather(buf: ir.Buffer, indices: Sequence[ir.Operand]) -> Expr:
@@ -142,7 +127,7 @@ def _bias(g: NodeGen, b: ir.KernelBuilder, pos: int, channels: int, vec: int, oc
         padded = np.zeros(-(-channels // vec) * vec, np.float32)
         padded[:channels] = np.asarray(spec.value, np.float32).reshape(-1)
         return g.const(b, padded).load(oc * vec, vec, as_float=True)
-    return _gather(g.input(b, pos), [call("min", _plus(oc * vec, lane), channels - 1) for lane in range(vec)])
+    return _gather(g.input(b, pos), [call("min", ir.plus(oc * vec, lane), channels - 1) for lane in range(vec)])
 
 
 def _in_range(i: Expr, size: int) -> Expr:
@@ -164,13 +149,13 @@ def dot(b: ir.KernelBuilder, accs: Sequence[ir.Sym], n: int, x: ir.Buffer, xaddr
     step4 = n - n % 4 if xstride == 1 else 0
     if step4:
         with b.for_("k", 0, step4, 4) as k:
-            ws = [b.let(f"w{j}", wload(_plus(k, j)), _floats(vec)) for j in range(4)]
+            ws = [b.let(f"w{j}", wload(ir.plus(k, j)), _floats(vec)) for j in range(4)]
             for p, acc in enumerate(accs):
                 v = x.load(xaddr[p] + k, 4, as_float=True)
                 if masks:
                     v = select(masks[p], v, ir.lit(0.0, ir.FLOAT4))
                 v = b.let("v", v, ir.FLOAT4)
-                b.assign(acc, _sum([v.lane(j) * ws[j] for j in range(4)]), "+")
+                b.assign(acc, ir.total([v.lane(j) * ws[j] for j in range(4)]), "+")
     rest = n - step4
     if not rest:
         return
@@ -178,7 +163,7 @@ def dot(b: ir.KernelBuilder, accs: Sequence[ir.Sym], n: int, x: ir.Buffer, xaddr
     def step(k: ir.Operand) -> None:
         w = b.let("w", wload(k), _floats(vec))
         for p, acc in enumerate(accs):
-            v = x.load(_plus(xaddr[p], k if xstride == 1 else k * xstride), as_float=True)
+            v = x.load(ir.plus(xaddr[p], k if xstride == 1 else k * xstride), as_float=True)
             if masks:
                 v = select(masks[p], v, 0.0)
             b.assign(acc, v * w, "+")
@@ -266,7 +251,7 @@ class Tile:
         if channels % 4 == 0:
             # Stored a real4 at a time: that is what the epilogue (followers) is written for.
             for q in range(vec // 4):
-                g.store_output(b, _plus(idx, 4 * q), acc.quad(q).cast(ir.REAL4))
+                g.store_output(b, ir.plus(idx, 4 * q), acc.quad(q).cast(ir.REAL4))
             return
         # Scalar stores skip the padding lanes of the last channel group.
         g.store_output(b, idx, acc.lane(0).cast(ir.REAL))
@@ -284,7 +269,7 @@ def _blocked(b: ir.KernelBuilder, count: int, pixels: int, start: Expr, name: st
     missing pixels of the last block read real memory (their results are not stored).
     """
     ragged = count % pixels != 0
-    index = [_plus(start, p) for p in range(pixels)]
+    index = [ir.plus(start, p) for p in range(pixels)]
     syms = [b.let(f"{name}{p}", call("min", i, count - 1) if ragged else i) for p, i in enumerate(index)]
     return index, ([i < count for i in index] if ragged else None), syms
 
@@ -297,14 +282,14 @@ def _gemm_rows(g: NodeGen, tile: Tile, x: ir.Buffer, count: int, stride: int, k:
     pixels = tile.pixels
     index, exists, rows = _blocked(tile.b, count, pixels, tile.cb * pixels, "m")
     accs = tile.accumulators(bias)
-    xaddr = [_times(m, stride) if xbase is None else _times(m, stride) + xbase for m in rows]
+    xaddr = [ir.times(m, stride) if xbase is None else ir.times(m, stride) + xbase for m in rows]
     dot(tile.b, accs, k, x, xaddr, wload, tile.vec)
     return tile.finish(rows=1, blocks=-(-count // pixels), channels=channels, pixel=index, exists=exists)
 
 
 def _weights(wp: ir.Buffer, base: Expr, vec: int) -> WeightLoad:
     """Loads of packed weights ``[.., K, vec]`` whose step 0 is at element ``base``."""
-    return lambda k: wp.load(_plus(base, k * vec), vec, as_float=True)
+    return lambda k: wp.load(ir.plus(base, k * vec), vec, as_float=True)
 
 
 # -- CONV_2D ------------------------------------------------------------------------------
@@ -352,24 +337,24 @@ def conv2d(g: NodeGen) -> list[KernelSpec]:
     pixels = tile.pixels
     batch, orow = tile.row_of(oh)
     index, exists, ows = _blocked(b, ow, pixels, tile.cb * pixels, "ow")
-    iws = [b.let(f"iw{p}", _plus(_times(o_, sw), -pl)) for p, o_ in enumerate(ows)]
+    iws = [b.let(f"iw{p}", ir.plus(ir.times(o_, sw), -pl)) for p, o_ in enumerate(ows)]
     accs = tile.accumulators(bias)
     rows_leave = pt > 0 or (oh - 1) * sh - pt + (kh - 1) * dh >= h
     cols_leave = pl > 0 or (ow - 1) * sw - pl + (kw - 1) * dw >= wd
 
     def addr(xr: Expr) -> Callable[[Expr], Expr]:
-        return lambda col: _times(xr + col, c) if gbase is None else _times(xr + col, c) + gbase
+        return lambda col: ir.times(xr + col, c) if gbase is None else ir.times(xr + col, c) + gbase
 
     def per_tap(kh_: Expr, xr: Expr) -> None:
         with b.for_("kw", 0, kw) as kw_:
             wk = b.let("wk", oc * wgroup + (kh_ * kw + kw_) * (i * vec))
-            window_dot(b, accs, i, x, [iw + _times(kw_, dw) for iw in iws], wd, addr(xr),
+            window_dot(b, accs, i, x, [iw + ir.times(kw_, dw) for iw in iws], wd, addr(xr),
                        _weights(wp, wk, vec), vec, cols_leave)
 
     def whole_row(kh_: Expr, xr: Expr) -> None:
         # Dilation 1: the kw * I inputs of a window row are contiguous, one dot covers them.
         wk = b.let("wk", oc * wgroup + kh_ * (kw * i * vec))
-        dot(b, accs, kw * i, x, [_times(xr + iw, c) for iw in iws], _weights(wp, wk, vec), vec)
+        dot(b, accs, kw * i, x, [ir.times(xr + iw, c) for iw in iws], _weights(wp, wk, vec), vec)
 
     def row(kh_: Expr, ih: Expr) -> None:
         xr = b.let("xr", (batch * h + ih) * wd)
@@ -384,7 +369,7 @@ def conv2d(g: NodeGen) -> list[KernelSpec]:
             whole_row(kh_, xr)
 
     with b.for_("kh", 0, kh) as kh_:
-        ih = b.let("ih", _plus(_times(orow, sh), -pt) + _times(kh_, dh))
+        ih = b.let("ih", ir.plus(ir.times(orow, sh), -pt) + ir.times(kh_, dh))
         if rows_leave:
             with b.if_(_in_range(ih, h)):
                 row(kh_, ih)
@@ -431,11 +416,11 @@ def depthwise_conv2d(g: NodeGen) -> list[KernelSpec]:
         def load(xr: Expr, col: Expr) -> Expr:
             return x.load((xr + col) * c + oc * vec, vec, as_float=True)
     else:
-        ci = [b.let(f"ci{lane}", call("min", _plus(oc * 4, lane), o - 1) / mult) for lane in range(4)]
+        ci = [b.let(f"ci{lane}", call("min", ir.plus(oc * 4, lane), o - 1) / mult) for lane in range(4)]
 
         def load(xr: Expr, col: Expr) -> Expr:
             return _gather(x, [(xr + col) * c + ci[lane] for lane in range(4)])
-    iw = b.let("iw", _plus(_times(ows[0], sw), -pl))
+    iw = b.let("iw", ir.plus(ir.times(ows[0], sw), -pl))
     accs = tile.accumulators(bias)
     # Input column j (from iw) feeds pixel p through tap t when j = p * sw + t * dw.
     used = sorted({p * sw + t * dw for p in range(pixels) for t in range(kw)})
@@ -447,17 +432,17 @@ def depthwise_conv2d(g: NodeGen) -> list[KernelSpec]:
         xs = {}
         for j in used:
             if masked:
-                q = b.let(f"q{j}", call("clamp", _plus(iw, j), 0, wd - 1))
+                q = b.let(f"q{j}", call("clamp", ir.plus(iw, j), 0, wd - 1))
                 # a select, not a multiply by 0: inf * 0 would be NaN
-                xs[j] = b.let(f"x{j}", select(_plus(iw, j).eq(q), load(xr, q), ir.lit(0.0, t)), t)
+                xs[j] = b.let(f"x{j}", select(ir.plus(iw, j).eq(q), load(xr, q), ir.lit(0.0, t)), t)
             else:
-                xs[j] = b.let(f"x{j}", load(xr, _plus(iw, j)), t)
+                xs[j] = b.let(f"x{j}", load(xr, ir.plus(iw, j)), t)
         for p, acc in enumerate(accs):
-            b.assign(acc, _sum([xs[p * sw + tap * dw] * ws[tap] for tap in range(kw)]), "+")
+            b.assign(acc, ir.total([xs[p * sw + tap * dw] * ws[tap] for tap in range(kw)]), "+")
 
     def row(kh_: Expr, ih: Expr) -> None:
         xr = b.let("xr", (batch * h + ih) * wd)
-        ws = [b.let(f"w{tap}", wp.load(_plus(oc * (kh * kw) + kh_ * kw, tap) * vec, vec, as_float=True), t)
+        ws = [b.let(f"w{tap}", wp.load(ir.plus(oc * (kh * kw) + kh_ * kw, tap) * vec, vec, as_float=True), t)
               for tap in range(kw)]
         if cols_leave:
             with b.if_(logical_and(iw >= 0, iw + used[-1] < wd)):
@@ -468,7 +453,7 @@ def depthwise_conv2d(g: NodeGen) -> list[KernelSpec]:
             taps(xr, ws, False)
 
     with b.for_("kh", 0, kh) as kh_:
-        ih = b.let("ih", _plus(_times(orow, sh), -pt) + _times(kh_, dh))
+        ih = b.let("ih", ir.plus(ir.times(orow, sh), -pt) + ir.times(kh_, dh))
         if rows_leave:
             with b.if_(_in_range(ih, h)):
                 row(kh_, ih)
@@ -509,18 +494,18 @@ def _transpose_conv(g: NodeGen, x_pos: int, w_pos: int, bias_pos: int) -> list[K
     batch, orow = tile.row_of(oh)
     phase = b.let("phase", tile.cb % sw)
     j0 = b.let("j0", (tile.cb / sw) * pixels)
-    index = [phase + sw * _plus(j0, p) for p in range(pixels)]
+    index = [phase + sw * ir.plus(j0, p) for p in range(pixels)]
     accs = tile.accumulators(bias)
     with b.for_("kh", 0, kh) as kh_:
-        th = b.let("th", _plus(orow, pt) - kh_)
+        th = b.let("th", ir.plus(orow, pt) - kh_)
         with b.if_(logical_and(logical_and(th >= 0, (th % sh).eq(0)), th < h * sh)):
             xr = b.let("xr", (batch * h + th / sh) * wd)
             with b.for_("kw", 0, kw) as kw_:
-                tw = b.let("tw", _plus(phase, pl) - kw_)
+                tw = b.let("tw", ir.plus(phase, pl) - kw_)
                 # The remainder of a negative tw is negative or 0, so this tests divisibility for any sign.
                 with b.if_((tw % sw).eq(0)):
                     wk = b.let("wk", oc * (kh * kw * c * vec) + (kh_ * kw + kw_) * (c * vec))
-                    window_dot(b, accs, c, x, [_plus(tw / sw + j0, p) for p in range(pixels)], wd,
+                    window_dot(b, accs, c, x, [ir.plus(tw / sw + j0, p) for p in range(pixels)], wd,
                                lambda col: (xr + col) * c, _weights(wp, wk, vec), vec, True)
     return [tile.finish(rows=n * oh, blocks=blocks * sw, channels=o, pixel=[tile.r * ow + e for e in index],
                         exists=[e < ow for e in index])]
@@ -562,10 +547,10 @@ def fully_connected(g: NodeGen) -> list[KernelSpec]:
     else:
         vec, wt = 4, g.input(b, 1)
         tile = Tile(g, b, vec, pixels_per_item(count))
-        rows = [call("min", _plus(tile.oc * 4, lane), o - 1) * k for lane in range(4)]
+        rows = [call("min", ir.plus(tile.oc * 4, lane), o - 1) * k for lane in range(4)]
 
         def wload(step: ir.Operand) -> Expr:
-            return _gather(wt, [_plus(row, step) for row in rows])
+            return _gather(wt, [ir.plus(row, step) for row in rows])
     return [_gemm_rows(g, tile, x, count, k, k, o, wload, _bias(g, b, 2, o, vec, tile.oc))]
 
 
@@ -577,10 +562,10 @@ def _batch_index(out_batch: tuple[int, ...], batch: tuple[int, ...], row: Expr) 
     for d, od in zip(reversed(full), reversed(out_batch)):
         if d != 1:
             coord = (row / out_stride % od) if out_stride > 1 else (row % od)
-            terms.append(_times(coord, in_stride))
+            terms.append(ir.times(coord, in_stride))
         out_stride *= od
         in_stride *= d
-    return _sum(terms) if terms else ir.lit(0, ir.INT)
+    return ir.total(terms) if terms else ir.lit(0, ir.INT)
 
 
 @generator("BATCH_MATMUL", epilogue=True)
@@ -615,14 +600,14 @@ def batch_matmul(g: NodeGen) -> list[KernelSpec]:
         vec, rhs = channel_vector(n, most), g.input(b, 1)
 
         def wload(step: ir.Operand) -> Expr:
-            return rhs.load(_plus(bb * (k * n), _times(step, n)) + tile.oc * vec, vec, as_float=True)
+            return rhs.load(ir.plus(bb * (k * n), ir.times(step, n)) + tile.oc * vec, vec, as_float=True)
     else:
         vec, rhs = 4, g.input(b, 1)
 
         def wload(step: ir.Operand) -> Expr:
-            lane = [call("min", _plus(tile.oc * 4, j), n - 1) for j in range(4)]
-            return _gather(rhs, [_plus(bb * (k * n) + lane[j] * k, step) if adj_y
-                                 else _plus(bb * (k * n), _times(step, n)) + lane[j] for j in range(4)])
+            lane = [call("min", ir.plus(tile.oc * 4, j), n - 1) for j in range(4)]
+            return _gather(rhs, [ir.plus(bb * (k * n) + lane[j] * k, step) if adj_y
+                                 else ir.plus(bb * (k * n), ir.times(step, n)) + lane[j] for j in range(4)])
     tile = Tile(g, b, vec, pixels_per_item(m))
     ab = b.let("ab", _batch_index(out_batch, a_shape[:-2], tile.r))
     bb = b.let("bb", _batch_index(out_batch, b_shape[:-2], tile.r))

@@ -42,7 +42,6 @@ from litegpu.ops.shape import (  # the single source of LiteRT's index rules
 from .. import ir
 from ..ir import Expr, call, logical_and, select
 from ..nodegen import KernelSpec, NodeGen, strides_of
-from ..wgsl import WgslDialect
 from . import Decline, generator
 
 _F32 = np.dtype(np.float32)
@@ -137,14 +136,8 @@ def _literal(value, dtype: np.dtype) -> Expr:
     return ir.lit(v, type_)
 
 
-def _times(x: Expr, k: int) -> Expr:
-    """``x * k``, or ``x`` itself when ``k`` is 1."""
-    return x if k == 1 else x * k
 
 
-def _plus(x: Expr, n: int) -> Expr:
-    """``x + n``, or ``x`` itself when ``n`` is 0."""
-    return x if n == 0 else x + n
 
 
 def _affine(base: Expr | int, terms: list[tuple[Expr, int]]) -> Expr:
@@ -153,7 +146,7 @@ def _affine(base: Expr | int, terms: list[tuple[Expr, int]]) -> Expr:
     total = None if isinstance(base, int) and base == 0 else ir.as_expr(base, ir.INT)
     for x, k in terms:
         if k:
-            total = _times(x, k) if total is None else total + _times(x, k)
+            total = ir.times(x, k) if total is None else total + ir.times(x, k)
     return ir.lit(0, ir.INT) if total is None else total
 
 
@@ -247,7 +240,7 @@ def walk_kernel(g: NodeGen, b: ir.KernelBuilder, w: Walk, src: ir.Buffer, pos: i
         raise Decline("tensor too large for 32-bit indexing")
     epilogue = src.is_float and pos == 0 and len(g.ctx.node.outputs) == 1
     cut = _cut(g, w, epilogue)
-    row = _row(b, w, cut, isinstance(g.dialect, WgslDialect))
+    row = _row(b, w, cut, g.dialect.flat_launches)
     io = _Access(g, b, src, pos, fill, 1 if cut.mode == "scalar" else 4, epilogue)
     if cut.rows_per_item > 1:
         nxt = len(w.shape) - 2
@@ -312,11 +305,11 @@ def _row(b: ir.KernelBuilder, w: Walk, cut: _Shape, flat: bool) -> _Row:
             expr = row % row_shape[j]
         else:
             expr = row / rs[j] % row_shape[j]
-        coords[j] = b.let(f"c{j}", _times(expr, cut.factor(j, last)))
+        coords[j] = b.let(f"c{j}", ir.times(expr, cut.factor(j, last)))
 
     def offset(base: int, strides: list[int], identity: bool) -> Expr:
         if identity:
-            return _times(row, row_size)
+            return ir.times(row, row_size)
         return _affine(base, [(coords[j], strides[j]) for j in range(last) if strides[j]])
 
     s0 = b.var("s0", offset(w.src_base, w.src, identity_src))
@@ -394,9 +387,9 @@ def _step(b: ir.KernelBuilder, w: Walk, cut: _Shape, io: _Access, row: _Row, s0:
     if cut.mode == "block":
         # Four contiguous loads along the block axis, stored transposed along the row.
         step_t = w.dst[cut.block_axis]
-        a = [b.let(f"a{r}", io.load(_plus(s, r * w.src[last]), ok)) for r in range(4)]
+        a = [b.let(f"a{r}", io.load(ir.plus(s, r * w.src[last]), ok)) for r in range(4)]
         for r in range(4):
-            io.store(_plus(d, r * step_t), ir.vector(io.type, *(v.lane(r) for v in a)))
+            io.store(ir.plus(d, r * step_t), ir.vector(io.type, *(v.lane(r) for v in a)))
     else:
         v = b.let("v", io.load(s, ok))
         io.store(d, v)
@@ -426,9 +419,9 @@ def _bounds(b: ir.KernelBuilder, bounds: list[Bound], coords: dict[int, Expr], s
             b.assign(x, select(x < 0, -x - 1, x))
             b.assign(x, select(x >= bd.size, (2 * bd.size - 1) - x, x))
         if bd.mode == "divmod":
-            b.assign(s, _times(x / bd.block, bd.stride) + _times(x % bd.block, bd.mod_stride), "+")
+            b.assign(s, ir.times(x / bd.block, bd.stride) + ir.times(x % bd.block, bd.mod_stride), "+")
         else:
-            b.assign(s, _times(x, bd.stride), "+")
+            b.assign(s, ir.times(x, bd.stride), "+")
 
 
 def _kernels(*specs: KernelSpec | None) -> list[KernelSpec]:
@@ -753,7 +746,7 @@ def _indices(g: NodeGen, b: ir.KernelBuilder, pos: int) -> ir.Buffer:
     64-bit integers: there int64 indices (constant and in range, see
     :func:`_check_const_indices`) are uploaded as int32."""
     spec = g.ctx.inputs[pos]
-    if np.dtype(spec.dtype) == np.int64 and isinstance(g.dialect, WgslDialect):
+    if np.dtype(spec.dtype) == np.int64 and not g.dialect.int64:
         return g.const(b, np.asarray(spec.value).astype(np.int32))
     return g.input(b, pos)
 

@@ -24,7 +24,8 @@ the final state is written back into them, as LiteRT updates its variable tensor
 The kernel takes at most seven buffers (x, y, the two states, the gate weights, one
 table of the per-cell vectors and the projection with its bias as a last row), within
 WebGPU's eight. Everything is float4 (WGSL's widest vector is enough); the local
-state must fit the group's local memory (32 KiB, WebGPU's default 16 KiB).
+state must fit the group's local memory (the dialect's ``max_local_bytes``: 32 KiB,
+WebGPU's 16 KiB).
 
 Work-items per group (``LANES``): on PoCL's CPU device a group runs on one core and
 its barriers are expensive, so one work-item walking the cell blocks is fastest
@@ -45,14 +46,11 @@ from litegpu.ops.registry import CLAMP_ACTIVATIONS
 from .. import formulas, ir
 from ..ir import FLOAT, FLOAT4, Expr, Sym, call, select
 from ..nodegen import KernelSpec, NodeGen
-from ..wgsl import WgslDialect
 from . import Decline, generator
 
 _F32 = np.dtype(np.float32)
 _GATES = ("input", "forget", "cell", "output")
 _OUTPUT_STATE, _CELL_STATE = 18, 19
-_MAX_LOCAL_BYTES = 32 << 10    # the least local memory an OpenCL full-profile device has
-_WGSL_LOCAL_BYTES = 16 << 10   # WebGPU's default maxComputeWorkgroupStorageSize
 # The per-cell vectors ([4][cp] each) in the order they sit in the packed table.
 _TABLES = ("bias", "post", "norm", "peep")
 
@@ -81,9 +79,6 @@ def _sigmoid(v: Expr) -> Expr:
     return 1.0 / (1.0 + call("exp", -v))
 
 
-def _plus(e: Expr, n: int) -> Expr:
-    """``e + n``, without adding a zero."""
-    return e + n if n else e
 
 
 def _weights(g: NodeGen) -> dict[str, np.ndarray | None]:
@@ -208,7 +203,7 @@ def lstm(g: NodeGen) -> list[KernelSpec]:
     _, cp = s.cell_block
     _, pp = s.out_block
     local_floats = 2 * pp + cp + (cp if projection else 0) + (4 * cp + 8 if any(layer_norm) else 0)
-    limit = _WGSL_LOCAL_BYTES if isinstance(g.dialect, WgslDialect) else _MAX_LOCAL_BYTES
+    limit = g.dialect.max_local_bytes
     if local_floats * 4 > limit:
         raise Decline(f"LSTM state of {local_floats * 4} bytes per batch row does not fit one work-group's "
                       f"local memory ({limit} bytes in {g.dialect.name})")
@@ -262,7 +257,7 @@ class _Writer:
             if self.projection:
                 self._projection()
         with b.for_("i", self.lid, s.n_output, LANES) as i:
-            b.store(self.bufs["hs"], self.row_b * s.n_output + i, self.hl.load(_plus(i, (s.steps & 1) * pp)))
+            b.store(self.bufs["hs"], self.row_b * s.n_output + i, self.hl.load(ir.plus(i, (s.steps & 1) * pp)))
         with b.for_("i", self.lid, s.n_cell, LANES) as i:
             b.store(self.bufs["cs"], self.row_b * s.n_cell + i, self.cl.load(i))
 
@@ -291,7 +286,7 @@ class _Writer:
     def _table(self, name: str, gate: int, q: int, c0: Expr) -> Expr:
         """float4 of a [4][cp] table at gate ``gate``, cells c0 + 4q ..."""
         row = self.table_rows[name]
-        return self.bufs["tab"].load(_plus(c0, (4 * row + gate) * self.cp + 4 * q), 4, as_float=True)
+        return self.bufs["tab"].load(ir.plus(c0, (4 * row + gate) * self.cp + 4 * q), 4, as_float=True)
 
     def _store_y(self, value: Sym, col: Expr, width: int) -> None:
         """Store a float4 into output columns col..col+3 (masked past ``width``)."""
@@ -300,13 +295,13 @@ class _Writer:
             b.store(y, off + col, value)
             return
         for j in range(4):
-            with b.if_(_plus(col, j) < width):
-                b.store(y, _plus(off + col, j), value.lane(j))
+            with b.if_(ir.plus(col, j) < width):
+                b.store(y, ir.plus(off + col, j), value.lane(j))
 
     def _mac(self, z: dict[tuple[int, int], Sym], v: Sym, wr: Sym) -> None:
         """Every accumulator += ``v`` times its float4 of the weight row at ``wr``."""
         for (k, q), acc in z.items():
-            self.b.assign(acc, v * self.bufs["W"].load(_plus(wr, k * self.cp + 4 * q), 4, as_float=True), "+")
+            self.b.assign(acc, v * self.bufs["W"].load(ir.plus(wr, k * self.cp + 4 * q), 4, as_float=True), "+")
 
     def _gates(self) -> None:
         """Gate phase, then (layer norm) the normalizing phases; ends after a barrier."""
@@ -323,13 +318,13 @@ class _Writer:
                 self._mac(z, v, b.let("wr", (s.n_input + k) * (4 * cp) + c0))
             for q in range(self.r):
                 zq = [z[k, q] for k in range(4)]
-                cold = b.let("cold", self.cl.load(_plus(c0, 4 * q), 4), FLOAT4)
+                cold = b.let("cold", self.cl.load(ir.plus(c0, 4 * q), 4), FLOAT4)
                 if self.peephole:
                     b.assign(zq[0], self._table("peep", 0, q, c0) * cold, "+")
                     b.assign(zq[1], self._table("peep", 1, q, c0) * cold, "+")
                 if any(self.ln):
                     for k in range(4):
-                        b.local_store(self.gz, _plus(c0, k * cp + 4 * q), zq[k])
+                        b.local_store(self.gz, ir.plus(c0, k * cp + 4 * q), zq[k])
                 else:
                     self._update(zq, q, c0, cold)
         if any(self.ln):
@@ -342,19 +337,19 @@ class _Writer:
         self._stats([k for k in range(3) if self.ln[k]])
         with self._blocks(cp // (4 * r), 4 * r, "c0") as c0:
             for q in range(r):
-                zq = [b.var(f"z{k}_{q}", self.gz.load(_plus(c0, k * cp + 4 * q), 4), FLOAT4) for k in range(4)]
+                zq = [b.var(f"z{k}_{q}", self.gz.load(ir.plus(c0, k * cp + 4 * q), 4), FLOAT4) for k in range(4)]
                 for k in range(3):
                     if self.ln[k]:
                         self._normalize(zq[k], k, q, c0)
-                self._update(zq, q, c0, self.cl.load(_plus(c0, 4 * q), 4), output_waits=self.ln[3])
+                self._update(zq, q, c0, self.cl.load(ir.plus(c0, 4 * q), 4), output_waits=self.ln[3])
         if self.ln[3]:
             # The output gate's norm needs every new cell (its peephole) first.
             self._stats([3])
             with self._blocks(cp // (4 * r), 4 * r, "c0") as c0:
                 for q in range(r):
-                    z3 = b.var(f"z3_{q}", self.gz.load(_plus(c0, 3 * cp + 4 * q), 4), FLOAT4)
+                    z3 = b.var(f"z3_{q}", self.gz.load(ir.plus(c0, 3 * cp + 4 * q), 4), FLOAT4)
                     self._normalize(z3, 3, q, c0)
-                    self._output(z3, q, c0, self.cl.load(_plus(c0, 4 * q), 4))
+                    self._output(z3, q, c0, self.cl.load(ir.plus(c0, 4 * q), 4))
 
     def _update(self, z: list[Sym], q: int, c0: Sym, cold: Expr, output_waits: bool = False) -> None:
         """The new cell state of group ``q`` from z0..z3 and the old state; then the output
@@ -365,11 +360,11 @@ class _Writer:
         cn = b.var("cn", f * cold + ig * _activation(b, self.activation, z[2]), FLOAT4)
         if self.cell_clip > 0:
             b.assign(cn, call("clamp", cn, -self.cell_clip, self.cell_clip))
-        b.local_store(self.cl, _plus(c0, 4 * q), cn)
+        b.local_store(self.cl, ir.plus(c0, 4 * q), cn)
         if self.peephole:
             b.assign(z[3], self._table("peep", 3, q, c0) * cn, "+")
         if output_waits:
-            b.local_store(self.gz, _plus(c0, 3 * self.cp + 4 * q), z[3])
+            b.local_store(self.gz, ir.plus(c0, 3 * self.cp + 4 * q), z[3])
         else:
             self._output(z[3], q, c0, cn)
 
@@ -379,10 +374,10 @@ class _Writer:
         b = self.b
         m = b.let("m", _sigmoid(z3) * _activation(b, self.activation, cn), FLOAT4)
         if self.projection:
-            b.local_store(self.ml, _plus(c0, 4 * q), m)
+            b.local_store(self.ml, ir.plus(c0, 4 * q), m)
             return
-        b.local_store(self.hl, _plus(self.hnext + c0, 4 * q), m)
-        self._store_y(m, _plus(c0, 4 * q), self.s.n_output)
+        b.local_store(self.hl, ir.plus(self.hnext + c0, 4 * q), m)
+        self._store_y(m, ir.plus(c0, 4 * q), self.s.n_output)
 
     def _normalize(self, z: Sym, k: int, q: int, c0: Sym) -> None:
         """Layer norm of gate ``k`` (group ``q``): (z - mean) / stddev * weight + bias."""
@@ -401,10 +396,10 @@ class _Writer:
                 sum_ = b.var("sum", 0.0, FLOAT)
                 sq = b.var("sq", 0.0, FLOAT)
                 with b.for_("c", 0, n) as c:
-                    b.assign(sum_, gz.load(_plus(c, k * self.cp)), "+")
+                    b.assign(sum_, gz.load(ir.plus(c, k * self.cp)), "+")
                 mean = b.let("mean", sum_ / n, FLOAT)
                 with b.for_("c", 0, n) as c:
-                    d = b.let("d", gz.load(_plus(c, k * self.cp)) - mean, FLOAT)
+                    d = b.let("d", gz.load(ir.plus(c, k * self.cp)) - mean, FLOAT)
                     b.assign(sq, d * d, "+")
                 b.local_store(self.st, 2 * k, mean)
                 b.local_store(self.st, 2 * k + 1, 1.0 / call("sqrt", sq / n + LAYER_NORM_EPSILON))
@@ -415,15 +410,15 @@ class _Writer:
         b, s, rp, pp = self.b, self.s, self.rp, self.pp
         proj = self.bufs["proj"]
         with self._blocks(pp // (4 * rp), 4 * rp, "p0") as p0:
-            acc = [b.var(f"a{q}", proj.load(_plus(p0, s.n_cell * pp + 4 * q), 4, as_float=True), FLOAT4)
+            acc = [b.var(f"a{q}", proj.load(ir.plus(p0, s.n_cell * pp + 4 * q), 4, as_float=True), FLOAT4)
                    for q in range(rp)]
             with b.for_("k", 0, s.n_cell) as k:
                 v = b.let("v", self.ml.load(k), FLOAT)
                 wr = b.let("wr", k * pp + p0)
                 for q in range(rp):
-                    b.assign(acc[q], v * proj.load(_plus(wr, 4 * q), 4, as_float=True), "+")
+                    b.assign(acc[q], v * proj.load(ir.plus(wr, 4 * q), 4, as_float=True), "+")
             for q in range(rp):
                 if self.proj_clip > 0:
                     b.assign(acc[q], call("clamp", acc[q], -self.proj_clip, self.proj_clip))
-                b.local_store(self.hl, _plus(self.hnext + p0, 4 * q), acc[q])
-                self._store_y(acc[q], _plus(p0, 4 * q), s.n_output)
+                b.local_store(self.hl, ir.plus(self.hnext + p0, 4 * q), acc[q])
+                self._store_y(acc[q], ir.plus(p0, 4 * q), s.n_output)
