@@ -4,9 +4,14 @@
 without wgpu or without a WebGPU adapter lists the backend as unavailable with the
 reason, and models run on cpu.
 
-Its ``gpu_priority`` (5) is below opencl's for now: no kernel generator is written in
-:mod:`litegpu.codegen.ir` yet, so every node is declined ("no wgsl kernel for ADD yet")
-until the generators are ported, and "GPU" should not pick a backend that runs nothing.
+Its ``gpu_priority`` (5) puts it after cuda (30), metal (20) and opencl (10): "GPU" takes
+WebGPU where no native runtime is there (a GPU without an OpenCL driver, D3D12 on
+Windows). The same kernels render for all of them, but WGSL caps vectors at 4 lanes
+(the native tiles use 8 and 16), WebGPU bounds-checks every storage access and validates
+every submission, and it has no 64-bit integers. Measured on the only devices at hand, CPU
+ones that "GPU" passes over anyway: lavapipe ran the shared models 5-40x slower than
+PoCL on the same cores. On a GPU the acceptance script (benchmarks/gpu_acceptance.py)
+times every backend side by side; the order is to be revisited with its numbers.
 """
 from __future__ import annotations
 
