@@ -59,28 +59,27 @@ def skip_unless_required(request: pytest.FixtureRequest):
     return lambda need, why: _skip_unless_required(request.config, need, why)
 
 
+def _usable(name: str, skip_unless_required, why_not: str):
+    """Backend ``name``; skips (or fails where required) where it is missing or unavailable."""
+    backend = manager().backends.get(name)
+    if backend is None:
+        skip_unless_required(name, f"the {name} backend is not installed")
+    ok, why = backend.available()
+    if not ok:
+        skip_unless_required(name, f"{why_not}: {why}")
+    return backend
+
+
 @pytest.fixture(scope="session")
 def opencl(skip_unless_required):
     """The opencl backend; skips, saying why, where it is not installed or has no usable platform."""
-    backend = manager().backends.get("opencl")
-    if backend is None:
-        skip_unless_required("opencl", "the opencl backend is not installed")
-    ok, why = backend.available()
-    if not ok:
-        skip_unless_required("opencl", f"no usable OpenCL platform here: {why}")
-    return backend
+    return _usable("opencl", skip_unless_required, "no usable OpenCL platform here")
 
 
 @pytest.fixture(scope="session")
 def webgpu(skip_unless_required):
     """The webgpu backend; skips (or fails where required) without wgpu or an adapter."""
-    backend = manager().backends.get("webgpu")
-    if backend is None:
-        skip_unless_required("webgpu", "the webgpu backend is not installed")
-    ok, why = backend.available()
-    if not ok:
-        skip_unless_required("webgpu", f"webgpu is unavailable here: {why}")
-    return backend
+    return _usable("webgpu", skip_unless_required, "webgpu is unavailable here")
 
 
 @pytest.fixture(params=["cpu", "opencl"])

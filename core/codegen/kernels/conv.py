@@ -295,6 +295,19 @@ def _weights(wp: ir.Buffer, base: Expr, vec: int) -> WeightLoad:
 # -- CONV_2D ------------------------------------------------------------------------------
 
 
+def _window_rows(b: ir.KernelBuilder, kh: int, top: Expr, dh: int, h: int, rows_leave: bool,
+                 row: Callable[[Expr, Expr], None]) -> None:
+    """``row(kh, ih)`` for each of the window's ``kh`` rows, ``ih = top + kh * dh`` being the
+    input row; when a window may leave the input (``rows_leave``), only rows inside it."""
+    with b.for_("kh", 0, kh) as kh_:
+        ih = b.let("ih", top + ir.times(kh_, dh))
+        if rows_leave:
+            with b.if_(_in_range(ih, h)):
+                row(kh_, ih)
+        else:
+            row(kh_, ih)
+
+
 @generator("CONV_2D", epilogue=True)
 def conv2d(g: NodeGen) -> list[KernelSpec]:
     """CONV_2D (strides, dilations, SAME/VALID, groups): a pointwise conv with stride 1
@@ -368,13 +381,7 @@ def conv2d(g: NodeGen) -> list[KernelSpec]:
         else:
             whole_row(kh_, xr)
 
-    with b.for_("kh", 0, kh) as kh_:
-        ih = b.let("ih", ir.plus(ir.times(orow, sh), -pt) + ir.times(kh_, dh))
-        if rows_leave:
-            with b.if_(_in_range(ih, h)):
-                row(kh_, ih)
-        else:
-            row(kh_, ih)
+    _window_rows(b, kh, ir.plus(ir.times(orow, sh), -pt), dh, h, rows_leave, row)
     return [tile.finish(rows=n * oh, blocks=-(-ow // pixels), channels=o,
                         pixel=[tile.r * ow + e for e in index], exists=exists)]
 
@@ -452,13 +459,7 @@ def depthwise_conv2d(g: NodeGen) -> list[KernelSpec]:
         else:
             taps(xr, ws, False)
 
-    with b.for_("kh", 0, kh) as kh_:
-        ih = b.let("ih", ir.plus(ir.times(orow, sh), -pt) + ir.times(kh_, dh))
-        if rows_leave:
-            with b.if_(_in_range(ih, h)):
-                row(kh_, ih)
-        else:
-            row(kh_, ih)
+    _window_rows(b, kh, ir.plus(ir.times(orow, sh), -pt), dh, h, rows_leave, row)
     return [tile.finish(rows=n * oh, blocks=-(-ow // pixels), channels=o,
                         pixel=[tile.r * ow + e for e in index], exists=exists)]
 
