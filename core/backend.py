@@ -46,7 +46,8 @@ Backend     ``name``, ``supports``,        ``is_gpu`` (False), ``gpu_priority`` 
                                            (refuses), ``bind_control`` (None)
 Program     ``run``                        ``summary`` (""), ``partition`` (None),
                                            ``bind``/``bind_steps``/``run_profiled``
-                                           (None: the core's slower path)
+                                           (None: the core's slower path),
+                                           ``kernels`` ([])
 Event       ``wait``, ``is_complete``      (the base event is already complete)
 ==========  =============================  ==========================================
 
@@ -182,6 +183,11 @@ class Event:
 COMPLETE = Event()
 
 
+#: The name of a kernel that is the op's numpy reference (see :meth:`Program.kernels`): a
+#: slow path, which ``litegpu inspect --kernels`` and ``bench --profile`` point out.
+REFERENCE = "reference"
+
+
 class Program:
     """A compiled partition, returned by :meth:`Backend.compile`.
 
@@ -253,6 +259,13 @@ class Program:
         and those loops take a path that calls :meth:`run`.
         """
         return None
+
+    def kernels(self) -> list[tuple[tuple[int, ...], str]]:
+        """Optional: what runs each step, in run order: (the node indices of the step, the
+        name of its kernel), the name starting with :data:`REFERENCE` where the op's numpy
+        reference runs it. Read by the executor into the delegation report (``litegpu
+        inspect --kernels``) after ``compile``. Default: nothing said."""
+        return []
 
     def run_profiled(self, inputs: Sequence[Any], outputs: list, wait_for: Sequence[Event],
                      profiler: Any) -> Event | None:

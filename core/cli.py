@@ -526,8 +526,28 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         sys.stdout.flush()
         fail(f"not runnable: {exc}")
         return 1
-    print(interp.get_delegation_report())
+    report = interp.get_delegation_report()
+    print(report)
+    if args.kernels:
+        print(kernel_lines(report))
     return 0
+
+
+def kernel_lines(report) -> str:
+    """``inspect --kernels``: per node of each subgraph a run reaches, its backend and
+    kernel, then the nodes a numpy reference runs."""
+    lines = []
+    for r in report.subgraph_reports():
+        ran = {node: (backend, kernel) for node, _, backend, kernel in r.kernels}
+        lines.append(f"kernels of subgraph {r.subgraph}:")
+        for a in r.assignments:
+            backend, kernel = ran.get(a.node, (a.backend, "none: computed when compiled"))
+            lines.append(f"  node {a.node:<5} {a.op:<26} {backend:<8} {kernel}")
+        slow = r.reference_nodes()
+        ops = collections.Counter(op for _, op, _, _ in slow)
+        lines.append(f"  {len(slow)} of {len(r.assignments)} nodes run a numpy reference"
+                     + (": " + ", ".join(f"{op} x{n}" for op, n in ops.most_common()) if slow else ""))
+    return "\n".join(lines)
 
 
 def _summary(times: np.ndarray) -> str:
@@ -762,6 +782,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_run)
     p = model_command("inspect", "show signatures, tensors, op histogram, partitions and the delegation report")
     p.add_argument("--tensors", action="store_true", help="list every tensor of every subgraph")
+    p.add_argument("--kernels", action="store_true", help="one line per node: its backend and the kernel that "
+                   "runs it ('reference': the op's numpy reference, a slow path)")
     p.set_defaults(func=cmd_inspect)
     p = model_command("bench", "time a model like LiteRT's benchmark_model")
     p.add_argument("--signature", help="signature to time (default: the main subgraph's)")

@@ -223,6 +223,10 @@ class CompiledSubgraph:
         self.report.programs = [f"partition {i} on {backend.name}: {program.summary}"
                                 for i, ((backend, _), (program, _, _)) in enumerate(zip(planned, self.steps))
                                 if program.summary]
+        ops = {a.node: a.op for a in self.report.assignments}
+        self.report.kernels = [(n, ops.get(n, "?"), backend.name, name)
+                               for (backend, _), (program, _, _) in zip(planned, self.steps)
+                               for nodes, name in program.kernels() for n in nodes]
         # With device partitions, runs go through a transfer plan (see litegpu.transfers).
         self.runner: DeviceRunner | None = None
         if any(not backend.host_memory for backend, _ in planned):

@@ -11,7 +11,7 @@ import logging
 from collections import Counter
 from dataclasses import dataclass, field
 
-from .backend import Backend, NodeContext, Support, device_label
+from .backend import REFERENCE, Backend, NodeContext, Support, device_label
 from .errors import UnsupportedError
 from .graph import Model
 
@@ -63,11 +63,18 @@ class DelegationReport:
     added_nodes: int = 0
     # Each device backend's device, as partition lines name it ("opencl (<device>, a CPU)").
     devices: dict[str, str] = field(default_factory=dict)
+    # What runs each node, where the backend says (``Program.kernels``): (node, op, backend,
+    # kernel), in run order; a node computed when compiled has no line.
+    kernels: list[tuple[int, str, str, str]] = field(default_factory=list)
 
     def nodes_on(self, backend: str) -> int:
         """How many nodes of this subgraph run on ``backend`` (see :meth:`all_assignments` for
         the subgraphs it calls)."""
         return sum(a.backend == backend for a in self.assignments)
+
+    def reference_nodes(self) -> list[tuple[int, str, str, str]]:
+        """The :attr:`kernels` lines of nodes a numpy reference runs (the slow paths)."""
+        return [k for k in self.kernels if k[3].startswith(REFERENCE)]
 
     def subgraph_reports(self) -> list["DelegationReport"]:
         """This report followed by those of the subgraphs it calls."""

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from .backend import COMPLETE, Event
+from .backend import COMPLETE, REFERENCE, Event
 
 log = logging.getLogger("litegpu")
 clock = time.perf_counter
@@ -221,15 +221,18 @@ class Profiler:
         acc: dict[tuple, list] = {}
         for s in self._timed():
             key = (s.backend, tuple(n.index for n in s.nodes))
-            entry = acc.setdefault(key, [s.nodes, 0.0])
+            entry = acc.setdefault(key, [s.nodes, 0.0, False])
             entry[1] += s.dur
+            entry[2] |= str(s.args.get("kernel", "")).startswith(REFERENCE)
         rows = []
-        for (backend, _), (nodes, seconds) in acc.items():
+        for (backend, _), (nodes, seconds, reference) in acc.items():
             ms = seconds * 1e3 / runs
             flops = sum(n.flops for n in nodes)
             gflops = flops / (ms * 1e6) if flops and ms > 0 else None
             ops = "+".join(dict.fromkeys(n.op for n in nodes))
-            rows.append((nodes_label(nodes), ops, _shapes(nodes), backend, ms, gflops))
+            # A step the op's numpy reference runs is a slow path: the label says so.
+            label = nodes_label(nodes) + (f" [{REFERENCE}]" if reference else "")
+            rows.append((label, ops, _shapes(nodes), backend, ms, gflops))
         return sorted(rows, key=lambda r: -r[4])
 
     def summary(self, top: int = 10) -> str:

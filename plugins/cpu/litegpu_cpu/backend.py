@@ -12,8 +12,8 @@ from typing import Sequence
 
 import numpy as np
 
-from litegpu.backend import (COMPLETE, Backend, Branch, CompileOptions, Event, Loop, NodeContext, Partition,
-                             Program, Support, run_steps)
+from litegpu.backend import (COMPLETE, REFERENCE, Backend, Branch, CompileOptions, Event, Loop, NodeContext,
+                             Partition, Program, Support, run_steps)
 from litegpu.errors import ExecutionError, LiteGpuError, Unbound
 from litegpu.graph import Model
 from litegpu.ops import TensorSpec
@@ -397,6 +397,20 @@ class CpuProgram(Program):
         self._fill_outputs(outputs)
         return COMPLETE
 
+    def kernels(self) -> list[tuple[tuple[int, ...], str]]:
+        """Each step's nodes and what runs them (see :func:`.kernels.registry.kernel_name`)."""
+        return [(tuple(c.node.index for c in nodes), self._step_kernel(n))
+                for n, nodes in enumerate(self.step_nodes)]
+
+    def _step_kernel(self, n: int) -> str:
+        kernel, _, _, dynamic, ctx = self.steps[n]
+        if not dynamic:
+            from .kernels.registry import kernel_name
+            return kernel_name(kernel)
+        if ctx.opdef.stateful:
+            return "the op's run-time execute (control flow, state)"
+        return f"{REFERENCE} (output shapes known at run time)"
+
     def run_profiled(self, inputs: Sequence[np.ndarray], outputs: list, wait_for: Sequence[Event],
                      profiler) -> Event:
         """:meth:`run` step by step, each step timed into ``profiler`` (a
@@ -413,7 +427,7 @@ class CpuProgram(Program):
             dur = clock() - start
             infos = tuple(node_info(c) for c in nodes)
             profiler.add(Slice(nodes_label(infos), "node", HOST, CPU_STEPS, start, dur, infos, "cpu",
-                               {"fused": len(infos) > 1}))
+                               {"fused": len(infos) > 1, "kernel": self._step_kernel(n)}))
         self._fixed = None   # slots may hold new arrays: a run-time-shaped program binds again
         self._fill_outputs(outputs)
         return COMPLETE

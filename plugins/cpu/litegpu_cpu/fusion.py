@@ -356,5 +356,7 @@ def make_fused_kernel(group: FusedGroup):
     part = -(-group.rows // _PARALLEL_TASKS) if group.parallel else group.rows
     tasks = -(-group.rows // part) if part else 1
     params = np.array([group.rows, group.cols, part], np.int64)
-    return bindable(lambda inputs, outputs: bind_task(fused, tasks, inputs, outputs, params, group.constants,
-                                                                  group.dtypes))
+    k = bindable(lambda inputs, outputs: bind_task(fused, tasks, inputs, outputs, params, group.constants,
+                                                   group.dtypes))
+    k.kernel_name = f"fused task ({len(group.nodes)} elementwise ops)"
+    return k

@@ -270,6 +270,10 @@ class ClProgram(Program):
             event.wait()
         return self._finished(ClEvent(events[-1] if events else self.cl.enqueue_marker(queue, wait_for=cl_wait)))
 
+    def kernels(self) -> list[tuple[tuple[int, ...], str]]:
+        """Each launch's nodes (a producer and its folded followers) and its kernel function."""
+        return [(tuple(c.node.index for c in launch.nodes), launch.name) for launch in self.launches]
+
     def run_profiled(self, inputs: Sequence[ClTensor], outputs: Sequence[ClTensor], wait_for: Sequence[Event],
                      profiler) -> Event:
         """:meth:`run` on a profiling queue, each launch recorded into ``profiler`` (a

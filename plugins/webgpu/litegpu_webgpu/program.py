@@ -224,6 +224,10 @@ class WebGpuProgram(Program):
         self._prepare(inputs, outputs, wait_for)
         return submit(self.device, self.launches)
 
+    def kernels(self) -> list[tuple[tuple[int, ...], str]]:
+        """Each launch's nodes (a producer and its folded followers) and its kernel function."""
+        return [(tuple(c.node.index for c in launch.nodes), launch.name) for launch in self.launches]
+
     def run_profiled(self, inputs: Sequence[WgpuTensor], outputs: Sequence[WgpuTensor], wait_for: Sequence[Event],
                      profiler) -> WebGpuEvent | None:
         """:meth:`run` with each dispatch's device time recorded into ``profiler`` (a

@@ -22,7 +22,7 @@ from .common import optional_input, window_geometry
 from .qd8gemm import hybrid_fully_connected
 from .qdepthwise import QuantizedDepthwise
 from .qgemm import QuantizedMatmul
-from .registry import bindable, in_order, kernel
+from .registry import bindable, in_order, kernel, named
 from .tasks import bind_task, in_sequence, int8_pointer, task_function
 
 I8 = np.dtype(np.int8)
@@ -75,7 +75,7 @@ def quantized_fully_connected(ctx: NodeContext):
         if padded is None:
             return product.bind(x2, out2)
         return in_order([partial(np.copyto, padded[:, :k], x2), product.bind(padded, out2)])
-    return bindable(bind)
+    return named(bindable(bind), "int8 packed GEMM" + ("" if padded is None else " (rows padded to 4 bytes)"))
 
 
 @njit(cache=True, inline="always")
@@ -149,7 +149,8 @@ def quantized_conv(ctx: NodeContext):
     m = n * oh * ow
     pointwise = (kh, kw, sh, sw, pt, pl) == (1, 1, 1, 1, 0, 0) and (oh, ow) == (h, wd) and c % 4 == 0
     if pointwise:
-        return bindable(lambda inputs, outputs: product.bind(inputs[0].reshape(m, c), outputs[0].reshape(m, o)))
+        return named(bindable(lambda inputs, outputs: product.bind(inputs[0].reshape(m, c), outputs[0].reshape(m, o))),
+                     "int8 packed GEMM over the pixels (1x1)")
     k4 = _rows4(k)
     cols = np.empty((m, k4), np.int8)
     params = np.array([h, wd, c, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl, requant["x_zp"], k4], np.int64)
@@ -157,7 +158,7 @@ def quantized_conv(ctx: NodeContext):
     def bind(inputs, outputs):
         im2col = bind_task(_im2col_task, n * oh, (inputs[0],), (cols,), params, dtypes=(I8, I8))
         return in_sequence([im2col, product.bind(cols, outputs[0].reshape(m, o))])
-    return bindable(bind)
+    return named(bindable(bind), f"int8 im2col ({kh}x{kw}/{sh}) + packed GEMM")
 
 
 @kernel("DEPTHWISE_CONV_2D", quantized=True)
@@ -174,4 +175,4 @@ def quantized_depthwise(ctx: NodeContext):
     geometry = window_geometry(ctx.attrs, h, wd, kh, kw)
     conv = QuantizedDepthwise(w.reshape(kh, kw, c), bias, requant["x_zp"], requant["scale"], requant["zp"],
                               requant["lo"], requant["hi"], geometry)
-    return bindable(lambda inputs, outputs: conv.bind(inputs[0], outputs[0]))
+    return named(bindable(lambda inputs, outputs: conv.bind(inputs[0], outputs[0])), f"int8 depthwise {kh}x{kw}")

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from litegpu.backend import NodeContext
+from litegpu.backend import REFERENCE, NodeContext
 from litegpu.ops.quantized import DATA_MOVEMENT
 
 Kernel = Callable[[list, list], None]
@@ -83,6 +83,7 @@ def reference_kernel(ctx: NodeContext) -> Kernel:
         for out, res in zip(outputs, results):
             out[...] = res
 
+    run.kernel_name = REFERENCE
     return run
 
 
@@ -96,5 +97,19 @@ def make_kernel(ctx: NodeContext) -> Kernel:
     if factory is not None and not ctx.dynamic:
         k = factory(ctx)
         if k is not None:
+            if not getattr(k, "kernel_name", None):
+                k.kernel_name = f"{factory.__module__.rsplit('.', 1)[-1]}.{factory.__name__}"
             return k
     return reference_kernel(ctx)
+
+
+def named(k: Kernel, name: str) -> Kernel:
+    """``k``, saying which path it is (``inspect --kernels`` shows the name)."""
+    k.kernel_name = name
+    return k
+
+
+def kernel_name(k: object) -> str:
+    """What a kernel is, for ``inspect --kernels``: the factory that made it (``module.name``,
+    or a name the factory gave it), or ``reference``."""
+    return getattr(k, "kernel_name", None) or getattr(k, "__name__", type(k).__name__)
