@@ -59,3 +59,17 @@ def test_quantized_pad_fills_with_the_zero_point():
     interp.invoke()
     out = interp.get_tensor(interp.get_output_details()[0]["index"])[0, :, :, 0]
     assert out[0, 0] == -7 and out[1, 1] == 50
+
+
+def test_quantized_fill_copies_the_value_as_litert_does():
+    # FILL of a quantized scalar (a GRU's zero initial state in an int8 model): the value is
+    # copied, as data movement is; it had no integer reference and the model would not load.
+    b = ModelBuilder()
+    v = b.input("v", (), np.int8, **Q)
+    dims = b.const("dims", np.array([2, 3], np.int32))
+    y = b.tensor("y", (2, 3), np.int8, **Q)
+    b.op("FILL", [dims, v], [y])
+    b.output(y)
+    (ours,), (theirs,) = run_both(b.build(), [np.array(-93, np.int8)])
+    np.testing.assert_array_equal(ours, theirs)
+    assert (ours == -93).all()
