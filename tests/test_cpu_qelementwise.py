@@ -1,5 +1,6 @@
 """The cpu backend's integer ADD / SUB kernel (litegpu_cpu.kernels.qelementwise): chosen
-for same-shape int8 and uint8 operands, equal to LiteRT; broadcasts keep the reference."""
+for same-shape int8 and uint8 operands and an operand repeating along the leading axes,
+equal to LiteRT; other broadcasts keep the reference."""
 from __future__ import annotations
 
 import numpy as np
@@ -13,8 +14,13 @@ from test_ops_quantized import run_both
 
 @pytest.mark.parametrize("dtype,zps", [(np.int8, (-5, 9, 3)), (np.uint8, (120, 131, 127))])
 @pytest.mark.parametrize("op", ["ADD", "SUB"])
-@pytest.mark.parametrize("b_shape,act", [((2, 5, 5, 8), "NONE"), ((2, 5, 5, 8), "RELU6"), ((1, 1, 1, 8), "NONE")])
-def test_integer_add_chosen_and_exact(monkeypatch, dtype, zps, op, b_shape, act) -> None:
+@pytest.mark.parametrize("b_shape,act,kernel", [
+    ((2, 5, 5, 8), "NONE", True), ((2, 5, 5, 8), "RELU6", True),
+    ((1, 1, 1, 8), "NONE", True),        # repeats along the leading axes (a bias)
+    ((1,), "NONE", True),                # a scalar (a GRU's 1 - z)
+    ((2, 1, 1, 8), "NONE", False)])      # another broadcast: the reference
+@pytest.mark.parametrize("small_first", [False, True])
+def test_integer_add_chosen_and_exact(monkeypatch, dtype, zps, op, b_shape, act, kernel, small_first) -> None:
     calls = []
     loop = qelementwise._add_loop
     monkeypatch.setattr(qelementwise, "_add_loop", lambda *args: (calls.append(1), loop(*args)))
@@ -24,12 +30,12 @@ def test_integer_add_chosen_and_exact(monkeypatch, dtype, zps, op, b_shape, act)
     x = b.input("x", (2, 5, 5, 8), dtype, scale=[0.07], zero_point=[zps[0]])
     z = b.input("z", b_shape, dtype, scale=[0.03], zero_point=[zps[1]])
     y = b.tensor("y", (2, 5, 5, 8), dtype, scale=[0.06], zero_point=[zps[2]])
-    b.op(op, [x, z], [y], fused_activation_function=act, version=2)
+    b.op(op, [z, x] if small_first else [x, z], [y], fused_activation_function=act, version=2)
     b.output(y)
     inputs = [rng.integers(info.min, info.max + 1, s).astype(dtype) for s in ((2, 5, 5, 8), b_shape)]
     (ours,), (theirs,) = run_both(b.build(), inputs)
     np.testing.assert_array_equal(ours, theirs)
-    assert bool(calls) == (b_shape == (2, 5, 5, 8))   # the kernel for same shapes only
+    assert bool(calls) == kernel
 
 
 def _unary(op: str, dtype, in_q: tuple, out_dtype, out_q: tuple | None, **options) -> bytes:

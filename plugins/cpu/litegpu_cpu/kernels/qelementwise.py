@@ -1,9 +1,10 @@
 """Integer kernels for quantized element-wise ops on int8 / uint8.
 
 - ADD and SUB with both operands of the same shape (the residual connections of mobile
-  networks), in XNNPACK's arithmetic as the integer reference in
-  :mod:`litegpu.ops.quantized` computes it, from the node's ``attrs["add"]``; a
-  broadcast operand gets ``None`` here and keeps the reference.
+  networks) or one repeating along the leading axes (a bias, a GRU's ``1 - z``), in
+  XNNPACK's arithmetic as the integer reference in :mod:`litegpu.ops.quantized` computes
+  it, from the node's ``attrs["add"]``; other broadcasts get ``None`` here and keep the
+  reference.
 - MUL of 8-bit operands of the same shape, or with one operand repeating along the
   leading axes (a squeeze-and-excite scale, ``[N, H, W, C] x [1, 1, 1, C]``): XNNPACK's
   float32 requantization of the product of the two zero-point-free values.
@@ -26,26 +27,38 @@ from .tasks import bind_task, int32_pointer, task_function, uint8_pointer
 
 @numba.njit(cache=True, nogil=True)
 def _add_loop(a, b, out, am, bm, bias, shift, zp, lo, hi):   # pragma: no cover - compiled
-    for i in range(a.size):
-        acc = bias + np.int64(a[i]) * am + np.int64(b[i]) * bm
-        v = (acc >> shift) + zp
-        out[i] = min(max(v, lo), hi)
+    """``b`` repeats every ``b.size`` elements (once, when the shapes are the same)."""
+    m = b.size
+    for r in range(a.size // m):
+        at = r * m
+        for j in range(m):
+            acc = bias + np.int64(a[at + j]) * am + np.int64(b[j]) * bm
+            v = (acc >> shift) + zp
+            out[at + j] = min(max(v, lo), hi)
 
 
 @kernel("ADD", "SUB", quantized=True)
 def quantized_add(ctx: NodeContext):
-    """``out = clamp(((bias + a * ma + b * mb) >> shift) + zp)`` element by element."""
+    """``out = clamp(((bias + a * ma + b * mb) >> shift) + zp)`` element by element (see the
+    module docstring for the broadcasts it takes)."""
     params = ctx.attrs.get("add")
-    shapes = [tuple(s.shape) for s in (*ctx.inputs[:2], ctx.outputs[0])]
     dtype = np.dtype(ctx.outputs[0].dtype)
-    if params is None or len(set(shapes)) != 1 or dtype not in (np.dtype(np.int8), np.dtype(np.uint8)) \
+    if params is None or dtype not in (np.dtype(np.int8), np.dtype(np.uint8)) \
             or any(np.dtype(s.dtype) != dtype for s in ctx.inputs[:2]):
         return None
-    args = (np.int64(params.a_multiplier), np.int64(params.b_multiplier), np.int64(params.bias),
-            np.int64(params.shift), np.int64(ctx.attrs["zp"]), np.int64(ctx.attrs["lo"]), np.int64(ctx.attrs["hi"]))
+    out_shape = tuple(ctx.outputs[0].shape)
+    shapes = [tuple(s.shape) for s in ctx.inputs[:2]]
+    full = [i for i, shape in enumerate(shapes) if shape == out_shape]
+    if not full or not _repeats_along_leading_axes(shapes[1 - full[0]], out_shape):
+        return None
+    # The sum is symmetric in (operand, multiplier) pairs: the full-shaped operand goes first.
+    big = full[0]
+    mults = (np.int64(params.a_multiplier), np.int64(params.b_multiplier))
+    args = (mults[big], mults[1 - big], np.int64(params.bias), np.int64(params.shift), np.int64(ctx.attrs["zp"]),
+            np.int64(ctx.attrs["lo"]), np.int64(ctx.attrs["hi"]))
 
     def bind(inputs, outputs):
-        a, b, out = inputs[0].reshape(-1), inputs[1].reshape(-1), outputs[0].reshape(-1)
+        a, b, out = inputs[big].reshape(-1), inputs[1 - big].reshape(-1), outputs[0].reshape(-1)
         return lambda: _add_loop(a, b, out, *args)
     return bindable(bind)
 
