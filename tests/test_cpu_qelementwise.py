@@ -143,3 +143,24 @@ def test_quantize_float_chosen_and_exact(monkeypatch, dtype, zp) -> None:
     (ours,), (theirs,) = run_both(b.build(), [values])
     np.testing.assert_array_equal(ours, theirs)
     assert calls
+
+
+@pytest.mark.parametrize("dtype,in_q,out_q", [
+    (np.int8, (0.08, 5), (1 / 256, -128)),     # the converter's int8 softmax
+    (np.uint8, (0.05, 130), (1 / 256, 0)),     # uint8: TFLite's + 0.5 truncation
+    (np.int8, (0.3, -20), (1 / 256, -128))])   # a wide input scale: many rows saturate
+@pytest.mark.parametrize("shape,beta", [((3, 10), 1.0), ((2, 4, 12), 1.0), ((1, 1000), 1.0), ((4, 7), 0.5)])
+def test_integer_softmax_chosen_and_exact(monkeypatch, dtype, in_q, out_q, shape, beta) -> None:
+    calls = []
+    loop = qreduce._softmax8_loop
+    monkeypatch.setattr(qreduce, "_softmax8_loop", lambda *args: (calls.append(1), loop(*args)))
+    b = ModelBuilder()
+    x = b.input("x", shape, dtype, scale=[in_q[0]], zero_point=[in_q[1]])
+    y = b.tensor("y", shape, dtype, scale=[out_q[0]], zero_point=[out_q[1]])
+    b.op("SOFTMAX", [x], [y], beta=beta)
+    b.output(y)
+    info = np.iinfo(dtype)
+    xs = np.random.default_rng(5).integers(info.min, info.max + 1, shape).astype(dtype)
+    (ours,), (theirs,) = run_both(b.build(), [xs])
+    np.testing.assert_array_equal(ours, theirs)
+    assert calls

@@ -14,7 +14,7 @@ from litegpu.backend import NodeContext
 from litegpu.ops.quantized import xnn_sum_constants
 from litegpu.ops.reduce import reduction_axes
 
-from .registry import bindable, kernel
+from .registry import bindable, kernel, named
 
 
 @numba.njit(cache=True, nogil=True)
@@ -58,3 +58,50 @@ def quantized_mean(ctx: NodeContext):
         xs, out = inputs[0].reshape(outer, count, inner), outputs[0].reshape(outer, inner)
         return lambda: _mean_loop(xs, out, acc, s, z, *bounds)
     return bindable(bind)
+
+
+# -- SOFTMAX on int8 / uint8 ---------------------------------------------------------------------
+
+
+@numba.njit(cache=True, nogil=True)
+def _softmax8_loop(x, out, e, table, scale, zp, lo, hi, truncate):   # pragma: no cover - compiled
+    """Rows of ``x`` [rows, n] -> ``out``, as :func:`litegpu.ops.quantized_act._softmax8`:
+    exp of each distance to the row's maximum from ``table``, summed in float32 left to
+    right, times ``1 / (sum * scale)``, rounded half away from zero (``truncate``: uint8's
+    ``int(p + 0.5)`` without the zero point), clamped."""
+    for r in range(x.shape[0]):
+        top = np.int32(x[r, 0])
+        for j in range(1, x.shape[1]):
+            top = max(top, np.int32(x[r, j]))
+        total = np.float32(0)
+        for j in range(x.shape[1]):
+            e[j] = table[top - np.int32(x[r, j])]
+            total += e[j]
+        inv = np.float32(1) / (total * scale)
+        for j in range(x.shape[1]):
+            p = e[j] * inv
+            q = np.int32(np.trunc(p + np.float32(0.5)))   # p >= 0: half away from zero
+            if not truncate:
+                q += zp
+            out[r, j] = min(max(q, lo), hi)
+
+
+@kernel("SOFTMAX", quantized=True)
+def quantized_softmax(ctx: NodeContext):
+    """int8/uint8 SOFTMAX over the last axis in TFLite's arithmetic (see :func:`_softmax8_loop`);
+    int16 keeps the reference."""
+    p = ctx.attrs.get("softmax8")
+    x = ctx.inputs[0]
+    if p is None or x.shape[-1] == 0 or np.dtype(x.dtype) not in (np.dtype(np.int8), np.dtype(np.uint8)):
+        return None
+    n = int(x.shape[-1])
+    rows = int(np.prod(x.shape, dtype=np.int64)) // n
+    info = np.iinfo(p["dtype"])
+    e = np.empty(n, np.float32)
+    args = (np.asarray(p["table"], np.float32), np.float32(p["scale"]), np.int32(p["zp"]), np.int32(info.min),
+            np.int32(info.max), bool(p["truncate"]))
+
+    def bind(inputs, outputs):
+        xs, ys = inputs[0].reshape(rows, n), outputs[0].reshape(rows, n)
+        return lambda: _softmax8_loop(xs, ys, e, *args)
+    return named(bindable(bind), "int8 softmax (TFLite's float table)")
