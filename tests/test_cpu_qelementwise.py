@@ -1,13 +1,15 @@
-"""The cpu backend's integer ADD / SUB kernel (litegpu_cpu.kernels.qelementwise): chosen
-for same-shape int8 and uint8 operands and an operand repeating along the leading axes,
-equal to LiteRT; other broadcasts keep the reference."""
+"""The cpu backend's integer kernels for 8-bit elementwise ops, MEAN, SOFTMAX and pools
+(litegpu_cpu.kernels.qelementwise, qreduce, qpool): each chosen where it applies and equal
+to LiteRT; ADD / SUB take same shapes and an operand repeating along the leading axes,
+other broadcasts keep the reference."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
 from litegpu.testing.builder import ModelBuilder
-from litegpu_cpu.kernels import qelementwise, qreduce
+from litegpu.ops.nn import conv_output_size
+from litegpu_cpu.kernels import qelementwise, qpool, qreduce
 
 from test_ops_quantized import run_both
 
@@ -161,6 +163,31 @@ def test_integer_softmax_chosen_and_exact(monkeypatch, dtype, in_q, out_q, shape
     b.output(y)
     info = np.iinfo(dtype)
     xs = np.random.default_rng(5).integers(info.min, info.max + 1, shape).astype(dtype)
+    (ours,), (theirs,) = run_both(b.build(), [xs])
+    np.testing.assert_array_equal(ours, theirs)
+    assert calls
+
+
+@pytest.mark.parametrize("op", ["MAX_POOL_2D", "AVERAGE_POOL_2D"])
+@pytest.mark.parametrize("dtype,zp", [(np.int8, -3), (np.uint8, 131)])
+@pytest.mark.parametrize("shape,filt,stride,padding,act", [
+    ((1, 9, 7, 5), (3, 3), (2, 2), "SAME", "NONE"),
+    ((2, 8, 8, 16), (2, 2), (2, 2), "VALID", "RELU6"),
+    ((1, 49, 20, 8), (49, 20), (1, 1), "VALID", "NONE"),    # a global average (a keyword spotter's)
+    ((1, 24, 10, 4), (2, 1), (2, 1), "SAME", "RELU")])       # a CRNN's time pooling
+def test_integer_pool_chosen_and_exact(monkeypatch, op, dtype, zp, shape, filt, stride, padding, act) -> None:
+    calls = []
+    loop = qpool._qpool
+    monkeypatch.setattr(qpool, "_qpool", lambda *args: (calls.append(1), loop(*args)))
+    out_hw = [conv_output_size(d, k, s, 1, padding)[0] for d, k, s in zip(shape[1:3], filt, stride)]
+    b = ModelBuilder()
+    x = b.input("x", shape, dtype, scale=[0.05], zero_point=[zp])
+    y = b.tensor("y", (shape[0], *out_hw, shape[3]), dtype, scale=[0.05], zero_point=[zp])
+    b.op(op, [x], [y], padding=padding, stride_h=stride[0], stride_w=stride[1], filter_height=filt[0],
+         filter_width=filt[1], fused_activation_function=act)
+    b.output(y)
+    info = np.iinfo(dtype)
+    xs = np.random.default_rng(6).integers(info.min, info.max + 1, shape).astype(dtype)
     (ours,), (theirs,) = run_both(b.build(), [xs])
     np.testing.assert_array_equal(ours, theirs)
     assert calls

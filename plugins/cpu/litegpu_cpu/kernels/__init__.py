@@ -7,4 +7,4 @@ from .. import numba_cache  # noqa: E402
 numba_cache.install()
 # Each registers its kernels.
 from . import conv, depthwise, elementwise, indexing, layout, misc, pool  # noqa: F401,E402
-from . import qconv, qelementwise, qreduce  # noqa: F401,E402
+from . import qconv, qelementwise, qpool, qreduce  # noqa: F401,E402
