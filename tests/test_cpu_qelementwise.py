@@ -1,7 +1,7 @@
 """The cpu backend's integer kernels for 8-bit elementwise ops, MEAN, SOFTMAX and pools
 (litegpu_cpu.kernels.qelementwise, qreduce, qpool): each chosen where it applies and equal
-to LiteRT; ADD / SUB take same shapes and an operand repeating along the leading axes,
-other broadcasts keep the reference."""
+to LiteRT; ADD / SUB / MUL run same shapes and an operand repeating along the leading
+axes as one flat loop, any other broadcast over broadcast views."""
 from __future__ import annotations
 
 import numpy as np
@@ -17,15 +17,16 @@ from test_ops_quantized import run_both
 @pytest.mark.parametrize("dtype,zps", [(np.int8, (-5, 9, 3)), (np.uint8, (120, 131, 127))])
 @pytest.mark.parametrize("op", ["ADD", "SUB"])
 @pytest.mark.parametrize("b_shape,act,kernel", [
-    ((2, 5, 5, 8), "NONE", True), ((2, 5, 5, 8), "RELU6", True),
-    ((1, 1, 1, 8), "NONE", True),        # repeats along the leading axes (a bias)
-    ((1,), "NONE", True),                # a scalar (a GRU's 1 - z)
-    ((2, 1, 1, 8), "NONE", False)])      # another broadcast: the reference
+    ((2, 5, 5, 8), "NONE", "_add_loop"), ((2, 5, 5, 8), "RELU6", "_add_loop"),
+    ((1, 1, 1, 8), "NONE", "_add_loop"),         # repeats along the leading axes (a bias)
+    ((1,), "NONE", "_add_loop"),                 # a scalar (a GRU's 1 - z)
+    ((2, 1, 1, 8), "NONE", "_add_broadcast"),    # another broadcast
+    ((2, 5, 1, 1), "RELU", "_add_broadcast")])
 @pytest.mark.parametrize("small_first", [False, True])
 def test_integer_add_chosen_and_exact(monkeypatch, dtype, zps, op, b_shape, act, kernel, small_first) -> None:
     calls = []
-    loop = qelementwise._add_loop
-    monkeypatch.setattr(qelementwise, "_add_loop", lambda *args: (calls.append(1), loop(*args)))
+    loop = getattr(qelementwise, kernel)
+    monkeypatch.setattr(qelementwise, kernel, lambda *args: (calls.append(1), loop(*args)))
     rng = np.random.default_rng(3)
     info = np.iinfo(dtype)
     b = ModelBuilder()
@@ -37,7 +38,7 @@ def test_integer_add_chosen_and_exact(monkeypatch, dtype, zps, op, b_shape, act,
     inputs = [rng.integers(info.min, info.max + 1, s).astype(dtype) for s in ((2, 5, 5, 8), b_shape)]
     (ours,), (theirs,) = run_both(b.build(), inputs)
     np.testing.assert_array_equal(ours, theirs)
-    assert bool(calls) == kernel
+    assert calls, f"{kernel} did not run"
 
 
 def _unary(op: str, dtype, in_q: tuple, out_dtype, out_q: tuple | None, **options) -> bytes:
@@ -104,15 +105,17 @@ def test_integer_mean_chosen_and_exact(monkeypatch, op, dtype, zps, shape, axes,
 
 @pytest.mark.parametrize("dtype,zps", [(np.int8, (-5, 9, 3)), (np.uint8, (120, 131, 127))])
 @pytest.mark.parametrize("a_shape,b_shape,chosen", [
-    ((2, 5, 5, 8), (2, 5, 5, 8), True),
-    ((1, 6, 6, 16), (1, 1, 1, 16), True),       # squeeze-and-excite
-    ((1, 1, 1, 16), (1, 6, 6, 16), True),       # the same, operands swapped
-    ((1, 6, 6, 16), (1, 6, 1, 16), False),      # a broadcast in the middle: the reference
+    ((2, 5, 5, 8), (2, 5, 5, 8), "_mul_loop"),
+    ((1, 6, 6, 16), (1, 1, 1, 16), "_mul_loop"),        # squeeze-and-excite
+    ((1, 1, 1, 16), (1, 6, 6, 16), "_mul_loop"),        # the same, operands swapped
+    ((1, 6, 6, 16), (1, 6, 1, 16), "_mul_broadcast"),   # a broadcast in the middle
+    ((1, 32, 64), (1, 32, 1), "_mul_broadcast"),        # a layer norm's per-row scale
+    ((4, 1, 8), (1, 5, 1), "_mul_broadcast"),           # both broadcast
 ])
 def test_integer_mul_chosen_and_exact(monkeypatch, dtype, zps, a_shape, b_shape, chosen) -> None:
     calls = []
-    loop = qelementwise._mul_loop
-    monkeypatch.setattr(qelementwise, "_mul_loop", lambda *args: (calls.append(1), loop(*args)))
+    loop = getattr(qelementwise, chosen)
+    monkeypatch.setattr(qelementwise, chosen, lambda *args: (calls.append(1), loop(*args)))
     rng = np.random.default_rng(8)
     info = np.iinfo(dtype)
     out_shape = np.broadcast_shapes(a_shape, b_shape)
@@ -125,7 +128,7 @@ def test_integer_mul_chosen_and_exact(monkeypatch, dtype, zps, a_shape, b_shape,
     inputs = [rng.integers(info.min, info.max + 1, s).astype(dtype) for s in (a_shape, b_shape)]
     (ours,), (theirs,) = run_both(b.build(), inputs)
     np.testing.assert_array_equal(ours, theirs)
-    assert bool(calls) == chosen
+    assert calls, f"{chosen} did not run"
 
 
 @pytest.mark.parametrize("dtype,zp", [(np.int8, -3), (np.uint8, 128)])

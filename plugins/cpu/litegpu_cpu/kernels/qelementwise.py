@@ -1,13 +1,13 @@
 """Integer kernels for quantized element-wise ops on int8 / uint8.
 
-- ADD and SUB with both operands of the same shape (the residual connections of mobile
-  networks) or one repeating along the leading axes (a bias, a GRU's ``1 - z``), in
-  XNNPACK's arithmetic as the integer reference in :mod:`litegpu.ops.quantized` computes
-  it, from the node's ``attrs["add"]``; other broadcasts get ``None`` here and keep the
-  reference.
-- MUL of 8-bit operands of the same shape, or with one operand repeating along the
-  leading axes (a squeeze-and-excite scale, ``[N, H, W, C] x [1, 1, 1, C]``): XNNPACK's
-  float32 requantization of the product of the two zero-point-free values.
+- ADD and SUB in XNNPACK's arithmetic as the integer reference in
+  :mod:`litegpu.ops.quantized` computes it, from the node's ``attrs["add"]``.
+- MUL of 8-bit operands: XNNPACK's float32 requantization of the product of the two
+  zero-point-free values.
+- Both: operands of the same shape, or one repeating along the leading axes (a bias, a
+  squeeze-and-excite scale ``[N, H, W, C] x [1, 1, 1, C]``, a GRU's ``1 - z``), as one
+  flat loop; any other broadcast up to rank 4 (a layer norm's per-row statistics) as
+  nested loops over broadcast views.
 - One-input ops (HARD_SWISH, LOGISTIC, TANH, QUANTIZE, DEQUANTIZE ...): an 8-bit input
   has 256 values, so the op is a table of its own integer reference evaluated on each
   of them at compile time (what XNNPACK does for its lookup-table ops), then one gather.
@@ -16,12 +16,14 @@
 """
 from __future__ import annotations
 
+from functools import partial
+
 import numba
 import numpy as np
 
 from litegpu.backend import NodeContext
 
-from .registry import bindable, kernel
+from .registry import bindable, kernel, named
 from .tasks import bind_task, int32_pointer, task_function, uint8_pointer
 
 
@@ -47,20 +49,52 @@ def quantized_add(ctx: NodeContext):
             or any(np.dtype(s.dtype) != dtype for s in ctx.inputs[:2]):
         return None
     out_shape = tuple(ctx.outputs[0].shape)
-    shapes = [tuple(s.shape) for s in ctx.inputs[:2]]
-    full = [i for i, shape in enumerate(shapes) if shape == out_shape]
-    if not full or not _repeats_along_leading_axes(shapes[1 - full[0]], out_shape):
+    big = _full_operand(ctx)
+    if big is None and len(out_shape) > 4:
         return None
     # The sum is symmetric in (operand, multiplier) pairs: the full-shaped operand goes first.
-    big = full[0]
+    first = big or 0
     mults = (np.int64(params.a_multiplier), np.int64(params.b_multiplier))
-    args = (mults[big], mults[1 - big], np.int64(params.bias), np.int64(params.shift), np.int64(ctx.attrs["zp"]),
+    args = (mults[first], mults[1 - first], np.int64(params.bias), np.int64(params.shift), np.int64(ctx.attrs["zp"]),
             np.int64(ctx.attrs["lo"]), np.int64(ctx.attrs["hi"]))
+    if big is None:
+        return named(bindable(lambda inputs, outputs: partial(
+            _add_broadcast, *_views4(inputs[:2], outputs[0]), *args)), "int8 add (broadcast)")
 
     def bind(inputs, outputs):
         a, b, out = inputs[big].reshape(-1), inputs[1 - big].reshape(-1), outputs[0].reshape(-1)
         return lambda: _add_loop(a, b, out, *args)
     return bindable(bind)
+
+
+def _full_operand(ctx: NodeContext) -> int | None:
+    """The operand of the output's shape when the other one repeats along the leading axes
+    (a flat loop serves); None for another broadcast."""
+    out_shape = tuple(ctx.outputs[0].shape)
+    shapes = [tuple(s.shape) for s in ctx.inputs[:2]]
+    full = [i for i, shape in enumerate(shapes) if shape == out_shape]
+    if not full or not _repeats_along_leading_axes(shapes[1 - full[0]], out_shape):
+        return None
+    return full[0]
+
+
+def _views4(inputs: list, out: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The operands as views broadcast to the output's shape and the output, all with their
+    rank padded to 4 (a repeated axis has stride 0: nothing is copied)."""
+    shape4 = (1,) * (4 - out.ndim) + out.shape
+    views = [np.broadcast_to(x.reshape((1,) * (4 - x.ndim) + x.shape), shape4) for x in inputs]
+    return views[0], views[1], out.reshape(shape4)
+
+
+@numba.njit(cache=True, nogil=True)
+def _add_broadcast(a, b, out, am, bm, bias, shift, zp, lo, hi):   # pragma: no cover - compiled
+    """:func:`_add_loop` over 4-D views of any broadcast (see :func:`_views4`)."""
+    for i in range(out.shape[0]):
+        for j in range(out.shape[1]):
+            for k in range(out.shape[2]):
+                for m in range(out.shape[3]):
+                    acc = bias + np.int64(a[i, j, k, m]) * am + np.int64(b[i, j, k, m]) * bm
+                    out[i, j, k, m] = min(max((acc >> shift) + zp, lo), hi)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -73,6 +107,18 @@ def _mul_loop(a, b, out, za, zb, scale, zp, lo, hi):   # pragma: no cover - comp
             acc = (np.int32(a[at + j]) - za) * (np.int32(b[j]) - zb)
             value = min(max(np.float32(acc) * scale, lo), hi)
             out[at + j] = np.int32(np.rint(value)) + zp
+
+
+@numba.njit(cache=True, nogil=True)
+def _mul_broadcast(a, b, out, za, zb, scale, zp, lo, hi):   # pragma: no cover - compiled
+    """:func:`_mul_loop` over 4-D views of any broadcast (see :func:`_views4`)."""
+    for i in range(out.shape[0]):
+        for j in range(out.shape[1]):
+            for k in range(out.shape[2]):
+                for m in range(out.shape[3]):
+                    acc = (np.int32(a[i, j, k, m]) - za) * (np.int32(b[i, j, k, m]) - zb)
+                    value = min(max(np.float32(acc) * scale, lo), hi)
+                    out[i, j, k, m] = np.int32(np.rint(value)) + zp
 
 
 def _repeats_along_leading_axes(small: tuple, full: tuple) -> bool:
@@ -94,14 +140,15 @@ def quantized_mul(ctx: NodeContext):
     if r is None or "scale" not in r or dtype not in (np.dtype(np.int8), np.dtype(np.uint8)) \
             or any(np.dtype(s.dtype) != dtype for s in ctx.inputs[:2]):
         return None
-    out_shape = tuple(ctx.outputs[0].shape)
-    shapes = [tuple(s.shape) for s in ctx.inputs[:2]]
-    full = [i for i, shape in enumerate(shapes) if shape == out_shape]
-    if not full or not _repeats_along_leading_axes(shapes[1 - full[0]], out_shape):
+    big = _full_operand(ctx)
+    if big is None and len(ctx.outputs[0].shape) > 4:
         return None
-    big, zps = full[0], (r["a_zp"], r["b_zp"])
-    args = (np.int32(zps[big]), np.int32(zps[1 - big]), np.float32(r["scale"]), np.int32(r["zp"]),
+    first, zps = big or 0, (r["a_zp"], r["b_zp"])
+    args = (np.int32(zps[first]), np.int32(zps[1 - first]), np.float32(r["scale"]), np.int32(r["zp"]),
             np.float32(r["lo"] - r["zp"]), np.float32(r["hi"] - r["zp"]))
+    if big is None:
+        return named(bindable(lambda inputs, outputs: partial(
+            _mul_broadcast, *_views4(inputs[:2], outputs[0]), *args)), "int8 mul (broadcast)")
 
     def bind(inputs, outputs):
         a, b, out = inputs[big].reshape(-1), inputs[1 - big].reshape(-1), outputs[0].reshape(-1)
