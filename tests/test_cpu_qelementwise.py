@@ -194,3 +194,31 @@ def test_integer_pool_chosen_and_exact(monkeypatch, op, dtype, zp, shape, filt, 
     (ours,), (theirs,) = run_both(b.build(), [xs])
     np.testing.assert_array_equal(ours, theirs)
     assert calls
+
+
+@pytest.mark.parametrize("dtype,zps", [(np.int8, (-5, 9, 3, -20)), (np.uint8, (120, 131, 127, 100))])
+@pytest.mark.parametrize("axis,shapes", [(3, [(1, 4, 4, 8), (1, 4, 4, 5), (1, 4, 4, 3)]),
+                                         (1, [(2, 3, 6), (2, 1, 6), (2, 4, 6)])])
+def test_integer_concatenation_across_scales_chosen_and_exact(monkeypatch, dtype, zps, axis, shapes) -> None:
+    calls = []
+    part = qelementwise._concat_part
+    monkeypatch.setattr(qelementwise, "_concat_part", lambda *args: (calls.append(1), part(*args)))
+    rng = np.random.default_rng(9)
+    info = np.iinfo(dtype)
+    out_shape = list(shapes[0])
+    out_shape[axis] = sum(s[axis] for s in shapes)
+    b = ModelBuilder()
+    # uint8: the second input shares the output's quantization (copied), the others are
+    # rescaled. int8 concatenations share one quantization (what the converter makes;
+    # LiteRT's XNNPACK refuses to prepare int8 ones across scales).
+    same = [dtype == np.int8 or k == 1 for k in range(3)]
+    scales = [0.07, 0.05, 0.031]
+    xs = [b.input(f"x{k}", s, dtype, scale=[0.05 if same[k] else scales[k]], zero_point=[zps[3] if same[k] else zps[k]])
+          for k, s in enumerate(shapes)]
+    y = b.tensor("y", tuple(out_shape), dtype, scale=[0.05], zero_point=[zps[3]])
+    b.op("CONCATENATION", xs, [y], axis=axis)
+    b.output(y)
+    inputs = [rng.integers(info.min, info.max + 1, s).astype(dtype) for s in shapes]
+    (ours,), (theirs,) = run_both(b.build(), inputs)
+    np.testing.assert_array_equal(ours, theirs)
+    assert len(calls) == 3

@@ -11,6 +11,7 @@
 - One-input ops (HARD_SWISH, LOGISTIC, TANH, QUANTIZE, DEQUANTIZE ...): an 8-bit input
   has 256 values, so the op is a table of its own integer reference evaluated on each
   of them at compile time (what XNNPACK does for its lookup-table ops), then one gather.
+- CONCATENATION whose inputs may have other scales: copied, or requantized as TFLite does.
 - QUANTIZE of float32 to int8/uint8 per tensor: ``x * (1 / scale)`` rounded to nearest
   even, as XNNPACK.
 """
@@ -23,7 +24,7 @@ import numpy as np
 
 from litegpu.backend import NodeContext
 
-from .registry import bindable, kernel, named
+from .registry import bindable, in_order, kernel, named
 from .tasks import bind_task, int32_pointer, task_function, uint8_pointer
 
 
@@ -234,3 +235,46 @@ def _gather(table, index, out):   # pragma: no cover - compiled
     loop: ``np.take`` would first widen the index array to intp)."""
     for i in range(index.size):
         out[i] = table[index[i]]
+
+
+# -- CONCATENATION across scales --------------------------------------------------------------
+
+
+@numba.njit(cache=True, nogil=True)
+def _concat_part(x, out, at, s, b, zp, lo, hi, rescale):   # pragma: no cover - compiled
+    """``x`` [outer, n] into columns ``at`` .. ``at + n`` of ``out`` [outer, m]: copied, or
+    with ``rescale`` ``round(x * s + b) + zp`` in float32, ties away from zero (TFLite's
+    ConcatenationWithScaling); clamped."""
+    for o in range(x.shape[0]):
+        for j in range(x.shape[1]):
+            if rescale:
+                v = np.float32(x[o, j]) * s + b
+                q = np.int32(np.trunc(v + (np.float32(0.5) if v >= 0 else np.float32(-0.5)))) + zp
+            else:
+                q = np.int32(x[o, j])
+            out[o, at + j] = min(max(q, lo), hi)
+
+
+@kernel("CONCATENATION", quantized=True)
+def quantized_concatenation(ctx: NodeContext):
+    """8-bit CONCATENATION whose inputs may carry other scales than the output (a DenseNet's
+    or NASNet's joins), as the integer reference computes it; int16 keeps the reference."""
+    rescale = ctx.attrs.get("rescale")
+    out_spec = ctx.outputs[0]
+    dtype, rank = np.dtype(out_spec.dtype), len(out_spec.shape)
+    if rescale is None or dtype not in (np.dtype(np.int8), np.dtype(np.uint8)) or rank == 0:
+        return None
+    axis = int(ctx.attrs["axis"]) % rank
+    outer = int(np.prod(out_spec.shape[:axis], dtype=np.int64))
+    widths = [int(np.prod(s.shape[axis:], dtype=np.int64)) for s in ctx.inputs]
+    info = np.iinfo(dtype)
+    zp, lo, hi = np.int32(ctx.attrs["zp"]), np.int32(info.min), np.int32(info.max)
+    parts = [(int(sum(widths[:k])), np.float32(r[0]) if r else np.float32(1), np.float32(r[1]) if r else np.float32(0),
+              r is not None) for k, r in enumerate(rescale)]
+
+    def bind(inputs, outputs):
+        out = outputs[0].reshape(outer, -1)
+        calls = [partial(_concat_part, x.reshape(outer, w), out, at, s, b, zp, lo, hi, scaled)
+                 for x, w, (at, s, b, scaled) in zip(inputs, widths, parts)]
+        return in_order(calls)
+    return named(bindable(bind), "int8 concatenation (requantizing)")
