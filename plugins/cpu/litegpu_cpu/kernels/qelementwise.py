@@ -241,17 +241,14 @@ def _gather(table, index, out):   # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True)
-def _concat_part(x, out, at, s, b, zp, lo, hi, rescale):   # pragma: no cover - compiled
-    """``x`` [outer, n] into columns ``at`` .. ``at + n`` of ``out`` [outer, m]: copied, or
-    with ``rescale`` ``round(x * s + b) + zp`` in float32, ties away from zero (TFLite's
-    ConcatenationWithScaling); clamped."""
+def _concat_part(x, out, at, s, b, zp, lo, hi):   # pragma: no cover - compiled
+    """``x`` [outer, n] into columns ``at`` .. ``at + n`` of ``out`` [outer, m] as
+    ``round(x * s + b) + zp`` in float32, ties away from zero (TFLite's
+    ConcatenationWithScaling), clamped."""
     for o in range(x.shape[0]):
         for j in range(x.shape[1]):
-            if rescale:
-                v = np.float32(x[o, j]) * s + b
-                q = np.int32(np.trunc(v + (np.float32(0.5) if v >= 0 else np.float32(-0.5)))) + zp
-            else:
-                q = np.int32(x[o, j])
+            v = np.float32(x[o, j]) * s + b
+            q = np.int32(np.trunc(v + (np.float32(0.5) if v >= 0 else np.float32(-0.5)))) + zp
             out[o, at + j] = min(max(q, lo), hi)
 
 
@@ -274,7 +271,9 @@ def quantized_concatenation(ctx: NodeContext):
 
     def bind(inputs, outputs):
         out = outputs[0].reshape(outer, -1)
-        calls = [partial(_concat_part, x.reshape(outer, w), out, at, s, b, zp, lo, hi, scaled)
+        # A part on the output's quantization is a plain copy (numpy's, the fastest there is).
+        calls = [partial(_concat_part, x.reshape(outer, w), out, at, s, b, zp, lo, hi) if scaled
+                 else partial(np.copyto, out[:, at:at + w], x.reshape(outer, w))
                  for x, w, (at, s, b, scaled) in zip(inputs, widths, parts)]
         return in_order(calls)
     return named(bindable(bind), "int8 concatenation (requantizing)")
