@@ -42,29 +42,37 @@ def _add_loop(a, b, out, am, bm, bias, shift, zp, lo, hi):   # pragma: no cover 
 
 @kernel("ADD", "SUB", quantized=True)
 def quantized_add(ctx: NodeContext):
-    """``out = clamp(((bias + a * ma + b * mb) >> shift) + zp)`` element by element (see the
-    module docstring for the broadcasts it takes)."""
-    params = ctx.attrs.get("add")
+    """``out = clamp(((bias + a * ma + b * mb) >> shift) + zp)`` element by element."""
+    p = ctx.attrs.get("add")
+    if p is None:
+        return None
+    return _binary(ctx, (np.int64(p.a_multiplier), np.int64(p.b_multiplier)),
+                   (np.int64(p.bias), np.int64(p.shift), np.int64(ctx.attrs["zp"]), np.int64(ctx.attrs["lo"]),
+                    np.int64(ctx.attrs["hi"])), _add_loop, _add_broadcast, "add")
+
+
+def _binary(ctx: NodeContext, per_operand: tuple, shared: tuple, flat, broadcast, what: str):
+    """The kernel of an 8-bit binary node (see the module docstring): ``flat`` when the
+    operands are the same shape or one repeats along the leading axes, the full-shaped
+    operand first, else ``broadcast`` over 4-D views (None past rank 4, and for other
+    dtypes: the reference). Its arguments are the operands' own ``per_operand`` values
+    (a's, b's), in the order the operands go, then ``shared``: the formulas are symmetric
+    in (operand, value) pairs."""
     dtype = np.dtype(ctx.outputs[0].dtype)
-    if params is None or dtype not in (np.dtype(np.int8), np.dtype(np.uint8)) \
-            or any(np.dtype(s.dtype) != dtype for s in ctx.inputs[:2]):
+    if dtype not in (np.dtype(np.int8), np.dtype(np.uint8)) or any(np.dtype(s.dtype) != dtype for s in ctx.inputs[:2]):
         return None
-    out_shape = tuple(ctx.outputs[0].shape)
     big = _full_operand(ctx)
-    if big is None and len(out_shape) > 4:
+    if big is None and len(ctx.outputs[0].shape) > 4:
         return None
-    # The sum is symmetric in (operand, multiplier) pairs: the full-shaped operand goes first.
     first = big or 0
-    mults = (np.int64(params.a_multiplier), np.int64(params.b_multiplier))
-    args = (mults[first], mults[1 - first], np.int64(params.bias), np.int64(params.shift), np.int64(ctx.attrs["zp"]),
-            np.int64(ctx.attrs["lo"]), np.int64(ctx.attrs["hi"]))
+    args = (per_operand[first], per_operand[1 - first], *shared)
     if big is None:
-        return named(bindable(lambda inputs, outputs: partial(
-            _add_broadcast, *_views4(inputs[:2], outputs[0]), *args)), "int8 add (broadcast)")
+        return named(bindable(lambda inputs, outputs: partial(broadcast, *_views4(inputs[:2], outputs[0]), *args)),
+                     f"int8 {what} (broadcast)")
 
     def bind(inputs, outputs):
         a, b, out = inputs[big].reshape(-1), inputs[1 - big].reshape(-1), outputs[0].reshape(-1)
-        return lambda: _add_loop(a, b, out, *args)
+        return lambda: flat(a, b, out, *args)
     return bindable(bind)
 
 
@@ -134,27 +142,13 @@ def _repeats_along_leading_axes(small: tuple, full: tuple) -> bool:
 
 @kernel("MUL", quantized=True)
 def quantized_mul(ctx: NodeContext):
-    """8-bit MUL (XNNPACK's arithmetic) for same shapes or an operand repeated along the
-    leading axes; None (the reference) for other broadcasts and for int16."""
+    """8-bit MUL in XNNPACK's arithmetic (see :func:`_mul_loop`); int16 keeps the reference."""
     r = ctx.attrs.get("requant")
-    dtype = np.dtype(ctx.outputs[0].dtype)
-    if r is None or "scale" not in r or dtype not in (np.dtype(np.int8), np.dtype(np.uint8)) \
-            or any(np.dtype(s.dtype) != dtype for s in ctx.inputs[:2]):
+    if r is None or "scale" not in r:
         return None
-    big = _full_operand(ctx)
-    if big is None and len(ctx.outputs[0].shape) > 4:
-        return None
-    first, zps = big or 0, (r["a_zp"], r["b_zp"])
-    args = (np.int32(zps[first]), np.int32(zps[1 - first]), np.float32(r["scale"]), np.int32(r["zp"]),
-            np.float32(r["lo"] - r["zp"]), np.float32(r["hi"] - r["zp"]))
-    if big is None:
-        return named(bindable(lambda inputs, outputs: partial(
-            _mul_broadcast, *_views4(inputs[:2], outputs[0]), *args)), "int8 mul (broadcast)")
-
-    def bind(inputs, outputs):
-        a, b, out = inputs[big].reshape(-1), inputs[1 - big].reshape(-1), outputs[0].reshape(-1)
-        return lambda: _mul_loop(a, b, out, *args)
-    return bindable(bind)
+    return _binary(ctx, (np.int32(r["a_zp"]), np.int32(r["b_zp"])),
+                   (np.float32(r["scale"]), np.int32(r["zp"]), np.float32(r["lo"] - r["zp"]),
+                    np.float32(r["hi"] - r["zp"])), _mul_loop, _mul_broadcast, "mul")
 
 
 @numba.njit(cache=True, nogil=True)
