@@ -24,9 +24,8 @@ from timing import alternate  # noqa: E402  (the shared timer)
 
 import litegpu  # noqa: E402
 from litegpu.cli import random_inputs  # noqa: E402
+from litegpu.testing.conformance import PRECISION_OPTIONS, precision_ran  # noqa: E402
 
-MODES = {"F32": {}, "F32_F16": {"precision_loss_allowed": True, "half_arithmetic": False},
-         "F16": {"precision_loss_allowed": True}}
 
 
 def _interp(path: Path, threads: int, backend: str | None, options: dict | None = None):
@@ -51,12 +50,6 @@ def _errors(got: list[np.ndarray], want: list[np.ndarray]) -> tuple[float, float
     return worst_abs, worst_rel, bad
 
 
-def _mode_ran(interp, backend: str) -> str:
-    """The precision mode the backend's programs report (F32, F32_F16 or F16)."""
-    programs = " ".join(interp.get_delegation_report().programs)
-    return next((m for m in ("F32_F16", "F16", "F32") if f": {m} " in programs or f" {m} (" in programs), "?")
-
-
 def bench(path: Path, inputs, backends: list[str], threads: int, runs: int, rounds: int) -> dict:
     from ai_edge_litert.interpreter import Interpreter as LiteRT
     theirs = LiteRT(model_path=str(path), num_threads=threads)
@@ -67,14 +60,14 @@ def bench(path: Path, inputs, backends: list[str], threads: int, runs: int, roun
     row: dict = {"errors": {}, "nodes": {}}
     timers = {}
     for backend in backends:
-        for mode, options in MODES.items():
+        for mode, options in PRECISION_OPTIONS.items():
             try:
                 interp = _interp(path, threads, backend, options)
                 prepare(interp, inputs)
             except litegpu.LiteGpuError as exc:
                 row["errors"][backend, mode] = str(exc)[:60]
                 continue
-            ran = _mode_ran(interp, backend)
+            ran = precision_ran(interp.get_delegation_report())
             report = interp.get_delegation_report()
             if mode == "F32":
                 row["nodes"][backend] = (report.nodes_on(backend), len(report.assignments))
@@ -106,7 +99,8 @@ def main() -> int:
     if len(args.threads) != 1:
         raise SystemExit("gpu_models.py times at one thread count: give --threads one number")
     backends = known.backends
-    head = ["model"] + [f"{b} nodes" for b in backends] + [f"{b} {m} max err (rel)" for b in backends for m in MODES]
+    head = ["model"] + [f"{b} nodes" for b in backends]
+    head += [f"{b} {m} max err (rel)" for b in backends for m in PRECISION_OPTIONS]
     head += [f"{b} ms" for b in backends] + ["litegpu cpu ms", "LiteRT ms"]
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
@@ -115,7 +109,7 @@ def main() -> int:
             continue
         row = bench(path, inputs, backends, args.threads[0], args.runs, args.rounds)
         cells = [name] + [("%d / %d" % row["nodes"][b]) if b in row["nodes"] else "-" for b in backends]
-        cells += [_cell(row["errors"].get((b, m), "-")) for b in backends for m in MODES]
+        cells += [_cell(row["errors"].get((b, m), "-")) for b in backends for m in PRECISION_OPTIONS]
         cells += [f"{row[f'{b}_ms']:.2f}" if f"{b}_ms" in row else "-" for b in backends]
         cells += [f"{row['cpu_ms']:.2f}", f"{row['litert_ms']:.2f}"]
         print("| " + " | ".join(cells) + " |")

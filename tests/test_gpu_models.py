@@ -17,6 +17,7 @@ import pytest
 
 import litegpu
 from litegpu.cli import random_inputs
+from litegpu.testing.conformance import PRECISION_OPTIONS, precision_ran
 
 from test_shared_models import FLOAT_MODELS, TOLERANCE, LiteRT, rel_error
 
@@ -28,15 +29,12 @@ _RUN_TIME_LOOKUPS = ("GATHER", "GATHER_ND", "EMBEDDING_LOOKUP")
 MODELS = [*(("shared_model", name) for name in FLOAT_MODELS),
           ("real_model", "blazeface_short_range"), ("real_model", "oww_alexa")]
 GPUS = ["opencl", "webgpu"]
-#: Delegate options of each precision mode.
-MODES = {"F32": {}, "F32_F16": {"precision_loss_allowed": True, "half_arithmetic": False},
-         "F16": {"precision_loss_allowed": True}}
 
 
 def run_on(gpu: str, path, mode: str, inputs=None):
     """(interpreter on ``gpu`` in ``mode``, its outputs, LiteRT's outputs) on seeded inputs."""
     ours = litegpu.Interpreter(model_path=str(path), experimental_delegates=[
-        litegpu.load_delegate(gpu, MODES[mode])])
+        litegpu.load_delegate(gpu, PRECISION_OPTIONS[mode])])
     theirs = LiteRT(model_path=str(path), num_threads=2)
     for interp in (ours, theirs):
         interp.allocate_tensors()
@@ -51,9 +49,8 @@ def run_on(gpu: str, path, mode: str, inputs=None):
 
 
 def mode_ran(interp) -> str:
-    """The precision mode the GPU programs of ``interp`` report."""
-    programs = " ".join(interp.get_delegation_report().programs)
-    return next(m for m in ("F32_F16", "F16", "F32") if f": {m} (" in programs)
+    """The precision mode the GPU programs of ``interp`` ran in."""
+    return precision_ran(interp.get_delegation_report())
 
 
 def _device_bytes(interp) -> int:

@@ -55,6 +55,19 @@ def litert_outputs(model_bytes: bytes, inputs: Sequence[np.ndarray]) -> list[np.
     return [np.array(interp.get_tensor(d["index"])) for d in interp.get_output_details()]
 
 
+#: The delegate options of each GPU precision mode, by LiteRT's names: F32; F32_F16, half
+#: storage with float arithmetic; F16, half arithmetic too where the device has it.
+PRECISION_OPTIONS = {"F32": {}, "F32_F16": {"precision_loss_allowed": True, "half_arithmetic": False},
+                     "F16": {"precision_loss_allowed": True}}
+
+
+def precision_ran(report) -> str:
+    """The precision mode the GPU programs of ``report`` (a ``DelegationReport``) ran in, as
+    their summaries say ("F32" when no program says otherwise)."""
+    programs = " ".join(report.programs)
+    return next((m for m in ("F32_F16", "F16") if f": {m} (" in programs), "F32")
+
+
 def litegpu_outputs(model_bytes: bytes, inputs: Sequence[np.ndarray], backend: str,
                     precision_loss_allowed: bool = False, half_arithmetic: bool = True) -> list[np.ndarray]:
     """Outputs of litegpu's Interpreter with ``backend`` as its delegate.
