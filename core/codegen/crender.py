@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import ir
-from .dialect import Dialect
+from .dialect import QUADS, Dialect
 
 
 def c_float(x: float) -> str:
@@ -115,9 +115,7 @@ class CRenderer(ir.Renderer):
         return self.d.make_vector(str(e.type), *(self.expr(p) for p in e.parts))
 
     def _quad(self, e: ir.Quad) -> str:
-        # OpenCL's swizzles; a dialect without them has structs of quads with these names.
-        names = ("lo", "hi") if e.a.type.lanes == 8 else ("s0123", "s4567", "s89ab", "scdef")
-        return f"({self.expr(e.a)}).{names[e.j]}"
+        return f"({self.expr(e.a)}).{QUADS[e.a.type.lanes][e.j]}"
 
     def _id(self, e: ir.Id) -> str:
         return f"((int){self.d.id(e.kind, e.axis)})"

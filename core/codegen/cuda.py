@@ -21,7 +21,7 @@ pointers the runtime has already offset. CUDA launches whole blocks (see
 """
 from __future__ import annotations
 
-from .dialect import Dialect
+from .dialect import QUADS, Dialect
 from .opencl import portable_preludes
 
 _FN = "__device__ inline"
@@ -33,10 +33,10 @@ _QUAD_FIELDS = ("x", "y", "z", "w")
 _VECTORS = {
     "float4": ("float", _QUAD_FIELDS, "float"),
     "half4": ("half", _QUAD_FIELDS, "half"),
-    "float8": ("float", ("lo", "hi"), "float4"),
-    "half8": ("half", ("lo", "hi"), "half4"),
-    "float16": ("float", ("s0123", "s4567", "s89ab", "scdef"), "float4"),
-    "half16": ("half", ("s0123", "s4567", "s89ab", "scdef"), "half4"),
+    "float8": ("float", QUADS[8], "float4"),
+    "half8": ("half", QUADS[8], "half4"),
+    "float16": ("float", QUADS[16], "float4"),
+    "half16": ("half", QUADS[16], "half4"),
 }
 _DEFINED = ("half4", "float8", "half8", "float16", "half16")   # CUDA lacks these
 # The mask type a comparison of each quad gives (OpenCL's signed integer of the lane's size).

@@ -37,6 +37,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 AXES = "xyz"
+#: The quads of an 8- and a 16-lane vector by name: OpenCL's swizzles, and the fields of the
+#: structs a dialect without swizzles defines wide vectors as.
+QUADS = {8: ("lo", "hi"), 16: ("s0123", "s4567", "s89ab", "scdef")}
 
 
 @dataclass(frozen=True)
@@ -94,8 +97,7 @@ class Dialect:
             return f"{var}.s{j:x}"
         if width <= 4:
             return f"{var}.{'xyzw'[j]}"
-        quad = ("lo", "hi")[j // 4] if width == 8 else ("s0123", "s4567", "s89ab", "scdef")[j // 4]
-        return f"{var}.{quad}.{'xyzw'[j % 4]}"
+        return f"{var}.{QUADS[width][j // 4]}.{'xyzw'[j % 4]}"
 
     def render(self, kernel, precision) -> str:
         """``kernel`` (a :class:`~litegpu.codegen.ir.Kernel`) as source in ``precision``

@@ -30,13 +30,12 @@ The generated programs assume ``MTLCompileOptions.fastMathEnabled = NO`` (math m
 """
 from __future__ import annotations
 
-from .dialect import Dialect
+from .dialect import QUADS, Dialect
 from .opencl import portable_preludes
 
 # -- the library: generated from small tables ---------------------------------------------------
 _SCALARS = ("float", "half", "int", "uint", "long", "ulong", "short", "ushort", "char", "uchar")
 _FLOATS = ("float", "half")
-_QUADS = {8: ("lo", "hi"), 16: ("s0123", "s4567", "s89ab", "scdef")}
 # MSL math that the kernels apply to wide vectors (a lane-wise quad each), by arity.
 _UNARY = ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin", "cos", "tanh", "floor", "ceil",
           "round", "rint", "trunc", "fabs", "sign")
@@ -83,7 +82,7 @@ _WIDE_OPS = ("+", "-", "*", "/")
 
 def _wide_struct(base: str, n: int) -> str:
     """``{base}{n}``: a struct of quads with OpenCL's constructors and arithmetic."""
-    t, q, quads = f"{base}{n}", f"{base}4", _QUADS[n]
+    t, q, quads = f"{base}{n}", f"{base}4", QUADS[n]
     lanes = ", ".join(f"{base} a{i}" for i in range(n))
     by_lanes = ", ".join(f"{name}({', '.join(f'a{4 * k + i}' for i in range(4))})" for k, name in enumerate(quads))
     each = lambda fmt: ", ".join(fmt.format(m=m) for m in quads)   # noqa: E731 - one expression per quad
@@ -133,7 +132,7 @@ def _expm1() -> str:
         v = f"{base}4"
         lanes = ", ".join(f"expm1(x.{c})" for c in "xyzw")
         lines.append(f"inline {v} expm1({v} x) {{ return {v}({lanes}); }}")
-        for n, quads in _QUADS.items():
+        for n, quads in QUADS.items():
             lines.append(f"inline {base}{n} expm1({base}{n} x) {{ return {base}{n}({', '.join(f'expm1(x.{m})' for m in quads)}); }}")
     return "\n".join(lines) + "\n"
 
@@ -163,7 +162,7 @@ def _conversions() -> str:
     for dst in _FLOATS:
         lines += [f"inline {dst}4 convert_{dst}4({src}4 v) {{ return {dst}4(v); }}" for src in _SCALARS]
     for src in _FLOATS:
-        for n, quads in _QUADS.items():
+        for n, quads in QUADS.items():
             parts = ", ".join(f"float4(v.{m})" for m in quads)
             lines.append(f"inline float{n} convert_float{n}({src}{n} v) {{ return float{n}({parts}); }}")
     for t, lo, hi, above in _SATURATING:
@@ -177,8 +176,8 @@ def _conversions() -> str:
 def _library() -> str:
     limits = "".join(f"#ifndef {name}\n#define {name} {value}\n#endif\n" for name, value in _LIMITS)
     vec = "\n".join(f"template <> struct vec<{t}, 4> {{ typedef {t}4 type; }};" for t in _SCALARS)
-    vec += "\n" + "\n".join(f"template <> struct vec<{t}, {n}> {{ typedef {t}{n} type; }};" for n in _QUADS for t in _FLOATS)
-    wide = "".join(_wide_struct(base, n) for n in _QUADS for base in _FLOATS)
+    vec += "\n" + "\n".join(f"template <> struct vec<{t}, {n}> {{ typedef {t}{n} type; }};" for n in QUADS for t in _FLOATS)
+    wide = "".join(_wide_struct(base, n) for n in QUADS for base in _FLOATS)
     bounds = "".join(_scalar_bounds(base) for base in _FLOATS)
     # convert_float8/16 come before the vloads that use them; the traits before both.
     return (_HEAD + limits + wide + bounds + _expm1() + _TRAITS.replace("{vec}", vec) + _conversions()
