@@ -42,6 +42,9 @@ STORAGE = {"int": "i32", "uint": "u32", "uchar": "u32", "char": "i32", "short": 
 _VALUES = {"float": "f32", "half": "f16", "int": "i32", "uint": "u32", "uchar": "u32", "char": "i32",
            "short": "i32", "bool": "bool"}
 _NARROW = {"uchar": 8, "char": 8, "short": 16}   # bits of the integer types held in 32
+#: Tests of a float's bits: (mask, comparison, value) of its float32 bits.
+_BIT_TESTS = {"isnan": ("0x7fffffffu", ">", "0x7f800000u"), "isinf": ("0x7fffffffu", "==", "0x7f800000u"),
+              "signbit": ("0x80000000u", "!=", "0u")}
 _RENAMED = {"fabs": "abs", "rint": "round", "rsqrt": "inverseSqrt", "fmax": "max", "fmin": "min"}
 
 
@@ -215,7 +218,7 @@ class WgslRenderer(ir.Renderer):
 
     def _call(self, e: ir.Call) -> str:
         lanes = e.args[0].type.lanes
-        if e.fn in ("isnan", "isinf", "signbit"):
+        if e.fn in _BIT_TESTS:
             return f"{self._helper(e.fn, e.args[0].type)}({self.expr(e.args[0])})"
         if e.fn in ("expm1", "round"):
             return f"{self._helper(e.fn, e.args[0].type)}({self.expr(e.args[0])})"
@@ -302,22 +305,16 @@ class WgslRenderer(ir.Renderer):
                                   if out.scalar == "int" else ("0u", "4294967295u", "0.0f", "4294967296.0f"))
             self._helpers[key] = (f"fn {key}(x: {wt}) -> {ot} {{ return select(select({ot}(x), {ot}({lo}), "
                                   f"x <= {wt}({lo_f})), {ot}({hi}), x >= {wt}({hi_f})); }}")
-        elif name in ("isnan", "isinf"):
+        elif name in _BIT_TESTS:
             # The bits decide: a comparison might be folded away where an implementation assumes
-            # no NaN. A half is widened first (exact, NaN and infinity included).
+            # no NaN (and -0.0 and negative NaNs have the sign bit). A half is widened first
+            # (exact, NaN and infinity included).
             u = f"vec{t.lanes}<u32>" if t.lanes > 1 else "u32"
             wide = "x" if scalar == "f32" else (f"vec{t.lanes}<f32>(x)" if t.lanes > 1 else "f32(x)")
-            test = ">" if name == "isnan" else "=="
+            mask, test, against = _BIT_TESTS[name]
             out = f"vec{t.lanes}<bool>" if t.lanes > 1 else "bool"
             self._helpers[key] = (f"fn {key}(x: {wt}) -> {out} {{ "
-                                  f"return (bitcast<{u}>({wide}) & {u}(0x7fffffffu)) {test} {u}(0x7f800000u); }}")
-        elif name == "signbit":
-            # The bits decide, as for isnan: -0.0 and negative NaNs have it set.
-            u = f"vec{t.lanes}<u32>" if t.lanes > 1 else "u32"
-            wide = "x" if scalar == "f32" else (f"vec{t.lanes}<f32>(x)" if t.lanes > 1 else "f32(x)")
-            out = f"vec{t.lanes}<bool>" if t.lanes > 1 else "bool"
-            self._helpers[key] = (f"fn {key}(x: {wt}) -> {out} {{ "
-                                  f"return (bitcast<{u}>({wide}) & {u}(0x80000000u)) != {u}(0u); }}")
+                                  f"return (bitcast<{u}>({wide}) & {u}({mask})) {test} {u}({against}); }}")
         elif name == "expm1":
             # exp(x) - 1 loses every digit near 0; (u - 1) * x / log(u) keeps them (Kahan).
             self._helpers[key] = (f"fn {key}(x: {wt}) -> {wt} {{ let u = exp(x); "
