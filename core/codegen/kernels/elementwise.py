@@ -135,13 +135,8 @@ class Broadcast:
         """Element index into operand ``k``."""
         if self._is_flat(k):
             return flat
-        terms = [coords[j] if s == 1 else coords[j] * s for j, s in enumerate(self.strides[k]) if s]
-        if not terms:
-            return ir.lit(0, ir.INT)
-        total = terms[0]
-        for term in terms[1:]:
-            total = total + term
-        return total
+        terms = [ir.times(coords[j], s) for j, s in enumerate(self.strides[k]) if s]
+        return ir.total(terms) if terms else ir.lit(0, ir.INT)
 
 
 def _size(shape: Sequence[int]) -> int:

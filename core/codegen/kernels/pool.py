@@ -145,12 +145,9 @@ def _decompose(flat: Expr, dims: list[tuple[int, int]]) -> Expr:
         coord = flat if inner == 1 else flat / inner
         if k > 0:           # the outermost coordinate needs no modulo
             coord = coord % size
-        terms.append(coord if stride == 1 else coord * stride)
+        terms.append(ir.times(coord, stride))
         inner *= size
-    total = terms[-1]
-    for term in reversed(terms[:-1]):
-        total = total + term
-    return total
+    return ir.total(terms[::-1])
 
 
 def _out_last(g: NodeGen) -> int:
