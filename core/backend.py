@@ -152,6 +152,12 @@ class Runtime:
             self.branch = self.call_subgraph
 
 
+#: The ``CompileOptions.extra`` key (a delegate option: ``load_delegate(name, {HALF_ARITHMETIC:
+#: False})``) that keeps fp32 arithmetic over fp16 storage when precision loss is allowed:
+#: TFLite GPU's F32_F16 (see :func:`litegpu.codegen.requested_precision`).
+HALF_ARITHMETIC = "half_arithmetic"
+
+
 @dataclass
 class CompileOptions:
     """Options for :meth:`Backend.compile`."""

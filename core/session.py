@@ -18,7 +18,7 @@ from typing import Callable
 import numpy as np
 
 from . import __version__
-from .backend import Backend, Branch, CompileOptions, Copy, Loop, Runtime, device_is_cpu, run_steps
+from .backend import HALF_ARITHMETIC, Backend, Branch, CompileOptions, Copy, Loop, Runtime, device_is_cpu, run_steps
 from .errors import InvalidArgumentError, LiteGpuError, ModelFormatError, ResourceLimitError
 from .executor import CompiledSubgraph, Limits, infer_subgraph, make_runtime
 from .float_view import MODE as FLOAT_VIEW, float_view, is_quantized_model
@@ -171,7 +171,7 @@ class Session:
             "backends": [(b.name, b.device_info()) for b in (*self.backends, self.cpu)],
             "litegpu": __version__, "num_threads": self.options.num_threads,
             "precision_loss_allowed": self.options.precision_loss_allowed,
-            "half_arithmetic": bool(self.options.extra.get("half_arithmetic", True)),
+            HALF_ARITHMETIC: bool(self.options.extra.get(HALF_ARITHMETIC, True)),
             "max_delegated_partitions": self.max_delegated_partitions}
         saved = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in self.resources.items()}
         try:

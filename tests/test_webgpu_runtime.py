@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import litegpu
-from litegpu.backend import CompileOptions, device_is_cpu
+from litegpu.backend import HALF_ARITHMETIC, CompileOptions, device_is_cpu
 from litegpu.codegen import ir
 from litegpu.codegen.nodegen import Arg, KernelSpec, Precision
 from litegpu.codegen.opencl import OPENCL
@@ -39,7 +39,7 @@ def device(webgpu):
 
 def _options(precision: str = "F32") -> CompileOptions:
     half, arith = PRECISIONS[precision]
-    return CompileOptions(precision_loss_allowed=half, extra={"half_arithmetic": arith})
+    return CompileOptions(precision_loss_allowed=half, extra={HALF_ARITHMETIC: arith})
 
 
 def _skip_without_f16(device, precision: str) -> None:

@@ -22,7 +22,7 @@ from typing import Callable
 
 import numpy as np
 
-from litegpu.backend import NodeContext
+from litegpu.backend import HALF_ARITHMETIC, NodeContext
 from litegpu.errors import InvalidArgumentError, UnsupportedError
 from litegpu.ops import TensorSpec
 from litegpu.ops.registry import ACTIVATION_RANGES
@@ -78,11 +78,6 @@ class Precision:
         if dtype == np.bool_:
             return np.dtype(np.uint8)
         return dtype
-
-
-#: The delegate option (``load_delegate(name, {HALF_ARITHMETIC: False})``) that keeps fp32
-#: arithmetic over fp16 storage when precision loss is allowed: TFLite GPU's F32_F16.
-HALF_ARITHMETIC = "half_arithmetic"
 
 
 def requested_precision(options, device_half: bool) -> Precision:

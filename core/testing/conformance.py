@@ -14,7 +14,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..backend import NodeContext, Runtime, Support
+from ..backend import HALF_ARITHMETIC, NodeContext, Runtime, Support
 from ..errors import InvalidArgumentError, UnsupportedError
 from ..graph import Model, Subgraph
 from ..model import load_model
@@ -57,7 +57,7 @@ def litert_outputs(model_bytes: bytes, inputs: Sequence[np.ndarray]) -> list[np.
 
 #: The delegate options of each GPU precision mode, by LiteRT's names: F32; F32_F16, half
 #: storage with float arithmetic; F16, half arithmetic too where the device has it.
-PRECISION_OPTIONS = {"F32": {}, "F32_F16": {"precision_loss_allowed": True, "half_arithmetic": False},
+PRECISION_OPTIONS = {"F32": {}, "F32_F16": {"precision_loss_allowed": True, HALF_ARITHMETIC: False},
                      "F16": {"precision_loss_allowed": True}}
 
 
@@ -79,7 +79,7 @@ def litegpu_outputs(model_bytes: bytes, inputs: Sequence[np.ndarray], backend: s
     import litegpu
 
     delegate = litegpu.load_delegate(backend, {"precision_loss_allowed": precision_loss_allowed,
-                                               "half_arithmetic": half_arithmetic})
+                                               HALF_ARITHMETIC: half_arithmetic})
     interp = litegpu.Interpreter(model_content=bytes(model_bytes), experimental_delegates=[delegate])
     details = interp.get_input_details()
     _check_count(len(details), inputs)
