@@ -137,53 +137,44 @@ class PluginManager:
         return lambda hook: self.pm.subset_hook_caller(hook, others)()
 
     def _checked_backends(self, rec: PluginRecord, results: list) -> list[Backend]:
-        """The backends of ``litegpu_backends`` results, each checked against the contract;
-        raises :class:`PluginError` naming the plugin and every fault found."""
-        backends, faults = [], []
-        for result in results:
-            if not isinstance(result, (list, tuple)):
-                faults.append(f"litegpu_backends() must return a list of backends, got {_kind(result)}")
-                continue
-            backends += result
-        names: dict[str, int] = {}
-        for i, backend in enumerate(backends):
-            problems = contract_problems(backend)
-            if not problems:
-                problems = self._name_clash(backend.name, names.get(backend.name))
-                names.setdefault(backend.name, i)
-            if problems:
-                faults.append(f"backend {i} ({_label(backend)}): " + "; ".join(problems))
-        if faults:
-            raise PluginError(f"{_who(rec)}: " + "; ".join(faults))
-        return backends
+        """The backends of ``litegpu_backends`` results, each checked against the contract."""
+        return self._checked(rec, results, "backend", contract_problems, _label)
 
     def _checked_dialects(self, rec: PluginRecord, results: list) -> list:
-        """The dialects of ``litegpu_dialects`` results, each checked for the members codegen
-        reads and for a name no other dialect has; raises :class:`PluginError` naming the
-        plugin and every fault found."""
-        dialects = [d for result in results for d in (result if isinstance(result, (list, tuple)) else [result])]
-        faults, names = [], set()
-        for i, dialect in enumerate(dialects):
-            problems = dialect_problems(dialect)
-            name = getattr(dialect, "name", None)
-            if not problems and (name in self.dialects or name in names):
-                owner = next((r.name for r in self.records if name in r.dialects), rec.name)
-                problems = [f"name {name!r} is already taken by plugin {owner!r}"]
-            names.add(name)
+        """The dialects of ``litegpu_dialects`` results, each checked for the members codegen reads."""
+        return self._checked(rec, results, "dialect", dialect_problems, _kind)
+
+    def _checked(self, rec: PluginRecord, results: list, what: str, problems_of: Callable[[object], list[str]],
+                 label: Callable[[object], str]) -> list:
+        """The objects of a ``litegpu_<what>s`` hook's results, each checked by ``problems_of``
+        and for a name no other plugin's and no earlier one of the same plugin has; raises
+        :class:`PluginError` naming the plugin and every fault found."""
+        items, faults = [], []
+        for result in results:
+            if not isinstance(result, (list, tuple)):
+                faults.append(f"litegpu_{what}s() must return a list of {what}s, got {_kind(result)}")
+                continue
+            items += result
+        names: dict[str, int] = {}
+        for i, item in enumerate(items):
+            problems = problems_of(item)
+            if not problems:
+                problems = self._name_clash(what, item.name, names.get(item.name))
+                names.setdefault(item.name, i)
             if problems:
-                faults.append(f"dialect {i} ({_kind(dialect)}): " + "; ".join(problems))
+                faults.append(f"{what} {i} ({label(item)}): " + "; ".join(problems))
         if faults:
             raise PluginError(f"{_who(rec)}: " + "; ".join(faults))
-        return dialects
+        return items
 
-    def _name_clash(self, name: str, earlier: int | None) -> list[str]:
-        """Why ``name`` cannot be registered: a backend of another plugin has it, or an
-        ``earlier`` backend (by position) of the same plugin."""
-        if name in self.backends:
-            owner = next((r.name for r in self.records if name in r.backends), "?")
+    def _name_clash(self, what: str, name: str, earlier: int | None) -> list[str]:
+        """Why ``name`` cannot be registered as a ``what`` ("backend", "dialect"): one of
+        another plugin has it, or an ``earlier`` one (by position) of the same plugin."""
+        if name in getattr(self, f"{what}s"):
+            owner = next((r.name for r in self.records if name in getattr(r, f"{what}s")), "?")
             return [f"name {name!r} is already taken by plugin {owner!r}"]
         if earlier is not None:
-            return [f"name {name!r} is already taken by backend {earlier} of the same plugin"]
+            return [f"name {name!r} is already taken by {what} {earlier} of the same plugin"]
         return []
 
     def backend(self, name: str) -> Backend:
