@@ -135,7 +135,8 @@ def read(tensor: CudaTensor, out: np.ndarray, wait_for: Sequence[Event] = ()) ->
 
 
 def precision_for(device: Device, options: CompileOptions) -> Precision:
-    """F32 unless precision loss is allowed; then half storage, and half arithmetic where the device has it (as on opencl)."""
+    """F32 unless precision loss is allowed; then half storage, and half arithmetic where the
+    device has it (as on opencl)."""
     return requested_precision(options, device.fp16)
 
 

@@ -107,8 +107,8 @@ def read(tensor: ClTensor, out: np.ndarray, wait_for=None) -> None:
 
 
 def precision_for(device: Device, options: CompileOptions) -> Precision:
-    """F32 unless precision loss is allowed; then half storage, and half arithmetic on fp16 devices (F32_F16 on the others, or when the
-    ``half_arithmetic`` delegate option is False)."""
+    """F32 unless precision loss is allowed; then half storage, and half arithmetic on fp16
+    devices (F32_F16 on the others, or when the ``half_arithmetic`` delegate option is False)."""
     return requested_precision(options, device.fp16)
 
 
