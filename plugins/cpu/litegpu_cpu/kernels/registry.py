@@ -36,14 +36,31 @@ QUANTIZED_KERNELS: dict[str, Factory] = {}
 
 def kernel(*ops: str, quantized: bool = False):
     """Register the decorated factory for ``ops`` (for their quantized nodes with
-    ``quantized``: an integer kernel; a float factory never sees such a node)."""
+    ``quantized``: an integer kernel; a float factory never sees such a node). Several
+    modules may register one op (the int8 and the int16 kernels of CONV_2D): the op's
+    factory then asks each in the order they registered, and the first kernel wins."""
     table = QUANTIZED_KERNELS if quantized else KERNELS
 
     def wrap(factory: Factory) -> Factory:
         for op in ops:
-            table[op] = factory
+            table[op] = factory if op not in table else _first_of(table[op], factory)
         return factory
     return wrap
+
+
+def _first_of(*factories: Factory) -> Factory:
+    """A factory asking ``factories`` in turn; the kernel it returns is named after the one
+    that made it."""
+    def factory(ctx: NodeContext):
+        for each in factories:
+            k = each(ctx)
+            if k is not None:
+                if not getattr(k, "kernel_name", None):
+                    k.kernel_name = f"{each.__module__.rsplit('.', 1)[-1]}.{each.__name__}"
+                return k
+        return None
+    factory.__module__, factory.__name__ = factories[0].__module__, factories[0].__name__
+    return factory
 
 
 def is_quantized_node(ctx: NodeContext) -> bool:
