@@ -1,7 +1,8 @@
 """The cpu backend's integer kernels for 8-bit elementwise ops, MEAN, SOFTMAX and pools
 (litegpu_cpu.kernels.qelementwise, qreduce, qpool): each chosen where it applies and equal
 to LiteRT; ADD / SUB / MUL run same shapes and an operand repeating along the leading
-axes as one flat loop, any other broadcast over broadcast views."""
+axes as a task function over flat operands (cut into tasks when large, so b's period
+straddles the tasks' edges), any other broadcast over broadcast views."""
 from __future__ import annotations
 
 import numpy as np
@@ -16,29 +17,62 @@ from test_ops_quantized import run_both
 
 @pytest.mark.parametrize("dtype,zps", [(np.int8, (-5, 9, 3)), (np.uint8, (120, 131, 127))])
 @pytest.mark.parametrize("op", ["ADD", "SUB"])
-@pytest.mark.parametrize("b_shape,act,kernel", [
-    ((2, 5, 5, 8), "NONE", "_add_loop"), ((2, 5, 5, 8), "RELU6", "_add_loop"),
-    ((1, 1, 1, 8), "NONE", "_add_loop"),         # repeats along the leading axes (a bias)
-    ((1,), "NONE", "_add_loop"),                 # a scalar (a GRU's 1 - z)
-    ((2, 1, 1, 8), "NONE", "_add_broadcast"),    # another broadcast
-    ((2, 5, 1, 1), "RELU", "_add_broadcast")])
+@pytest.mark.parametrize("a_shape,b_shape,act,kernel", [
+    ((2, 5, 5, 8), (2, 5, 5, 8), "NONE", "_add_task"), ((2, 5, 5, 8), (2, 5, 5, 8), "RELU6", "_add_task"),
+    ((2, 5, 5, 8), (1, 1, 1, 8), "NONE", "_add_task"),          # repeats along the leading axes (a bias)
+    ((2, 5, 5, 8), (1,), "NONE", "_add_task"),                  # a scalar (a GRU's 1 - z)
+    ((1, 61, 83, 9), (1, 1, 1, 9), "RELU", "_add_task"),        # 8 tasks, not on b's period
+    ((1, 61, 83, 9), (1, 61, 83, 9), "NONE", "_add_task"),      # 8 tasks, same shapes
+    ((2, 5, 5, 8), (2, 1, 1, 8), "NONE", "_add_broadcast"),     # another broadcast
+    ((2, 5, 5, 8), (2, 5, 1, 1), "RELU", "_add_broadcast")])
 @pytest.mark.parametrize("small_first", [False, True])
-def test_integer_add_chosen_and_exact(monkeypatch, dtype, zps, op, b_shape, act, kernel, small_first) -> None:
-    calls = []
-    loop = getattr(qelementwise, kernel)
-    monkeypatch.setattr(qelementwise, kernel, lambda *args: (calls.append(1), loop(*args)))
+def test_integer_add_chosen_and_exact(monkeypatch, dtype, zps, op, a_shape, b_shape, act, kernel,
+                                      small_first) -> None:
+    calls = _record(monkeypatch, kernel)
     rng = np.random.default_rng(3)
     info = np.iinfo(dtype)
     b = ModelBuilder()
-    x = b.input("x", (2, 5, 5, 8), dtype, scale=[0.07], zero_point=[zps[0]])
+    x = b.input("x", a_shape, dtype, scale=[0.07], zero_point=[zps[0]])
     z = b.input("z", b_shape, dtype, scale=[0.03], zero_point=[zps[1]])
-    y = b.tensor("y", (2, 5, 5, 8), dtype, scale=[0.06], zero_point=[zps[2]])
+    y = b.tensor("y", a_shape, dtype, scale=[0.06], zero_point=[zps[2]])
     b.op(op, [z, x] if small_first else [x, z], [y], fused_activation_function=act, version=2)
     b.output(y)
-    inputs = [rng.integers(info.min, info.max + 1, s).astype(dtype) for s in ((2, 5, 5, 8), b_shape)]
+    inputs = [rng.integers(info.min, info.max + 1, s).astype(dtype) for s in (a_shape, b_shape)]
     (ours,), (theirs,) = run_both(b.build(), inputs)
     np.testing.assert_array_equal(ours, theirs)
     assert calls, f"{kernel} did not run"
+
+
+@pytest.mark.parametrize("op", ["ADD", "SUB"])
+def test_integer_add_extreme_parameters(op) -> None:
+    """uint8 zero points at the ends of the range, multipliers near 2^21 (XNNPACK's
+    largest), every pair of input values: the bias and sums at their largest still fit
+    the int32 the kernel computes in, as they do in XNNPACK's."""
+    b = ModelBuilder()
+    x = b.input("x", (256, 256), np.uint8, scale=[1.99], zero_point=[0])
+    z = b.input("z", (256, 256), np.uint8, scale=[1.97], zero_point=[255])
+    y = b.tensor("y", (256, 256), np.uint8, scale=[1.0], zero_point=[128])
+    b.op(op, [x, z], [y], version=2)
+    b.output(y)
+    every = np.arange(256, dtype=np.uint8)
+    inputs = [np.tile(every, (256, 1)), np.repeat(every, 256).reshape(256, 256)]
+    (ours,), (theirs,) = run_both(b.build(), inputs)
+    np.testing.assert_array_equal(ours, theirs)
+
+
+def _record(monkeypatch, kernel: str) -> list:
+    """Record each use of ``kernel``: a task function (bound through ``bind_task``) or a
+    compiled broadcast loop of qelementwise."""
+    calls = []
+    if kernel.endswith("_task"):
+        bind_task = qelementwise.bind_task
+        task = getattr(qelementwise, kernel)
+        monkeypatch.setattr(qelementwise, "bind_task", lambda t, *args, **kw: (calls.append(t is task),
+                                                                             bind_task(t, *args, **kw))[1])
+        return calls
+    loop = getattr(qelementwise, kernel)
+    monkeypatch.setattr(qelementwise, kernel, lambda *args: (calls.append(1), loop(*args)))
+    return calls
 
 
 def _unary(op: str, dtype, in_q: tuple, out_dtype, out_q: tuple | None, **options) -> bytes:
@@ -105,17 +139,16 @@ def test_integer_mean_chosen_and_exact(monkeypatch, op, dtype, zps, shape, axes,
 
 @pytest.mark.parametrize("dtype,zps", [(np.int8, (-5, 9, 3)), (np.uint8, (120, 131, 127))])
 @pytest.mark.parametrize("a_shape,b_shape,chosen", [
-    ((2, 5, 5, 8), (2, 5, 5, 8), "_mul_loop"),
-    ((1, 6, 6, 16), (1, 1, 1, 16), "_mul_loop"),        # squeeze-and-excite
-    ((1, 1, 1, 16), (1, 6, 6, 16), "_mul_loop"),        # the same, operands swapped
+    ((2, 5, 5, 8), (2, 5, 5, 8), "_mul_task"),
+    ((1, 6, 6, 16), (1, 1, 1, 16), "_mul_task"),        # squeeze-and-excite
+    ((1, 1, 1, 16), (1, 6, 6, 16), "_mul_task"),        # the same, operands swapped
+    ((1, 61, 83, 9), (1, 1, 1, 9), "_mul_task"),        # 8 tasks, not on b's period
     ((1, 6, 6, 16), (1, 6, 1, 16), "_mul_broadcast"),   # a broadcast in the middle
     ((1, 32, 64), (1, 32, 1), "_mul_broadcast"),        # a layer norm's per-row scale
     ((4, 1, 8), (1, 5, 1), "_mul_broadcast"),           # both broadcast
 ])
 def test_integer_mul_chosen_and_exact(monkeypatch, dtype, zps, a_shape, b_shape, chosen) -> None:
-    calls = []
-    loop = getattr(qelementwise, chosen)
-    monkeypatch.setattr(qelementwise, chosen, lambda *args: (calls.append(1), loop(*args)))
+    calls = _record(monkeypatch, chosen)
     rng = np.random.default_rng(8)
     info = np.iinfo(dtype)
     out_shape = np.broadcast_shapes(a_shape, b_shape)

@@ -25,19 +25,81 @@ import numpy as np
 from litegpu.backend import NodeContext
 
 from .registry import bindable, in_order, kernel, named
-from .tasks import bind_task, int32_pointer, task_function, uint8_pointer
+from .mathfn import maxnum32, minnum32
+from .tasks import bind_task, int8_pointer, int32_pointer, task_function, uint8_pointer
 
 
-@numba.njit(cache=True, nogil=True)
-def _add_loop(a, b, out, am, bm, bias, shift, zp, lo, hi):   # pragma: no cover - compiled
-    """``b`` repeats every ``b.size`` elements (once, when the shapes are the same)."""
-    m = b.size
-    for r in range(a.size // m):
-        at = r * m
-        for j in range(m):
-            acc = bias + np.int64(a[at + j]) * am + np.int64(b[j]) * bm
-            v = (acc >> shift) + zp
-            out[at + j] = min(max(v, lo), hi)
+@numba.njit(cache=True, inline="always")
+def _add_span(a, b, out, i, j, n, am, bm, bias, shift, zp, lo, hi):   # pragma: no cover - compiled
+    """``n`` outputs from ``i`` of XNNPACK's ADD, ``b`` read from ``j``. The sum is taken in
+    int32 as XNNPACK does (truncated: its wrap-around is exact, since the result always
+    fits), so LLVM vectorizes the loop in 32-bit lanes."""
+    for k in range(n):
+        acc = np.int32(bias + np.int32(a[i + k]) * am + np.int32(b[j + k]) * bm)
+        out[i + k] = min(max((acc >> shift) + zp, lo), hi)
+
+
+@numba.njit(cache=True, inline="always")
+def _mul_span(a, b, out, i, j, n, za, zb, scale, zp, lo, hi):   # pragma: no cover - compiled
+    """``n`` outputs from ``i`` of XNNPACK's MUL, ``b`` read from ``j``: the product of the
+    zero-point-free values (exact in int32 and float32) times the float32 scale, clamped
+    (``lo``/``hi`` less the zero point) and rounded to nearest even, plus the zero point."""
+    for k in range(n):
+        acc = np.int32((np.int32(a[i + k]) - za) * (np.int32(b[j + k]) - zb))
+        value = minnum32(maxnum32(np.float32(acc) * scale, lo), hi)
+        out[i + k] = np.int32(np.rint(value)) + zp
+
+
+@numba.njit(cache=True, inline="always")
+def _spans(t, ip):   # pragma: no cover - compiled
+    """Task ``t``'s share of a flat binary op (``ip``: size, b's period, elements per task):
+    its first output, b's index there, its end."""
+    size, period, chunk = ip[0], ip[1], ip[2]
+    start = t * chunk
+    return start, start % period, min(size, start + chunk)
+
+
+@task_function()
+def _add_task(t, ap, bp, outp, _a3, _a4, _a5, _a6, _a7, ip, _fp):
+    """Task ``t`` of an 8-bit ADD/SUB over flat operands, ``b`` repeating every ``ip[1]``
+    elements (``ip``: size, period, chunk, unsigned, a's and b's multipliers, bias,
+    shift, zero point, lo, hi)."""
+    i, j, end = _spans(t, ip)
+    am, bm, bias, shift = np.int32(ip[4]), np.int32(ip[5]), np.int32(ip[6]), np.int32(ip[7])
+    zp, lo, hi = np.int32(ip[8]), np.int32(ip[9]), np.int32(ip[10])
+    while i < end:
+        n = min(ip[1] - j, end - i)
+        if ip[3]:
+            _add_span(uint8_pointer(ap), uint8_pointer(bp), uint8_pointer(outp), i, j, n, am, bm, bias, shift,
+                      zp, lo, hi)
+        else:
+            _add_span(int8_pointer(ap), int8_pointer(bp), int8_pointer(outp), i, j, n, am, bm, bias, shift,
+                      zp, lo, hi)
+        i, j = i + n, 0
+
+
+@task_function()
+def _mul_task(t, ap, bp, outp, _a3, _a4, _a5, _a6, _a7, ip, fp):
+    """Task ``t`` of an 8-bit MUL over flat operands, ``b`` repeating every ``ip[1]``
+    elements (``ip``: size, period, chunk, unsigned, a's and b's zero points, the output's
+    zero point; ``fp``: scale, lo and hi less the zero point)."""
+    i, j, end = _spans(t, ip)
+    za, zb, zp = np.int32(ip[4]), np.int32(ip[5]), np.int32(ip[6])
+    scale, lo, hi = fp[0], fp[1], fp[2]
+    while i < end:
+        n = min(ip[1] - j, end - i)
+        if ip[3]:
+            _mul_span(uint8_pointer(ap), uint8_pointer(bp), uint8_pointer(outp), i, j, n, za, zb, scale, zp,
+                      lo, hi)
+        else:
+            _mul_span(int8_pointer(ap), int8_pointer(bp), int8_pointer(outp), i, j, n, za, zb, scale, zp,
+                      lo, hi)
+        i, j = i + n, 0
+
+
+# Outputs from which a flat binary op is cut into tasks the threads share.
+_PARALLEL_SIZE = 1 << 15
+_TASKS = 8
 
 
 @kernel("ADD", "SUB", quantized=True)
@@ -46,18 +108,18 @@ def quantized_add(ctx: NodeContext):
     p = ctx.attrs.get("add")
     if p is None:
         return None
-    return _binary(ctx, (np.int64(p.a_multiplier), np.int64(p.b_multiplier)),
-                   (np.int64(p.bias), np.int64(p.shift), np.int64(ctx.attrs["zp"]), np.int64(ctx.attrs["lo"]),
-                    np.int64(ctx.attrs["hi"])), _add_loop, _add_broadcast, "add")
+    return _binary(ctx, (p.a_multiplier, p.b_multiplier),
+                   (p.bias, p.shift, ctx.attrs["zp"], ctx.attrs["lo"], ctx.attrs["hi"]), (), _add_task,
+                   _add_broadcast, "add")
 
 
-def _binary(ctx: NodeContext, per_operand: tuple, shared: tuple, flat, broadcast, what: str):
-    """The kernel of an 8-bit binary node (see the module docstring): ``flat`` when the
-    operands are the same shape or one repeats along the leading axes, the full-shaped
-    operand first, else ``broadcast`` over 4-D views (None past rank 4, and for other
-    dtypes: the reference). Its arguments are the operands' own ``per_operand`` values
-    (a's, b's), in the order the operands go, then ``shared``: the formulas are symmetric
-    in (operand, value) pairs."""
+def _binary(ctx: NodeContext, per_operand: tuple, ints: tuple, floats: tuple, task, broadcast, what: str):
+    """The kernel of an 8-bit binary node (see the module docstring): ``task`` over flat
+    operands when they are the same shape or one repeats along the leading axes, the
+    full-shaped operand first, else ``broadcast`` over 4-D views (None past rank 4, and
+    for other dtypes: the reference). Both get the operands' own ``per_operand`` values
+    (a's, b's) in the order the operands go, then the op's ``ints`` and ``floats``: the
+    formulas are symmetric in (operand, value) pairs."""
     dtype = np.dtype(ctx.outputs[0].dtype)
     if dtype not in (np.dtype(np.int8), np.dtype(np.uint8)) or any(np.dtype(s.dtype) != dtype for s in ctx.inputs[:2]):
         return None
@@ -65,15 +127,21 @@ def _binary(ctx: NodeContext, per_operand: tuple, shared: tuple, flat, broadcast
     if big is None and len(ctx.outputs[0].shape) > 4:
         return None
     first = big or 0
-    args = (per_operand[first], per_operand[1 - first], *shared)
+    pair = (per_operand[first], per_operand[1 - first])
     if big is None:
+        args = (*(np.int32(v) for v in (*pair, *ints)), *(np.float32(v) for v in floats))
         return named(bindable(lambda inputs, outputs: partial(broadcast, *_views4(inputs[:2], outputs[0]), *args)),
                      f"int8 {what} (broadcast)")
+    size = int(np.prod(ctx.outputs[0].shape, dtype=np.int64))
+    period = max(1, int(np.prod(ctx.inputs[1 - big].shape, dtype=np.int64)))
+    chunk = -(-size // _TASKS) if size >= _PARALLEL_SIZE else max(size, 1)
+    params = np.array([size, period, chunk, dtype == np.dtype(np.uint8), *pair, *ints], np.int64)
+    fp = np.array(floats or (0,), np.float32)
 
     def bind(inputs, outputs):
-        a, b, out = inputs[big].reshape(-1), inputs[1 - big].reshape(-1), outputs[0].reshape(-1)
-        return lambda: flat(a, b, out, *args)
-    return bindable(bind)
+        return bind_task(task, -(-size // chunk), (inputs[big], inputs[1 - big]), (outputs[0],), params, fp,
+                         dtypes=(dtype,) * 3)
+    return named(bindable(bind), f"int8 {what} task")
 
 
 def _full_operand(ctx: NodeContext) -> int | None:
@@ -97,36 +165,24 @@ def _views4(inputs: list, out: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.n
 
 @numba.njit(cache=True, nogil=True)
 def _add_broadcast(a, b, out, am, bm, bias, shift, zp, lo, hi):   # pragma: no cover - compiled
-    """:func:`_add_loop` over 4-D views of any broadcast (see :func:`_views4`)."""
+    """:func:`_add_span` over 4-D views of any broadcast (see :func:`_views4`)."""
     for i in range(out.shape[0]):
         for j in range(out.shape[1]):
             for k in range(out.shape[2]):
                 for m in range(out.shape[3]):
-                    acc = bias + np.int64(a[i, j, k, m]) * am + np.int64(b[i, j, k, m]) * bm
+                    acc = np.int32(bias + np.int32(a[i, j, k, m]) * am + np.int32(b[i, j, k, m]) * bm)
                     out[i, j, k, m] = min(max((acc >> shift) + zp, lo), hi)
 
 
 @numba.njit(cache=True, nogil=True)
-def _mul_loop(a, b, out, za, zb, scale, zp, lo, hi):   # pragma: no cover - compiled
-    """``out = requantize((a - za) * (b - zb))``; ``b`` repeats every ``b.size`` elements."""
-    m = b.size
-    for r in range(a.size // m):
-        at = r * m
-        for j in range(m):
-            acc = (np.int32(a[at + j]) - za) * (np.int32(b[j]) - zb)
-            value = min(max(np.float32(acc) * scale, lo), hi)
-            out[at + j] = np.int32(np.rint(value)) + zp
-
-
-@numba.njit(cache=True, nogil=True)
-def _mul_broadcast(a, b, out, za, zb, scale, zp, lo, hi):   # pragma: no cover - compiled
-    """:func:`_mul_loop` over 4-D views of any broadcast (see :func:`_views4`)."""
+def _mul_broadcast(a, b, out, za, zb, zp, scale, lo, hi):   # pragma: no cover - compiled
+    """:func:`_mul_span` over 4-D views of any broadcast (see :func:`_views4`)."""
     for i in range(out.shape[0]):
         for j in range(out.shape[1]):
             for k in range(out.shape[2]):
                 for m in range(out.shape[3]):
-                    acc = (np.int32(a[i, j, k, m]) - za) * (np.int32(b[i, j, k, m]) - zb)
-                    value = min(max(np.float32(acc) * scale, lo), hi)
+                    acc = np.int32((np.int32(a[i, j, k, m]) - za) * (np.int32(b[i, j, k, m]) - zb))
+                    value = minnum32(maxnum32(np.float32(acc) * scale, lo), hi)
                     out[i, j, k, m] = np.int32(np.rint(value)) + zp
 
 
@@ -142,13 +198,12 @@ def _repeats_along_leading_axes(small: tuple, full: tuple) -> bool:
 
 @kernel("MUL", quantized=True)
 def quantized_mul(ctx: NodeContext):
-    """8-bit MUL in XNNPACK's arithmetic (see :func:`_mul_loop`); int16 keeps the reference."""
+    """8-bit MUL in XNNPACK's arithmetic (see :func:`_mul_span`); int16 keeps the reference."""
     r = ctx.attrs.get("requant")
     if r is None or "scale" not in r:
         return None
-    return _binary(ctx, (np.int32(r["a_zp"]), np.int32(r["b_zp"])),
-                   (np.float32(r["scale"]), np.int32(r["zp"]), np.float32(r["lo"] - r["zp"]),
-                    np.float32(r["hi"] - r["zp"])), _mul_loop, _mul_broadcast, "mul")
+    return _binary(ctx, (r["a_zp"], r["b_zp"]), (r["zp"],), (r["scale"], r["lo"] - r["zp"], r["hi"] - r["zp"]),
+                   _mul_task, _mul_broadcast, "mul")
 
 
 @numba.njit(cache=True, nogil=True)
