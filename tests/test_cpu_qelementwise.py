@@ -99,14 +99,7 @@ UNARY = [
 @pytest.mark.parametrize("op,dtype,in_q,out_dtype,out_q,options", UNARY, ids=[f"{u[0]}-{np.dtype(u[1]).name}"
                                                                              for u in UNARY])
 def test_unary_table_chosen_and_exact(monkeypatch, op, dtype, in_q, out_dtype, out_q, options) -> None:
-    calls = []
-    gather = qelementwise._gather
-    monkeypatch.setattr(qelementwise, "_gather", lambda *args: (calls.append(1), gather(*args)))
-    # 4-byte results (DEQUANTIZE) look up the table in a task function instead.
-    bind_task = qelementwise.bind_task
-    monkeypatch.setattr(qelementwise, "bind_task",
-                        lambda task, *args, **kw: (calls.append(task is qelementwise._lookup_task),
-                                                   bind_task(task, *args, **kw))[1])
+    calls = _record(monkeypatch, "_lookup_task")
     every = np.arange(256, dtype=np.uint8).view(dtype)
     x = np.stack([every, every[::-1]])   # every input value, in two orders
     (ours,), (theirs,) = run_both(_unary(op, dtype, in_q, out_dtype, out_q, **options), [x])

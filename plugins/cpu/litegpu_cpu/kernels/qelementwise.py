@@ -21,33 +21,50 @@ from functools import partial
 
 import numba
 import numpy as np
+from numba import types
+from numba.extending import intrinsic
 
 from litegpu.backend import NodeContext
 
 from .registry import bindable, in_order, kernel, named
-from .mathfn import maxnum32, minnum32
 from .tasks import bind_task, int8_pointer, int32_pointer, task_function, uint8_pointer
+
+
+@intrinsic
+def _add_requantize32(typingctx, a, b, am, bm, bias, shift, zp, lo, hi):
+    """XNNPACK's ADD of two widened 8-bit values, all in int32 (numba would widen each step
+    to int64, and the loop would vectorize in lanes half as wide):
+    ``clamp(((bias + a * am + b * bm) >> shift) + zp, lo, hi)``. The sum always fits
+    (|bias| < 2^31 - 2^30 and each product < 2^29, as in XNNPACK's own int32)."""
+    def codegen(context, builder, signature, args):
+        a_, b_, am_, bm_, bias_, shift_, zp_, lo_, hi_ = args
+        acc = builder.add(builder.add(bias_, builder.mul(a_, am_)), builder.mul(b_, bm_))
+        v = builder.add(builder.ashr(acc, shift_), zp_)
+        v = builder.select(builder.icmp_signed(">", v, lo_), v, lo_)
+        return builder.select(builder.icmp_signed("<", v, hi_), v, hi_)
+    return types.int32(*[types.int32] * 9), codegen
 
 
 @numba.njit(cache=True, inline="always")
 def _add_span(a, b, out, i, j, n, am, bm, bias, shift, zp, lo, hi):   # pragma: no cover - compiled
-    """``n`` outputs from ``i`` of XNNPACK's ADD, ``b`` read from ``j``. The sum is taken in
-    int32 as XNNPACK does (truncated: its wrap-around is exact, since the result always
-    fits), so LLVM vectorizes the loop in 32-bit lanes."""
+    """``n`` outputs from ``i`` of XNNPACK's ADD (:func:`_add_requantize32`), ``b`` read
+    from ``j``."""
     for k in range(n):
-        acc = np.int32(bias + np.int32(a[i + k]) * am + np.int32(b[j + k]) * bm)
-        out[i + k] = min(max((acc >> shift) + zp, lo), hi)
+        out[i + k] = _add_requantize32(np.int32(a[i + k]), np.int32(b[j + k]), am, bm, bias, shift, zp, lo, hi)
 
 
 @numba.njit(cache=True, inline="always")
 def _mul_span(a, b, out, i, j, n, za, zb, scale, zp, lo, hi):   # pragma: no cover - compiled
     """``n`` outputs from ``i`` of XNNPACK's MUL, ``b`` read from ``j``: the product of the
-    zero-point-free values (exact in int32 and float32) times the float32 scale, clamped
-    (``lo``/``hi`` less the zero point) and rounded to nearest even, plus the zero point."""
+    zero-point-free values times the float32 scale, clamped (``lo``/``hi`` less the zero
+    point) and rounded to nearest even, plus the zero point. The product is taken in
+    float32, where it is exact (|product| <= 255^2 < 2^24) and vectorizes in 32-bit lanes;
+    the zero points are float32 too."""
     for k in range(n):
-        acc = np.int32((np.int32(a[i + k]) - za) * (np.int32(b[j + k]) - zb))
-        value = minnum32(maxnum32(np.float32(acc) * scale, lo), hi)
-        out[i + k] = np.int32(np.rint(value)) + zp
+        value = (np.float32(a[i + k]) - za) * (np.float32(b[j + k]) - zb) * scale
+        value = value if value > lo else lo
+        value = value if value < hi else hi
+        out[i + k] = np.int32(np.rint(value) + zp)      # (rounded first: ties go to even)
 
 
 @numba.njit(cache=True, inline="always")
@@ -84,7 +101,7 @@ def _mul_task(t, ap, bp, outp, _a3, _a4, _a5, _a6, _a7, ip, fp):
     elements (``ip``: size, period, chunk, unsigned, a's and b's zero points, the output's
     zero point; ``fp``: scale, lo and hi less the zero point)."""
     i, j, end = _spans(t, ip)
-    za, zb, zp = np.int32(ip[4]), np.int32(ip[5]), np.int32(ip[6])
+    za, zb, zp = np.float32(ip[4]), np.float32(ip[5]), np.float32(ip[6])
     scale, lo, hi = fp[0], fp[1], fp[2]
     while i < end:
         n = min(ip[1] - j, end - i)
@@ -170,19 +187,21 @@ def _add_broadcast(a, b, out, am, bm, bias, shift, zp, lo, hi):   # pragma: no c
         for j in range(out.shape[1]):
             for k in range(out.shape[2]):
                 for m in range(out.shape[3]):
-                    acc = np.int32(bias + np.int32(a[i, j, k, m]) * am + np.int32(b[i, j, k, m]) * bm)
-                    out[i, j, k, m] = min(max((acc >> shift) + zp, lo), hi)
+                    out[i, j, k, m] = _add_requantize32(np.int32(a[i, j, k, m]), np.int32(b[i, j, k, m]), am, bm,
+                                                        bias, shift, zp, lo, hi)
 
 
 @numba.njit(cache=True, nogil=True)
 def _mul_broadcast(a, b, out, za, zb, zp, scale, lo, hi):   # pragma: no cover - compiled
     """:func:`_mul_span` over 4-D views of any broadcast (see :func:`_views4`)."""
+    za, zb = np.float32(za), np.float32(zb)      # (int32 - float32 would be float64)
     for i in range(out.shape[0]):
         for j in range(out.shape[1]):
             for k in range(out.shape[2]):
                 for m in range(out.shape[3]):
-                    acc = np.int32((np.int32(a[i, j, k, m]) - za) * (np.int32(b[i, j, k, m]) - zb))
-                    value = minnum32(maxnum32(np.float32(acc) * scale, lo), hi)
+                    value = (np.float32(a[i, j, k, m]) - za) * (np.float32(b[i, j, k, m]) - zb) * scale
+                    value = value if value > lo else lo
+                    value = value if value < hi else hi
                     out[i, j, k, m] = np.int32(np.rint(value)) + zp
 
 
@@ -254,36 +273,32 @@ def quantized_unary_table(ctx: NodeContext):
     if table.shape != (256,) or table.dtype != np.dtype(ctx.outputs[0].dtype):
         return None
 
-    if table.dtype.itemsize == 4:
-        # A task function (so it chains with its neighbours: a hybrid BERT's embedding
-        # DEQUANTIZE was a Python step of its own between two plans).
-        def bind(inputs, outputs):
-            size = np.array([inputs[0].size], np.int64)
-            return bind_task(_lookup_task, 1, (table, inputs[0]), (outputs[0],), size,
-                             dtypes=(table.dtype, dtype, table.dtype))
-        return bindable(bind)
+    size = int(np.prod(x.shape, dtype=np.int64))
+    chunk = -(-size // _TASKS) if size >= _PARALLEL_SIZE else max(size, 1)
+    params = np.array([size, chunk, table.dtype.itemsize == 4], np.int64)
 
     def bind(inputs, outputs):
-        index, out = inputs[0].reshape(-1).view(np.uint8), outputs[0].reshape(-1)
-        return lambda: _gather(table, index, out)
-    return bindable(bind)
+        return bind_task(_lookup_task, -(-size // chunk), (table, inputs[0]), (outputs[0],), params,
+                         dtypes=(table.dtype, dtype, table.dtype))
+    return named(bindable(bind), "8-bit lookup table task")
 
 
 @task_function()
 def _lookup_task(t, tablep, xp, outp, _a3, _a4, _a5, _a6, _a7, ip, _fp):
-    """``out[i] = table[x[i] as a byte]`` for ``ip[0]`` elements of 4-byte values (the table's
-    256 entries read as int32: the bits are copied, whatever the output dtype)."""
-    table, x, out = int32_pointer(tablep), uint8_pointer(xp), int32_pointer(outp)
-    for i in range(ip[0]):
-        out[i] = table[x[i]]
-
-
-@numba.njit(cache=True, nogil=True)
-def _gather(table, index, out):   # pragma: no cover - compiled
-    """``out[i] = table[index[i]]``; the uint8 index never leaves the 256-entry table (a
-    loop: ``np.take`` would first widen the index array to intp)."""
-    for i in range(index.size):
-        out[i] = table[index[i]]
+    """``out[i] = table[x[i] as a byte]`` for elements ``t * chunk ..`` (``ip``: size, chunk,
+    and whether the values are 4 bytes wide rather than 1: their bits are copied, whatever
+    the output dtype)."""
+    x = uint8_pointer(xp)
+    start = t * ip[1]
+    end = min(ip[0], start + ip[1])
+    if ip[2]:
+        wide, wide_out = int32_pointer(tablep), int32_pointer(outp)
+        for i in range(start, end):
+            wide_out[i] = wide[x[i]]
+    else:
+        narrow, narrow_out = uint8_pointer(tablep), uint8_pointer(outp)
+        for i in range(start, end):
+            narrow_out[i] = narrow[x[i]]
 
 
 # -- CONCATENATION across scales --------------------------------------------------------------
