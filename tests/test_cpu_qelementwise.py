@@ -245,3 +245,37 @@ def test_integer_concatenation_across_scales_chosen_and_exact(monkeypatch, dtype
     inputs = [rng.integers(info.min, info.max + 1, s).astype(dtype) for s in shapes]
     (ours,), (theirs,) = run_both(b.build(), inputs)
     np.testing.assert_array_equal(ours, theirs)
+
+
+def _swish(dtype, zps: tuple, follower: str, swapped: bool, shared: bool) -> bytes:
+    """x -> LOGISTIC -> ``follower``(x, sigmoid) (operands ``swapped`` or not); with
+    ``shared`` the sigmoid is a model output too."""
+    b = ModelBuilder()
+    x = b.input("x", (4, 256), dtype, scale=[0.06], zero_point=[zps[0]])
+    s = b.tensor("s", (4, 256), dtype, scale=[1 / 256], zero_point=[np.iinfo(dtype).min])
+    y = b.tensor("y", (4, 256), dtype, scale=[0.05], zero_point=[zps[1]])
+    b.op("LOGISTIC", [x], [s])
+    b.op(follower, [s, x] if swapped else [x, s], [y], **({"version": 2} if follower != "MUL" else {}))
+    b.output(y)
+    if shared:
+        b.output(s)
+    return b.build()
+
+
+@pytest.mark.parametrize("dtype,zps", [(np.int8, (-7, 4)), (np.uint8, (121, 130))])
+@pytest.mark.parametrize("follower,swapped", [("MUL", False), ("MUL", True), ("ADD", False), ("SUB", True)])
+@pytest.mark.parametrize("shared", [False, True])
+def test_table_op_and_its_follower_are_one_table(dtype, zps, follower, swapped, shared) -> None:
+    """int8 swish (x * LOGISTIC(x)) and its kin: one table, unless the sigmoid is read
+    elsewhere; every input byte equal to LiteRT either way."""
+    import litegpu
+    model = _swish(dtype, zps, follower, swapped, shared)
+    every = np.arange(256, dtype=np.uint8).view(dtype)
+    x = np.stack([every, every[::-1], np.roll(every, 77), every])
+    ours, theirs = run_both(model, [x])
+    for got, want in zip(ours, theirs):
+        np.testing.assert_array_equal(got, want)
+    interp = litegpu.Interpreter(model_content=model)
+    interp.allocate_tensors()
+    kernels = {op: name for _, op, _, name in interp.get_delegation_report().kernels}
+    assert ("8-bit lookup table" in kernels["LOGISTIC"]) and (kernels[follower] == kernels["LOGISTIC"]) != shared

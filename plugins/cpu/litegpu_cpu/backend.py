@@ -52,8 +52,9 @@ class CpuBackend(Backend):
         return Support(True)
 
     def schedule(self, nodes: list[NodeContext], outputs: list[int]) -> list[list[int]]:
-        """Runs of fusable elementwise nodes become one step, and so does a conv or FC with
-        the RELU after it; every other node its own."""
+        """Runs of fusable elementwise nodes become one step, and so does a node with a
+        follower its kernel computes too (a conv or FC with the RELU after it, int8
+        swish); every other node its own."""
         from .fusion import fusion_runs
         return fusion_runs(nodes, outputs)
 
@@ -611,8 +612,9 @@ def _not_ours(exc: Exception) -> None:
 
 def _groups(partition: Partition) -> list[tuple]:
     """The partition's steps as ``(what to compile, its nodes)``: a FusedGroup for each
-    fused run, a conv with its folded RELU as one node context, else single node contexts."""
-    from .fusion import folded_activation, generate_alone, plan_group
+    fused run, a node with the follower it computes too (a conv and its RELU) as one node
+    context, else single node contexts."""
+    from .fusion import folded_pair, generate_alone, plan_group
     nodes = partition.nodes
     steps = partition.steps or [[i] for i in range(len(nodes))]
     last_reader: dict[int, int] = {}
@@ -622,7 +624,7 @@ def _groups(partition: Partition) -> list[tuple]:
     out: list = []
     for positions in steps:
         run = [nodes[p] for p in positions]
-        if len(run) == 2 and (folded := folded_activation(*run)) is not None:
+        if len(run) == 2 and (folded := folded_pair(*run)) is not None:
             out.append((folded, run))
             continue
         if len(run) >= 2 or generate_alone(run[0]):

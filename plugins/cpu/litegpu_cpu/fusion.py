@@ -41,6 +41,7 @@ from litegpu.ops.registry import CLAMP_ACTIVATIONS
 
 from .generated import load_generated
 from .kernels import mathfn
+from .kernels.qelementwise import folded_table
 from .kernels.registry import bindable, is_quantized_node
 from .kernels.tasks import ARRAYS, bind_task
 
@@ -163,8 +164,8 @@ def generate_alone(ctx: NodeContext) -> bool:
 
 def fusion_runs(nodes: list[NodeContext], outputs=()) -> list[list[int]]:
     """Positions grouped into steps: maximal runs of fusable nodes with one output shape, a
-    conv or FC followed by the clamp it can apply itself (:func:`folded_activation`), and
-    every other node alone. ``outputs`` are the tensors read after the nodes.
+    node followed by one it can compute itself (:func:`folded_pair`: a conv and its clamp,
+    swish on int8), and every other node alone. ``outputs`` are the tensors read after the nodes.
 
     Disabled with ``LITEGPU_CPU_FUSION=0``.
     """
@@ -182,7 +183,7 @@ def fusion_runs(nodes: list[NodeContext], outputs=()) -> list[list[int]]:
             shape = tuple(nodes[i].outputs[0].shape)
             while j < len(nodes) and fusable(nodes[j]) and tuple(nodes[j].outputs[0].shape) == shape:
                 j += 1
-        elif j < len(nodes) and folded_activation(nodes[i], nodes[j]) is not None \
+        elif j < len(nodes) and folded_pair(nodes[i], nodes[j]) is not None \
                 and readers[nodes[i].node.outputs[0]] == 1:
             j += 1
         steps.append(list(range(i, j)))
@@ -193,6 +194,14 @@ def fusion_runs(nodes: list[NodeContext], outputs=()) -> list[list[int]]:
 # Ops whose cpu kernels clamp on store, and the standalone ops that are such a clamp.
 _CLAMPING = {"CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED"}
 _CLAMPS = set(CLAMP_ACTIVATIONS) - {"NONE"}
+
+
+def folded_pair(first: NodeContext, second: NodeContext) -> NodeContext | None:
+    """``first`` computing ``second``'s output too, as one node context, when its kernel can
+    take the follower on: a float conv's clamp (:func:`folded_activation`) or an 8-bit
+    table op's arithmetic with its own input (:func:`.kernels.qelementwise.folded_table`);
+    else None."""
+    return folded_activation(first, second) or folded_table(first, second)
 
 
 def folded_activation(producer: NodeContext, clamp: NodeContext) -> NodeContext | None:

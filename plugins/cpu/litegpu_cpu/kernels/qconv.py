@@ -23,7 +23,7 @@ from .qd8gemm import hybrid_fully_connected
 from .qdepthwise import QuantizedDepthwise
 from .qgemm import QuantizedMatmul
 from .registry import bindable, in_order, kernel, named
-from .tasks import bind_task, in_sequence, int8_pointer, task_function
+from .tasks import bind_task, in_sequence, int32_pointer, int8_pointer, task_function
 
 I8 = np.dtype(np.int8)
 
@@ -97,15 +97,20 @@ def _window_bytes(x, cols, at, image, iy0, ix0, h, w, c, kh, kw, dh, dw, zx):
 
 
 @task_function()
-def _im2col_task(t, xp, colsp, _a2, _a3, _a4, _a5, _a6, _a7, ip, fp):
+def _im2col_task(t, xp, padp, colsp, _a3, _a4, _a5, _a6, _a7, ip, fp):
     """The im2col rows of output row ``t`` (image ``t // OH``): for each output pixel, the
-    KH x KW x C input values under the filter, the input's zero point where the window
-    leaves the image, then zeros up to the row length K4. ``ip``: H, W, C, OH, OW, KH,
-    KW, SH, SW, DH, DW, PT, PL, zero point, K4."""
+    KH x KW x C input values under the filter, the image's zero point where the window
+    leaves the image, then zeros up to the row length K4. The zero point is read from
+    int32 ``pad`` as a product's correction factor ``128 + zp``, at ``pad[image * step]``:
+    a hybrid conv quantizes each image with its own zero point and keeps the factor per
+    product row (step: OH * OW); an int8 conv passes its one (step 0). ``ip``: H, W, C,
+    OH, OW, KH, KW, SH, SW, DH, DW, PT, PL, step, K4."""
     h, w, c, oh, ow, kh, kw = ip[0], ip[1], ip[2], ip[3], ip[4], ip[5], ip[6]
-    sh, sw, dh, dw, pt, pl, zx, k4 = ip[7], ip[8], ip[9], ip[10], ip[11], ip[12], np.int8(ip[13]), ip[14]
+    sh, sw, dh, dw, pt, pl, step, k4 = ip[7], ip[8], ip[9], ip[10], ip[11], ip[12], ip[13], ip[14]
+    image = t // oh
+    zx = np.int8(int32_pointer(padp)[image * step] - 128)
     x, cols = int8_pointer(xp), int8_pointer(colsp)
-    image, y = t // oh, t % oh
+    y = t % oh
     iy0 = y * sh - pt
     for ox in range(ow):
         for j in range(kh * kw * c, k4):
@@ -130,6 +135,30 @@ def _im2col_task(t, xp, colsp, _a2, _a3, _a4, _a5, _a6, _a7, ip, fp):
         _window_bytes(x, cols, (t * ow + ox) * k4, image, iy0, ox * sw - pl, h, w, c, kh, kw, dh, dw, zx)
 
 
+class Im2col:
+    """``bind(x, pad, step, cols) -> call`` writing the int8 im2col of x [N, H, W, C] for a
+    KH x KW filter with ``geometry`` (sh, sw, dh, dw, pt, pl) and output OH x OW into
+    ``cols`` [N * OH * OW, K4] (:func:`_im2col_task`: the padding read from ``pad`` every
+    ``step`` product rows)."""
+
+    def __init__(self, x_shape: tuple[int, ...], kernel_hw: tuple[int, int], geometry: tuple[int, ...], oh: int,
+                 ow: int) -> None:
+        self.n, h, w, c = x_shape
+        kh, kw = kernel_hw
+        self.k4, self.oh = _rows4(kh * kw * c), oh
+        self.shape = (self.n * oh * ow, self.k4)
+        self.params = [h, w, c, oh, ow, kh, kw, *geometry]
+
+    def bind(self, x: np.ndarray, pad: np.ndarray, step: int, cols: np.ndarray):
+        """The call on these arrays (sizes checked: the task trusts them)."""
+        elements = self.n * int(np.prod(self.params[:3]))
+        if cols.shape != self.shape or x.size != elements or pad.size < (self.n - 1) * step + 1:
+            raise ValueError(f"im2col into {self.shape} given {x.shape} (padding {pad.shape}, step {step}) "
+                             f"-> {cols.shape}")
+        params = np.array([*self.params, step, self.k4], np.int64)
+        return bind_task(_im2col_task, self.n * self.oh, (x, pad), (cols,), params, dtypes=(I8, np.int32, I8))
+
+
 @kernel("CONV_2D", quantized=True)
 def quantized_conv(ctx: NodeContext):
     """A 1x1 stride-1 conv as one :mod:`.qgemm` product over the pixels; any other
@@ -151,13 +180,12 @@ def quantized_conv(ctx: NodeContext):
     if pointwise:
         return named(bindable(lambda inputs, outputs: product.bind(inputs[0].reshape(m, c), outputs[0].reshape(m, o))),
                      "int8 packed GEMM over the pixels (1x1)")
-    k4 = _rows4(k)
-    cols = np.empty((m, k4), np.int8)
-    params = np.array([h, wd, c, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl, requant["x_zp"], k4], np.int64)
+    cols = np.empty((m, _rows4(k)), np.int8)
+    im2col = Im2col((n, h, wd, c), (kh, kw), (sh, sw, dh, dw, pt, pl), oh, ow)
+    pad = np.array([128 + requant["x_zp"]], np.int32)
 
     def bind(inputs, outputs):
-        im2col = bind_task(_im2col_task, n * oh, (inputs[0],), (cols,), params, dtypes=(I8, I8))
-        return in_sequence([im2col, product.bind(cols, outputs[0].reshape(m, o))])
+        return in_sequence([im2col.bind(inputs[0], pad, 0, cols), product.bind(cols, outputs[0].reshape(m, o))])
     return named(bindable(bind), f"int8 im2col ({kh}x{kw}/{sh}) + packed GEMM")
 
 

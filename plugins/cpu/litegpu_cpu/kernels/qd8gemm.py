@@ -118,8 +118,10 @@ def _quantize_rows_task(t, xp, qp, scalep, cp, _a4, _a5, _a6, _a7, ip, fp):
     step in float32: the row's range widened to hold 0, ``inv = 255 / (max - min)`` (1
     for an empty range), the zero point from the end that loses less, rounded to nearest
     even; ``q = rint(x * inv) + zp``, saturated. Writes the row's scale ``1 / inv`` and
-    ``128 + zp`` (the epilogue's correction factor). ``ip``: M, K, K4, chunk."""
-    m, k, k4, chunk = ip[0], ip[1], ip[2], ip[3]
+    ``128 + zp`` (the epilogue's correction factor) for each of the ``repeat`` product
+    rows it feeds (1 for a fully connected layer; a convolution's image feeds all its
+    output pixels). ``ip``: M, K, K4, chunk, repeat."""
+    m, k, k4, chunk, repeat = ip[0], ip[1], ip[2], ip[3], ip[4]
     q, c = int8_pointer(qp), int32_pointer(cp)
     for r in range(t * chunk, min(m, (t + 1) * chunk)):
         row = r * k
@@ -142,8 +144,28 @@ def _quantize_rows_task(t, xp, qp, scalep, cp, _a4, _a5, _a6, _a7, ip, fp):
             q[r * k4 + i] = np.int8(v)
         for i in range(k, k4):
             q[r * k4 + i] = 0
-        scalep[r] = np.float32(1) / inv
-        c[r] = 128 + zp
+        for i in range(r * repeat, (r + 1) * repeat):
+            scalep[i] = np.float32(1) / inv
+            c[i] = 128 + zp
+
+
+def bind_quantize_rows(x: np.ndarray, q: np.ndarray, scale: np.ndarray, correction: np.ndarray, threads: int,
+                       repeat: int = 1):
+    """The call quantizing each row of float x [M, K] into int8 q [M, K4] (K4 >= K, zeros
+    past K) as XNNPACK does (:func:`_quantize_rows_task`), writing its scale and correction
+    factor ``128 + zp`` into ``scale`` and ``correction`` [M * repeat] for each of the
+    ``repeat`` product rows that follow from it; ``threads``: the numba threads the rows
+    are cut for."""
+    m, k = x.shape
+    if q.shape[0] != m or q.shape[1] < k or scale.shape != (m * repeat,) or correction.shape != (m * repeat,):
+        raise ValueError(f"quantizing rows {x.shape} x {repeat} given {q.shape}, {scale.shape}, {correction.shape}")
+    # (From 4096 elements: BERT's 64 x 128 rows gain from two threads inside a plan's
+    # parallel region, where an extra row of tasks costs well under a microsecond.)
+    tasks = max(1, min(m, threads if m * k >= 1 << 12 else 1))
+    chunk = -(-m // tasks)
+    return bind_task(_quantize_rows_task, -(-m // chunk), (x,), (q, scale, correction),
+                     np.array([m, k, q.shape[1], chunk, repeat], np.int64),
+                     dtypes=(np.float32, np.int8, np.float32, np.int32))
 
 
 class DynamicQuantizedMatmul:
@@ -200,25 +222,28 @@ class DynamicQuantizedMatmul:
         if x.shape != (m, self.k) or out.shape != (m, self.n):
             raise ValueError(f"dynamically quantized product [M, {self.k}] -> [M, {self.n}] given {x.shape} -> "
                              f"{out.shape}")
-        k4 = self.weights.shape[1] * 4
         q, row_scale, row_c = (self._source or self).rows(m)
-        rows = split(m, self.n, self.k, self.threads)
-        params = np.array([m, k4 // 4, self.n, k4, *rows], np.int64)
-        product = bind_task(self.task, rows[1] * rows[3],
-                            (q, self.weights, self.colsums, self.weight_scale, self.bias, row_scale, row_c),
-                            (out,), params, self.clamp,
-                            dtypes=(np.int8, np.int8, np.int32, np.float32, np.float32, np.float32, np.int32,
-                                    np.float32))
+        product = self.bind_quantized(q, row_scale, row_c, out)
         if self._source is not None:
             return product
-        # (From 4096 elements: BERT's 64 x 128 rows gain from two threads inside a plan's
-        # parallel region, where an extra row of tasks costs well under a microsecond.)
-        tasks = max(1, min(m, self.threads if m * self.k >= 1 << 12 else 1))
-        chunk = -(-m // tasks)
-        quantize = bind_task(_quantize_rows_task, -(-m // chunk), (x,), (q, row_scale, row_c),
-                             np.array([m, self.k, k4, chunk], np.int64),
-                             dtypes=(np.float32, np.int8, np.float32, np.int32))
-        return in_sequence([quantize, product])
+        return in_sequence([bind_quantize_rows(x, q, row_scale, row_c, self.threads), product])
+
+    def bind_quantized(self, q: np.ndarray, row_scale: np.ndarray, row_c: np.ndarray, out: np.ndarray):
+        """The product alone, on rows quantized elsewhere: int8 ``q`` [M, K4] (K rounded up
+        to 4, zeros past K), each row's float32 scale and int32 correction factor ``128 +
+        zp`` [M] (what :func:`bind_quantize_rows` writes). A convolution's rows are its
+        im2col of an image quantized as a whole."""
+        m, k4 = out.shape[0], self.weights.shape[1] * 4
+        if q.shape != (m, k4) or row_scale.shape != (m,) or row_c.shape != (m,) or out.shape != (m, self.n):
+            raise ValueError(f"dynamically quantized product [M, {k4}] -> [M, {self.n}] given {q.shape}, "
+                             f"{row_scale.shape}, {row_c.shape} -> {out.shape}")
+        rows = split(m, self.n, self.k, self.threads)
+        params = np.array([m, k4 // 4, self.n, k4, *rows], np.int64)
+        return bind_task(self.task, rows[1] * rows[3],
+                         (q, self.weights, self.colsums, self.weight_scale, self.bias, row_scale, row_c),
+                         (out,), params, self.clamp,
+                         dtypes=(np.int8, np.int8, np.int32, np.float32, np.float32, np.float32, np.int32,
+                                 np.float32))
 
 
 def hybrid_fully_connected(ctx: NodeContext):

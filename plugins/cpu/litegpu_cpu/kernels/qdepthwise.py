@@ -31,12 +31,14 @@ _I64 = ir.IntType(64)
 _BYTES = ir.VectorType(ir.IntType(8), NR)
 
 
-def _tile_codegen(context, builder, signature, args):
-    """Up to PIXELS pixels (``left`` of them; the rest recompute the last) x 16 channels."""
-    (x_ptr, w_ptr, init_ptr, scale_ptr, out_ptr, taps_ptr, x_at, x_step, out_at, out_step, left, taps, cpad, cb,
-     zo, lo, hi) = args
+def tap_sums(builder, x_ptr, w_ptr, init_ptr, taps_ptr, x_at, x_step, left, taps, cpad, cb):
+    """Emit the tap loop of a tile: up to PIXELS pixels (``left`` of them; the rest recompute
+    the last) x 16 channels from ``cb``, their int32 sums ``init[cb:] + sum over taps x * w``
+    in PIXELS registers (x: the window corner at byte ``x_at``, pixels ``x_step`` bytes
+    apart; w: ``[taps, cpad]`` bytes; ``taps_ptr``: each tap's int64 offset from the
+    corner). Returns the sums and each pixel's index (i64), pixel by pixel."""
     byte_ptr = ir.IntType(8).as_pointer()
-    x_bytes, w_bytes, out_bytes = (builder.bitcast(p, byte_ptr) for p in (x_ptr, w_ptr, out_ptr))
+    x_bytes, w_bytes = builder.bitcast(x_ptr, byte_ptr), builder.bitcast(w_ptr, byte_ptr)
     last = builder.sub(left, ir.Constant(_I64, 1))
     pixel = []
     for i in range(PIXELS):
@@ -57,7 +59,15 @@ def _tile_codegen(context, builder, signature, args):
 
     init = builder.load(builder.bitcast(builder.gep(builder.bitcast(init_ptr, _SUMS.element.as_pointer()), [cb]),
                                         _SUMS.as_pointer()), align=4)
-    acc = carried_loop(builder, taps, [init] * PIXELS, step, "qdw.tap")
+    return carried_loop(builder, taps, [init] * PIXELS, step, "qdw.tap"), pixel
+
+
+def _tile_codegen(context, builder, signature, args):
+    """:func:`tap_sums`, then each pixel's 16 sums requantized and stored as int8."""
+    (x_ptr, w_ptr, init_ptr, scale_ptr, out_ptr, taps_ptr, x_at, x_step, out_at, out_step, left, taps, cpad, cb,
+     zo, lo, hi) = args
+    acc, pixel = tap_sums(builder, x_ptr, w_ptr, init_ptr, taps_ptr, x_at, x_step, left, taps, cpad, cb)
+    out_bytes = builder.bitcast(out_ptr, ir.IntType(8).as_pointer())
     requantize = requantizer(builder, zo, lo, hi)
     scale = builder.load(builder.bitcast(builder.gep(scale_ptr, [cb]), _FLOATS.as_pointer()), align=4)
     for sums, p in zip(acc, pixel):
@@ -75,28 +85,53 @@ def _tile(typingctx, xp, wp, initp, scalep, outp, tapsp, x_at, x_step, out_at, o
 
 
 @njit(cache=True, inline="always")
+def pixel_sums(x, wt, init, acc, ip, image, y, ox, c0, c1, acc_at, zx, cpad):
+    """The int32 sums of output pixel ``ox`` of row ``y`` of ``image``, channels ``c0 ..
+    c1``, into ``acc[acc_at + ch]``: ``init[ch]`` plus ``(x - zx) * w`` over the taps inside
+    the image (those outside are skipped: padding with the zero point adds ``(zx - zx) * w
+    = 0``). ``ip`` starts with the geometry H, W, C, OH, OW, KH, KW, SH, SW, DH, DW, PT, PL;
+    w is ``[taps, cpad]``."""
+    h, w, c = ip[_H], ip[_W], ip[_C]
+    kh, kw, sh, sw, dh, dw, pt, pl = ip[_KH], ip[_KW], ip[_SH], ip[_SW], ip[_DH], ip[_DW], ip[_PT], ip[_PL]
+    for ch in range(c0, c1):
+        acc[acc_at + ch] = init[ch]
+    for ky in range(kh):
+        iy = y * sh - pt + ky * dh
+        if iy < 0 or iy >= h:
+            continue
+        for kx in range(kw):
+            ix = ox * sw - pl + kx * dw
+            if ix < 0 or ix >= w:
+                continue
+            x_at = ((image * h + iy) * w + ix) * c
+            w_at = (ky * kw + kx) * cpad
+            for ch in range(c0, c1):
+                acc[acc_at + ch] += (np.int32(x[x_at + ch]) - zx) * np.int32(wt[w_at + ch])
+
+
+@njit(cache=True, inline="always")
+def inner_pixels(ip, y):
+    """``(ox0, ox1)``: the pixels of output row ``y`` whose every tap lies inside the image
+    (the tiles' pixels; ``ip`` starts with the geometry, as for :func:`pixel_sums`), none
+    (0, 0) when the row's windows leave the image at the top or bottom."""
+    h, w, ow = ip[_H], ip[_W], ip[_OW]
+    kh, kw, sh, sw, dh, dw, pt, pl = ip[_KH], ip[_KW], ip[_SH], ip[_SW], ip[_DH], ip[_DW], ip[_PT], ip[_PL]
+    iy = y * sh - pt
+    if iy < 0 or iy + (kh - 1) * dh >= h:
+        return 0, 0
+    ox0 = min(ow, (pl + sw - 1) // sw)
+    return ox0, max(ox0, min(ow, (w - 1 + pl - (kw - 1) * dw) // sw + 1))
+
+
+@njit(cache=True, inline="always")
 def _plain_pixels(x, wt, init, scalep, out, acc, ip, image, y, ox0, ox1, c0, c1, acc_at):
     """Pixels ``ox0 .. ox1`` of output row ``y``, channels ``c0 .. c1``, taps outside the
     image skipped; sums in ``acc`` (the task's scratch row)."""
-    h, w, c, oh, ow = ip[_H], ip[_W], ip[_C], ip[_OH], ip[_OW]
-    kh, kw, sh, sw, dh, dw, pt, pl = ip[_KH], ip[_KW], ip[_SH], ip[_SW], ip[_DH], ip[_DW], ip[_PT], ip[_PL]
-    zx, zo, cpad = np.int32(ip[_ZX]), ip[_ZO], ip[_CP]
+    c, oh, ow = ip[_C], ip[_OH], ip[_OW]
+    zx, zo = np.int32(ip[_ZX]), ip[_ZO]
     lo, hi = np.float32(ip[_LO] - zo), np.float32(ip[_HI] - zo)
     for ox in range(ox0, ox1):
-        for ch in range(c0, c1):
-            acc[acc_at + ch] = init[ch]
-        for ky in range(kh):
-            iy = y * sh - pt + ky * dh
-            if iy < 0 or iy >= h:
-                continue
-            for kx in range(kw):
-                ix = ox * sw - pl + kx * dw
-                if ix < 0 or ix >= w:
-                    continue
-                x_at = ((image * h + iy) * w + ix) * c
-                w_at = (ky * kw + kx) * cpad
-                for ch in range(c0, c1):
-                    acc[acc_at + ch] += (np.int32(x[x_at + ch]) - zx) * np.int32(wt[w_at + ch])
+        pixel_sums(x, wt, init, acc, ip, image, y, ox, c0, c1, acc_at, zx, ip[_CP])
         out_at = ((image * oh + y) * ow + ox) * c
         for ch in range(c0, c1):
             value = min(max(np.float32(acc[acc_at + ch]) * scalep[ch], lo), hi)
@@ -111,26 +146,21 @@ def _qdepthwise_task(t, xp, wp, initp, innerp, scalep, tapsp, outp, scratchp, ip
     the int64 input offset of each tap from the window's corner, ``out`` [N, OH, OW, C],
     ``scratch`` C int32 per task."""
     h, w, c, oh, ow = ip[_H], ip[_W], ip[_C], ip[_OH], ip[_OW]
-    kh, kw, sh, sw, dh, dw, pt, pl = ip[_KH], ip[_KW], ip[_SH], ip[_SW], ip[_DH], ip[_DW], ip[_PT], ip[_PL]
+    sh, sw, pt, pl = ip[_SH], ip[_SW], ip[_PT], ip[_PL]
     x, wt, out = int8_pointer(xp), int8_pointer(wp), int8_pointer(outp)
     init, acc = int32_pointer(initp), int32_pointer(scratchp)
     image, y = t // oh, t % oh
     acc_at = t * c
     whole = c // NR * NR
+    ox0, ox1 = inner_pixels(ip, y) if whole else (0, 0)
     iy = y * sh - pt
-    if whole == 0 or iy < 0 or iy + (kh - 1) * dh >= h:
-        _plain_pixels(x, wt, init, scalep, out, acc, ip, image, y, 0, ow, 0, c, acc_at)
-        return
-    # Pixels ox0 .. ox1 have every tap inside the image's width.
-    ox0 = min(ow, (pl + sw - 1) // sw)
-    ox1 = max(ox0, min(ow, (w - 1 + pl - (kw - 1) * dw) // sw + 1))
     _plain_pixels(x, wt, init, scalep, out, acc, ip, image, y, 0, ox0, 0, c, acc_at)
     for ox in range(ox0, ox1, PIXELS):
         x_at = ((image * h + iy) * w + ox * sw - pl) * c
         out_at = ((image * oh + y) * ow + ox) * c
         for cb in range(0, whole, NR):
             _tile(xp, wp, innerp, scalep, outp, tapsp, x_at + cb, sw * c, out_at + cb, c, min(PIXELS, ox1 - ox),
-                  kh * kw, ip[_CP], cb, ip[_ZO], ip[_LO], ip[_HI])
+                  ip[_KH] * ip[_KW], ip[_CP], cb, ip[_ZO], ip[_LO], ip[_HI])
     _plain_pixels(x, wt, init, scalep, out, acc, ip, image, y, ox0, ox1, whole, c, acc_at)
     _plain_pixels(x, wt, init, scalep, out, acc, ip, image, y, ox1, ow, 0, c, acc_at)
 

@@ -17,6 +17,7 @@
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import partial
 
 import numba
@@ -26,7 +27,7 @@ from numba.extending import intrinsic
 
 from litegpu.backend import NodeContext
 
-from .registry import bindable, in_order, kernel, named
+from .registry import bindable, in_order, is_quantized_node, kernel, named
 from .tasks import bind_task, int8_pointer, int32_pointer, task_function, uint8_pointer
 
 
@@ -258,7 +259,8 @@ UNARY_8BIT = ("HARD_SWISH", "LOGISTIC", "TANH", "ELU", "GELU", "LEAKY_RELU", "RE
 def quantized_unary_table(ctx: NodeContext):
     """A one-input op on int8/uint8 as a 256-entry table of its own integer reference,
     evaluated once at compile time on every input byte: exact by construction, one
-    gather per run."""
+    gather per run. With ``attrs["then"]`` (see :func:`folded_table`) the table holds
+    the follower's result instead."""
     x = ctx.inputs[0]
     dtype = np.dtype(x.dtype)
     if ctx.node.op == "QUANTIZE" and dtype == np.dtype(np.float32):
@@ -269,10 +271,14 @@ def quantized_unary_table(ctx: NodeContext):
     if ctx.node.op == "DEQUANTIZE" and (params is None or not params.per_tensor):
         return None   # per-channel: the value depends on the position too
     every_byte = np.arange(256, dtype=np.uint8).view(dtype)
-    table = np.ascontiguousarray(ctx.opdef.reference_for(ctx.attrs)([every_byte], ctx.attrs)[0])
+    table = ctx.opdef.reference_for(ctx.attrs)([every_byte], ctx.attrs)[0]
+    then = ctx.attrs.get("then")
+    if then is not None:
+        operands = [every_byte if t == ctx.node.inputs[0] else table for t in then.node.inputs]
+        table = then.opdef.reference_for(then.attrs)(operands, then.attrs)[0]
+    table = np.ascontiguousarray(table)
     if table.shape != (256,) or table.dtype != np.dtype(ctx.outputs[0].dtype):
         return None
-
     size = int(np.prod(x.shape, dtype=np.int64))
     chunk = -(-size // _TASKS) if size >= _PARALLEL_SIZE else max(size, 1)
     params = np.array([size, chunk, table.dtype.itemsize == 4], np.int64)
@@ -299,6 +305,26 @@ def _lookup_task(t, tablep, xp, outp, _a3, _a4, _a5, _a6, _a7, ip, _fp):
         narrow, narrow_out = uint8_pointer(tablep), uint8_pointer(outp)
         for i in range(start, end):
             narrow_out[i] = narrow[x[i]]
+
+
+def folded_table(producer: NodeContext, follower: NodeContext) -> NodeContext | None:
+    """``producer`` (an 8-bit one-input table op) computing ``follower``'s output too, when
+    ``follower`` is an 8-bit ADD, SUB or MUL of the producer's input and output, same
+    shapes (swish, ``x * LOGISTIC(x)``, as EfficientNet's int8 convert writes it): the
+    pair's result depends on the input byte alone, so it is one table (one pass instead
+    of two, and exact: each entry is the two references applied in turn). None otherwise.
+    The caller checks that nothing else reads the producer's output."""
+    node, then = producer.node, follower.node
+    if not (is_quantized_node(producer) and is_quantized_node(follower)) or producer.dynamic or follower.dynamic \
+            or node.op not in UNARY_8BIT or node.op in ("QUANTIZE", "DEQUANTIZE") or len(node.inputs) != 1 \
+            or then.op not in ("ADD", "SUB", "MUL") or sorted(then.inputs) != sorted((node.inputs[0], node.outputs[0])):
+        return None
+    specs = (producer.inputs[0], producer.outputs[0], *follower.inputs, follower.outputs[0])
+    if any(s is None or np.dtype(s.dtype) not in (np.dtype(np.int8), np.dtype(np.uint8)) for s in specs) \
+            or len({tuple(s.shape) for s in specs}) != 1:
+        return None
+    return replace(producer, node=replace(node, outputs=tuple(then.outputs)),
+                   attrs={**producer.attrs, "then": follower}, outputs=list(follower.outputs))
 
 
 # -- CONCATENATION across scales --------------------------------------------------------------
