@@ -4,7 +4,8 @@ Each bad case is a small quantized model written with :class:`ModelBuilder`, or 
 quantized model with a few bytes edited (skipped, saying so, where the shared models are
 not here). What LiteRT itself loads and runs from a real converter stays loadable:
 ``min``/``max``-only tables, a float tensor's unread table, a zero scale in one channel of
-per-channel weights, a non-zero int32 bias zero point.
+per-channel weights or on an int16 tensor (the ops that cannot take it refuse it), a
+non-zero int32 bias zero point.
 """
 from __future__ import annotations
 
@@ -101,6 +102,51 @@ def test_zero_scale_of_per_tensor_weights_is_an_error() -> None:
 def test_zero_scale_of_a_per_channel_activation_is_an_error() -> None:
     x = {"scale": [0.5, 0.0, 0.5, 0.5], "zero_point": [0] * 4, "quantized_dimension": 1}
     expect_error(add_model(x), r"tensors\[0\]\.quantization\.scale\[1\]: tensor 'x'")
+
+
+def _zero_state_model(op: str, zero_output: bool = False) -> bytes:
+    """A 16x8 GRU's first step as TFLite's converter writes it: an int16 all-zero state of
+    scale 0 (FILL of a scale-0 constant) into ``op`` (FULLY_CONNECTED, MUL or ADD) with a
+    real int16 input; ``zero_output`` gives the op's output scale 0 too."""
+    b = ModelBuilder()
+    x = b.input("x", (1, 8), np.int16, scale=0.01, zero_point=0)
+    dims = b.const("dims", np.array([1, 8], np.int32))
+    zero = b.const("zero", np.int16(0), scale=0.0, zero_point=0)
+    state = b.tensor("state", (1, 8), np.int16, scale=0.0, zero_point=0)
+    b.op("FILL", [dims, zero], [state])
+    y = b.tensor("y", (1, 8), np.int16, scale=0.0 if zero_output else 0.02, zero_point=0)
+    if op == "FULLY_CONNECTED":
+        w = b.const("w", np.arange(64, dtype=np.int8).reshape(8, 8), scale=0.05, zero_point=0)
+        b.op(op, [state, w, -1], [y])
+    else:
+        b.op(op, [x, state], [y])
+    b.output(y)
+    return b.build()
+
+
+@pytest.mark.parametrize("op", ["FULLY_CONNECTED", "MUL"])
+def test_zero_scale_int16_state_runs_like_litert(op: str) -> None:
+    """LiteRT runs a 16x8 GRU whose zero state has scale 0 (multiplier 0: every result the
+    output's zero point); so does litegpu, with the same integers."""
+    from ai_edge_litert.interpreter import Interpreter as LiteRT
+    x = np.arange(-4, 4, dtype=np.int16).reshape(1, 8) * 1000
+    results = []
+    for interp in (litegpu.Interpreter(model_content=_zero_state_model(op)),
+                   LiteRT(model_content=_zero_state_model(op))):
+        interp.allocate_tensors()
+        interp.set_tensor(interp.get_input_details()[0]["index"], x)
+        interp.invoke()
+        results.append(interp.get_tensor(interp.get_output_details()[0]["index"]))
+    np.testing.assert_array_equal(results[0], results[1])
+
+
+@pytest.mark.parametrize("op,zero_output,what", [("ADD", False, "input 1"), ("MUL", True, "the output")])
+def test_zero_scale_int16_where_the_arithmetic_needs_a_scale_is_an_error(op: str, zero_output: bool,
+                                                                          what: str) -> None:
+    """An int16 scale of 0 loads (LiteRT's loader takes it), but an op whose arithmetic
+    divides by it, or a computed output of scale 0, is refused naming the operand."""
+    with pytest.raises(litegpu.ModelFormatError, match=f"node 1 \\({op}\\): {what} has scales \\[0.0\\]"):
+        litegpu.Interpreter(model_content=_zero_state_model(op, zero_output)).allocate_tensors()
 
 
 @pytest.mark.parametrize("value", [0.0, NAN, -1.0])

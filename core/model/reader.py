@@ -259,9 +259,11 @@ def _quantization(q: Table, name: str, type_name: str, dtype: np.dtype | None, s
     one per scale, ``quantized_dimension`` an axis of the shape, one scale or one per channel of
     that axis. The values are checked on integer tensors, the only ones whose quantization
     LiteRT's kernels read (a float tensor's table is carried along unread, as LiteRT does): each
-    scale finite and positive, each zero point a value of the storage type. The one zero scale
-    allowed is a channel of per-channel constant weights: TFLite's post-training quantizer
-    writes 0 for an all-zero channel (and its bias), and LiteRT runs such models.
+    scale finite and positive, each zero point a value of the storage type. Zero scales are
+    allowed where TFLite's post-training quantizer writes them and LiteRT runs the models:
+    a channel of per-channel constant weights that is all zero (and its bias), and int16
+    tensors (16x8 models: a GRU's all-zero initial state); the ops refuse a zero scale
+    where their arithmetic needs a positive one (:func:`litegpu.ops.quantized._params`).
     """
     details = q.scalar(4, "ubyte", 0, "details_type")
     if details:
@@ -293,11 +295,11 @@ def _quantization(q: Table, name: str, type_name: str, dtype: np.dtype | None, s
     if dtype is None or dtype.kind not in "iu":
         return quant
     bad = ~(np.isfinite(scales) & (scales > 0))
-    if constant and n > 1:
+    if (constant and n > 1) or type_name == "INT16":
         bad &= scales != 0
     if bad.any():
         k = int(np.flatnonzero(bad)[0])
-        why = "a scale of 0 is allowed only in a channel of per-channel constant weights" \
+        why = "a scale of 0 is allowed only in a channel of per-channel constant weights and on int16 tensors" \
             if scales[k] == 0 else "a scale must be finite and positive"
         raise ModelFormatError(f"{q.path}.scale[{k}]: tensor {name!r} has scale {float(scales[k])!r}; {why}")
     lo, hi = _ZERO_POINT_RANGES.get(type_name, _INT32_RANGE)
