@@ -3,6 +3,7 @@
 usage:
     python benchmarks/quant_corpus.py make [--models NAME ...] [--kinds KIND ...]
     python benchmarks/quant_corpus.py measure [NAME ...] [--runs 10] [--rounds 3] [--threads 2]
+    python benchmarks/quant_corpus.py gpu [NAME ...] [--backend opencl] [--precision F32]
 
 ``make`` needs TensorFlow (tensorflow-cpu; never a dependency of litegpu: run it from any
 environment that has it, e.g. ``python -m venv tf && tf/bin/pip install tensorflow-cpu
@@ -27,6 +28,9 @@ timed in alternating blocks (benchmarks/timing.py), and prints a markdown table:
 error (integer outputs in quanta; float outputs relative to max |LiteRT|), litegpu ms,
 LiteRT ms, their ratio, the nodes a numpy reference runs, then the geometric mean of the
 ratio per kind.
+
+``gpu`` runs each file's GPU float view (``--backend``, ``--precision``) and prints the
+nodes on the GPU and the error against LiteRT in output quanta.
 """
 from __future__ import annotations
 
@@ -215,8 +219,7 @@ def measure(names: list[str], runs: int, rounds: int, threads: int) -> int:
 
     import litegpu
     from ai_edge_litert.interpreter import Interpreter as LiteRT
-    files = sorted(corpus_dir().glob("*.tflite"))
-    files = [f for f in files if not names or f.name.split(".")[0] in names or f.stem in names]
+    files = _corpus_files(names)
     if not files:
         print(f"no corpus in {corpus_dir()}: run `quant_corpus.py make` first (it needs tensorflow)")
         return 1
@@ -257,6 +260,65 @@ def measure(names: list[str], runs: int, rounds: int, threads: int) -> int:
     return 0
 
 
+def _corpus_files(names: list[str]) -> list[Path]:
+    files = sorted(corpus_dir().glob("*.tflite"))
+    return [f for f in files if not names or f.name.split(".")[0] in names or f.stem in names]
+
+
+def _quantum(path: Path) -> float:
+    """The quantum of the model's first output in its own units: 1 for an integer output,
+    for a float one the scale of the integer tensor its DEQUANTIZE reads (0 when there is
+    none: a dynamic-range model's float output has no quantum)."""
+    import litegpu
+    sg = litegpu.load_model(str(path)).subgraphs[0]
+    if sg.tensors[sg.outputs[0]].dtype != np.float32:
+        return 1.0
+    producers = [n for n in sg.nodes if sg.outputs[0] in n.outputs and n.op == "DEQUANTIZE"]
+    return float(sg.tensors[producers[0].inputs[0]].quantization.scales[0]) if producers else 0.0
+
+
+def gpu(names: list[str], backend: str, precision: str) -> int:
+    """The GPU float view of every corpus file (quantized nodes computed in float with
+    quantization simulation) against LiteRT's integers: nodes on the GPU, error in output
+    quanta (max and 99.9th percentile; relative to max |LiteRT| for a dynamic-range
+    model's float output), the same top-1 for classifiers."""
+    import litegpu
+    from ai_edge_litert.interpreter import Interpreter as LiteRT
+    from litegpu.testing.conformance import PRECISION_OPTIONS
+    print(f"GPU float view on {backend} ({precision}) against LiteRT\n")
+    print("| model | kind | nodes on the GPU | max error | 99.9% within | top-1 |\n|---|---|---|---|---|---|")
+    for path in _corpus_files(names):
+        model, kind = path.name.split(".")[:2]
+        theirs = LiteRT(model_path=str(path), num_threads=2)
+        theirs.allocate_tensors()
+        try:
+            ours = litegpu.Interpreter(model_path=str(path), experimental_delegates=[
+                litegpu.load_delegate(backend, PRECISION_OPTIONS[precision])])
+            ours.allocate_tensors()
+        except litegpu.LiteGpuError as exc:
+            print(f"| {model} | {kind} | not run: {str(exc)[:80]} | | | |")
+            continue
+        x = _inputs(theirs.get_input_details(), 7)
+        outs = []
+        for interp in (ours, theirs):
+            for d, v in zip(interp.get_input_details(), x):
+                interp.set_tensor(d["index"], v)
+            interp.invoke()
+            outs.append(interp.get_tensor(interp.get_output_details()[0]["index"]).astype(np.float64))
+        got, want = outs
+        quantum = _quantum(path)
+        unit = "q" if quantum else "rel"
+        err = np.abs(got - want) / (quantum or max(float(np.abs(want).max()), 1e-30))
+        assignments = ours.get_delegation_report().assignments
+        on_gpu = sum(a.backend == backend for a in assignments)
+        top1 = ("same" if int(got.argmax()) == int(want.argmax()) else "DIFFERS") if want.size in (1000, 12) else ""
+        print(f"| {model} | {kind} | {on_gpu} of {len(assignments)} | {err.max():.3g} {unit} "
+              f"| {np.quantile(err, 0.999):.3g} {unit} | {top1} |")
+        sys.stdout.flush()
+        del ours, theirs
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -268,9 +330,15 @@ def main() -> int:
     r.add_argument("--runs", type=int, default=10)
     r.add_argument("--rounds", type=int, default=3)
     r.add_argument("--threads", type=int, default=2)
+    g = sub.add_parser("gpu", help="the GPU float view of every cached corpus file against LiteRT")
+    g.add_argument("names", nargs="*", help="model names or <model>.<kind> (default: all)")
+    g.add_argument("--backend", default="opencl")
+    g.add_argument("--precision", default="F32", choices=["F32", "F32_F16", "F16"])
     args = parser.parse_args()
     if args.command == "make":
         return make(args.models, args.kinds)
+    if args.command == "gpu":
+        return gpu(args.names, args.backend, args.precision)
     return measure(args.names, args.runs, args.rounds, args.threads)
 
 
