@@ -471,7 +471,7 @@ class _Rewrite:
     def onto_grid(self, t: int, out_scale: float) -> dict:
         """QUANT_SIM's options from real values onto ``t``'s grid, in steps of ``out_scale``."""
         p = QuantParams.of(self.sg.tensors[t])
-        return _sim(p.scale, out_scale, p.zero_point, p.qmin, p.qmax)
+        return _sim(_grid_step(p.scale), out_scale, p.zero_point, p.qmin, p.qmax)
 
     def out_scale(self, t: int) -> float:
         """What one step of ``t``'s grid is in its float view: 1 in grid form, else the scale."""
@@ -634,9 +634,19 @@ class _Rewrite:
         values = (plan.table.astype(np.float64) - plan.out.zero_point) * self.out_scale(o)
         table = self.new_tensor(self.tensors[o], f"{self.sg.tensors[o].name}/table", values.astype(np.float32),
                                 _wide(self.sg.tensors[o]))
-        x_scale = 1.0 if x in self.grid else plan.codes.scale
+        x_scale = 1.0 if x in self.grid else _grid_step(plan.codes.scale)
         self.add("QUANT_LUT", (self.mapped([x])[0], table), self.mapped([o]),
                  {"in_scale": x_scale, "offset": plan.codes.zero_point - plan.codes.qmin})
+
+
+def _grid_step(scale: float) -> float:
+    """The step QUANT_SIM and QUANT_LUT divide real values by (as a float32 reciprocal) to
+    put them on a tensor's grid: its scale, or 1 for a scale of 0 or so small that the
+    reciprocal overflows. TFLite's 16x8 converter gives a GRU's zero state such scales
+    (0, 3.6e-43): the tensor holds real zeros only, which any step puts on the zero point,
+    where the reciprocal would turn them into NaN (0 * inf)."""
+    with np.errstate(divide="ignore", over="ignore"):
+        return float(scale) if np.isfinite(np.float32(1) / np.float32(scale)) else 1.0
 
 
 def _sim(in_scale: float, out_scale: float, zero_point: int, qmin: int, qmax: int,

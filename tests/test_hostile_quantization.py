@@ -104,15 +104,16 @@ def test_zero_scale_of_a_per_channel_activation_is_an_error() -> None:
     expect_error(add_model(x), r"tensors\[0\]\.quantization\.scale\[1\]: tensor 'x'")
 
 
-def _zero_state_model(op: str, zero_output: bool = False) -> bytes:
+def _zero_state_model(op: str, zero_output: bool = False, state_scale: float = 0.0) -> bytes:
     """A 16x8 GRU's first step as TFLite's converter writes it: an int16 all-zero state of
-    scale 0 (FILL of a scale-0 constant) into ``op`` (FULLY_CONNECTED, MUL or ADD) with a
-    real int16 input; ``zero_output`` gives the op's output scale 0 too."""
+    scale ``state_scale`` (0, or a subnormal one; FILL of a constant) into ``op``
+    (FULLY_CONNECTED, MUL or ADD) with a real int16 input; ``zero_output`` gives the op's
+    output scale 0 too."""
     b = ModelBuilder()
     x = b.input("x", (1, 8), np.int16, scale=0.01, zero_point=0)
     dims = b.const("dims", np.array([1, 8], np.int32))
-    zero = b.const("zero", np.int16(0), scale=0.0, zero_point=0)
-    state = b.tensor("state", (1, 8), np.int16, scale=0.0, zero_point=0)
+    zero = b.const("zero", np.int16(0), scale=state_scale, zero_point=0)
+    state = b.tensor("state", (1, 8), np.int16, scale=state_scale, zero_point=0)
     b.op("FILL", [dims, zero], [state])
     y = b.tensor("y", (1, 8), np.int16, scale=0.0 if zero_output else 0.02, zero_point=0)
     if op == "FULLY_CONNECTED":
@@ -124,15 +125,20 @@ def _zero_state_model(op: str, zero_output: bool = False) -> bytes:
     return b.build()
 
 
+@pytest.mark.filterwarnings("error::RuntimeWarning")
+@pytest.mark.parametrize("state_scale", [0.0, 3.587324e-43])
 @pytest.mark.parametrize("op", ["FULLY_CONNECTED", "MUL"])
-def test_zero_scale_int16_state_runs_like_litert(op: str) -> None:
+def test_zero_scale_int16_state_runs_like_litert(op: str, state_scale: float, backend_name: str) -> None:
     """LiteRT runs a 16x8 GRU whose zero state has scale 0 (multiplier 0: every result the
-    output's zero point); so does litegpu, with the same integers."""
+    output's zero point), or one whose reciprocal overflows float32; so does litegpu, with
+    the same integers, on cpu and in opencl's float view (no 0 * inf on the way)."""
     from ai_edge_litert.interpreter import Interpreter as LiteRT
+    model = _zero_state_model(op, state_scale=state_scale)
+    delegates = [] if backend_name == "cpu" else [litegpu.load_delegate(backend_name)]
     x = np.arange(-4, 4, dtype=np.int16).reshape(1, 8) * 1000
     results = []
-    for interp in (litegpu.Interpreter(model_content=_zero_state_model(op)),
-                   LiteRT(model_content=_zero_state_model(op))):
+    for interp in (litegpu.Interpreter(model_content=model, experimental_delegates=delegates),
+                   LiteRT(model_content=model)):
         interp.allocate_tensors()
         interp.set_tensor(interp.get_input_details()[0]["index"], x)
         interp.invoke()
