@@ -64,7 +64,7 @@ def _record(monkeypatch, kernel: str) -> list:
     """Record each use of ``kernel``: a task function (bound through ``bind_task``) or a
     compiled broadcast loop of qelementwise."""
     calls = []
-    if kernel.endswith("_task"):
+    if kernel.endswith("_task") or kernel == "_LOOKUP":
         bind_task = qelementwise.bind_task
         task = getattr(qelementwise, kernel)
         monkeypatch.setattr(qelementwise, "bind_task", lambda t, *args, **kw: (calls.append(t is task),
@@ -99,7 +99,7 @@ UNARY = [
 @pytest.mark.parametrize("op,dtype,in_q,out_dtype,out_q,options", UNARY, ids=[f"{u[0]}-{np.dtype(u[1]).name}"
                                                                              for u in UNARY])
 def test_unary_table_chosen_and_exact(monkeypatch, op, dtype, in_q, out_dtype, out_q, options) -> None:
-    calls = _record(monkeypatch, "_lookup_task")
+    calls = _record(monkeypatch, "_LOOKUP")
     every = np.arange(256, dtype=np.uint8).view(dtype)
     x = np.stack([every, every[::-1]])   # every input value, in two orders
     (ours,), (theirs,) = run_both(_unary(op, dtype, in_q, out_dtype, out_q, **options), [x])
@@ -279,3 +279,21 @@ def test_table_op_and_its_follower_are_one_table(dtype, zps, follower, swapped, 
     interp.allocate_tensors()
     kernels = {op: name for _, op, _, name in interp.get_delegation_report().kernels}
     assert ("8-bit lookup table" in kernels["LOGISTIC"]) and (kernels[follower] == kernels["LOGISTIC"]) != shared
+
+
+@pytest.mark.parametrize("task", ["_lookup_task", "_lookup_vbmi_task"])
+@pytest.mark.parametrize("size", [1, 63, 64, 200, 70001])
+def test_byte_lookup_tasks_agree_with_the_table(task: str, size: int) -> None:
+    """Both byte lookups (the 64-at-a-time VBMI one where the host has it) on every byte
+    value, with sizes that leave remainders past the 64-byte blocks and the tasks' edges."""
+    from litegpu_cpu.kernels.tasks import bind_task
+    if task == "_lookup_vbmi_task" and not qelementwise.VBMI:
+        pytest.skip("this CPU has no AVX-512 VBMI: the VBMI lookup is never compiled here")
+    rng = np.random.default_rng(size)
+    table = rng.integers(0, 256, 256).astype(np.uint8)
+    x = rng.integers(0, 256, size).astype(np.uint8)
+    out = np.zeros(size, np.uint8)
+    chunk = max(1, -(-size // 3))
+    bind_task(getattr(qelementwise, task), -(-size // chunk), (table, x), (out,),
+              np.array([size, chunk, 0], np.int64), dtypes=(np.uint8,) * 3)()
+    np.testing.assert_array_equal(out, table[x])

@@ -22,7 +22,9 @@ from functools import partial
 
 import numba
 import numpy as np
-from numba import types
+from llvmlite import binding, ir
+from numba import njit, types
+from numba.core import cgutils
 from numba.extending import intrinsic
 
 from litegpu.backend import NodeContext
@@ -284,27 +286,77 @@ def quantized_unary_table(ctx: NodeContext):
     params = np.array([size, chunk, table.dtype.itemsize == 4], np.int64)
 
     def bind(inputs, outputs):
-        return bind_task(_lookup_task, -(-size // chunk), (table, inputs[0]), (outputs[0],), params,
+        return bind_task(_LOOKUP, -(-size // chunk), (table, inputs[0]), (outputs[0],), params,
                          dtypes=(table.dtype, dtype, table.dtype))
     return named(bindable(bind), "8-bit lookup table task")
 
 
-@task_function()
-def _lookup_task(t, tablep, xp, outp, _a3, _a4, _a5, _a6, _a7, ip, _fp):
-    """``out[i] = table[x[i] as a byte]`` for elements ``t * chunk ..`` (``ip``: size, chunk,
-    and whether the values are 4 bytes wide rather than 1: their bits are copied, whatever
-    the output dtype)."""
+# AVX-512 VBMI: ``vpermi2b`` looks up 64 bytes at once in a 128-byte table.
+VBMI = bool(binding.get_host_cpu_features().get("avx512vbmi", False))
+_BYTES64 = ir.VectorType(ir.IntType(8), 64)
+
+
+@intrinsic
+def _lookup_bytes64(typingctx, tablep, xp, outp, at):
+    """``out[at + i] = table[x[at + i]]`` for 64 bytes, by two ``vpermi2b`` (each the table's
+    lower or upper 128 bytes, indexed by the low seven bits) and a select on the top bit:
+    XNNPACK's x8 LUT kernel for AVX-512 VBMI. Only compiled where the host has it."""
+    def codegen(context, builder, signature, args):
+        table, x, out = (builder.bitcast(a, ir.IntType(8).as_pointer()) for a in args[:3])
+        at = args[3]
+
+        def block(pointer, offset):
+            return builder.bitcast(builder.gep(pointer, [offset]), _BYTES64.as_pointer())
+
+        quarters = [builder.load(block(table, ir.Constant(ir.IntType(64), 64 * k)), align=1) for k in range(4)]
+        index = builder.load(block(x, at), align=1)
+        permute = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_BYTES64, [_BYTES64] * 3),
+                                                 "llvm.x86.avx512.vpermi2var.qi.512")
+        low = builder.call(permute, [quarters[0], index, quarters[1]])
+        high = builder.call(permute, [quarters[2], index, quarters[3]])
+        upper = builder.icmp_signed("<", index, ir.Constant(_BYTES64, None))    # index >= 128
+        builder.store(builder.select(upper, high, low), block(out, at), align=1)
+        return context.get_dummy_value()
+    return types.void(tablep, xp, outp, types.int64), codegen
+
+
+@njit(cache=True, inline="always")
+def _lookup_span(tablep, xp, outp, start, end, wide):   # pragma: no cover - compiled
+    """``out[i] = table[x[i] as a byte]`` for ``start <= i < end``: 4-byte values (their bits
+    copied, whatever the output dtype) with ``wide``, else bytes."""
     x = uint8_pointer(xp)
-    start = t * ip[1]
-    end = min(ip[0], start + ip[1])
-    if ip[2]:
-        wide, wide_out = int32_pointer(tablep), int32_pointer(outp)
+    if wide:
+        table, out = int32_pointer(tablep), int32_pointer(outp)
         for i in range(start, end):
-            wide_out[i] = wide[x[i]]
+            out[i] = table[x[i]]
     else:
         narrow, narrow_out = uint8_pointer(tablep), uint8_pointer(outp)
         for i in range(start, end):
             narrow_out[i] = narrow[x[i]]
+
+
+@task_function()
+def _lookup_task(t, tablep, xp, outp, _a3, _a4, _a5, _a6, _a7, ip, _fp):
+    """Elements ``t * chunk ..`` of a table lookup (``ip``: size, chunk, whether the values
+    are 4 bytes wide rather than 1)."""
+    start = t * ip[1]
+    _lookup_span(tablep, xp, outp, start, min(ip[0], start + ip[1]), ip[2])
+
+
+@task_function()
+def _lookup_vbmi_task(t, tablep, xp, outp, _a3, _a4, _a5, _a6, _a7, ip, _fp):
+    """:func:`_lookup_task` with byte values 64 at a time (:func:`_lookup_bytes64`)."""
+    start = t * ip[1]
+    end = min(ip[0], start + ip[1])
+    whole = start + (end - start) // 64 * 64
+    if not ip[2]:
+        for at in range(start, whole, 64):
+            _lookup_bytes64(tablep, xp, outp, at)
+        start = whole
+    _lookup_span(tablep, xp, outp, start, end, ip[2])
+
+
+_LOOKUP = _lookup_vbmi_task if VBMI else _lookup_task
 
 
 def folded_table(producer: NodeContext, follower: NodeContext) -> NodeContext | None:
@@ -320,7 +372,9 @@ def folded_table(producer: NodeContext, follower: NodeContext) -> NodeContext | 
             or then.op not in ("ADD", "SUB", "MUL") or sorted(then.inputs) != sorted((node.inputs[0], node.outputs[0])):
         return None
     specs = (producer.inputs[0], producer.outputs[0], *follower.inputs, follower.outputs[0])
-    if any(s is None or np.dtype(s.dtype) not in (np.dtype(np.int8), np.dtype(np.uint8)) for s in specs) \
+    dtypes = {None if s is None else np.dtype(s.dtype) for s in specs}
+    # 8-bit, or all int16 (:func:`.q16.int16_table` takes every such node, folded or not).
+    if not (dtypes <= {np.dtype(np.int8), np.dtype(np.uint8)} or dtypes == {np.dtype(np.int16)}) \
             or len({tuple(s.shape) for s in specs}) != 1:
         return None
     return replace(producer, node=replace(node, outputs=tuple(then.outputs)),
