@@ -8,3 +8,4 @@ numba_cache.install()
 # Each registers its kernels.
 from . import conv, depthwise, elementwise, indexing, layout, misc, pool  # noqa: F401,E402
 from . import qconv, qelementwise, qpool, qreduce  # noqa: F401,E402
+from . import qmatmul, qnorm, qtransposeconv  # noqa: F401,E402

@@ -1,4 +1,4 @@
-"""Indexing kernels: GATHER (a bounds-checked task function), SPLIT / SPLIT_V and STRIDED_SLICE / SLICE
+"""Indexing kernels: GATHER (a bounds-checked task function), SPLIT / SPLIT_V / UNPACK and STRIDED_SLICE / SLICE
 with constant parameters (precomputed slices), SELECT / SELECT_V2 (np.where into the output).
 
 Each factory works out the shapes, axes and slice objects when the model is compiled, so
@@ -17,8 +17,8 @@ from litegpu.errors import ExecutionError
 
 from .common import optional_input
 from .registry import bindable, kernel
-from .tasks import (ARRAYS, bind_task, bound_tasks, int16_pointer, int32_pointer, int64_pointer, task_function,
-                    uint8_pointer)
+from .tasks import (ARRAYS, bind_task, bound_tasks, chained, int16_pointer, int32_pointer, int64_pointer,
+                    task_function, uint8_pointer)
 
 _INDEX_DTYPES = (np.dtype(np.int16), np.dtype(np.int32), np.dtype(np.int64))
 
@@ -112,14 +112,26 @@ def _split_kernel(ctx: NodeContext, x_index: int, axis: int):
     outer = int(np.prod(x_shape[:axis], dtype=np.int64))
     inner = int(np.prod(x_shape[axis + 1:], dtype=np.int64)) * np.dtype(ctx.inputs[x_index].dtype).itemsize
     sizes = [spec.shape[axis] * inner for spec in ctx.outputs]
+    return _byte_split_kernel(x_index, outer, x_shape[axis] * inner, sizes, slices)
+
+
+def _byte_split_kernel(x_index: int, outer: int, row: int, sizes: list[int], pieces: list[tuple]):
+    """A kernel copying input ``x_index``, as ``outer`` rows of ``row`` bytes, into the
+    outputs: output ``i`` takes ``sizes[i]`` bytes of each row, after output ``i - 1``'s.
+    :func:`_split_task` over seven outputs at a time, chained into one plan (a GRU
+    unrolled over 24 steps UNPACKs into 24); numpy copies of ``x[pieces[i]]`` when an
+    array is not C-contiguous."""
     offsets = np.cumsum([0, *sizes[:-1]])
-    params = np.array([outer, x_shape[axis] * inner, len(sizes), *offsets, *sizes], np.int64)
+    group = ARRAYS - 1
+    starts = range(0, len(sizes), group)
+    params = [np.array([outer, row, len(sizes[g:g + group]), *offsets[g:g + group], *sizes[g:g + group]], np.int64)
+              for g in starts]
 
     def bind(inputs, outputs):
         x = inputs[x_index]
-        if len(outputs) < ARRAYS and all(a.flags.c_contiguous for a in (x, *outputs)):
-            return bound_tasks(_split_task, 1, (x, *outputs), params)
-        pairs = [(out, x[sl]) for out, sl in zip(outputs, slices)]
+        if all(a.flags.c_contiguous for a in (x, *outputs)):
+            return chained([bound_tasks(_split_task, 1, (x, *outputs[g:g + group]), p) for g, p in zip(starts, params)])
+        pairs = [(out, x[sl]) for out, sl in zip(outputs, pieces)]
 
         def call():
             for out, piece in pairs:
@@ -159,6 +171,25 @@ def split_v(ctx: NodeContext):
     if axis is None or len(axis) != 1 or _const_ints(ctx, 1) is None:
         return None
     return _split_kernel(ctx, 0, axis[0])
+
+
+@kernel("UNPACK")
+def unpack(ctx: NodeContext):
+    """UNPACK (any dtype: data movement): output ``i`` is the input's slice ``i`` along the
+    axis, the bytes SPLIT would copy into pieces of one."""
+    x_shape = tuple(ctx.inputs[0].shape)
+    rank = len(x_shape)
+    axis = int(ctx.attrs.get("axis", 0))
+    if not -rank <= axis < rank:
+        return None
+    axis %= rank
+    count = x_shape[axis]
+    if count != len(ctx.outputs) or any(np.dtype(s.dtype) != np.dtype(ctx.inputs[0].dtype) for s in ctx.outputs):
+        return None
+    outer = int(np.prod(x_shape[:axis], dtype=np.int64))
+    inner = int(np.prod(x_shape[axis + 1:], dtype=np.int64)) * np.dtype(ctx.inputs[0].dtype).itemsize
+    pieces = [(slice(None),) * axis + (i,) for i in range(count)]
+    return _byte_split_kernel(0, outer, count * inner, [inner] * count, pieces)
 
 
 # -- STRIDED_SLICE / SLICE ----------------------------------------------------------------------
