@@ -136,6 +136,17 @@ def test_strided_slice_matches_reference(shape, begin, end, strides, attrs):
                                    np.array(strides, np.int32)], consts=(1, 2, 3))
 
 
+@pytest.mark.parametrize("shape,begin,end,strides,attrs", [c for c in SS_CASES if len(c[0]) > 1])
+def test_constant_slices_are_strided_copy_tasks(shape, begin, end, strides, attrs):
+    """A slice with constant bounds is a task function (it chains into a plan with its
+    neighbours: a GRU's 69 gate slices were Python calls between 65 plans)."""
+    from litegpu_cpu.kernels.tasks import is_plan
+    x = RNG.standard_normal(shape).astype(np.float32)
+    kernel, outs = kernel_for("STRIDED_SLICE", attrs, [x, np.array(begin, np.int32), np.array(end, np.int32),
+                                                       np.array(strides, np.int32)], consts=(1, 2, 3))
+    assert is_plan(kernel.bind([x], outs))
+
+
 @pytest.mark.parametrize("begin,size", [([0, 1, 0], [2, 2, 4]), ([1, 0, 2], [-1, 3, 1])])
 def test_slice_matches_reference(begin, size):
     x = RNG.integers(-9, 9, (2, 3, 4)).astype(np.int64)

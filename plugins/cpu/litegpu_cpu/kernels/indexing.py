@@ -1,5 +1,5 @@
 """Indexing kernels: GATHER (a bounds-checked task function), SPLIT / SPLIT_V / UNPACK and STRIDED_SLICE / SLICE
-with constant parameters (precomputed slices), SELECT / SELECT_V2 (np.where into the output).
+with constant parameters (precomputed strided copies), SELECT / SELECT_V2 (np.where into the output).
 
 Each factory works out the shapes, axes and slice objects when the model is compiled, so
 ``run`` is one or a few numpy calls on the arrays it is handed. Out-of-range GATHER
@@ -16,6 +16,7 @@ from litegpu.backend import NodeContext
 from litegpu.errors import ExecutionError
 
 from .common import optional_input
+from .layout import strided_copy
 from .registry import bindable, kernel
 from .tasks import (ARRAYS, bind_task, bound_tasks, chained, int16_pointer, int32_pointer, int64_pointer,
                     task_function, uint8_pointer)
@@ -263,6 +264,14 @@ def _constant_index_kernel(ctx: NodeContext):
         return None
     index = _as_slice(flat, shape)
     if index is not None:
+        # The slice of an array of positions: its shape, element strides and first position
+        # are the strided copy's (a task function: it chains with its neighbours).
+        piece = positions[index]
+        copy = strided_copy(np.dtype(x_spec.dtype), piece.shape, [s // piece.itemsize for s in piece.strides],
+                            int(piece.reshape(-1)[0]))
+        if copy is not None:
+            return copy
+
         def bind(inputs, outputs):
             # The output (C-contiguous) takes the slice's shape: reshaping it is always a view.
             piece = inputs[0][index]

@@ -1,5 +1,5 @@
-"""Data-movement kernels: reshapes as flat copies, constant PAD as row copies, TRANSPOSE
-with a constant permutation."""
+"""Data-movement kernels: reshapes as flat copies, constant PAD as row copies, strided
+copies (TRANSPOSE with a constant permutation, constant slices)."""
 from __future__ import annotations
 
 from functools import partial
@@ -159,12 +159,12 @@ def _pad_rows_kernel(src: np.ndarray, before: int, width: int, row_bytes: int, v
                                                       params, dtypes=dtypes))
 
 
-# -- TRANSPOSE -----------------------------------------------------------------------------------
+# -- strided copies: TRANSPOSE, constant slices ---------------------------------------------------
 
-_TRANSPOSE_RANK = 6                 # dimensions of the task's loop nest (fewer are padded with 1s)
+_COPY_RANK = 6                      # dimensions of the strided copy's loop nest (fewer are padded with 1s)
 # (A many-task row costs little more than a one-task row inside a plan's parallel region,
 # see .tasks.run_plan: attention's 32 KB head transposes gain from two threads.)
-_TRANSPOSE_PARALLEL_BYTES = 1 << 14
+_COPY_PARALLEL_BYTES = 1 << 14
 
 
 @njit(cache=True, inline="always")
@@ -179,12 +179,12 @@ def _strided_row(x, out, at, base, count, stride):
 
 
 @task_function()
-def _transpose_task(t, xp, outp, _a2, _a3, _a4, _a5, _a6, _a7, ip, _fp):
-    """Rows ``t * chunk ..`` of the outermost output dimension of a transpose: the output
+def _strided_copy_task(t, xp, outp, _a2, _a3, _a4, _a5, _a6, _a7, ip, _fp):
+    """Rows ``t * chunk ..`` of the outermost output dimension of a strided copy: the output
     written in order, each element read at its input offset. ``ip``: element size (1, 2,
     4 or 8 bytes), chunk, the 6 output dimensions, the input's element strides along
-    them."""
-    size, chunk = ip[0], ip[1]
+    them (any sign), the input offset of the first element."""
+    size, chunk, origin = ip[0], ip[1], ip[14]
     d0, d1, d2, d3, d4, d5 = ip[2], ip[3], ip[4], ip[5], ip[6], ip[7]
     s0, s1, s2, s3, s4, s5 = ip[8], ip[9], ip[10], ip[11], ip[12], ip[13]
     for i0 in range(t * chunk, min(d0, (t + 1) * chunk)):
@@ -192,7 +192,7 @@ def _transpose_task(t, xp, outp, _a2, _a3, _a4, _a5, _a6, _a7, ip, _fp):
             for i2 in range(d2):
                 for i3 in range(d3):
                     for i4 in range(d4):
-                        base = i0 * s0 + i1 * s1 + i2 * s2 + i3 * s3 + i4 * s4
+                        base = origin + i0 * s0 + i1 * s1 + i2 * s2 + i3 * s3 + i4 * s4
                         at = ((((i0 * d1 + i1) * d2 + i2) * d3 + i3) * d4 + i4) * d5
                         if size == 4:
                             _strided_row(xp, outp, at, base, d5, s5)
@@ -204,54 +204,65 @@ def _transpose_task(t, xp, outp, _a2, _a3, _a4, _a5, _a6, _a7, ip, _fp):
                             _strided_row(int64_pointer(xp), int64_pointer(outp), at, base, d5, s5)
 
 
-def transpose_plan(shape: tuple[int, ...], perm: tuple[int, ...]) -> tuple[list[int], list[int]]:
-    """The output's dimensions and the input's element strides along them, with output
-    dimensions that are also adjacent and in order in the input merged (a head split
-    [1, 64, 4, 32] -> [1, 4, 64, 32] becomes [4, 64, 32], its rows of 32 contiguous)."""
-    strides = [1] * len(shape)
-    for d in range(len(shape) - 2, -1, -1):
-        strides[d] = strides[d + 1] * shape[d + 1]
-    dims, steps = [], []
-    for p in perm:
-        if shape[p] == 1:
+def merged_dims(dims, steps) -> tuple[list[int], list[int]]:
+    """Output dimensions and the input's element strides along them with size-1 dimensions
+    dropped and each dimension merged into the one before where the input walks them as
+    one (a head split [1, 64, 4, 32] -> [1, 4, 64, 32] becomes [4, 64, 32], its rows of 32
+    contiguous)."""
+    out_dims: list[int] = []
+    out_steps: list[int] = []
+    for d, step in zip(dims, steps):
+        if d == 1:
             continue
-        if dims and steps[-1] == strides[p] * shape[p]:
-            dims[-1] *= shape[p]
-            steps[-1] = strides[p]
+        if out_dims and out_steps[-1] == step * d:
+            out_dims[-1] *= d
+            out_steps[-1] = step
         else:
-            dims.append(shape[p])
-            steps.append(strides[p])
-    return dims or [1], steps or [1]
+            out_dims.append(int(d))
+            out_steps.append(int(step))
+    return out_dims or [1], out_steps or [1]
+
+
+def strided_copy(dtype: np.dtype, dims, steps, origin: int = 0):
+    """The kernel copying the elements of its input at ``origin + sum(i_k * steps[k])``
+    (element strides of any sign) into its output of shape ``dims`` in order: a task
+    function over the merged dimensions (so it chains with its neighbours), or None when
+    more than six remain or the element size is not 1, 2, 4 or 8 bytes."""
+    dims, steps = merged_dims(dims, steps)
+    itemsize = np.dtype(dtype).itemsize
+    if len(dims) > _COPY_RANK or itemsize not in (1, 2, 4, 8):
+        return None
+    # Size-1 dimensions pad the nest to six after the outermost one, which the tasks split
+    # (padded in front, the split dimension was a 1 and every copy ran as one task).
+    pad = [1] * (_COPY_RANK - len(dims))
+    split_at = min(1, len(dims) - 1)
+    dims = dims[:split_at] + pad + dims[split_at:]
+    steps = steps[:split_at] + [0] * len(pad) + steps[split_at:]
+    nbytes = int(np.prod(dims, dtype=np.int64)) * itemsize
+    tasks = min(dims[0], 8) if nbytes >= _COPY_PARALLEL_BYTES else 1
+    chunk = max(1, -(-dims[0] // tasks))      # (an empty outermost dimension: one empty task)
+    tasks = max(1, -(-dims[0] // chunk))
+    params = np.array([itemsize, chunk, *dims, *steps, origin], np.int64)
+    return bindable(lambda inputs, outputs: bind_task(_strided_copy_task, tasks, (inputs[0],), (outputs[0],), params,
+                                                      dtypes=(dtype, dtype)))
 
 
 @kernel("TRANSPOSE")
 def transpose(ctx: NodeContext):
-    """A strided copy with the permutation fixed at compile time: a task function (so it
-    chains with its neighbours) over the merged dimensions of :func:`transpose_plan`,
-    else numpy (more than six of them, other element sizes)."""
+    """A strided copy with the permutation fixed at compile time (:func:`strided_copy`),
+    else numpy (more than six merged dimensions, other element sizes)."""
     perm_spec = ctx.inputs[1]
     if perm_spec is None or perm_spec.value is None:
         return None
     shape = tuple(ctx.inputs[0].shape)
     rank = len(shape)
     perm = tuple(int(p) % max(rank, 1) for p in np.asarray(perm_spec.value).reshape(-1))
-    itemsize = np.dtype(ctx.inputs[0].dtype).itemsize
-    dims, steps = transpose_plan(shape, perm)
-    if len(dims) > _TRANSPOSE_RANK or itemsize not in (1, 2, 4, 8) or sorted(perm) != list(range(rank)):
+    strides = [int(np.prod(shape[d + 1:], dtype=np.int64)) for d in range(rank)]
+    copy = None
+    if sorted(perm) == list(range(rank)):
+        copy = strided_copy(np.dtype(ctx.inputs[0].dtype), [shape[p] for p in perm], [strides[p] for p in perm])
+    if copy is None:
         def run(inputs, outputs):
             np.copyto(outputs[0], inputs[0].transpose(perm))
         return run
-    # Size-1 dimensions pad the nest to six after the outermost one, which the tasks split
-    # (padded in front, the split dimension was a 1 and every transpose ran as one task).
-    pad = [1] * (_TRANSPOSE_RANK - len(dims))
-    split_at = min(1, len(dims) - 1)
-    dims = dims[:split_at] + pad + dims[split_at:]
-    steps = steps[:split_at] + [0] * len(pad) + steps[split_at:]
-    nbytes = int(np.prod(shape, dtype=np.int64)) * itemsize
-    tasks = min(dims[0], 8) if nbytes >= _TRANSPOSE_PARALLEL_BYTES else 1
-    chunk = max(1, -(-dims[0] // tasks))      # (an empty outermost dimension: one empty task)
-    tasks = max(1, -(-dims[0] // chunk))
-    params = np.array([itemsize, chunk, *dims, *steps], np.int64)
-    dtype = np.dtype(ctx.inputs[0].dtype)
-    return bindable(lambda inputs, outputs: bind_task(_transpose_task, tasks, (inputs[0],), (outputs[0],), params,
-                                                      dtypes=(dtype, dtype)))
+    return copy
