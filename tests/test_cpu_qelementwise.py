@@ -297,3 +297,13 @@ def test_byte_lookup_tasks_agree_with_the_table(task: str, size: int) -> None:
     bind_task(getattr(qelementwise, task), -(-size // chunk), (table, x), (out,),
               np.array([size, chunk, 0], np.int64), dtypes=(np.uint8,) * 3)()
     np.testing.assert_array_equal(out, table[x])
+
+
+@pytest.mark.parametrize("dtype,zps", [(np.int8, (-7, 4)), (np.uint8, (121, 130))])
+def test_folded_pair_on_the_references_alone(monkeypatch, dtype, zps) -> None:
+    """With no integer kernels, the folded swish pair still runs both references in turn
+    (registry.one_input_reference), never the first one's alone into the second's output."""
+    monkeypatch.setattr(registry, "QUANTIZED_KERNELS", {})
+    every = np.arange(256, dtype=np.uint8).view(dtype)
+    ours, theirs = run_both(_swish(dtype, zps, "MUL", False, False), [np.stack([every] * 4)])
+    np.testing.assert_array_equal(ours[0], theirs[0])

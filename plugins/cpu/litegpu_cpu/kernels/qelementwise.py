@@ -29,7 +29,7 @@ from numba.extending import intrinsic
 
 from litegpu.backend import NodeContext
 
-from .registry import bindable, in_order, is_quantized_node, kernel, named
+from .registry import bindable, in_order, is_quantized_node, kernel, named, one_input_reference
 from .tasks import bind_task, int8_pointer, int32_pointer, task_function, uint8_pointer
 
 
@@ -272,13 +272,7 @@ def quantized_unary_table(ctx: NodeContext):
     params = ctx.attrs.get("in")
     if ctx.node.op == "DEQUANTIZE" and (params is None or not params.per_tensor):
         return None   # per-channel: the value depends on the position too
-    every_byte = np.arange(256, dtype=np.uint8).view(dtype)
-    table = ctx.opdef.reference_for(ctx.attrs)([every_byte], ctx.attrs)[0]
-    then = ctx.attrs.get("then")
-    if then is not None:
-        operands = [every_byte if t == ctx.node.inputs[0] else table for t in then.node.inputs]
-        table = then.opdef.reference_for(then.attrs)(operands, then.attrs)[0]
-    table = np.ascontiguousarray(table)
+    table = np.ascontiguousarray(one_input_reference(ctx)(np.arange(256, dtype=np.uint8).view(dtype)))
     if table.shape != (256,) or table.dtype != np.dtype(ctx.outputs[0].dtype):
         return None
     size = int(np.prod(x.shape, dtype=np.int64))
@@ -360,12 +354,13 @@ _LOOKUP = _lookup_vbmi_task if VBMI else _lookup_task
 
 
 def folded_table(producer: NodeContext, follower: NodeContext) -> NodeContext | None:
-    """``producer`` (an 8-bit one-input table op) computing ``follower``'s output too, when
-    ``follower`` is an 8-bit ADD, SUB or MUL of the producer's input and output, same
-    shapes (swish, ``x * LOGISTIC(x)``, as EfficientNet's int8 convert writes it): the
-    pair's result depends on the input byte alone, so it is one table (one pass instead
-    of two, and exact: each entry is the two references applied in turn). None otherwise.
-    The caller checks that nothing else reads the producer's output."""
+    """``producer`` (a one-input table op on int8, uint8 or int16) computing ``follower``'s
+    output too, when ``follower`` is an ADD, SUB or MUL of the producer's input and output
+    of that type, same shapes (swish, ``x * LOGISTIC(x)``, as EfficientNet's int8 and 16x8
+    converts write it): the pair's result depends on the input value alone, so it is one
+    table (one pass instead of two, and exact: each entry is the two references applied
+    in turn, :func:`.registry.one_input_reference`, which the reference kernel runs too).
+    None otherwise. The caller checks that nothing else reads the producer's output."""
     node, then = producer.node, follower.node
     if not (is_quantized_node(producer) and is_quantized_node(follower)) or producer.dynamic or follower.dynamic \
             or node.op not in UNARY_8BIT or node.op in ("QUANTIZE", "DEQUANTIZE") or len(node.inputs) != 1 \
@@ -373,7 +368,6 @@ def folded_table(producer: NodeContext, follower: NodeContext) -> NodeContext | 
         return None
     specs = (producer.inputs[0], producer.outputs[0], *follower.inputs, follower.outputs[0])
     dtypes = {None if s is None else np.dtype(s.dtype) for s in specs}
-    # 8-bit, or all int16 (:func:`.q16.int16_table` takes every such node, folded or not).
     if not (dtypes <= {np.dtype(np.int8), np.dtype(np.uint8)} or dtypes == {np.dtype(np.int16)}) \
             or len({tuple(s.shape) for s in specs}) != 1:
         return None

@@ -89,11 +89,30 @@ def in_order(calls: list[Callable[[], None]]) -> Callable[[], None]:
     return run
 
 
+def one_input_reference(ctx: NodeContext) -> Callable:
+    """``f(values) -> result``: the one-input node's reference on ``values``, followed by
+    that of the node it computes too (``attrs["then"]``, see
+    :func:`.qelementwise.folded_table`: ADD, SUB or MUL of its input and its result)."""
+    reference = ctx.opdef.reference_for(ctx.attrs)
+    then = ctx.attrs.get("then")
+
+    def apply(values):
+        result = reference([values], ctx.attrs)[0]
+        if then is not None:
+            operands = [values if t == ctx.node.inputs[0] else result for t in then.node.inputs]
+            result = then.opdef.reference_for(then.attrs)(operands, then.attrs)[0]
+        return result
+    return apply
+
+
 def reference_kernel(ctx: NodeContext) -> Kernel:
     """Run the op's numpy reference (the integer one for a quantized node) and copy its
-    results into the outputs."""
+    results into the outputs (a folded follower's, :func:`one_input_reference`, too)."""
     attrs = ctx.attrs
     reference = ctx.opdef.reference_for(attrs)
+    if "then" in attrs:
+        apply = one_input_reference(ctx)
+        reference = lambda inputs, attrs: [apply(inputs[0])]   # noqa: E731
 
     def run(inputs: list, outputs: list) -> None:
         results = reference(inputs, attrs)
