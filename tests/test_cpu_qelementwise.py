@@ -60,18 +60,18 @@ def test_integer_add_extreme_parameters(op) -> None:
     np.testing.assert_array_equal(ours, theirs)
 
 
-def _record(monkeypatch, kernel: str) -> list:
+def _record(monkeypatch, kernel: str, module=qelementwise) -> list:
     """Record each use of ``kernel``: a task function (bound through ``bind_task``) or a
-    compiled broadcast loop of qelementwise."""
+    compiled broadcast loop of ``module``."""
     calls = []
     if kernel.endswith("_task") or kernel == "_LOOKUP":
-        bind_task = qelementwise.bind_task
-        task = getattr(qelementwise, kernel)
-        monkeypatch.setattr(qelementwise, "bind_task", lambda t, *args, **kw: (calls.append(t is task),
-                                                                             bind_task(t, *args, **kw))[1])
+        bind_task = module.bind_task
+        task = getattr(module, kernel)
+        monkeypatch.setattr(module, "bind_task", lambda t, *args, **kw: (calls.append(t is task),
+                                                                       bind_task(t, *args, **kw))[1])
         return calls
-    loop = getattr(qelementwise, kernel)
-    monkeypatch.setattr(qelementwise, kernel, lambda *args: (calls.append(1), loop(*args)))
+    loop = getattr(module, kernel)
+    monkeypatch.setattr(module, kernel, lambda *args: (calls.append(1), loop(*args)))
     return calls
 
 
@@ -203,11 +203,10 @@ def test_integer_softmax_chosen_and_exact(monkeypatch, dtype, in_q, out_q, shape
     ((1, 9, 7, 5), (3, 3), (2, 2), "SAME", "NONE"),
     ((2, 8, 8, 16), (2, 2), (2, 2), "VALID", "RELU6"),
     ((1, 49, 20, 8), (49, 20), (1, 1), "VALID", "NONE"),    # a global average (a keyword spotter's)
-    ((1, 24, 10, 4), (2, 1), (2, 1), "SAME", "RELU")])       # a CRNN's time pooling
+    ((1, 24, 10, 4), (2, 1), (2, 1), "SAME", "RELU"),        # a CRNN's time pooling
+    ((1, 96, 96, 16), (3, 3), (2, 2), "SAME", "NONE")])      # 8 tasks
 def test_integer_pool_chosen_and_exact(monkeypatch, op, dtype, zp, shape, filt, stride, padding, act) -> None:
-    calls = []
-    loop = qpool._qpool
-    monkeypatch.setattr(qpool, "_qpool", lambda *args: (calls.append(1), loop(*args)))
+    calls = _record(monkeypatch, "_qpool_task", qpool)
     out_hw = [conv_output_size(d, k, s, 1, padding)[0] for d, k, s in zip(shape[1:3], filt, stride)]
     b = ModelBuilder()
     x = b.input("x", shape, dtype, scale=[0.05], zero_point=[zp])

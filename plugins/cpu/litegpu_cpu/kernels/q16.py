@@ -19,7 +19,7 @@ test compares them with LiteRT for exact equality):
   (:class:`QuantizedMatmul16`: int32 sums in blocks that cannot overflow, added in int64,
   TFLite's requantization), a conv other than 1x1 after an im2col; DEPTHWISE_CONV_2D as a
   task per output row (:class:`Depthwise16`).
-- MAX_POOL_2D, AVERAGE_POOL_2D, MEAN over adjacent axes, SOFTMAX and QUANTIZE of float32.
+- MEAN over adjacent axes, SOFTMAX and QUANTIZE of float32 (pools: :mod:`.qpool`).
 
 A node they cannot take (weights computed at run time, grouped convs, depth multipliers,
 other broadcasts) gets ``None``, and with it the integer reference.
@@ -748,74 +748,6 @@ def int16_depthwise(ctx: NodeContext):
         return None                     # a depth multiplier, or sums past int32: the reference
     conv = Depthwise16(w.reshape(kh, kw, c), bias, requant, window_geometry(ctx.attrs, h, wd, kh, kw))
     return named(bindable(lambda inputs, outputs: conv.bind(inputs[0], outputs[0])), f"int16 depthwise {kh}x{kw}")
-
-
-# -- MAX_POOL_2D, AVERAGE_POOL_2D ---------------------------------------------------------------------------
-
-# ip layout of :func:`_pool16_task`.
-_PN, _PH, _PW, _PC, _POH, _POW, _PFH, _PFW, _PSH, _PSW, _PPT, _PPL, _PMAX, _PLO, _PHI, _PROWS = range(16)
-
-
-@task_function()
-def _pool16_task(t, xp, accp, outp, _a3, _a4, _a5, _a6, _a7, ip, _fp):
-    """Output rows ``t * ip[_PROWS] ..`` (image-major) of an int16 pool, as the reference
-    (:func:`litegpu.ops.quantized._max_pool_q`, ``_avg_pool_q``): over the window's real
-    pixels, the maximum, or the int32 sum divided by their count rounded half away from
-    zero (TFLite's average); clamped. ``acc``: C int32 per task; the channel loops
-    vectorize."""
-    h, w, c, oh, ow = ip[_PH], ip[_PW], ip[_PC], ip[_POH], ip[_POW]
-    fh, fw, sh, sw, pt, pl, is_max = ip[_PFH], ip[_PFW], ip[_PSH], ip[_PSW], ip[_PPT], ip[_PPL], ip[_PMAX]
-    lo, hi = np.int32(ip[_PLO]), np.int32(ip[_PHI])
-    x, out, acc = int16_pointer(xp), int16_pointer(outp), int32_pointer(accp)
-    a0 = t * c
-    r0 = t * ip[_PROWS]
-    for r in range(r0, min(ip[_PN] * oh, r0 + ip[_PROWS])):
-        image, y = r // oh, r % oh
-        ys, ye = max(y * sh - pt, 0), min(y * sh - pt + fh, h)
-        for ox in range(ow):
-            xs, xe = max(ox * sw - pl, 0), min(ox * sw - pl + fw, w)
-            for ch in range(c):
-                acc[a0 + ch] = np.int32(-32768) if is_max else np.int32(0)
-            for iy in range(ys, ye):
-                for ix in range(xs, xe):
-                    at = ((image * h + iy) * w + ix) * c
-                    if is_max:
-                        for ch in range(c):
-                            acc[a0 + ch] = max(acc[a0 + ch], np.int32(x[at + ch]))
-                    else:
-                        for ch in range(c):
-                            acc[a0 + ch] += np.int32(x[at + ch])
-            count = np.int32(max((ye - ys) * (xe - xs), 1))
-            half = count // 2
-            at = (r * ow + ox) * c
-            for ch in range(c):
-                v = acc[a0 + ch]
-                if not is_max:
-                    v = (v + half) // count if v > 0 else -((half - v) // count)
-                out[at + ch] = min(max(v, lo), hi)
-
-
-@kernel("MAX_POOL_2D", "AVERAGE_POOL_2D", quantized=True)
-def int16_pool(ctx: NodeContext):
-    """int16 pools by :func:`_pool16_task`, output rows cut into tasks; its int32 sums hold
-    a window of fewer than 65536 pixels."""
-    x = ctx.inputs[0]
-    if len(x.shape) != 4 or np.dtype(x.dtype) != I16 or "clamp" not in ctx.attrs:
-        return None
-    fh, fw = ctx.attrs["filter"]
-    if fh * fw >= 1 << 16:
-        return None
-    n, h, w, c = x.shape
-    _, oh, ow, _ = ctx.outputs[0].shape
-    sh, sw, _, _, pt, pl = window_geometry(ctx.attrs, h, w, fh, fw)
-    is_max = ctx.node.op == "MAX_POOL_2D"
-    per, tasks = _tasks_for(n * oh) if n * oh * ow * c >= _PARALLEL_SIZE else (n * oh, 1)
-    params = np.array([n, h, w, c, oh, ow, fh, fw, sh, sw, pt, pl, is_max, *ctx.attrs["clamp"], per], np.int64)
-    acc = np.zeros(tasks * max(c, 1), np.int32)
-
-    def bind(inputs, outputs):
-        return bind_task(_pool16_task, tasks, (inputs[0], acc), (outputs[0],), params, dtypes=(I16, np.int32, I16))
-    return named(bindable(bind), f"int16 {'max' if is_max else 'average'} pool {fh}x{fw}/{sh} task")
 
 
 # -- MEAN ---------------------------------------------------------------------------------------------------
