@@ -11,7 +11,8 @@
 - One-input ops (HARD_SWISH, LOGISTIC, TANH, QUANTIZE, DEQUANTIZE ...): an 8-bit input
   has 256 values, so the op is a table of its own integer reference evaluated on each
   of them at compile time (what XNNPACK does for its lookup-table ops), then one gather.
-- CONCATENATION whose inputs may have other scales: copied, or requantized as TFLite does.
+- CONCATENATION (int16 too) whose inputs may have other scales: copied, or requantized as
+  TFLite does.
 - QUANTIZE of float32 to int8/uint8 per tensor: ``x * (1 / scale)`` rounded to nearest
   even, as XNNPACK.
 """
@@ -392,12 +393,12 @@ def _concat_part(x, out, at, s, b, zp, lo, hi):   # pragma: no cover - compiled
 
 @kernel("CONCATENATION", quantized=True)
 def quantized_concatenation(ctx: NodeContext):
-    """8-bit CONCATENATION whose inputs may carry other scales than the output (a DenseNet's
-    or NASNet's joins), as the integer reference computes it; int16 keeps the reference."""
+    """8-bit or int16 CONCATENATION whose inputs may carry other scales than the output (a
+    DenseNet's or NASNet's joins), as the integer reference computes it."""
     rescale = ctx.attrs.get("rescale")
     out_spec = ctx.outputs[0]
     dtype, rank = np.dtype(out_spec.dtype), len(out_spec.shape)
-    if rescale is None or dtype not in (np.dtype(np.int8), np.dtype(np.uint8)) or rank == 0:
+    if rescale is None or dtype not in (np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int16)) or rank == 0:
         return None
     axis = int(ctx.attrs["axis"]) % rank
     outer = int(np.prod(out_spec.shape[:axis], dtype=np.int64))
