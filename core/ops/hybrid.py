@@ -36,8 +36,9 @@ import numpy as np
 from ..errors import ModelFormatError, UnsupportedError
 from ..graph import Node, Tensor
 from ..quant import QuantParams, round_half_away
-from .nn import _embedding_reference, conv_sums, depthwise_sums
-from .registry import apply_activation, get_op
+from .nn import (_embedding_reference, conv_sums, depthwise_sums, transpose_conv_out_hw, transpose_conv_padding,
+                 transpose_conv_sums)
+from .registry import CLAMP_ACTIVATIONS, activation_attr, apply_activation, get_op
 
 I8 = np.dtype(np.int8)
 F32 = np.float32
@@ -359,6 +360,115 @@ def _embedding_hybrid(inputs: list, attrs: dict) -> list[np.ndarray]:
 
 
 _attach("EMBEDDING_LOOKUP", _embedding_hybrid, _embedding_attrs)
+
+
+# -- TRANSPOSE_CONV (XNNPACK or TFLite's builtin kernel) ---------------------------------------
+
+
+def tflite_asymmetric_quantize_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """TFLite's ``AsymmetricQuantizeFloats`` of each row of ``rows`` [M, K] (float32) as
+    LiteRT 2.3.0's x86 build runs it: its NEON kernel, through NEON_2_SSE. The scale and
+    zero point are :func:`tflite_quantize_rows`'s; the values are ``round(x * (1 /
+    scale)) + zp`` (rounded, then the zero point added), saturated to int8, where the
+    first ``K // 8 * 8`` values of a row (the vector loop) round as ARMv7's
+    ``RoundToNearest``, ``trunc(v + copysign(0.5, v))`` with the addition in float32
+    (0.49999997 becomes 1), and the rest (the scalar tail) as ``std::round``, exactly.
+
+    Measured on single-op TRANSPOSE_CONV and DEPTHWISE_CONV_2D models with inputs chosen
+    so that ``x * (1 / scale)`` is a tie: ``v = 10.5`` with zero point -64 gives 11 - 64
+    (:func:`tflite_quantize_rows`, ``round(zp + v)``, gives 10 - 64), and 0.49999997
+    gives 1 in the vector loop, 0 in the tail. Returns what :func:`tflite_quantize_rows`
+    returns."""
+    x = np.asarray(rows, F32)
+    _, scale, zp = tflite_quantize_rows(x, asymmetric=True)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        v = x * (F32(1) / scale)[:, None]
+        vector = np.trunc(v + np.copysign(F32(0.5), v))
+        tail = round_half_away(v.astype(np.float64))       # exact: v + 0.5 is exact in float64
+        q = np.where(np.arange(x.shape[1]) < x.shape[1] // 8 * 8, vector, tail)
+    q = np.clip(np.nan_to_num(q, nan=0.0) + zp[:, None], -128, 127)
+    return q - zp[:, None].astype(np.float64), scale, zp
+
+
+def _transpose_conv_attrs(node: Node, tensors: Sequence[Tensor], base: dict) -> dict:
+    """Which kernel LiteRT runs the node on, and the weights' scales. XNNPACK takes a hybrid
+    TRANSPOSE_CONV as a dynamically quantized deconvolution when its output shape, weights
+    and bias are constants of the file and its activation is a clamp; the builtin kernel
+    runs the rest (a Keras Conv2DTranspose with a dynamic batch computes its output shape
+    with SHAPE and PACK: unet's decoder). Measured on LiteRT 2.3.0: each path matches its
+    reference bit for bit and the other's by a few ulps only."""
+    w = _weights(base["quant"], 1, "the weights", 0, 4)
+    data = _constant(node, tensors, 1, "the weights")
+    bias = tensors[node.inputs[3]] if len(node.inputs) > 3 and node.inputs[3] >= 0 else None
+    if bias is not None and bias.dtype != np.float32:
+        raise UnsupportedError(f"bias has type {bias.type_name}; a hybrid node takes a FLOAT32 bias")
+    xnnpack = tensors[node.inputs[0]].data is not None and (bias is None or bias.data is not None) \
+        and activation_attr(node.options) in CLAMP_ACTIVATIONS
+    # The builtin kernel holds the batch and size to output_shape; XNNPACK takes them from
+    # the input (litegpu.ops.nn's TRANSPOSE_CONV infer, "size_from_input").
+    return {"weight_scale": _channel_scales(w, data.shape[0], "the weights"), "xnnpack": xnnpack,
+            "size_from_input": xnnpack}
+
+
+def _tflite_transpose_conv_sums(q: np.ndarray, w: np.ndarray, image_scale: np.ndarray, channel_scale: np.ndarray,
+                                out_hw: tuple[int, int], padding: str, stride: tuple[int, int]) -> np.ndarray:
+    """TFLite's ``reference_ops::HybridTransposeConv`` before its bias: a float32 scatter of
+    ``float(q * w) * channel_scale * image_scale``, one term at a time, onto outputs that
+    start at 0, in its loop order (input row, column, channel, then the taps). ``q``
+    [N, H, W, C] holds ``q - zp`` (int32), ``image_scale`` [N], ``channel_scale`` [O].
+
+    For one output the terms come in order of input row, column, channel: walking the taps
+    backwards (a later tap row meets an earlier input row) and the channels forwards adds
+    each output's terms in that order, a tap and channel at a time over all outputs."""
+    n, h, wd, c = q.shape
+    o, kh, kw, _ = w.shape
+    top = transpose_conv_padding(out_hw[0], kh, stride[0], padding)
+    left = transpose_conv_padding(out_hw[1], kw, stride[1], padding)
+    full_h = max((h - 1) * stride[0] + kh, top + out_hw[0])
+    full_w = max((wd - 1) * stride[1] + kw, left + out_hw[1])
+    full = np.zeros((n, full_h, full_w, o), F32)
+    scale = image_scale.astype(F32)[:, None, None, None]
+    w = w.astype(np.int32)
+    for i in reversed(range(kh)):
+        for j in reversed(range(kw)):
+            view = full[:, i:i + (h - 1) * stride[0] + 1:stride[0], j:j + (wd - 1) * stride[1] + 1:stride[1], :]
+            for ch in range(c):
+                view += (q[..., ch:ch + 1] * w[:, i, j, ch]).astype(F32) * channel_scale * scale
+    return full[:, top:top + out_hw[0], left:left + out_hw[1], :]
+
+
+def _transpose_conv_hybrid(inputs: list, attrs: dict) -> list[np.ndarray]:
+    """Hybrid TRANSPOSE_CONV (inputs: output shape, int8 weights [O, KH, KW, I], float
+    input, bias?), each image quantized on the fly as one row, then:
+
+    - XNNPACK's qd8-f32-qc8w deconvolution (``attrs["xnnpack"]``): the image quantized as
+      :func:`xnn_quantize_rows`, exact sums scattered as the float op's, then
+      :func:`xnn_dequantize_sums` with the bias, and the clamp;
+    - else TFLite's builtin ``EvalHybrid``: the image quantized as its
+      ``AsymmetricQuantizeFloats`` (:func:`tflite_asymmetric_quantize_rows`), each
+      product scaled and added in float32 in the kernel's order
+      (:func:`_tflite_transpose_conv_sums`), then the bias and the clamp, in float32 (an
+      activation that is no clamp, TANH say, is not applied: LiteRT's
+      ``CalculateActivationRange`` leaves the range open)."""
+    w, x = inputs[1], np.asarray(inputs[2], F32)
+    bias = inputs[3] if len(inputs) > 3 else None
+    out_hw = transpose_conv_out_hw(inputs, attrs)
+    quantize = xnn_quantize_rows if attrs["xnnpack"] else tflite_asymmetric_quantize_rows
+    rows, scale, _ = quantize(x.reshape(x.shape[0], -1))
+    if attrs["xnnpack"]:
+        sums = transpose_conv_sums(rows.reshape(x.shape), w.astype(np.float64), out_hw, attrs["padding"],
+                                   attrs["stride"])
+        y = xnn_dequantize_sums(sums, np.broadcast_to(scale[:, None, None], sums.shape[:3]), attrs["weight_scale"],
+                                bias)
+    else:
+        y = _tflite_transpose_conv_sums(rows.reshape(x.shape).astype(np.int32), w, scale, attrs["weight_scale"],
+                                        out_hw, attrs["padding"], attrs["stride"])
+        if bias is not None:
+            y = y + np.asarray(bias, F32)
+    return [_clamp(y, attrs["activation"])]
+
+
+_attach("TRANSPOSE_CONV", _transpose_conv_hybrid, _transpose_conv_attrs)
 
 
 def hybrid_ops() -> list[str]:
