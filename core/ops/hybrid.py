@@ -18,6 +18,8 @@ fused multiply-add with the weight's scale and the bias. Those references follow
 XNNPACK does not take hybrid DEPTHWISE_CONV_2D or EMBEDDING_LOOKUP: those follow
 LiteRT's builtin kernels (:func:`tflite_quantize_rows` for the input), as LiteRT 2.3.0's
 x86 build computes them; the details that were measured rather than read are marked.
+TRANSPOSE_CONV goes to XNNPACK when its output shape, weights and bias are constants and
+its activation a clamp, else to the builtin kernel (:func:`tflite_asymmetric_quantize_rows`).
 Each reference was checked bit for bit against LiteRT (tests/test_ops_hybrid.py).
 
 Combinations LiteRT refuses, or would run on builtin kernels litegpu does not reproduce
