@@ -148,6 +148,31 @@ def tflite_quantize_rows(rows: np.ndarray, asymmetric: bool) -> tuple[np.ndarray
     return q - zp[:, None].astype(np.float64), scale, zp
 
 
+def tflite_asymmetric_quantize_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """TFLite's ``AsymmetricQuantizeFloats`` of each row of ``rows`` [M, K] (float32) as
+    LiteRT 2.3.0's x86 build runs it: its NEON kernel, through NEON_2_SSE. The scale and
+    zero point are :func:`tflite_quantize_rows`'s; the values are ``round(x * (1 /
+    scale)) + zp`` (rounded, then the zero point added), saturated to int8, where the
+    first ``K // 8 * 8`` values of a row (the vector loop) round as ARMv7's
+    ``RoundToNearest``, ``trunc(v + copysign(0.5, v))`` with the addition in float32
+    (0.49999997 becomes 1), and the rest (the scalar tail) as ``std::round``, exactly.
+
+    Measured on single-op TRANSPOSE_CONV and DEPTHWISE_CONV_2D models with inputs chosen
+    so that ``x * (1 / scale)`` is a tie: ``v = 10.5`` with zero point -64 gives 11 - 64
+    (:func:`tflite_quantize_rows`, ``round(zp + v)``, gives 10 - 64), and 0.49999997
+    gives 1 in the vector loop, 0 in the tail. Returns what :func:`tflite_quantize_rows`
+    returns."""
+    x = np.asarray(rows, F32)
+    _, scale, zp = tflite_quantize_rows(x, asymmetric=True)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        v = x * (F32(1) / scale)[:, None]
+        vector = np.trunc(v + np.copysign(F32(0.5), v))
+        tail = round_half_away(v.astype(np.float64))       # exact: v + 0.5 is exact in float64
+        q = np.where(np.arange(x.shape[1]) < x.shape[1] // 8 * 8, vector, tail)
+    q = np.clip(np.nan_to_num(q, nan=0.0) + zp[:, None], -128, 127)
+    return q - zp[:, None].astype(np.float64), scale, zp
+
+
 def _weights(q, i: int, what: str, channel_axis: int, ndim: int) -> QuantParams:
     """Input ``i``'s int8 params: symmetric (zero points 0), per tensor or per channel
     along ``channel_axis`` (the only layout LiteRT's kernels take)."""
@@ -315,7 +340,8 @@ def _depthwise_attrs(node: Node, tensors: Sequence[Tensor], base: dict) -> dict:
 def _depthwise_hybrid(inputs: list, attrs: dict) -> list[np.ndarray]:
     """Hybrid DEPTHWISE_CONV_2D as TFLite's ``DepthwiseConvHybridPerChannel`` (XNNPACK does
     not take it): each image quantized asymmetrically as one row
-    (:func:`tflite_quantize_rows`, whatever ``asymmetric_quantize_inputs`` says), int32
+    (:func:`tflite_asymmetric_quantize_rows`, whatever ``asymmetric_quantize_inputs``
+    says), int32
     sums of ``(q - zp) * w`` over the pixels inside the image, then in float32
     the scaling in float32, plus the bias, clamped.
 
@@ -324,7 +350,7 @@ def _depthwise_hybrid(inputs: list, attrs: dict) -> list[np.ndarray]:
     channel_scale * input_scale``; the channels left over (``C mod 4`` of them, at the
     end) go through its scalar loop, ``sum * input_scale * channel_scale``."""
     x, w, bias = np.asarray(inputs[0], F32), inputs[1], inputs[2]
-    rows, scale, _ = tflite_quantize_rows(x.reshape(x.shape[0], -1), asymmetric=True)
+    rows, scale, _ = tflite_asymmetric_quantize_rows(x.reshape(x.shape[0], -1))
     sums = depthwise_sums(rows.reshape(x.shape), w.astype(np.float64), attrs).astype(F32)
     channel, image = attrs["weight_scale"], scale[:, None, None, None]
     vector = np.arange(sums.shape[3]) < sums.shape[3] // 4 * 4
@@ -365,31 +391,6 @@ _attach("EMBEDDING_LOOKUP", _embedding_hybrid, _embedding_attrs)
 
 
 # -- TRANSPOSE_CONV (XNNPACK or TFLite's builtin kernel) ---------------------------------------
-
-
-def tflite_asymmetric_quantize_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """TFLite's ``AsymmetricQuantizeFloats`` of each row of ``rows`` [M, K] (float32) as
-    LiteRT 2.3.0's x86 build runs it: its NEON kernel, through NEON_2_SSE. The scale and
-    zero point are :func:`tflite_quantize_rows`'s; the values are ``round(x * (1 /
-    scale)) + zp`` (rounded, then the zero point added), saturated to int8, where the
-    first ``K // 8 * 8`` values of a row (the vector loop) round as ARMv7's
-    ``RoundToNearest``, ``trunc(v + copysign(0.5, v))`` with the addition in float32
-    (0.49999997 becomes 1), and the rest (the scalar tail) as ``std::round``, exactly.
-
-    Measured on single-op TRANSPOSE_CONV and DEPTHWISE_CONV_2D models with inputs chosen
-    so that ``x * (1 / scale)`` is a tie: ``v = 10.5`` with zero point -64 gives 11 - 64
-    (:func:`tflite_quantize_rows`, ``round(zp + v)``, gives 10 - 64), and 0.49999997
-    gives 1 in the vector loop, 0 in the tail. Returns what :func:`tflite_quantize_rows`
-    returns."""
-    x = np.asarray(rows, F32)
-    _, scale, zp = tflite_quantize_rows(x, asymmetric=True)
-    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        v = x * (F32(1) / scale)[:, None]
-        vector = np.trunc(v + np.copysign(F32(0.5), v))
-        tail = round_half_away(v.astype(np.float64))       # exact: v + 0.5 is exact in float64
-        q = np.where(np.arange(x.shape[1]) < x.shape[1] // 8 * 8, vector, tail)
-    q = np.clip(np.nan_to_num(q, nan=0.0) + zp[:, None], -128, 127)
-    return q - zp[:, None].astype(np.float64), scale, zp
 
 
 def _transpose_conv_attrs(node: Node, tensors: Sequence[Tensor], base: dict) -> dict:

@@ -1,14 +1,17 @@
 """Dynamically quantized products: float rows times a constant int8 weight, float results.
 
-The kernel of hybrid (dynamic-range) FULLY_CONNECTED, in XNNPACK's qd8-f32-qc8w arithmetic
-(what LiteRT's default interpreter runs for these nodes, and what the op's hybrid reference
-computes, :mod:`litegpu.ops.hybrid`):
+The kernel of hybrid (dynamic-range) FULLY_CONNECTED and CONV_2D (:mod:`.qd8conv`), in
+XNNPACK's qd8-f32-qc8w arithmetic (what LiteRT's default interpreter runs for these nodes,
+and what the ops' hybrid references compute, :mod:`litegpu.ops.hybrid`):
 
 1. each row of the float input is quantized to int8 with its own scale and zero point
-   (:func:`_quantize_rows_task`, XNNPACK's f32 -> qd8 convert, float32 step by step);
+   (:func:`_quantize_rows_task`, XNNPACK's f32 -> qd8 convert, float32 step by step; a
+   convolution quantizes each image as one row);
 2. the int8 rows times the packed weight: the K loop of :mod:`.qgemm`'s tiles
    (``vpdpbusd`` where the host has it), which sums ``(q + 128) w``; the epilogue takes
-   ``(128 + zp_row) * sum_k w`` off to get the exact ``sum (q - zp) w``;
+   ``(128 + zp_row) * sum_k w`` off to get the exact ``sum (q - zp) w``. A convolution's
+   rows are its im2col of the quantized images, or, read in place through a table of
+   where each tap lies, the images themselves (the indirect tiles);
 3. each sum to float32, times the row's scale, then one fused multiply-add with the
    column's weight scale and the bias, clamped by the fused activation, stored.
 """
@@ -16,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 from llvmlite import ir
-from numba import types
+from numba import njit, types
 from numba.extending import intrinsic
 
 from litegpu.backend import NodeContext
@@ -24,8 +27,8 @@ from litegpu.backend import NodeContext
 from .common import clamp_bounds, optional_input
 from .mathfn import maxnum32, minnum32, row_range32
 
-from .packed import NR, clamp_vector, fma_function, load_vector, splat_vector, store_panel
-from .qgemm import _ROW_PANELS, _SUMS, _TILE_PANELS, MR, VNNI, _task_share, pack, split, tile_sums
+from .packed import NR, carried_loop, clamp_vector, fma_function, load_vector, splat_vector, store_panel
+from .qgemm import _ROW_PANELS, _SUMS, _TILE_PANELS, MR, VNNI, _dot4, _task_share, pack, split, tile_sums
 from .registry import bindable
 from .tasks import bind_task, in_sequence, int8_pointer, int32_pointer, task_function
 
@@ -33,31 +36,40 @@ _I32 = ir.IntType(32)
 _I64 = ir.IntType(64)
 
 
+def _dequantize_store(builder, acc, row_of, jbs, colsum_ptr, wscale_ptr, bias_ptr, rowscale_ptr, rowc_ptr, out_ptr,
+                      n_, lo_, hi_) -> None:
+    """A tile's epilogue (the module docstring's step 3): each of its sums ``acc`` (by row,
+    then panel; ``row_of``: the rows, ``jbs``: the panels' first columns) made exact, scaled
+    back to float32, clamped and stored."""
+    colsums = builder.bitcast(colsum_ptr, _I32.as_pointer())
+    row_cs = builder.bitcast(rowc_ptr, _I32.as_pointer())
+    lo, hi = splat_vector(builder, lo_), splat_vector(builder, hi_)
+    fma = fma_function(builder)
+    # Per row: the zero-point correction factor and the scale, loaded once per tile.
+    row_c = [splat_vector(builder, builder.load(builder.gep(row_cs, [r])), _SUMS) for r in row_of]
+    row_scale = [splat_vector(builder, builder.load(builder.gep(rowscale_ptr, [r]))) for r in row_of]
+    for j, jb in enumerate(jbs):
+        colsum = builder.load(builder.bitcast(builder.gep(colsums, [jb]), _SUMS.as_pointer()), align=4)
+        wscale, bias = load_vector(builder, wscale_ptr, jb), load_vector(builder, bias_ptr, jb)
+        left = builder.sub(n_, jb)
+        whole = builder.icmp_signed(">=", left, ir.Constant(_I64, NR))
+        for row, r, c, scale in zip(acc, row_of, row_c, row_scale):
+            exact = builder.sub(row[j], builder.mul(c, colsum))
+            value = builder.fmul(builder.sitofp(exact, scale.type), scale)
+            value = clamp_vector(builder, builder.call(fma, [value, wscale, bias]), lo, hi)
+            store_panel(builder, value, out_ptr, builder.add(builder.mul(r, n_), jb), whole, left)
+
+
 def _tile_codegen(vnni: bool, rows: int, panels: int):
     """The IR of a tile of :func:`.qgemm.tile_sums` whose sums are dequantized and stored as
-    float32 (the module docstring's step 3)."""
+    float32 (:func:`_dequantize_store`)."""
     def codegen(context, builder, signature, args):
         (x_ptr, w_ptr, colsum_ptr, wscale_ptr, bias_ptr, rowscale_ptr, rowc_ptr, out_ptr,
          r_, last_, stride_, groups_, n_, p_, plast_, lo_, hi_) = args
         acc, row_of, jbs = tile_sums(builder, vnni, rows, panels, x_ptr, w_ptr, None, r_, last_, stride_,
                                      groups_, p_, plast_)
-        colsums = builder.bitcast(colsum_ptr, _I32.as_pointer())
-        row_cs = builder.bitcast(rowc_ptr, _I32.as_pointer())
-        lo, hi = splat_vector(builder, lo_), splat_vector(builder, hi_)
-        fma = fma_function(builder)
-        # Per row: the zero-point correction factor and the scale, loaded once per tile.
-        row_c = [splat_vector(builder, builder.load(builder.gep(row_cs, [r])), _SUMS) for r in row_of]
-        row_scale = [splat_vector(builder, builder.load(builder.gep(rowscale_ptr, [r]))) for r in row_of]
-        for j, jb in enumerate(jbs):
-            colsum = builder.load(builder.bitcast(builder.gep(colsums, [jb]), _SUMS.as_pointer()), align=4)
-            wscale, bias = load_vector(builder, wscale_ptr, jb), load_vector(builder, bias_ptr, jb)
-            left = builder.sub(n_, jb)
-            whole = builder.icmp_signed(">=", left, ir.Constant(_I64, NR))
-            for row, r, c, scale in zip(acc, row_of, row_c, row_scale):
-                exact = builder.sub(row[j], builder.mul(c, colsum))
-                value = builder.fmul(builder.sitofp(exact, scale.type), scale)
-                value = clamp_vector(builder, builder.call(fma, [value, wscale, bias]), lo, hi)
-                store_panel(builder, value, out_ptr, builder.add(builder.mul(r, n_), jb), whole, left)
+        _dequantize_store(builder, acc, row_of, jbs, colsum_ptr, wscale_ptr, bias_ptr, rowscale_ptr, rowc_ptr,
+                          out_ptr, n_, lo_, hi_)
         return context.get_dummy_value()
     return codegen
 
@@ -78,6 +90,97 @@ _tile_vnni, _row_vnni = _make_tile(True, MR, _TILE_PANELS), _make_tile(True, 1, 
 _tile_plain, _row_plain = _make_tile(False, MR, _TILE_PANELS), _make_tile(False, 1, _ROW_PANELS)
 
 
+# -- the product of a convolution without its im2col (indirect) ----------------------------
+#
+# A convolution's row (an output pixel) is its window's taps one after the other, C bytes
+# each. Rather than copying those bytes into rows (the im2col, as large as the image times
+# the taps and written and read again on every run), the indirect tiles read each tap's C
+# bytes where the image holds them: an indirection table gives, per row and tap, its
+# offset in the quantized images (or in a row of the image's zero point, for taps in the
+# padding), as XNNPACK's IGEMM does. C is a multiple of 4, so a tap is whole K steps.
+# The table follows the product's parameters in ``ip``: taps, C / 4, then [M, taps] int64.
+_TAPS, _TAP_GROUPS, _TABLE = 8, 9, 10
+
+
+def _indirect_sums(builder, vnni: bool, rows: int, panels: int, x_ptr, w_ptr, ip_ptr, r_, last_, p_, plast_):
+    """:func:`.qgemm.tile_sums` (the same sums, registers and steps) with each row's bytes
+    of a tap found in the indirection table: a loop over the taps around the loop over
+    the tap's K steps."""
+    byte_ptr = ir.IntType(8).as_pointer()
+    x_bytes, w_bytes = builder.bitcast(x_ptr, byte_ptr), builder.bitcast(w_ptr, byte_ptr)
+    taps_ = builder.load(builder.gep(ip_ptr, [ir.Constant(_I64, _TAPS)]))
+    tap_groups_ = builder.load(builder.gep(ip_ptr, [ir.Constant(_I64, _TAP_GROUPS)]))
+    table = builder.gep(ip_ptr, [ir.Constant(_I64, _TABLE)])
+
+    def clamped(first, i, last):
+        at = builder.add(first, ir.Constant(_I64, i))
+        return builder.select(builder.icmp_signed("<", at, last), at, last)
+
+    row_of = [clamped(r_, i, last_) for i in range(rows)]
+    row_taps = [builder.mul(row, taps_) for row in row_of]
+    panel_of = [clamped(p_, j, plast_) for j in range(panels)]
+    jbs = [builder.mul(p, ir.Constant(_I64, NR)) for p in panel_of]
+    groups_ = builder.mul(taps_, tap_groups_)
+    w_panels = [builder.mul(p, builder.mul(groups_, ir.Constant(_I64, 4 * NR))) for p in panel_of]
+    flip = ir.Constant(_I32, -0x7F7F7F80)      # 0x80808080: q + 128 in every byte
+
+    def tap_step(tap, sums):
+        x_rows = [builder.load(builder.gep(table, [builder.add(at, tap)])) for at in row_taps]
+        first = builder.mul(tap, tap_groups_)
+
+        def step(g, sums):
+            """Four K steps: each panel's 64 bytes of W, each row's four bytes of the tap."""
+            at = builder.mul(builder.add(first, g), ir.Constant(_I64, 4 * NR))
+            ws = [builder.load(builder.bitcast(builder.gep(w_bytes, [builder.add(wp, at)]), _SUMS.as_pointer()),
+                               align=1) for wp in w_panels]
+            k_at = builder.mul(g, ir.Constant(_I64, 4))
+            out = []
+            for r, x_row in enumerate(x_rows):
+                four = builder.load(builder.bitcast(builder.gep(x_bytes, [builder.add(x_row, k_at)]),
+                                                    _I32.as_pointer()), align=1)
+                xs = splat_vector(builder, builder.xor(four, flip), _SUMS)
+                out += [_dot4(builder, a, xs, w, vnni) for a, w in zip(sums[r * panels:(r + 1) * panels], ws)]
+            return out
+        return carried_loop(builder, tap_groups_, sums, step, "qi.k")
+
+    flat = carried_loop(builder, taps_, [ir.Constant(_SUMS, [0] * NR)] * (rows * panels), tap_step, "qi.tap")
+    return [flat[r * panels:(r + 1) * panels] for r in range(rows)], row_of, jbs
+
+
+def _make_indirect_tile(vnni: bool, rows: int, panels: int):
+    def codegen(context, builder, signature, args):
+        (x_ptr, w_ptr, colsum_ptr, wscale_ptr, bias_ptr, rowscale_ptr, rowc_ptr, out_ptr, ip_ptr,
+         r_, last_, n_, p_, plast_, lo_, hi_) = args
+        acc, row_of, jbs = _indirect_sums(builder, vnni, rows, panels, x_ptr, w_ptr, ip_ptr, r_, last_, p_, plast_)
+        _dequantize_store(builder, acc, row_of, jbs, colsum_ptr, wscale_ptr, bias_ptr, rowscale_ptr, rowc_ptr,
+                          out_ptr, n_, lo_, hi_)
+        return context.get_dummy_value()
+
+    @intrinsic
+    def tile(typingctx, xp, wp, colsump, wscalep, biasp, rowscalep, rowcp, outp, ip, r, last, n, p, plast, lo, hi):
+        """:func:`_make_tile`'s tile reading x through the indirection table in ``ip``."""
+        sig = types.void(xp, wp, colsump, wscalep, biasp, rowscalep, rowcp, outp, ip, *[types.int64] * 5,
+                         types.float32, types.float32)
+        return sig, codegen
+    return tile
+
+
+_itile_vnni, _irow_vnni = _make_indirect_tile(True, MR, _TILE_PANELS), _make_indirect_tile(True, 1, _ROW_PANELS)
+_itile_plain, _irow_plain = _make_indirect_tile(False, MR, _TILE_PANELS), _make_indirect_tile(False, 1, _ROW_PANELS)
+
+
+@njit(cache=True, inline="always")
+def _tiled_rows(r0, r1):
+    """Where the tiles of MR rows end in rows ``r0 .. r1``: after the last whole tile, or at
+    ``r1`` when the rows left over make half a tile or more. Those then go in one more tile
+    (its rows past ``r1`` repeat the last) on the panels whose weights are in cache, rather
+    than one row at a time over all the panels, each row streaming the whole weight again:
+    with 16 rows (a 4x4 image's 1x1 conv, 1-2 MB of weights) that ran at a quarter of
+    the tiles' speed."""
+    whole = r0 + (r1 - r0) // MR * MR
+    return r1 if r1 - whole >= MR // 2 else whole
+
+
 # One task function per instruction set, as in .qgemm: the VNNI one is never compiled on
 # a host without it.
 @task_function()
@@ -85,12 +188,12 @@ def _qd8_vnni(t, qp, wp, colsump, wscalep, biasp, rowscalep, rowcp, outp, ip, fp
     """Task ``t`` of the product (``ip`` as :func:`.qgemm._qgemm_vnni`'s first eight; ``fp``:
     the clamp's lo, hi)."""
     r0, r1, p0, p1 = _task_share(t, ip)
-    whole = r0 + (r1 - r0) // MR * MR
+    tiled = _tiled_rows(r0, r1)
     for p in range(p0, p1, _TILE_PANELS):
-        for r in range(r0, whole, MR):
+        for r in range(r0, tiled, MR):
             _tile_vnni(qp, wp, colsump, wscalep, biasp, rowscalep, rowcp, outp, r, r1 - 1, ip[3], ip[1], ip[2],
                        p, p1 - 1, fp[0], fp[1])
-    for r in range(whole, r1):
+    for r in range(tiled, r1):
         for p in range(p0, p1, _ROW_PANELS):
             _row_vnni(qp, wp, colsump, wscalep, biasp, rowscalep, rowcp, outp, r, r, ip[3], ip[1], ip[2],
                       p, p1 - 1, fp[0], fp[1])
@@ -100,32 +203,127 @@ def _qd8_vnni(t, qp, wp, colsump, wscalep, biasp, rowscalep, rowcp, outp, ip, fp
 def _qd8_plain(t, qp, wp, colsump, wscalep, biasp, rowscalep, rowcp, outp, ip, fp):
     """:func:`_qd8_vnni` in plain LLVM vector arithmetic."""
     r0, r1, p0, p1 = _task_share(t, ip)
-    whole = r0 + (r1 - r0) // MR * MR
+    tiled = _tiled_rows(r0, r1)
     for p in range(p0, p1, _TILE_PANELS):
-        for r in range(r0, whole, MR):
+        for r in range(r0, tiled, MR):
             _tile_plain(qp, wp, colsump, wscalep, biasp, rowscalep, rowcp, outp, r, r1 - 1, ip[3], ip[1], ip[2],
                         p, p1 - 1, fp[0], fp[1])
-    for r in range(whole, r1):
+    for r in range(tiled, r1):
         for p in range(p0, p1, _ROW_PANELS):
             _row_plain(qp, wp, colsump, wscalep, biasp, rowscalep, rowcp, outp, r, r, ip[3], ip[1], ip[2],
                        p, p1 - 1, fp[0], fp[1])
 
 
 @task_function()
-def _quantize_rows_task(t, xp, qp, scalep, cp, _a4, _a5, _a6, _a7, ip, fp):
-    """Rows ``t * chunk ..`` of float x [M, K] quantized into int8 q [M, K4] (zeros past K),
-    as XNNPACK's ``xnn_qd8_asymmetric_quantization_params`` and f32 -> qd8 convert, every
-    step in float32: the row's range widened to hold 0, ``inv = 255 / (max - min)`` (1
-    for an empty range), the zero point from the end that loses less, rounded to nearest
-    even; ``q = rint(x * inv) + zp``, saturated. Writes the row's scale ``1 / inv`` and
-    ``128 + zp`` (the epilogue's correction factor) for each of the ``repeat`` product
-    rows it feeds (1 for a fully connected layer; a convolution's image feeds all its
-    output pixels). ``ip``: M, K, K4, chunk, repeat."""
-    m, k, k4, chunk, repeat = ip[0], ip[1], ip[2], ip[3], ip[4]
+def _qd8_indirect_vnni(t, qp, wp, colsump, wscalep, biasp, rowscalep, rowcp, outp, ip, fp):
+    """:func:`_qd8_vnni` with indirect tiles (``q``: the quantized images)."""
+    r0, r1, p0, p1 = _task_share(t, ip)
+    tiled = _tiled_rows(r0, r1)
+    for p in range(p0, p1, _TILE_PANELS):
+        for r in range(r0, tiled, MR):
+            _itile_vnni(qp, wp, colsump, wscalep, biasp, rowscalep, rowcp, outp, ip, r, r1 - 1, ip[2], p, p1 - 1,
+                        fp[0], fp[1])
+    for r in range(tiled, r1):
+        for p in range(p0, p1, _ROW_PANELS):
+            _irow_vnni(qp, wp, colsump, wscalep, biasp, rowscalep, rowcp, outp, ip, r, r, ip[2], p, p1 - 1,
+                       fp[0], fp[1])
+
+
+@task_function()
+def _qd8_indirect_plain(t, qp, wp, colsump, wscalep, biasp, rowscalep, rowcp, outp, ip, fp):
+    """:func:`_qd8_indirect_vnni` in plain LLVM vector arithmetic."""
+    r0, r1, p0, p1 = _task_share(t, ip)
+    tiled = _tiled_rows(r0, r1)
+    for p in range(p0, p1, _TILE_PANELS):
+        for r in range(r0, tiled, MR):
+            _itile_plain(qp, wp, colsump, wscalep, biasp, rowscalep, rowcp, outp, ip, r, r1 - 1, ip[2], p, p1 - 1,
+                         fp[0], fp[1])
+    for r in range(tiled, r1):
+        for p in range(p0, p1, _ROW_PANELS):
+            _irow_plain(qp, wp, colsump, wscalep, biasp, rowscalep, rowcp, outp, ip, r, r, ip[2], p, p1 - 1,
+                        fp[0], fp[1])
+
+
+# The rows of a float x [M, K] are quantized by tasks over pieces of them, whose int64
+# parameters are M, K, K4 (q's row length), chunk, repeat, parts: ``chunk`` whole rows a
+# task, or (few long rows: a convolution's image) each row cut in ``parts`` pieces, after
+# a first pass of :func:`_range_task` over the same pieces finds their ranges.
+
+
+@njit(cache=True, inline="always")
+def row_piece(t, ip):
+    """Task ``t``'s rows ``r0 .. r1`` and columns ``i0 .. i1`` of x: ``chunk`` whole rows, or a
+    ``parts``-th of one row (whole vectors of NR floats)."""
+    m, k, chunk, parts = ip[0], ip[1], ip[3], ip[5]
+    if parts == 1:
+        return t * chunk, min(m, (t + 1) * chunk), 0, k
+    r, part = t // parts, t % parts
+    size = -(-k // (parts * NR)) * NR
+    return r, r + 1, min(k, part * size), min(k, (part + 1) * size)
+
+
+@njit(cache=True, inline="always")
+def row_range(xp, rangesp, r, ip):
+    """Row ``r``'s (min, max) widened to hold 0, NaNs skipped: from the row itself, or folded
+    from the ranges of its pieces (:func:`_range_task`)."""
+    k, parts = ip[1], ip[5]
+    if parts == 1:
+        return row_range32(xp, r * k, k, np.float32(0), np.float32(0))
+    lo, hi = np.float32(0), np.float32(0)
+    for piece in range(r * parts, (r + 1) * parts):
+        lo, hi = minnum32(lo, rangesp[2 * piece]), maxnum32(hi, rangesp[2 * piece + 1])
+    return lo, hi
+
+
+@task_function()
+def _range_task(t, xp, rangesp, _a2, _a3, _a4, _a5, _a6, _a7, ip, fp):
+    """Piece ``t`` of a row cut in parts (:func:`row_piece`): its (min, max) into
+    ``ranges[2t], ranges[2t + 1]``, which every piece of the row then folds."""
+    r, _, i0, i1 = row_piece(t, ip)
+    lo, hi = row_range32(xp, r * ip[1] + i0, i1 - i0, np.float32(0), np.float32(0))
+    rangesp[2 * t] = lo
+    rangesp[2 * t + 1] = hi
+
+
+def bind_row_pieces(task, x: np.ndarray, outputs: tuple, dtypes: tuple, k4: int, repeat: int, threads: int):
+    """The call running ``task(t, x, ranges, *outputs)`` (``dtypes``: the outputs') over the
+    pieces of float x [M, K] (:func:`row_piece`) cut for ``threads``: whole rows, or, when
+    there are fewer rows than threads and they are long (an image, which one thread would
+    quantize while the others wait), each row in one piece a thread, after a pass of
+    :func:`_range_task`. ``k4`` and ``repeat`` are passed on to ``task``."""
+    m, k = x.shape
+    parts = threads if m < threads and k >= 1 << 14 else 1
+    if parts == 1:
+        # (From 4096 elements: BERT's 64 x 128 rows gain from two threads inside a plan's
+        # parallel region, where an extra row of tasks costs well under a microsecond.)
+        chunk = -(-m // max(1, min(m, threads if m * k >= 1 << 12 else 1)))
+        tasks = -(-m // chunk)
+    else:
+        chunk, tasks = 1, m * parts
+    ranges = np.zeros(2 * tasks, np.float32)
+    params = np.array([m, k, k4, chunk, repeat, parts], np.int64)
+    call = bind_task(task, tasks, (x, ranges), outputs, params, dtypes=(np.float32, np.float32, *dtypes))
+    if parts == 1:
+        return call
+    return in_sequence([bind_task(_range_task, tasks, (x,), (ranges,), params), call])
+
+
+@task_function()
+def _quantize_rows_task(t, xp, rangesp, qp, scalep, cp, _a5, _a6, _a7, ip, fp):
+    """Piece ``t`` (:func:`row_piece`) of float x [M, K] quantized into int8 q [M, K4] (zeros
+    past K), as XNNPACK's ``xnn_qd8_asymmetric_quantization_params`` and f32 -> qd8
+    convert, every step in float32: the row's range widened to hold 0, ``inv = 255 / (max
+    - min)`` (1 for an empty range), the zero point from the end that loses less, rounded
+    to nearest even; ``q = rint(x * inv) + zp``, saturated. The row's first piece writes
+    its scale ``1 / inv`` and ``128 + zp`` (the epilogue's correction factor) for each of
+    the ``repeat`` product rows it feeds (1 for a fully connected layer; a convolution's
+    image feeds all its output pixels)."""
+    k, k4, repeat = ip[1], ip[2], ip[4]
     q, c = int8_pointer(qp), int32_pointer(cp)
-    for r in range(t * chunk, min(m, (t + 1) * chunk)):
+    r0, r1, i0, i1 = row_piece(t, ip)
+    for r in range(r0, r1):
         row = r * k
-        lo, hi = row_range32(xp, row, k, np.float32(0), np.float32(0))   # NaNs skipped (they quantize to zp)
+        lo, hi = row_range(xp, rangesp, r, ip)   # NaNs skipped (they quantize to zp)
         inv = np.float32(1) if lo == hi else np.float32(255) / (hi - lo)
         low_scaled, high_scaled = lo * inv, hi * inv
         if (np.float32(-128) + low_scaled) + (np.float32(127) + high_scaled) > np.float32(0):
@@ -134,7 +332,7 @@ def _quantize_rows_task(t, xp, qp, scalep, cp, _a4, _a5, _a6, _a7, ip, fp):
             zp_real = np.float32(127) - high_scaled
         zp = int(np.rint(min(max(zp_real, np.float32(-128)), np.float32(127))))
         zpf = np.float32(zp)
-        for i in range(k):
+        for i in range(i0, i1):
             # rint(x * inv) + zp is exact in float32 wherever it lands inside [-128, 127]
             # (beyond, it saturates anyway), so the saturation is done in float and only
             # int8 values are converted. NaN quantizes to the zero point. (Selects and
@@ -142,11 +340,13 @@ def _quantize_rows_task(t, xp, qp, scalep, cp, _a4, _a5, _a6, _a7, ip, fp):
             v = np.rint(xp[row + i] * inv)
             v = minnum32(maxnum32((v if v == v else np.float32(0)) + zpf, np.float32(-128)), np.float32(127))
             q[r * k4 + i] = np.int8(v)
-        for i in range(k, k4):
-            q[r * k4 + i] = 0
-        for i in range(r * repeat, (r + 1) * repeat):
-            scalep[i] = np.float32(1) / inv
-            c[i] = 128 + zp
+        if i1 == k:
+            for i in range(k, k4):
+                q[r * k4 + i] = 0
+        if i0 == 0:
+            for i in range(r * repeat, (r + 1) * repeat):
+                scalep[i] = np.float32(1) / inv
+                c[i] = 128 + zp
 
 
 def bind_quantize_rows(x: np.ndarray, q: np.ndarray, scale: np.ndarray, correction: np.ndarray, threads: int,
@@ -155,17 +355,12 @@ def bind_quantize_rows(x: np.ndarray, q: np.ndarray, scale: np.ndarray, correcti
     past K) as XNNPACK does (:func:`_quantize_rows_task`), writing its scale and correction
     factor ``128 + zp`` into ``scale`` and ``correction`` [M * repeat] for each of the
     ``repeat`` product rows that follow from it; ``threads``: the numba threads the rows
-    are cut for."""
+    are cut for (:func:`bind_row_pieces`)."""
     m, k = x.shape
     if q.shape[0] != m or q.shape[1] < k or scale.shape != (m * repeat,) or correction.shape != (m * repeat,):
         raise ValueError(f"quantizing rows {x.shape} x {repeat} given {q.shape}, {scale.shape}, {correction.shape}")
-    # (From 4096 elements: BERT's 64 x 128 rows gain from two threads inside a plan's
-    # parallel region, where an extra row of tasks costs well under a microsecond.)
-    tasks = max(1, min(m, threads if m * k >= 1 << 12 else 1))
-    chunk = -(-m // tasks)
-    return bind_task(_quantize_rows_task, -(-m // chunk), (x,), (q, scale, correction),
-                     np.array([m, k, q.shape[1], chunk, repeat], np.int64),
-                     dtypes=(np.float32, np.int8, np.float32, np.int32))
+    return bind_row_pieces(_quantize_rows_task, x, (q, scale, correction), (np.int8, np.float32, np.int32),
+                           q.shape[1], repeat, threads)
 
 
 class DynamicQuantizedMatmul:
@@ -195,7 +390,9 @@ class DynamicQuantizedMatmul:
         if bias is not None:
             self.bias[:n] = np.asarray(bias, np.float32).reshape(-1)
         self.clamp = np.array([lo, hi], np.float32)
-        self.task = _qd8_vnni if (VNNI if vnni is None else vnni) else _qd8_plain
+        vnni = VNNI if vnni is None else vnni
+        self.task = _qd8_vnni if vnni else _qd8_plain
+        self.indirect_task = _qd8_indirect_vnni if vnni else _qd8_indirect_plain
         self._rows: dict[int, tuple] = {}       # M -> x's quantized rows, their scales and corrections
         self._source: DynamicQuantizedMatmul | None = None
 
@@ -234,12 +431,37 @@ class DynamicQuantizedMatmul:
         zp`` [M] (what :func:`bind_quantize_rows` writes). A convolution's rows are its
         im2col of an image quantized as a whole."""
         m, k4 = out.shape[0], self.weights.shape[1] * 4
-        if q.shape != (m, k4) or row_scale.shape != (m,) or row_c.shape != (m,) or out.shape != (m, self.n):
-            raise ValueError(f"dynamically quantized product [M, {k4}] -> [M, {self.n}] given {q.shape}, "
+        if q.shape != (m, k4):
+            raise ValueError(f"dynamically quantized product [M, {k4}] -> [M, {self.n}] given {q.shape}")
+        return self._bind_task(self.task, [k4], q, row_scale, row_c, out)
+
+    def bind_indirect(self, images: np.ndarray, table: np.ndarray, row_scale: np.ndarray, row_c: np.ndarray,
+                      out: np.ndarray):
+        """The product of a convolution without its im2col (see ``_TABLE``): row ``r``'s K
+        bytes are the ``taps`` runs of K / taps bytes at ``images[table[r, tap]]`` (int8
+        ``images``: the quantized images and their zero-point rows; ``table`` [M, taps]
+        int64, each offset with K / taps bytes after it), with each row's scale and
+        correction factor as :meth:`bind_quantized`'s."""
+        m, taps = table.shape
+        if self.k % (4 * taps) or self.weights.shape[1] * 4 != self.k or table.shape[0] != out.shape[0] \
+                or table.min() < 0 or table.max() + self.k // taps > images.size:
+            raise ValueError(f"indirect product over K = {self.k} given a table {table.shape} into {images.size} "
+                             "bytes")
+        return self._bind_task(self.indirect_task, [0, taps, self.k // taps // 4, *table.reshape(-1)], images,
+                               row_scale, row_c, out)
+
+    def _bind_task(self, task, more: list, q: np.ndarray, row_scale: np.ndarray, row_c: np.ndarray,
+                   out: np.ndarray):
+        """``task`` over the product's tiles, on x's bytes ``q`` (the rows, or the images of an
+        indirect product); ``more``: the int64 parameters after the split (x's row stride,
+        then the indirection's)."""
+        m = out.shape[0]
+        if row_scale.shape != (m,) or row_c.shape != (m,) or out.shape != (m, self.n):
+            raise ValueError(f"dynamically quantized product [M, {self.k}] -> [M, {self.n}] given row scales "
                              f"{row_scale.shape}, {row_c.shape} -> {out.shape}")
         rows = split(m, self.n, self.k, self.threads)
-        params = np.array([m, k4 // 4, self.n, k4, *rows], np.int64)
-        return bind_task(self.task, rows[1] * rows[3],
+        params = np.array([m, self.weights.shape[1], self.n, more[0], *rows, *more[1:]], np.int64)
+        return bind_task(task, rows[1] * rows[3],
                          (q, self.weights, self.colsums, self.weight_scale, self.bias, row_scale, row_c),
                          (out,), params, self.clamp,
                          dtypes=(np.int8, np.int8, np.int32, np.float32, np.float32, np.float32, np.int32,

@@ -31,12 +31,12 @@ _I64 = ir.IntType(64)
 _BYTES = ir.VectorType(ir.IntType(8), NR)
 
 
-def tap_sums(builder, x_ptr, w_ptr, init_ptr, taps_ptr, x_at, x_step, left, taps, cpad, cb):
+def tap_sums(builder, x_ptr, w_ptr, init, taps_ptr, x_at, x_step, left, taps, cpad, cb):
     """Emit the tap loop of a tile: up to PIXELS pixels (``left`` of them; the rest recompute
-    the last) x 16 channels from ``cb``, their int32 sums ``init[cb:] + sum over taps x * w``
-    in PIXELS registers (x: the window corner at byte ``x_at``, pixels ``x_step`` bytes
-    apart; w: ``[taps, cpad]`` bytes; ``taps_ptr``: each tap's int64 offset from the
-    corner). Returns the sums and each pixel's index (i64), pixel by pixel."""
+    the last) x 16 channels from ``cb``, their int32 sums ``init + sum over taps x * w`` in
+    PIXELS registers (``init``: 16 int32 lanes; x: the window corner at byte ``x_at``,
+    pixels ``x_step`` bytes apart; w: ``[taps, cpad]`` bytes; ``taps_ptr``: each tap's int64
+    offset from the corner). Returns the sums and each pixel's index (i64), by pixel."""
     byte_ptr = ir.IntType(8).as_pointer()
     x_bytes, w_bytes = builder.bitcast(x_ptr, byte_ptr), builder.bitcast(w_ptr, byte_ptr)
     last = builder.sub(left, ir.Constant(_I64, 1))
@@ -57,8 +57,6 @@ def tap_sums(builder, x_ptr, w_ptr, init_ptr, taps_ptr, x_at, x_step, left, taps
         return [builder.add(s, builder.mul(load_bytes(x_bytes, builder.add(xp, offset)), w))
                 for s, xp in zip(sums, x_pixels)]
 
-    init = builder.load(builder.bitcast(builder.gep(builder.bitcast(init_ptr, _SUMS.element.as_pointer()), [cb]),
-                                        _SUMS.as_pointer()), align=4)
     return carried_loop(builder, taps, [init] * PIXELS, step, "qdw.tap"), pixel
 
 
@@ -66,7 +64,9 @@ def _tile_codegen(context, builder, signature, args):
     """:func:`tap_sums`, then each pixel's 16 sums requantized and stored as int8."""
     (x_ptr, w_ptr, init_ptr, scale_ptr, out_ptr, taps_ptr, x_at, x_step, out_at, out_step, left, taps, cpad, cb,
      zo, lo, hi) = args
-    acc, pixel = tap_sums(builder, x_ptr, w_ptr, init_ptr, taps_ptr, x_at, x_step, left, taps, cpad, cb)
+    init = builder.load(builder.bitcast(builder.gep(builder.bitcast(init_ptr, _SUMS.element.as_pointer()), [cb]),
+                                        _SUMS.as_pointer()), align=4)
+    acc, pixel = tap_sums(builder, x_ptr, w_ptr, init, taps_ptr, x_at, x_step, left, taps, cpad, cb)
     out_bytes = builder.bitcast(out_ptr, ir.IntType(8).as_pointer())
     requantize = requantizer(builder, zo, lo, hi)
     scale = builder.load(builder.bitcast(builder.gep(scale_ptr, [cb]), _FLOATS.as_pointer()), align=4)
