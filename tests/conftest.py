@@ -7,7 +7,8 @@ declares it needs must fail instead of skipping when absent:
 - ``opencl`` is required when it is one of the backends named for the run
   (``--litegpu-backend`` or ``LITEGPU_TEST_BACKENDS``), as CI names it;
 - any need listed in ``LITEGPU_TEST_REQUIRE`` (comma-separated: ``opencl``, ``clang``,
-  ``models`` for the shared .tflite models) is required.
+  ``models`` for the shared .tflite models, ``corpus`` for tests/test_quant_corpus.py's
+  part of the quantized corpus) is required.
 
 The shared models are reached only through the ``shared_model`` fixture, which finds them
 where :mod:`litegpu.testing.shared_models` says (``$LITEGPU_SHARED_MODELS``). A test that
@@ -26,7 +27,7 @@ from litegpu.testing import shared_models
 from litegpu.testing.pytest_plugin import requested_backends
 
 REQUIRE_ENV = "LITEGPU_TEST_REQUIRE"
-KNOWN_NEEDS = ("opencl", "clang", "models", "nvrtc", "webgpu")
+KNOWN_NEEDS = ("opencl", "clang", "models", "nvrtc", "webgpu", "corpus")
 
 
 def required(config: pytest.Config) -> set[str]:
