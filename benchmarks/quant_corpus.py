@@ -4,6 +4,7 @@ usage:
     python benchmarks/quant_corpus.py make [--models NAME ...] [--kinds KIND ...]
     python benchmarks/quant_corpus.py measure [NAME ...] [--runs 10] [--rounds 3] [--threads 2]
     python benchmarks/quant_corpus.py gpu [NAME ...] [--backend opencl] [--precision F32]
+    python benchmarks/quant_corpus.py sensitivity [NAME ...] [--trials 3]
 
 ``make`` needs TensorFlow (tensorflow-cpu; never a dependency of litegpu: run it from any
 environment that has it, e.g. ``python -m venv tf && tf/bin/pip install tensorflow-cpu
@@ -30,7 +31,8 @@ LiteRT ms, their ratio, the nodes a numpy reference runs, then the geometric mea
 ratio per kind.
 
 ``gpu`` runs each file's GPU float view (``--backend``, ``--precision``) and prints the
-nodes on the GPU and the error against LiteRT in output quanta.
+nodes on the GPU and the error against LiteRT in output quanta. ``sensitivity`` prints how
+far LiteRT's own output moves when its float input moves by one ulp.
 """
 from __future__ import annotations
 
@@ -319,6 +321,39 @@ def gpu(names: list[str], backend: str, precision: str) -> int:
     return 0
 
 
+def sensitivity(names: list[str], trials: int) -> int:
+    """How far LiteRT's own output moves when each float input value moves by one ulp (up or
+    down at random): the scale on which a float-input model's error against LiteRT can be
+    read. A dynamic-range model quantizes its activations at run time, so a last-bit
+    difference anywhere (a sigmoid, a float mean) can move a value across a rounding
+    boundary and the output by a whole input quantum."""
+    from ai_edge_litert.interpreter import Interpreter as LiteRT
+    print("| model | kind | LiteRT vs LiteRT on the input moved by 1 ulp (max relative change, per trial) |\n|---|---|---|")
+    for path in _corpus_files(names):
+        model, kind = path.name.split(".")[:2]
+        interp = LiteRT(model_path=str(path), num_threads=2)
+        interp.allocate_tensors()
+        details, out = interp.get_input_details(), interp.get_output_details()[0]["index"]
+        x = _inputs(details, 7)
+        if not any(v.dtype == np.float32 for v in x):
+            continue
+
+        def run(values):
+            for d, v in zip(details, values):
+                interp.set_tensor(d["index"], v)
+            interp.invoke()
+            return interp.get_tensor(out).astype(np.float64)
+        want = run(x)
+        rng = np.random.default_rng(0)
+        changes = []
+        for _ in range(trials):
+            moved = [np.nextafter(v, np.where(rng.random(v.shape) < 0.5, np.inf, -np.inf).astype(np.float32))
+                     if v.dtype == np.float32 else v for v in x]
+            changes.append(float(np.abs(run(moved) - want).max()) / max(float(np.abs(want).max()), 1e-30))
+        print(f"| {model} | {kind} | {', '.join(f'{c:.1e}' for c in changes)} |")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -334,7 +369,12 @@ def main() -> int:
     g.add_argument("names", nargs="*", help="model names or <model>.<kind> (default: all)")
     g.add_argument("--backend", default="opencl")
     g.add_argument("--precision", default="F32", choices=["F32", "F32_F16", "F16"])
+    v = sub.add_parser("sensitivity", help="LiteRT against itself on float inputs moved by one ulp")
+    v.add_argument("names", nargs="*", help="model names or <model>.<kind> (default: all)")
+    v.add_argument("--trials", type=int, default=3)
     args = parser.parse_args()
+    if args.command == "sensitivity":
+        return sensitivity(args.names, args.trials)
     if args.command == "make":
         return make(args.models, args.kinds)
     if args.command == "gpu":
