@@ -31,9 +31,33 @@ computes on the integers themselves, still in float:
   ``MultiplyByQuantizedMultiplier``, FULLY_CONNECTED's double-rounding one), clamps:
   TFLite's integers, which a float32 product of real values misses by a quantum on ~4 %
   of elements;
+- an int16 ADD / SUB / MUL and MEAN form TFLite's int32 value before its requantization
+  exactly, as ``256 * high + low`` in float32, and requantize it with ``GRID_REQUANT16``
+  (the double-rounding multiply): MUL splits one operand into bytes, each times the other
+  (``GRID_MUL``, exact); ADD / SUB take the coarser operand times 2^14 (its scaled value,
+  exactly) and the other's scaled value from two tables of the reference's arithmetic over
+  its codes (``QUANT_LUT``: high part and low byte); MEAN sums the bytes of its input
+  apart, as a 16x8 sum. The real-valued view rounded the real result once, to even; TFLite's fixed
+  point rounds its operands, then the result away from zero: a quantum apart on 1 to 4
+  in 10000 elements (on 3 % of a MEAN's), which a deep network gathers (nasnet_mobile
+  16x8: 3 output quanta);
+- an int16 AVERAGE_POOL_2D runs the float pool on grid values (an exact sum divided by the
+  count of real pixels) and rounds half away from zero as TFLite's kernel (``QUANT_SIM``
+  rounding ``"half_away"``; to even, 1.7 % of nasnet's pooled values were a quantum off);
 - a one-input op on 8-bit or int16 integers (HARD_SWISH, LOGISTIC, TANH, requantizing
   QUANTIZE, ...) becomes ``QUANT_LUT``: a table of its own integer reference over every
-  input code (65536 entries for int16), looked up with the input's code;
+  input code (65536 entries for int16), looked up with the input's code (an int16 clamp,
+  RELU or RELU6, where it requantizes onto another scale);
+- an int16 SOFTMAX runs TFLite's ``SoftmaxInt16`` on grid values: each value's distance
+  to its row's maximum (REDUCE_MAX, SUB: exact) looked up in a table of the reference's
+  exponentials (``QUANT_LUT``), their exact SUM normalized to its leading bit
+  (``INV_FLOOR_POW2``, a power-of-two MUL, ``QUANT_SIM`` half up onto 17 bits), the
+  reference's reciprocal of that (``QUANT_LUT``) back at the sum's scale, and each
+  exponential times it rounded half up (``GRID_MUL_ROUND``): LiteRT's integers while a
+  row's sum stays below 2^24 (rows of up to 512 values always). A float softmax misses
+  them by the hundreds of quanta where logits spread wider than 10 / beta: the kernel's
+  exponential table stops at -10, so every value further below the maximum counts as
+  exp(-10) (nasnet_mobile 16x8: 869 of 1000 logits, 322 quanta);
 - an int16 RESIZE_BILINEAR whose float taps equal TFLite's integer ones (1/1024ths) and
   are multiples of 1/16 (2x upscaling, say) runs the float op on grid values, exact, and
   rounds half away from zero as TFLite's kernel (``QUANT_SIM`` rounding ``"half_away"``);
@@ -43,9 +67,10 @@ computes on the integers themselves, still in float:
   precision too for 8 bits); other tensors keep real values, and an integer reader of
   one gets its grid form from a ``QUANT_SIM`` that rounds it there.
 
-The 16x8 path lands on LiteRT's integers (unet_small_int16x8: every output element).
-int16 ADD / SUB / MUL (TFLite's fixed point) and other requantizing int16 ops
-(CONCATENATION across scales, pooling's averages) keep the real-valued view.
+The 16x8 path lands on LiteRT's integers (unet_small_int16x8, nasnet_mobile 16x8: every
+output element). Requantizing int16 ops without a plan (CONCATENATION across scales, the
+last ``size % 16`` outputs of a same-shape ADD, where LiteRT leaves its vector loop) keep
+the real-valued view or its arithmetic: a quantum off on a tie.
 
 Tensors whose values half precision would change are marked ``full_precision`` (see
 :class:`litegpu.graph.Tensor`), so a backend storing float32 as half (F32_F16) keeps
@@ -89,9 +114,12 @@ PASS_THROUGH = ("RESHAPE", "SQUEEZE", "EXPAND_DIMS", "TRANSPOSE", "PAD", "SPACE_
                 "SLICE", "STRIDED_SLICE")
 # Tables cover 8-bit and 16-bit inputs (65536 entries). Not NEG / ABS, whose int16
 # kernels wrap at -32768 (a code rounded past it would read the wrapped entry), nor the
-# clamps: all of those are exact in float on int16 values anyway.
+# clamps that keep their input's quantization: those are exact in float on int16 values
+# anyway. A clamp onto another scale is tabled: TFLite's fixed-point requantization
+# rounds ties away from zero where the float view would round them to even.
 _LOOKUP_LIMIT = 1 << 16
-_NO_WIDE_LOOKUP = ("ABS", "NEG", "RELU", "RELU6", "RELU_N1_TO_1", "RELU_0_TO_1")
+_NO_WIDE_LOOKUP = ("ABS", "NEG")
+_CLAMPS = ("RELU", "RELU6", "RELU_N1_TO_1", "RELU_0_TO_1")
 # 16x8 sums: the int16 grid value x is split as x = 256 * h + l (h = rint(x / 256), both
 # in [-128, 128]) and each half summed with the filter times _SUMS16_STEP, whose sums are
 # exact in float32 while below 2^24 in filter units; the power-of-two step keeps them far
@@ -170,13 +198,25 @@ class _Sums16:
 
 
 @dataclass(frozen=True)
-class _Resize:
-    """An int16 RESIZE_BILINEAR whose float taps are TFLite's 1/1024ths exactly and few
-    bits long: the float op on grid values is exact, then rounded half away from zero as
-    TFLite's integer kernel rounds."""
+class _HalfAway:
+    """An int16 node whose float op on grid values is exact (an AVERAGE_POOL_2D: a sum of
+    integers divided by the count of real pixels; a RESIZE_BILINEAR whose float taps are
+    TFLite's 1/1024ths exactly and few bits long), then rounded half away from zero as
+    TFLite's integer kernel rounds, and clamped to ``[lo, hi]`` (the fused activation's
+    range, or the type's)."""
 
-    qmin: int
-    qmax: int
+    lo: int
+    hi: int
+
+
+@dataclass(frozen=True)
+class _Mean16:
+    """An int16 MEAN as TFLite's kernel: the grid values split into bytes as a 16x8 sum's
+    (both in [-128, 128]), the SUM of each (exact in float32 for means of up to 2^17
+    values), ``GRID_REQUANT16`` of the two with TFLite's fixed-point multiplier (see
+    :func:`litegpu.ops.quantized.tflite_mean16_multiplier`)."""
+
+    requant: dict     # GRID_REQUANT16's options
 
 
 @dataclass(frozen=True)
@@ -195,6 +235,29 @@ class _Binary:
 
 
 @dataclass(frozen=True)
+class _Binary16:
+    """An int16 ADD/SUB/MUL as TFLite's kernel (zero points any): the exact int32 value
+    before its requantization as ``256 * high + low`` in float32, then ``GRID_REQUANT16``
+    with the output's fixed-point multiplier (``requant``).
+
+    MUL (``tables`` None): the first operand split into bytes, each times the second
+    (``GRID_MUL``, exact). ADD/SUB: TFLite scales each operand by ``2^15`` times its share
+    of twice the larger input scale, so the coarser operand (``direct``) is its grid value
+    times ``2^14`` exactly, and the other one's scaled value (up to 2^29) is looked up in
+    two tables of :func:`litegpu.ops.quantized.add16_operand` over its codes (``tables``:
+    its high part, a multiple of 256, and its low byte, signed for a subtrahend); LiteRT's
+    vector arithmetic where it runs (same-shape ADD; its last ``size % 16`` outputs take
+    the scalar code, which disagrees in about 1 value in 5000: not followed here), the
+    scalar code elsewhere."""
+
+    requant: dict                    # GRID_REQUANT16's options (lo, hi less the zero point)
+    direct: int = 0                  # ADD/SUB: the input read as its grid value
+    direct_multiplier: float = 0.0   # its 2^14 in steps of 256, signed for a subtrahend
+    tables: tuple[np.ndarray, np.ndarray] | None = None   # high (in steps of 256), low byte
+    codes: QuantParams | None = None     # the tabled input's quantization
+
+
+@dataclass(frozen=True)
 class _Mean:
     """An 8-bit MEAN as XNNPACK's: the integer sum of the codes times ``s`` plus ``z``
     (float32, two roundings), rounded to nearest even; ``codes_offset`` is the input zero
@@ -209,6 +272,15 @@ class _Mean:
 
 
 @dataclass(frozen=True)
+class _Softmax16:
+    """An int16 SOFTMAX as TFLite's ``SoftmaxInt16`` on grid values (see the module
+    docstring): its two tables of the integer reference's steps."""
+
+    exps: np.ndarray     # the exponential of a distance to the row's maximum, -65535 .. 0
+    reciprocals: np.ndarray   # the reciprocal of a sum normalized to 2^16 .. 2^17
+
+
+@dataclass(frozen=True)
 class _Lookup:
     """A one-input node as a table over every input code."""
 
@@ -217,12 +289,15 @@ class _Lookup:
     out: QuantParams
 
 
-def _plan(node: Node, tensors: Sequence[Tensor]) -> _Sums | _Sums16 | _Binary | _Mean | _Lookup | _Resize | str | None:
-    """How ``node`` is rewritten: grid sums, a grid ADD/SUB/MUL or MEAN, a lookup, "pass"
-    (data movement that keeps grid form), or None (float op and QUANT_SIM)."""
+def _plan(node: Node, tensors: Sequence[Tensor]) -> _Sums | _Sums16 | _Binary | _Mean | _Mean16 | _Lookup | \
+        _HalfAway | _Softmax16 | str | None:
+    """How ``node`` is rewritten: grid sums, a grid ADD/SUB/MUL, MEAN or int16 SOFTMAX, a
+    lookup, a float op on grid values rounded half away, "pass" (data movement that keeps
+    grid form), or None (float op and QUANT_SIM)."""
     kind = ("sums" if node.op in EXACT_SUMS else "binary" if node.op in GRID_BINARY else "mean" if node.op == "MEAN"
             else "lookup" if node.op in LOOKUP_OPS else "pass" if node.op in PASS_THROUGH
-            else "resize" if node.op == "RESIZE_BILINEAR" else None)
+            else "resize" if node.op == "RESIZE_BILINEAR" else "pool" if node.op == "AVERAGE_POOL_2D"
+            else "softmax" if node.op == "SOFTMAX" else None)
     opdef = get_op(node.op)
     if kind is None or opdef is None or opdef.quantized is None:
         return None
@@ -241,15 +316,21 @@ def _plan(node: Node, tensors: Sequence[Tensor]) -> _Sums | _Sums16 | _Binary | 
     if kind == "sums":
         return _sums_plan(node, tensors, attrs)
     if kind == "binary":
-        return _binary_plan(attrs)
+        return _binary_plan(node, tensors, attrs)
     if kind == "mean":
         return _mean_plan(node, tensors, attrs)
     if kind == "resize":
         return _resize_plan(node, tensors, attrs)
+    if kind == "pool":
+        return _pool16_plan(tensors[node.inputs[0]], attrs)
+    if kind == "softmax":
+        return _softmax16_plan(tensors[node.inputs[0]], attrs)
     return _lookup_plan(node, tensors, attrs, opdef)
 
 
-def _binary_plan(attrs: dict) -> _Binary | None:
+def _binary_plan(node: Node, tensors: Sequence[Tensor], attrs: dict) -> _Binary | _Binary16 | None:
+    if "add16" in attrs or "multiplier" in attrs.get("requant", {}):
+        return _binary16_plan(node, tensors, attrs)
     p = attrs.get("add")
     if p is not None:
         step = np.float32(2.0 ** -p.shift)
@@ -261,19 +342,69 @@ def _binary_plan(attrs: dict) -> _Binary | None:
     return _Binary(1.0, 1.0, float(r["scale"]), r["zp"], r["lo"], r["hi"])
 
 
+def _binary16_plan(node: Node, tensors: Sequence[Tensor], attrs: dict) -> _Binary16 | None:
+    """int16 ADD/SUB (TFLite's general kernel) or MUL with multipliers below one (TFLite's
+    kernels take none above: the int32 sums would overflow); an output of rank 0 keeps
+    the real-valued view (GRID_REQUANT16 works per channel of the last axis)."""
+    from .ops.quantized import add16_operand, add16_vector_end
+    out = tensors[node.outputs[0]]
+    if not out.shape:
+        return None
+    p = attrs.get("add16")
+    if p is not None:
+        (multiplier, shift), zp, lo, hi = p["out"], attrs["zp"], attrs["lo"], attrs["hi"]
+    else:
+        r = attrs["requant"]
+        (multiplier, shift), zp, lo, hi = r["multiplier"], r["zp"], r["lo"], r["hi"]
+    channels = int(out.shape[-1])
+    requant = {"bias": (0,) * channels, "multiplier": (int(multiplier),) * channels, "shift": (int(shift),) * channels,
+               "style": "tflite", "step": 1.0, "lo": int(lo) - zp, "hi": int(hi) - zp}
+    if p is None:
+        return _Binary16(requant) if shift <= 0 else None
+    half = (1 << 30, 0)   # twice the larger scale's share of it, 1/2: the operand times 2^14
+    direct = 0 if tuple(p["a"][1:]) == half else 1 if tuple(p["b"][1:]) == half else None
+    if direct is None or max(p["a"][2], p["b"][2], shift) > 0:
+        return None
+    tabled = 1 - direct
+    x = QuantParams.of(tensors[node.inputs[tabled]])
+    codes = np.arange(x.qmin, x.qmax + 1)
+    a, b = (tensors[i] for i in node.inputs[:2])
+    vector = add16_vector_end(node.op, a.shape, b.shape) > 0
+    scaled = add16_operand(codes, *p["b" if tabled else "a"], vector) * (p["sign"] if tabled else 1)
+    high = scaled >> 8
+    tables = (high.astype(np.float32), (scaled - 256 * high).astype(np.float32))
+    return _Binary16(requant, direct, 64.0 * (p["sign"] if direct == 1 else 1), tables, x)
+
+
 def _mean_plan(node: Node, tensors: Sequence[Tensor], attrs: dict) -> _Mean | None:
     from .ops.quantized import xnn_sum_constants
     from .ops.reduce import reduction_axes
     m = attrs.get("mean")
     x, axes = tensors[node.inputs[0]], tensors[node.inputs[1]]
-    if m is None or "tflite" in m or axes.data is None:
+    if m is None or axes.data is None:
         return None
     reduced = reduction_axes(axes.data, len(x.shape))
     if any(x.shape_signature[a] < 0 for a in reduced) if x.shape_signature else False:
         return None   # the count is known at run time only
     count = int(np.prod([x.shape[a] for a in reduced], dtype=np.int64))
+    if "tflite" in m:
+        return _mean16_plan(tensors[node.outputs[0]], count, m)
     s, z = xnn_sum_constants(count, m, mean=True)
     return _Mean(count * m["x_zp"], float(s), float(z), m["zp"], m["qmin"], m["qmax"])
+
+
+def _mean16_plan(out: Tensor, count: int, m: dict) -> _Mean16 | None:
+    """int16 MEAN (zero points 0) of ``count`` values per output, the multiplier per
+    channel of the output's last axis, as GRID_REQUANT16 reads it (an output of rank 0,
+    or no values, keeps the real-valued view)."""
+    from .ops.quantized import tflite_mean16_multiplier
+    if not out.shape or count < 1:
+        return None
+    channels = int(out.shape[-1])
+    multiplier, shift = tflite_mean16_multiplier(count, *m["tflite"])
+    return _Mean16({"bias": (0,) * channels, "multiplier": (int(multiplier),) * channels,
+                    "shift": (int(shift),) * channels, "style": "tflite", "step": 1.0,
+                    "lo": int(m["qmin"]), "hi": int(m["qmax"])})
 
 
 def _sums_plan(node: Node, tensors: Sequence[Tensor], attrs: dict) -> _Sums | None:
@@ -318,7 +449,21 @@ def _sums16_plan(node: Node, tensors: Sequence[Tensor], r: dict) -> _Sums16 | No
     return _Sums16(xi, weights, options)
 
 
-def _resize_plan(node: Node, tensors: Sequence[Tensor], attrs: dict) -> _Resize | None:
+def _pool16_plan(x: Tensor, attrs: dict) -> _HalfAway | None:
+    """int16 AVERAGE_POOL_2D (zero point 0): the float pool of grid values sums integers
+    exactly (windows of up to 512 pixels) and divides by the count of real pixels, as
+    TFLite's kernel; the quotient is exact on a tie and, for windows below 512 pixels, too
+    far from one to be rounded across it. Not a VALID window larger than the input, which
+    the float pool divides by its whole area as XNNPACK does (``window_clamped``)."""
+    p = QuantParams.of(x)
+    if p is None or p.dtype != np.int16 or not p.per_tensor or p.zero_point != 0:
+        return None
+    if attrs.get("window_clamped") and any(f > d for f, d in zip(attrs["filter"], x.shape[1:3])):
+        return None
+    return _HalfAway(*attrs["clamp"])
+
+
+def _resize_plan(node: Node, tensors: Sequence[Tensor], attrs: dict) -> _HalfAway | None:
     """int16 (TFLite's integer kernel, zero point 0) where, along both axes, the float
     op's taps (:func:`litegpu.ops.nn.bilinear_axis`) weigh each source row / column as
     TFLite's integer taps do and are multiples of 1/16: sums of int16 grid values times
@@ -343,7 +488,25 @@ def _resize_plan(node: Node, tensors: Sequence[Tensor], attrs: dict) -> _Resize 
         np.add.at(theirs, (rows, upper), upper_weight)
         if not (np.array_equal(ours, theirs) and np.all(f * np.float32(16) == np.rint(f * np.float32(16)))):
             return None
-    return _Resize(p.qmin, p.qmax)
+    return _HalfAway(p.qmin, p.qmax)
+
+
+def _softmax16_plan(x: Tensor, attrs: dict) -> _Softmax16 | None:
+    """int16 SOFTMAX (the 8-bit one keeps the real-valued view): the reference's
+    exponential of every distance to the row's maximum (rescaled by its multiplier, looked
+    up in its exp table) and its reciprocal of every normalized sum (looked up in its
+    1 / (1 + x) table), as ``_softmax16`` computes them."""
+    from .ops.quantized_act import lut16_lookup
+    from .quant import multiply_by_quantized_multiplier
+    p = attrs.get("softmax16")
+    if p is None or not x.shape or x.shape[-1] < 1:
+        return None
+    distance = np.arange(-65535, 1, dtype=np.int64)
+    scaled = multiply_by_quantized_multiplier(distance, p["multiplier"], p["shift"])
+    exps = lut16_lookup(np.clip(scaled + 32767, -32768, 32767), p["exp_lut"])
+    normalized = np.arange(1 << 16, (1 << 17) + 1, dtype=np.int64)
+    reciprocals = lut16_lookup(np.clip(normalized - (1 << 15) - (1 << 16), -32768, 32767), p["recip_lut"])
+    return _Softmax16(exps.astype(np.float32), reciprocals.astype(np.float32))
 
 
 def _lookup_plan(node: Node, tensors: Sequence[Tensor], attrs: dict, opdef: OpDef) -> _Lookup | None:
@@ -352,7 +515,7 @@ def _lookup_plan(node: Node, tensors: Sequence[Tensor], attrs: dict, opdef: OpDe
     x, out = QuantParams.of(tensors[node.inputs[0]]), QuantParams.of(tensors[node.outputs[0]])
     if x is None or out is None or not (x.per_tensor and out.per_tensor) or x.qmax - x.qmin >= _LOOKUP_LIMIT:
         return None
-    if x.qmax - x.qmin >= 1 << 8 and node.op in _NO_WIDE_LOOKUP:
+    if x.qmax - x.qmin >= 1 << 8 and (node.op in _NO_WIDE_LOOKUP or node.op in _CLAMPS and x.same_as(out)):
         return None
     codes = np.arange(x.qmin, x.qmax + 1).astype(x.dtype)
     try:
@@ -409,9 +572,9 @@ class _Rewrite:
             plan = self.plans[node.index]
             if isinstance(plan, (_Sums, _Sums16)):
                 return pos == plan.x
-            if isinstance(plan, _Binary):
+            if isinstance(plan, (_Binary, _Binary16)):
                 return pos in (0, 1)
-            if isinstance(plan, (_Mean, _Lookup, _Resize)):
+            if isinstance(plan, (_Mean, _Mean16, _Lookup, _HalfAway, _Softmax16)):
                 return pos == 0
             return plan == "pass" and pos == 0 and all(o in grid for o in node.outputs if o >= 0)
 
@@ -490,12 +653,18 @@ class _Rewrite:
                 self.sums16(node, plan)
             elif isinstance(plan, _Binary):
                 self.grid_binary(node, plan)
+            elif isinstance(plan, _Binary16):
+                self.grid_binary16(node, plan)
             elif isinstance(plan, _Mean):
                 self.mean(node, plan)
             elif isinstance(plan, _Lookup):
                 self.lookup(node, plan)
-            elif isinstance(plan, _Resize):
-                self.resize(node, plan)
+            elif isinstance(plan, _Mean16):
+                self.mean16(node, plan)
+            elif isinstance(plan, _HalfAway):
+                self.half_away(node, plan)
+            elif isinstance(plan, _Softmax16):
+                self.softmax16(node, plan)
             elif plan == "pass" and node.inputs[0] in self.grid:
                 self.nodes.append(replace(node, inputs=self.mapped(node.inputs)))
             else:
@@ -564,11 +733,7 @@ class _Rewrite:
         o = node.outputs[0]
         name = self.sg.tensors[o].name
         xi, wi, bi = EXACT_SUMS[node.op]
-        x = self.grid_input(node.inputs[xi])
-        high, low = (self.new_tensor(self.tensors[x], f"{name}/input_{what}", full_precision=False)
-                     for what in ("high", "low"))
-        self.add("QUANT_SIM", (x,), (high,), _sim(256.0, 1.0, 0, -128, 128))
-        self.add("GRID_ADD", (x, high), (low,), {"a_multiplier": 1.0, "b_multiplier": -256.0})
+        high, low = self.split_bytes(self.grid_input(node.inputs[xi]), f"{name}/input", 128, full_precision=False)
         weights = self.new_tensor(self.tensors[o], f"{name}/grid_filter", plan.weights, False)
         sums = []
         for part in (high, low):
@@ -602,6 +767,29 @@ class _Rewrite:
         self.add("QUANT_SIM", (total,), self.mapped([o]),
                  _sim(1.0, self.out_scale(o), plan.zp, plan.lo, plan.hi, "even" if plan.scale else "half_up"))
 
+    def grid_binary16(self, node: Node, plan: _Binary16) -> None:
+        """TFLite's int16 ADD/SUB/MUL value before requantization as ``256 * high + low``
+        (see :class:`_Binary16`), GRID_REQUANT16, QUANT_SIM into the output's form."""
+        o = node.outputs[0]
+        name = self.sg.tensors[o].name
+        high, low, code = (self.new_tensor(self.tensors[o], f"{name}/{what}")
+                           for what in ("high", "low", "requantized"))
+        if plan.tables is None:
+            a_high, a_low = self.split_bytes(self.grid_input(node.inputs[0]), f"{name}/input", 256)
+            b = self.grid_input(node.inputs[1])
+            self.add("GRID_MUL", (a_high, b), (high,), {"scale": 1.0})
+            self.add("GRID_MUL", (a_low, b), (low,), {"scale": 1.0})
+        else:
+            x, tabled = self.grid_input(node.inputs[plan.direct]), node.inputs[1 - plan.direct]
+            high_part, low_part = (self.lookup_codes(tabled, plan.codes, table, f"{name}/operand_{what}")
+                                   for what, table in zip(("high", "low"), plan.tables))
+            self.add("GRID_ADD", (x, high_part), (high,), {"a_multiplier": plan.direct_multiplier, "b_multiplier": 1.0})
+            # the low byte broadcast over the output's shape (the other input times 0)
+            self.add("GRID_ADD", (x, low_part), (low,), {"a_multiplier": 0.0, "b_multiplier": 1.0})
+        self.add("GRID_REQUANT16", (high, low), (code,), plan.requant)
+        r = plan.requant
+        self.add("QUANT_SIM", (code,), self.mapped([o]), _sim(1.0, self.out_scale(o), 0, r["lo"], r["hi"]))
+
     def mean(self, node: Node, plan: _Mean) -> None:
         """SUM of the grid values (exact), plus the zero points back (the sum of codes),
         times ``s`` plus ``z`` as XNNPACK, rounded onto codes that already hold the zero point."""
@@ -619,24 +807,110 @@ class _Rewrite:
         self.add("QUANT_SIM", (steps[3],), self.mapped([o]),
                  _sim(1.0, self.out_scale(o), plan.zp, plan.qmin, plan.qmax, coded=True))
 
-    def resize(self, node: Node, plan: _Resize) -> None:
-        """The float resize of the grid values (exact), rounded half away from zero."""
+    def half_away(self, node: Node, plan: _HalfAway) -> None:
+        """The float op of the grid values (exact; its fused activation left to the
+        clamp), rounded half away from zero and clamped."""
         o = node.outputs[0]
         raw = self.new_tensor(self.tensors[o], f"{self.sg.tensors[o].name}/unrounded")
+        options = {**node.options, "fused_activation_function": 0} if "fused_activation_function" in node.options \
+            else node.options
         self.nodes.append(replace(node, inputs=(self.grid_input(node.inputs[0]), *self.mapped(node.inputs[1:])),
-                                  outputs=(raw,)))
-        self.add("QUANT_SIM", (raw,), self.mapped([o]),
-                 _sim(1.0, self.out_scale(o), 0, plan.qmin, plan.qmax, "half_away"))
+                                  outputs=(raw,), options=options))
+        self.add("QUANT_SIM", (raw,), self.mapped([o]), _sim(1.0, self.out_scale(o), 0, plan.lo, plan.hi, "half_away"))
+
+    def mean16(self, node: Node, plan: _Mean16) -> None:
+        """The grid values split into bytes, the SUM of each (exact), GRID_REQUANT16 with
+        TFLite's mean multiplier, QUANT_SIM into the output's form."""
+        o = node.outputs[0]
+        name = self.sg.tensors[o].name
+        sums = []
+        parts = self.split_bytes(self.grid_input(node.inputs[0]), f"{name}/input", 128, full_precision=False)
+        for part, what in zip(parts, ("high", "low")):
+            total = self.new_tensor(self.tensors[o], f"{name}/sum_{what}")
+            index = node.index
+            if what == "low":   # the node's second copy: an added node
+                index, self.next_node = self.next_node, self.next_node + 1
+            self.nodes.append(replace(node, index=index, op="SUM", inputs=(part, node.inputs[1]), outputs=(total,)))
+            sums.append(total)
+        code = self.new_tensor(self.tensors[o], f"{name}/requantized")
+        self.add("GRID_REQUANT16", tuple(sums), (code,), plan.requant)
+        r = plan.requant
+        self.add("QUANT_SIM", (code,), self.mapped([o]), _sim(1.0, self.out_scale(o), 0, r["lo"], r["hi"]))
+
+    def split_bytes(self, x: int, name: str, limit: int, full_precision: bool = True) -> tuple[int, int]:
+        """Integer-valued ``x`` as ``256 * high + low``: ``high = rint(x / 256)`` (a
+        QUANT_SIM held to ``[-limit, limit]``) and ``low`` in [-128, 128] (a GRID_ADD)."""
+        high, low = (self.new_tensor(self.tensors[x], f"{name}_{what}", full_precision=full_precision)
+                     for what in ("high", "low"))
+        self.add("QUANT_SIM", (x,), (high,), _sim(256.0, 1.0, 0, -limit, limit))
+        self.add("GRID_ADD", (x, high), (low,), {"a_multiplier": 1.0, "b_multiplier": -256.0})
+        return high, low
+
+    def softmax16(self, node: Node, plan: _Softmax16) -> None:
+        """TFLite's int16 SOFTMAX on the grid values of the last axis: the distances to the
+        row's maximum, their exponentials from the reference's table, the exact row sum,
+        its leading power of two and the sum normalized to 17 bits (rounded half up), the
+        reference's reciprocal of that at the sum's scale, each exponential times it
+        rounded half up, clamped to [0, 32767] in the output's form."""
+        o = node.outputs[0]
+        name = self.sg.tensors[o].name
+        like = self.tensors[o]
+        signature = like.shape_signature or like.shape
+        rows = replace(like, shape=(*like.shape[:-1], 1), shape_signature=(*signature[:-1], 1))
+        axis = self.new_axis(like, f"{name}/last_axis", len(like.shape) - 1)
+        x = self.grid_input(node.inputs[0])
+        top, total, step, normalized, shifted, reciprocal, factor = (
+            self.new_tensor(rows, f"{name}/{what}") for what in ("row_max", "row_sum", "leading_step", "normalized",
+                                                                 "shifted", "reciprocal", "factor"))
+        distance, exps, code = (self.new_tensor(like, f"{name}/{what}") for what in ("distance", "exps", "code"))
+        self.add("REDUCE_MAX", (x, axis), (top,), {"keep_dims": True})
+        self.add("SUB", (x, top), (distance,))
+        self.add("QUANT_LUT", (distance, self.new_tensor(like, f"{name}/exp_table", plan.exps)), (exps,),
+                 {"in_scale": 1.0, "offset": plan.exps.size - 1})
+        self.add("SUM", (exps, axis), (total,), {"keep_dims": True})
+        self.add("INV_FLOOR_POW2", (total,), (step,))
+        self.add("MUL", (total, step), (normalized,))
+        self.add("QUANT_SIM", (normalized,), (shifted,), _sim(2.0 ** -16, 1.0, 0, 1 << 16, 1 << 17, "half_up"))
+        self.add("QUANT_LUT", (shifted, self.new_tensor(like, f"{name}/reciprocal_table", plan.reciprocals)),
+                 (reciprocal,), {"in_scale": 1.0, "offset": -(1 << 16)})
+        self.add("MUL", (reciprocal, step), (factor,))
+        self.add("GRID_MUL_ROUND", (exps, factor), (code,))
+        self.add("QUANT_SIM", (code,), self.mapped([o]), _sim(1.0, self.out_scale(o), 0, 0, 32767))
+
+    def new_axis(self, like: Tensor, name: str, axis: int) -> int:
+        """Append an int32 constant holding ``axis`` (a reduction's axes input)."""
+        index = len(self.tensors)
+        data = np.array([axis], np.int32)
+        data.setflags(write=False)
+        self.tensors.append(replace(like, index=index, name=name, dtype=np.dtype(np.int32), type_name="INT32",
+                                    shape=(1,), shape_signature=(1,), data=data, quantization=None,
+                                    is_variable=False, sparsity=None, full_precision=False))
+        return index
 
     def lookup(self, node: Node, plan: _Lookup) -> None:
         """QUANT_LUT over the integer reference's outputs, in the output's form."""
         x, o = node.inputs[0], node.outputs[0]
         values = (plan.table.astype(np.float64) - plan.out.zero_point) * self.out_scale(o)
-        table = self.new_tensor(self.tensors[o], f"{self.sg.tensors[o].name}/table", values.astype(np.float32),
-                                _wide(self.sg.tensors[o]))
-        x_scale = 1.0 if x in self.grid else _grid_step(plan.codes.scale)
-        self.add("QUANT_LUT", (self.mapped([x])[0], table), self.mapped([o]),
-                 {"in_scale": x_scale, "offset": plan.codes.zero_point - plan.codes.qmin})
+        self.lookup_codes(x, plan.codes, values.astype(np.float32), f"{self.sg.tensors[o].name}/table",
+                          self.mapped([o])[0], _wide(self.sg.tensors[o]))
+
+    def lookup_codes(self, x: int, codes: QuantParams, values: np.ndarray, name: str, out: int | None = None,
+                     full_precision: bool = True) -> int:
+        """QUANT_LUT of ``values`` (a table over ``x``'s codes from ``codes.qmin``) indexed by
+        ``x``'s code, read from its grid or real form; into ``out``, or a new tensor of
+        ``x``'s shape (for a constant ``x``, the values looked up now: a constant the
+        compiler would fold without its ``full_precision``). Returns the output."""
+        source = self.sg.tensors[x]
+        if out is None and source.data is not None:
+            return self.new_tensor(source, f"{name}_lookup", values[source.data.astype(np.int64) - codes.qmin],
+                                   full_precision)
+        table = self.new_tensor(source, name, values, full_precision)
+        if out is None:
+            out = self.new_tensor(source, f"{name}_lookup")
+        x_scale = 1.0 if x in self.grid else _grid_step(codes.scale)
+        self.add("QUANT_LUT", (self.mapped([x])[0], table), (out,),
+                 {"in_scale": x_scale, "offset": codes.zero_point - codes.qmin})
+        return out
 
 
 def _grid_step(scale: float) -> float:
@@ -731,6 +1005,30 @@ def grid_mul(a: np.ndarray, b: np.ndarray, attrs: dict) -> np.ndarray:
     return ((np.asarray(a, np.float32) * np.asarray(b, np.float32)) * np.float32(attrs["scale"])).astype(np.float32)
 
 
+def inv_floor_pow2(x: np.ndarray) -> np.ndarray:
+    """``2^-floor(log2 x)`` in float32: one over the largest power of two not above ``x``,
+    for ``x`` in [1, 2^32) (1 below 1 and for NaN, 2^-31 from 2^31 up, inf included)."""
+    x = np.asarray(x, np.float32)
+    _, exponent = np.frexp(np.where(np.isfinite(x), x, np.float32(2.0 ** 31)))
+    leading = np.where(x >= 1, np.clip(exponent - 1, 0, 31), 0)
+    return np.ldexp(np.float32(1), -leading).astype(np.float32)
+
+
+def grid_mul_round(a: np.ndarray, b: np.ndarray, attrs: dict | None = None) -> np.ndarray:
+    """``floor(a * b + 0.5)`` (broadcast): an integer grid times a fixed-point factor,
+    rounded half up as an integer product shifted right with its half added; in float32
+    as the kernels' formula computes it (:func:`litegpu.codegen.formulas.grid_mul_round`),
+    exact for integers ``|a| < 2^15`` and ``b`` of at most 15 significant bits, a multiple
+    of 2^-23: ``a`` split at 2^7, each part's product with ``b`` exact, their integer parts
+    and their fractions added apart."""
+    a, b = np.asarray(a, F32), np.asarray(b, F32)
+    with np.errstate(invalid="ignore", over="ignore"):
+        high = np.floor(a * np.float32(2.0 ** -7)) * np.float32(128)
+        x, y = high * b, (a - high) * b
+        whole_x, whole_y = np.floor(x), np.floor(y)
+        return (whole_x + whole_y + np.floor((x - whole_x) + (y - whole_y) + np.float32(0.5))).astype(F32)
+
+
 def _requant16_attrs(node: Node, tensors: Sequence[Tensor]) -> dict:
     o = node.options
     style = o["style"]
@@ -772,6 +1070,12 @@ register(OpDef(name="GRID_ADD", attrs=_grid_add_attrs, infer=_grid_add_infer,
 register(OpDef(name="GRID_MUL", attrs=lambda node, tensors: {"scale": float(node.options["scale"])},
                infer=_grid_add_infer, reference=lambda inputs, attrs: [grid_mul(inputs[0], inputs[1], attrs)],
                doc="MUL of the float view on two grids: the product times the requantization scale."))
+register(OpDef(name="GRID_MUL_ROUND", attrs=lambda node, tensors: {}, infer=_grid_add_infer,
+               reference=lambda inputs, attrs: [grid_mul_round(inputs[0], inputs[1])],
+               doc="A grid times a fixed-point factor, rounded half up (int16 SOFTMAX's last step)."))
+register(OpDef(name="INV_FLOOR_POW2", attrs=lambda node, tensors: {}, infer=_same_shape_f32,
+               reference=lambda inputs, attrs: [inv_floor_pow2(inputs[0])],
+               doc="One over the largest power of two not above x: a sum's leading bit, as a float step."))
 register(OpDef(name="GRID_REQUANT16", attrs=_requant16_attrs, infer=_requant16_infer,
                reference=lambda inputs, attrs: [grid_requant16(inputs[0], inputs[1], attrs)],
                doc="16x8 sums of the float view: high and low grid sums, bias, TFLite's fixed-point requantization."))
@@ -781,4 +1085,4 @@ register(OpDef(name="QUANT_LUT", attrs=_lut_attrs, infer=_same_shape_f32,
 
 
 __all__ = ["EXACT_SUMS", "GRID_BINARY", "LOOKUP_OPS", "MODE", "PASS_THROUGH", "float_view", "grid_add", "grid_mul",
-           "grid_requant16", "is_quantized_model", "quant_lut", "quant_sim"]
+           "grid_mul_round", "grid_requant16", "inv_floor_pow2", "is_quantized_model", "quant_lut", "quant_sim"]

@@ -124,6 +124,30 @@ def quant_sim(x: Expr, a: dict) -> Expr:
     return centred if a["out_scale"] == 1.0 else centred * float(a["out_scale"])
 
 
+def inv_floor_pow2(x: Expr) -> Expr:
+    """INV_FLOOR_POW2 (:func:`litegpu.float_view.inv_floor_pow2`): ``2^-floor(log2 x)``,
+    one over the largest power of two not above ``x`` in [1, 2^32), by comparing ``x`` with
+    each power (a float32 log2 rounds up to the power just above: log2(2^24 - 1) is 24);
+    1 below 1 and for NaN."""
+    inv = ir.lit(1.0, x.type)
+    for k in range(1, 32):
+        inv = select(x >= float(2 ** k), 2.0 ** -k, inv)
+    return inv
+
+
+def grid_mul_round(x: Expr, y: Expr) -> Expr:
+    """GRID_MUL_ROUND (:func:`litegpu.float_view.grid_mul_round`): ``floor(x * y + 0.5)``
+    exactly in float32, for an integer ``|x| < 2^15`` and ``y`` of at most 15 significant
+    bits, a multiple of 2^-23 (their product needs 30 bits). ``x`` is split at 2^7 so that
+    each part's product with ``y`` is exact (23 and 22 bits); their integer parts add
+    exactly, and so do their fractions (multiples of 2^-23 below 2), whose sum plus a half
+    is then floored. Every product is exact, so a contracted multiply-add changes nothing."""
+    high = call("floor", x * 2.0 ** -7) * 128.0
+    a, b = high * y, (x - high) * y
+    whole_a, whole_b = call("floor", a), call("floor", b)
+    return whole_a + whole_b + call("floor", (a - whole_a) + (b - whole_b) + 0.5)
+
+
 def first_unless(op: str, x: Expr, y: Expr, a: dict) -> Expr:
     """MAXIMUM (``op`` ``>``) / MINIMUM (``<``) as LiteRT: the first operand where it wins
     the comparison, else the second (NaN too); ``y`` is first when the ``swapped`` attr says
@@ -154,6 +178,7 @@ UNARY: dict[str, Callable[[Expr, dict], Expr]] = {
     "ROUND": lambda x, a: call("rint", x),     # half to even
     "SIGN": lambda x, a: call("sign", x),
     "QUANT_SIM": quant_sim,
+    "INV_FLOOR_POW2": lambda x, a: inv_floor_pow2(x),
     # the clamp ops are the fused activations' clamps
     **{op: (lambda x, a, op=op: clamp(op, x)) for op in ("RELU", "RELU6", "RELU_N1_TO_1", "RELU_0_TO_1")},
 }
@@ -163,6 +188,7 @@ BINARY: dict[str, Callable[[Expr, Expr, dict], Expr]] = {
     "ADD": lambda x, y, a: x + y,
     "GRID_ADD": lambda x, y, a: x * float(a["a_multiplier"]) + y * float(a["b_multiplier"]),
     "GRID_MUL": lambda x, y, a: (x * y) * float(a["scale"]),
+    "GRID_MUL_ROUND": lambda x, y, a: grid_mul_round(x, y),
     "SUB": lambda x, y, a: x - y,
     "MUL": lambda x, y, a: x * y,
     "DIV": lambda x, y, a: x / y,

@@ -28,7 +28,8 @@ from ..errors import ModelFormatError, UnsupportedError
 from ..graph import Node, Tensor
 from ..quant import (QuantParams, activation_range, dequantize, fp32_scale, multiply_by_quantized_multiplier,
                      multiply_by_quantized_multiplier_64, quantize, quantize_multiplier, requantize_fp32,
-                     round_half_away, rounding_divide_by_pot, xnn_add, xnn_add_params)
+                     round_half_away, rounding_divide_by_pot, saturating_rounding_doubling_high_mul, xnn_add,
+                     xnn_add_params)
 from .nn import (_pad_hw, _spatial_plan, _tap, bilinear_axis, conv_sums, depthwise_sums, pool_input_4d,
                  transpose_conv_out_hw, transpose_conv_sums)
 from .registry import OpDef, TensorSpec, const_input, get_op, register
@@ -332,11 +333,40 @@ def _pot_shifts(node: Node, tensors: Sequence[Tensor], a: QuantParams, b: QuantP
     return -shifts[0], -shifts[1]
 
 
+def add16_operand(x, zp: int, multiplier: int, shift: int, vector: bool) -> np.ndarray:
+    """One operand of TFLite's general int16 ADD/SUB on its way to the sum (int64): less its
+    zero point, shifted left by 15, times its multiplier (below one: ``shift`` <= 0). The
+    scalar code rounds twice (``MultiplyByQuantizedMultiplier``: the doubling high multiply,
+    then the right shift). The vector loop of LiteRT's ADD that broadcasts nothing
+    (:func:`add16_vector_end`; ``AddElementwiseInt16``, NEON on x86 through NEON_2_SSE) folds
+    the right shift into the left one, ``15 + shift`` (a right shift, flooring, when
+    negative), and rounds once, in the high multiply: about 1 value in 5000 comes out a
+    unit apart (measured against LiteRT, as the cpu kernel's ``q16._scaled_operand``)."""
+    x = np.asarray(x, np.int64) - zp
+    if not vector:
+        return multiply_by_quantized_multiplier(x << 15, multiplier, shift)
+    left = 15 + shift
+    return saturating_rounding_doubling_high_mul(x << left if left >= 0 else x >> -left, multiplier)
+
+
+def add16_vector_end(op: str, a_shape, b_shape) -> int:
+    """Where the vector loop of LiteRT's int16 ADD ends: after the last whole block of 16
+    outputs of an ADD whose operands both have the output's size (one shape, or shapes
+    apart by axes of 1, (1, 48) and (48,): its broadcast dispatch finds nothing to
+    broadcast and runs the elementwise loop, measured); 0 for SUB and an ADD that
+    broadcasts (TFLite's scalar code throughout)."""
+    size = int(np.prod(np.broadcast_shapes(tuple(a_shape), tuple(b_shape)), dtype=np.int64))
+    elementwise = int(np.prod(a_shape, dtype=np.int64)) == int(np.prod(b_shape, dtype=np.int64)) == size
+    return size // 16 * 16 if op == "ADD" and elementwise else 0
+
+
 def _add_q(inputs: list, attrs: dict) -> list[np.ndarray]:
     """Quantized ADD / SUB. int8/uint8 as XNNPACK: ``(bias + a * ma + b * mb) >> shift +
-    zp``, clamped; int16 as TFLite's general kernel (fixed-point multipliers, double
-    rounding), or with power-of-two scales its LSTM kernel: the finer input rounded
-    (half away from zero) onto the output's scale, added or subtracted, clamped."""
+    zp``, clamped; int16 as TFLite's general kernel (:func:`add16_operand`: LiteRT's vector
+    arithmetic for the whole blocks of 16 outputs of an ADD that broadcasts nothing, its
+    scalar code elsewhere; then the output's fixed-point multiplier), or with power-of-two
+    scales its LSTM kernel: the finer input rounded (half away from zero) onto the
+    output's scale, added or subtracted, clamped."""
     if "add" in attrs:
         y = xnn_add(inputs[0], inputs[1], attrs["add"], attrs["zp"], attrs["lo"], attrs["hi"])
         return [y.astype(attrs["dtype"])]
@@ -345,11 +375,16 @@ def _add_q(inputs: list, attrs: dict) -> list[np.ndarray]:
         total = rounding_divide_by_pot(inputs[0], sa) + sign * rounding_divide_by_pot(inputs[1], sb)
         return [np.clip(total, attrs["lo"], attrs["hi"]).astype(attrs["dtype"])]
     p = attrs["add16"]
+    a, b = (np.asarray(x) for x in inputs[:2])
+    shape = np.broadcast_shapes(a.shape, b.shape)
+    end = add16_vector_end("ADD" if p["sign"] == 1 else "SUB", a.shape, b.shape)
 
-    def scaled(x, zp, m, shift):
-        return multiply_by_quantized_multiplier((x.astype(np.int64) - zp) << 15, m, shift)
-    total = scaled(inputs[0], *p["a"]) + p["sign"] * scaled(inputs[1], *p["b"])
-    y = multiply_by_quantized_multiplier(total, *p["out"]) + attrs["zp"]
+    def total(vector: bool) -> np.ndarray:
+        return add16_operand(a, *p["a"], vector) + p["sign"] * add16_operand(b, *p["b"], vector)
+    flat = total(False).reshape(-1)
+    if end:
+        flat[:end] = total(True).reshape(-1)[:end]
+    y = multiply_by_quantized_multiplier(flat.reshape(shape), *p["out"]) + attrs["zp"]
     return [np.clip(y, attrs["lo"], attrs["hi"]).astype(attrs["dtype"])]
 
 
@@ -419,13 +454,18 @@ def xnn_sum_requant(total: np.ndarray, count: int, m: dict, mean: bool) -> np.nd
     return np.clip(np.rint(f), m["qmin"], m["qmax"]).astype(m["dtype"])
 
 
-def _tflite_mean16(total: np.ndarray, count: int, multiplier: int, shift: int) -> np.ndarray:
-    """TFLite's integer mean of int32 sums (``QuantizedMeanOrSum``, symmetric int16): the
-    ratio's multiplier times ``2^k / count`` (``k = floor(log2 count)``, at most 32 and
-    ``31 + shift``; truncated), ``shift - k``, then the double-rounding multiply."""
+def tflite_mean16_multiplier(count: int, multiplier: int, shift: int) -> tuple[int, int]:
+    """The fixed-point multiplier and shift of TFLite's integer mean of ``count`` values
+    (``QuantizedMeanOrSum``, symmetric int16): the ratio's multiplier times ``2^k / count``
+    (``k = floor(log2 count)``, at most 32 and ``31 + shift``; truncated), ``shift - k``."""
     k = min(max(count, 1).bit_length() - 1, 32, 31 + shift)
-    scaled = (multiplier << k) // max(count, 1)
-    return multiply_by_quantized_multiplier(total, scaled, shift - k)
+    return (multiplier << k) // max(count, 1), shift - k
+
+
+def _tflite_mean16(total: np.ndarray, count: int, multiplier: int, shift: int) -> np.ndarray:
+    """TFLite's integer mean of int32 sums: the double-rounding multiply by
+    :func:`tflite_mean16_multiplier`'s."""
+    return multiply_by_quantized_multiplier(total, *tflite_mean16_multiplier(count, multiplier, shift))
 
 
 def _mean_q(inputs: list, attrs: dict) -> list[np.ndarray]:
@@ -554,14 +594,28 @@ def _quantize_attrs(node: Node, tensors: Sequence[Tensor], base: dict) -> dict:
     return attrs
 
 
+def _quantize16(x: np.ndarray, out: QuantParams) -> np.ndarray:
+    """TFLite's float32 -> int16 QUANTIZE (per tensor): ``x * (1/scale)`` rounded to
+    nearest even, converted to int32 (on x86 a value past int32's range, an infinity or
+    NaN converts to INT32_MIN, which then saturates to -32768: measured), plus the zero
+    point in int32 (wrapping, as in C++), clamped."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        v = np.rint(np.asarray(x, np.float32) * (np.float32(1.0) / np.float32(out.scale)))
+        inside = (v >= np.float32(-2.0 ** 31)) & (v < np.float32(2.0 ** 31))   # NaN is not
+    q = np.where(inside, v, np.float32(-2.0 ** 31)).astype(np.int64) + out.zero_point
+    q = (q + (1 << 31)) % (1 << 32) - (1 << 31)
+    return np.clip(q, out.qmin, out.qmax).astype(out.dtype)
+
+
 def _quantize_q(inputs: list, attrs: dict) -> list[np.ndarray]:
-    """QUANTIZE: float32 -> int8/uint8/int16 as XNNPACK (``x * (1/scale)`` rounded to
-    nearest even; LiteRT's int16 kernel agrees, measured on unet_small_int16x8); int8
-    -> int8 as XNNPACK's convert, other int -> int by TFLite's fixed-point requantization."""
+    """QUANTIZE: float32 -> int8/uint8 as XNNPACK (``x * (1/scale)`` rounded to nearest
+    even, saturated), -> int16 as TFLite's kernel (:func:`_quantize16`: the same on finite
+    values within int32's range, -32768 past it); int8 -> int8 as XNNPACK's convert, other
+    int -> int by TFLite's fixed-point requantization."""
     out, src = attrs["out"], attrs["in"]
     x = inputs[0]
     if src is None:
-        return [quantize(x, out, "even")]
+        return [_quantize16(x, out) if out.dtype == I16 and out.per_tensor else quantize(x, out, "even")]
     if "xnn_multiplier" in attrs:
         m = attrs["xnn_multiplier"]
         acc = (out.zero_point << 8) - m * src.zero_point + 0x80 + x.astype(np.int64) * m
