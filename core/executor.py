@@ -103,13 +103,16 @@ def infer_subgraph(model: Model, sg: Subgraph, input_specs: dict[int, TensorSpec
                     and any(s is not None for s in ins):
                 values = _run_reference(opdef, node, [None if s is None else s.value for s in ins], attrs)
                 for o, v in zip(node.outputs, values):
-                    specs[o] = TensorSpec.of(np.asarray(v))
+                    # (a folded value keeps its tensor's full_precision: the float view's
+                    # wide values must not be stored in half precision)
+                    specs[o] = replace(TensorSpec.of(np.asarray(v)), full_precision=sg.tensors[o].full_precision)
                 folded.append(node.index)
                 continue
             if outs is not None and not opdef.stateful and outs and all(o.value is not None for o in outs):
                 # The value follows from shapes alone (SHAPE of a static tensor): fold it too.
                 for o, spec in zip(node.outputs, outs):
-                    specs[o] = TensorSpec.of(np.asarray(spec.value))
+                    specs[o] = replace(TensorSpec.of(np.asarray(spec.value)),
+                                       full_precision=sg.tensors[o].full_precision)
                 folded.append(node.index)
                 continue
         if outs is None:

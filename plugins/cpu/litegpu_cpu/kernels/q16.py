@@ -35,6 +35,7 @@ from numba import types
 from numba.extending import intrinsic
 
 from litegpu.backend import NodeContext
+from litegpu.ops.quantized import add16_vector_end, tflite_mean16_multiplier
 from litegpu.ops.quantized_act import lut16_lookup
 from litegpu.ops.reduce import reduction_axes
 from litegpu.quant import multiply_by_quantized_multiplier
@@ -260,7 +261,8 @@ def int16_add(ctx: NodeContext):
         if max(shifts) > 0:
             return None      # multipliers above one: LiteRT's kernel assumes none
         operands = ((*p["a"], 1), (*p["b"], p["sign"]))
-        return _binary(ctx, _add_task, operands, (*p["out"], attrs["zp"], *bounds, _vector_end(ctx)), "add")
+        vector_end = add16_vector_end(ctx.node.op, ctx.inputs[0].shape, ctx.inputs[1].shape)
+        return _binary(ctx, _add_task, operands, (*p["out"], attrs["zp"], *bounds, vector_end), "add")
     if "add16_pot" in attrs:
         (sa, sb), sign = attrs["add16_pot"], attrs["sign"]
         return _binary(ctx, _add_pot_task, ((sa, 1), (sb, sign)), bounds, "power-of-two add")
@@ -274,14 +276,6 @@ def int16_mul(ctx: NodeContext):
     if r is None or "multiplier" not in r:
         return None
     return _binary(ctx, _mul_task, ((r["a_zp"],), (r["b_zp"],)), (*r["multiplier"], r["zp"], r["lo"], r["hi"]), "mul")
-
-
-def _vector_end(ctx: NodeContext) -> int:
-    """Where the vector loop of LiteRT's int16 ADD ends (see :func:`_scaled_operand`): after
-    the last whole block of 16 outputs when it runs it (ADD of two operands of one shape),
-    else at 0 (SUB, and the broadcasting ADD: TFLite's scalar code throughout)."""
-    same = ctx.node.op == "ADD" and tuple(ctx.inputs[0].shape) == tuple(ctx.inputs[1].shape)
-    return int(np.prod(ctx.outputs[0].shape, dtype=np.int64)) // 16 * 16 if same else 0
 
 
 def _binary(ctx: NodeContext, task, operands: tuple, out_values: tuple, name: str):
@@ -766,15 +760,6 @@ def _mean16_loop(x, out, acc, multiplier, shift, zp, lo, hi):   # pragma: no cov
             out[o, i] = _clamp(_multiply(acc[i], multiplier, shift) + zp, lo, hi)
 
 
-def _mean16_multiplier(count: int, multiplier: int, shift: int) -> tuple[int, int]:
-    """TFLite's multiplier of an int16 mean of ``count`` values, as
-    :func:`litegpu.ops.quantized._tflite_mean16` computes it: the ratio's multiplier times
-    ``2^k / count`` (``k = floor(log2 count)``, at most 32 and ``31 + shift``; truncated),
-    the shift less ``k``."""
-    k = min(count.bit_length() - 1, 32, 31 + shift)
-    return (multiplier << k) // count, shift - k
-
-
 @kernel("MEAN", quantized=True)
 def int16_mean(ctx: NodeContext):
     """int16 MEAN over constant, adjacent axes (a global average pool) in TFLite's
@@ -791,7 +776,7 @@ def int16_mean(ctx: NodeContext):
     inner = int(np.prod(shape[axes[-1] + 1:], dtype=np.int64))
     if count == 0:
         return None
-    args = (*_mean16_multiplier(count, *m["tflite"]), m["zp"], m["qmin"], m["qmax"])
+    args = (*tflite_mean16_multiplier(count, *m["tflite"]), m["zp"], m["qmin"], m["qmax"])
     acc = np.empty(inner, np.int64)
 
     def bind(inputs, outputs):
