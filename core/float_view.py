@@ -199,14 +199,16 @@ class _Sums16:
 
 @dataclass(frozen=True)
 class _HalfAway:
-    """An int16 node whose float op on grid values is exact (an AVERAGE_POOL_2D: a sum of
-    integers divided by the count of real pixels; a RESIZE_BILINEAR whose float taps are
+    """A node whose float op on grid values is exact (an AVERAGE_POOL_2D: a sum of integers
+    divided by the count of real pixels; an int16 RESIZE_BILINEAR whose float taps are
     TFLite's 1/1024ths exactly and few bits long), then rounded half away from zero as
     TFLite's integer kernel rounds, and clamped to ``[lo, hi]`` (the fused activation's
-    range, or the type's)."""
+    range, or the type's, in codes). TFLite's 8-bit average pool rounds the mean of the
+    codes, zero point included (``zero_point``): it is added before the rounding."""
 
     lo: int
     hi: int
+    zero_point: int = 0
 
 
 @dataclass(frozen=True)
@@ -450,17 +452,19 @@ def _sums16_plan(node: Node, tensors: Sequence[Tensor], r: dict) -> _Sums16 | No
 
 
 def _pool16_plan(x: Tensor, attrs: dict) -> _HalfAway | None:
-    """int16 AVERAGE_POOL_2D (zero point 0): the float pool of grid values sums integers
-    exactly (windows of up to 512 pixels) and divides by the count of real pixels, as
-    TFLite's kernel; the quotient is exact on a tie and, for windows below 512 pixels, too
-    far from one to be rounded across it. Not a VALID window larger than the input, which
-    the float pool divides by its whole area as XNNPACK does (``window_clamped``)."""
+    """AVERAGE_POOL_2D on int16 (zero point 0), int8 or uint8: the float pool of grid values
+    sums integers exactly (windows of up to 512 pixels) and divides by the count of real
+    pixels, as TFLite's kernel; the quotient is exact on a tie and, for windows below 512
+    pixels, too far from one to be rounded across it. Not a VALID window larger than the
+    input, which the float pool divides by its whole area as XNNPACK does
+    (``window_clamped``)."""
     p = QuantParams.of(x)
-    if p is None or p.dtype != np.int16 or not p.per_tensor or p.zero_point != 0:
+    if p is None or not p.per_tensor or p.dtype not in (np.dtype(np.int16), np.dtype(np.int8), np.dtype(np.uint8)) \
+            or (p.dtype == np.int16 and p.zero_point != 0) or max(attrs["filter"][0] * attrs["filter"][1], 1) >= 512:
         return None
     if attrs.get("window_clamped") and any(f > d for f, d in zip(attrs["filter"], x.shape[1:3])):
         return None
-    return _HalfAway(*attrs["clamp"])
+    return _HalfAway(*attrs["clamp"], zero_point=p.zero_point)
 
 
 def _resize_plan(node: Node, tensors: Sequence[Tensor], attrs: dict) -> _HalfAway | None:
@@ -816,7 +820,14 @@ class _Rewrite:
             else node.options
         self.nodes.append(replace(node, inputs=(self.grid_input(node.inputs[0]), *self.mapped(node.inputs[1:])),
                                   outputs=(raw,), options=options))
-        self.add("QUANT_SIM", (raw,), self.mapped([o]), _sim(1.0, self.out_scale(o), 0, plan.lo, plan.hi, "half_away"))
+        if plan.zero_point:
+            name = self.sg.tensors[o].name
+            codes = self.new_tensor(self.tensors[o], f"{name}/unrounded_codes")
+            zero = self.new_tensor(self.tensors[o], f"{name}/zero_point", np.float32(plan.zero_point).reshape(1))
+            self.add("ADD", (raw, zero), (codes,))
+            raw = codes
+        self.add("QUANT_SIM", (raw,), self.mapped([o]),
+                 _sim(1.0, self.out_scale(o), plan.zero_point, plan.lo, plan.hi, "half_away", coded=True))
 
     def mean16(self, node: Node, plan: _Mean16) -> None:
         """The grid values split into bytes, the SUM of each (exact), GRID_REQUANT16 with
