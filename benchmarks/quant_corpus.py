@@ -208,6 +208,14 @@ def _inputs(details, seed: int) -> list[np.ndarray]:
     return out
 
 
+def outputs(interp, values: list[np.ndarray]) -> list[np.ndarray]:
+    """``interp``'s outputs (copies) after one invoke on ``values``, its inputs in order."""
+    for d, v in zip(interp.get_input_details(), values):
+        interp.set_tensor(d["index"], v)
+    interp.invoke()
+    return [interp.get_tensor(d["index"]).copy() for d in interp.get_output_details()]
+
+
 def _error(got: np.ndarray, want: np.ndarray) -> str:
     if want.dtype.kind in "iu":
         return f"{int(np.abs(got.astype(np.int64) - want.astype(np.int64)).max())} q"
@@ -239,13 +247,7 @@ def measure(names: list[str], runs: int, rounds: int, threads: int) -> int:
             print(f"| {model} | {kind} | not run: {str(exc)[:80]} | | | | |")
             continue
         x = _inputs(theirs.get_input_details(), 7)
-        outs = []
-        for interp in (ours, theirs):
-            for d, v in zip(interp.get_input_details(), x):
-                interp.set_tensor(d["index"], v)
-            interp.invoke()
-            outs.append([interp.get_tensor(d["index"]).copy() for d in interp.get_output_details()])
-        error = ", ".join(_error(g, w) for g, w in zip(*outs))
+        error = ", ".join(_error(g, w) for g, w in zip(outputs(ours, x), outputs(theirs, x)))
         best = alternate({"ours": ours.invoke, "litert": theirs.invoke}, runs, rounds)
         ratio = best["ours"] / best["litert"]
         ratios.setdefault(kind, []).append(ratio)
@@ -301,13 +303,7 @@ def gpu(names: list[str], backend: str, precision: str) -> int:
             print(f"| {model} | {kind} | not run: {str(exc)[:80]} | | | |")
             continue
         x = _inputs(theirs.get_input_details(), 7)
-        outs = []
-        for interp in (ours, theirs):
-            for d, v in zip(interp.get_input_details(), x):
-                interp.set_tensor(d["index"], v)
-            interp.invoke()
-            outs.append(interp.get_tensor(interp.get_output_details()[0]["index"]).astype(np.float64))
-        got, want = outs
+        got, want = (outputs(interp, x)[0].astype(np.float64) for interp in (ours, theirs))
         quantum = _quantum(path)
         unit = "q" if quantum else "rel"
         err = np.abs(got - want) / (quantum or max(float(np.abs(want).max()), 1e-30))
@@ -333,16 +329,12 @@ def sensitivity(names: list[str], trials: int) -> int:
         model, kind = path.name.split(".")[:2]
         interp = LiteRT(model_path=str(path), num_threads=2)
         interp.allocate_tensors()
-        details, out = interp.get_input_details(), interp.get_output_details()[0]["index"]
-        x = _inputs(details, 7)
+        x = _inputs(interp.get_input_details(), 7)
         if not any(v.dtype == np.float32 for v in x):
             continue
 
         def run(values):
-            for d, v in zip(details, values):
-                interp.set_tensor(d["index"], v)
-            interp.invoke()
-            return interp.get_tensor(out).astype(np.float64)
+            return outputs(interp, values)[0].astype(np.float64)
         want = run(x)
         rng = np.random.default_rng(0)
         changes = []

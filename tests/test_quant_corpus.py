@@ -23,7 +23,7 @@ import litegpu
 from ai_edge_litert.interpreter import Interpreter as LiteRT  # a test dependency: never skipped
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from quant_corpus import _inputs, _quantum, corpus_dir  # noqa: E402
+from quant_corpus import _inputs, _quantum, corpus_dir, outputs  # noqa: E402
 
 MODELS = ("ds_cnn", "crnn", "transformer")
 KINDS = ("int8", "uint8io", "16x8", "dynamic")
@@ -51,14 +51,9 @@ def test_corpus_model_matches_litert_without_references(corpus_file, model: str,
     for interp in (ours, theirs):
         interp.allocate_tensors()
     x = _inputs(theirs.get_input_details(), 7)
-    outs = []
-    for interp in (ours, theirs):
-        for d, v in zip(interp.get_input_details(), x):
-            interp.set_tensor(d["index"], v)
-        interp.invoke()
-        outs.append([interp.get_tensor(d["index"]).astype(np.float64) for d in interp.get_output_details()])
     quantum = _quantum(path)
-    for got, want in zip(*outs):
+    for got, want in zip(outputs(ours, x), outputs(theirs, x)):
+        got, want = got.astype(np.float64), want.astype(np.float64)
         assert got.shape == want.shape
         if quantum:
             assert np.abs(got - want).max() <= (1 if quantum == 1 else 5e-3 * quantum)
