@@ -280,19 +280,13 @@ def test_hybrid_depthwise_input_rounding_ties(monkeypatch, references: bool) -> 
     added, its vector loop (the first K // 8 * 8 values of an image) rounding 0.49999997
     up, its tail exactly: a 1x1 depthwise of one channel shows each quantized value.
     The kernel and the reference alone (``references``) both equal LiteRT."""
-    from test_ops_hybrid_transpose_conv import _exact_input
+    from test_ops_hybrid_transpose_conv import rounding_ties
     from test_ops_quantized import run_both
     if references:
         from litegpu_cpu.kernels import registry
         monkeypatch.setattr(registry, "QUANTIZED_KERNELS", {})
-    width = 27                                  # 24 in the vector loop, 3 in the tail
-    lo, hi = np.float32(-1.0), np.float32(2.0)  # scale 3/255, zero point -43
-    inv = np.float32(1) / np.float32(np.float64(hi - lo) / 255.0)
-    x = np.full(width, 0.3, np.float32)
-    x[:2] = lo, hi
-    for at, v in [(3, 0.49999997), (25, 0.49999997), (4, 10.5), (5, -10.5), (26, 2.5), (6, 42.5),
-                  (7, -0.49999997)]:
-        x[at] = _exact_input(v, inv)
+    x = rounding_ties()
+    width = x.size
     b = ModelBuilder()
     xt = b.input("x", (1, 1, width, 1), np.float32)
     w = b.const("w", np.ones((1, 1, 1, 1), np.int8), scale=[0.5], zero_point=[0], quantized_dimension=3)

@@ -173,20 +173,28 @@ def _exact_input(target: float, inv: np.float32) -> np.float32:
     raise AssertionError(f"no float32 x gives {target} (inv {inv})")
 
 
+def rounding_ties() -> np.ndarray:
+    """An image row of 27 float32 values (24 in TFLite's vector loop, 3 in its tail) whose
+    range gives scale 3/255 and zero point -43, with values whose ``x / scale`` is a tie
+    (or 0.49999997) in both parts: a 1x1, one-channel op then shows each quantized value."""
+    lo, hi = np.float32(-1.0), np.float32(2.0)
+    inv = np.float32(1) / np.float32(np.float64(hi - lo) / 255.0)
+    x = np.full(27, 0.3, np.float32)
+    x[:2] = lo, hi
+    for at, v in [(3, 0.49999997), (25, 0.49999997), (4, 10.5), (5, -10.5), (26, 2.5), (6, 42.5),
+                  (7, -0.49999997)]:
+        x[at] = _exact_input(v, inv)
+    return x
+
+
 def test_transpose_conv_builtin_rounding(runs: str) -> None:
     """TFLite's input quantization rounds ``x / scale`` and then adds the zero point, its
     vector loop rounding ``trunc(v + copysign(0.5, v))`` in float32 (0.49999997 -> 1), its
     scalar tail (the last ``K mod 8`` values of an image) exactly (0.49999997 -> 0).
     Values chosen to hit those ties: a 1x1 kernel, one channel in and out, shows each
     quantized value in the output."""
-    width = 27                                  # 24 in the vector loop, 3 in the tail
-    lo, hi = np.float32(-1.0), np.float32(2.0)  # scale 3/255, zero point -43
-    inv = np.float32(1) / np.float32(np.float64(hi - lo) / 255.0)
-    x = np.full(width, 0.3, np.float32)
-    x[:2] = lo, hi
-    for at, v in [(3, 0.49999997), (25, 0.49999997), (4, 10.5), (5, -10.5), (26, 2.5), (6, 42.5),
-                  (7, -0.49999997)]:
-        x[at] = _exact_input(v, inv)
+    x = rounding_ties()
+    width = x.size
     b = ModelBuilder()
     xt = b.input("x", (1, 1, width, 1), np.float32)
     w = b.const("w", np.ones((1, 1, 1, 1), np.int8), scale=[0.5], zero_point=[0], quantized_dimension=0)
