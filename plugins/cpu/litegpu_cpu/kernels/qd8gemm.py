@@ -28,7 +28,8 @@ from .common import clamp_bounds, optional_input
 from .mathfn import maxnum32, minnum32, row_range32
 
 from .packed import NR, carried_loop, clamp_vector, fma_function, load_vector, splat_vector, store_panel
-from .qgemm import _ROW_PANELS, _SUMS, _TILE_PANELS, MR, VNNI, _dot4, _task_share, pack, split, tile_sums
+from .qgemm import (_ROW_PANELS, _SUMS, _TILE_PANELS, MR, VNNI, _task_share, k_steps, pack, split, tile_geometry,
+                    tile_sums)
 from .registry import bindable
 from .tasks import bind_task, in_sequence, int8_pointer, int32_pointer, task_function
 
@@ -106,41 +107,16 @@ def _indirect_sums(builder, vnni: bool, rows: int, panels: int, x_ptr, w_ptr, ip
     """:func:`.qgemm.tile_sums` (the same sums, registers and steps) with each row's bytes
     of a tap found in the indirection table: a loop over the taps around the loop over
     the tap's K steps."""
-    byte_ptr = ir.IntType(8).as_pointer()
-    x_bytes, w_bytes = builder.bitcast(x_ptr, byte_ptr), builder.bitcast(w_ptr, byte_ptr)
     taps_ = builder.load(builder.gep(ip_ptr, [ir.Constant(_I64, _TAPS)]))
     tap_groups_ = builder.load(builder.gep(ip_ptr, [ir.Constant(_I64, _TAP_GROUPS)]))
     table = builder.gep(ip_ptr, [ir.Constant(_I64, _TABLE)])
-
-    def clamped(first, i, last):
-        at = builder.add(first, ir.Constant(_I64, i))
-        return builder.select(builder.icmp_signed("<", at, last), at, last)
-
-    row_of = [clamped(r_, i, last_) for i in range(rows)]
+    row_of, jbs, w_panels = tile_geometry(builder, rows, panels, r_, last_, p_, plast_,
+                                          builder.mul(taps_, tap_groups_))
     row_taps = [builder.mul(row, taps_) for row in row_of]
-    panel_of = [clamped(p_, j, plast_) for j in range(panels)]
-    jbs = [builder.mul(p, ir.Constant(_I64, NR)) for p in panel_of]
-    groups_ = builder.mul(taps_, tap_groups_)
-    w_panels = [builder.mul(p, builder.mul(groups_, ir.Constant(_I64, 4 * NR))) for p in panel_of]
-    flip = ir.Constant(_I32, -0x7F7F7F80)      # 0x80808080: q + 128 in every byte
 
     def tap_step(tap, sums):
         x_rows = [builder.load(builder.gep(table, [builder.add(at, tap)])) for at in row_taps]
-        first = builder.mul(tap, tap_groups_)
-
-        def step(g, sums):
-            """Four K steps: each panel's 64 bytes of W, each row's four bytes of the tap."""
-            at = builder.mul(builder.add(first, g), ir.Constant(_I64, 4 * NR))
-            ws = [builder.load(builder.bitcast(builder.gep(w_bytes, [builder.add(wp, at)]), _SUMS.as_pointer()),
-                               align=1) for wp in w_panels]
-            k_at = builder.mul(g, ir.Constant(_I64, 4))
-            out = []
-            for r, x_row in enumerate(x_rows):
-                four = builder.load(builder.bitcast(builder.gep(x_bytes, [builder.add(x_row, k_at)]),
-                                                    _I32.as_pointer()), align=1)
-                xs = splat_vector(builder, builder.xor(four, flip), _SUMS)
-                out += [_dot4(builder, a, xs, w, vnni) for a, w in zip(sums[r * panels:(r + 1) * panels], ws)]
-            return out
+        step = k_steps(builder, vnni, panels, w_ptr, w_panels, x_ptr, x_rows, builder.mul(tap, tap_groups_))
         return carried_loop(builder, tap_groups_, sums, step, "qi.k")
 
     flat = carried_loop(builder, taps_, [ir.Constant(_SUMS, [0] * NR)] * (rows * panels), tap_step, "qi.tap")

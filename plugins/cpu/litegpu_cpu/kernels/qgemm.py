@@ -75,28 +75,45 @@ def tile_sums(builder, vnni: bool, rows: int, panels: int, x_ptr, w_ptr, init_pt
 
     Returns ``(sums, row_of, jbs)``: the sums by row then panel, each row's index and each
     panel's first column (i64 values)."""
-    byte_ptr = ir.IntType(8).as_pointer()
-    x_bytes, w_bytes = builder.bitcast(x_ptr, byte_ptr), builder.bitcast(w_ptr, byte_ptr)
-
-    def clamped(first, i, last):
-        at = builder.add(first, ir.Constant(_I64, i))
-        return builder.select(builder.icmp_signed("<", at, last), at, last)
-
-    row_of = [clamped(r_, i, last_) for i in range(rows)]
+    row_of, jbs, w_panels = tile_geometry(builder, rows, panels, r_, last_, p_, plast_, groups_)
     x_rows = [builder.mul(row, stride_) for row in row_of]
-    panel_of = [clamped(p_, j, plast_) for j in range(panels)]
-    jbs = [builder.mul(p, ir.Constant(_I64, NR)) for p in panel_of]
-    w_panels = [builder.mul(p, builder.mul(groups_, ir.Constant(_I64, 4 * NR))) for p in panel_of]
     if init_ptr is None:
         inits = [ir.Constant(_SUMS, [0] * NR)] * panels
     else:
         inits = [builder.load(builder.bitcast(builder.gep(builder.bitcast(init_ptr, _I32.as_pointer()), [jb]),
                                               _SUMS.as_pointer()), align=4) for jb in jbs]
+    step = k_steps(builder, vnni, panels, w_ptr, w_panels, x_ptr, x_rows)
+    flat = carried_loop(builder, groups_, inits * rows, step, "qtile.k")
+    return [flat[r * panels:(r + 1) * panels] for r in range(rows)], row_of, jbs
+
+
+def tile_geometry(builder, rows: int, panels: int, r_, last_, p_, plast_, groups_) -> tuple[list, list, list]:
+    """A tile's rows and panels (those past ``last`` / ``plast`` clamped to the last):
+    each row's index, each panel's first column and each panel's first byte of the packed
+    W (``groups_`` steps of four K values per panel), as i64 values."""
+    def clamped(first, i, last):
+        at = builder.add(first, ir.Constant(_I64, i))
+        return builder.select(builder.icmp_signed("<", at, last), at, last)
+
+    row_of = [clamped(r_, i, last_) for i in range(rows)]
+    panel_of = [clamped(p_, j, plast_) for j in range(panels)]
+    jbs = [builder.mul(p, ir.Constant(_I64, NR)) for p in panel_of]
+    w_panels = [builder.mul(p, builder.mul(groups_, ir.Constant(_I64, 4 * NR))) for p in panel_of]
+    return row_of, jbs, w_panels
+
+
+def k_steps(builder, vnni: bool, panels: int, w_ptr, w_panels: list, x_ptr, x_rows: list, w_first=None):
+    """The body of a tile's K loop, ``step(g, sums)``: four K steps at group ``g``, each
+    panel's 64 bytes of W (from group ``w_first + g``: an indirect tile's tap starts
+    later in W) times each row's four bytes of x at ``x_rows[r] + 4 g``, plus 128 (the
+    bytes flipped, so ``vpdpbusd`` reads them unsigned), added to ``sums`` (by row, then
+    panel)."""
+    byte_ptr = ir.IntType(8).as_pointer()
+    x_bytes, w_bytes = builder.bitcast(x_ptr, byte_ptr), builder.bitcast(w_ptr, byte_ptr)
     flip = ir.Constant(_I32, -0x7F7F7F80)      # 0x80808080: x + 128 in every byte
 
     def step(g, sums):
-        """Four K steps: each panel's 64 bytes of W, each row's four bytes of x."""
-        at = builder.mul(g, ir.Constant(_I64, 4 * NR))
+        at = builder.mul(g if w_first is None else builder.add(w_first, g), ir.Constant(_I64, 4 * NR))
         ws = [builder.load(builder.bitcast(builder.gep(w_bytes, [builder.add(wp, at)]), _SUMS.as_pointer()),
                            align=1) for wp in w_panels]
         k_at = builder.mul(g, ir.Constant(_I64, 4))
@@ -107,9 +124,7 @@ def tile_sums(builder, vnni: bool, rows: int, panels: int, x_ptr, w_ptr, init_pt
             xs = splat_vector(builder, builder.xor(four, flip), _SUMS)
             out += [_dot4(builder, a, xs, w, vnni) for a, w in zip(sums[r * panels:(r + 1) * panels], ws)]
         return out
-
-    flat = carried_loop(builder, groups_, inits * rows, step, "qtile.k")
-    return [flat[r * panels:(r + 1) * panels] for r in range(rows)], row_of, jbs
+    return step
 
 
 def _tile_codegen(vnni: bool, rows: int, panels: int):
