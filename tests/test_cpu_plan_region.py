@@ -30,24 +30,25 @@ def _mix(t, a0, a1, a2, a3, a4, a5, a6, a7, ip, fp):
     runs[t] += np.float32(1)
 
 
-def _mix_rows(x, y, runs, tasks, rows):
-    """``rows`` rows of :func:`_mix` between ``x`` and ``y`` (alternating), ``tasks`` each."""
+def _mix_rows(x, y, runs, counts):
+    """Rows of :func:`_mix` between ``x`` and ``y`` (alternating), ``counts[i]`` tasks in row i."""
     params = np.array([x.size], np.int64)
     scale = np.array([0.25], np.float32)
     calls, src, dst = [], x, y
-    for _ in range(rows):
+    for tasks in counts:
         calls.append(bound_tasks(_mix, tasks, (src, dst, runs), params, scale))
         src, dst = dst, src
     return chained(calls)
 
 
-def _expected(x, tasks, rows):
-    v = x.astype(np.float32).copy()
-    for _ in range(rows):
-        w = v.copy()
-        w[:tasks] = np.float32(v.sum(dtype=np.float32) * np.float32(0.25)) + np.arange(tasks, dtype=np.float32)
-        v = w
-    return v
+def _expected(x, counts):
+    """What :func:`_mix_rows` leaves in the array its last row wrote, both arrays starting
+    as ``x``: a row writes only its first ``tasks`` elements."""
+    src, dst = x.astype(np.float32).copy(), x.astype(np.float32).copy()
+    for tasks in counts:
+        dst[:tasks] = np.float32(src.sum(dtype=np.float32) * np.float32(0.25)) + np.arange(tasks, dtype=np.float32)
+        src, dst = dst, src
+    return src
 
 
 @pytest.fixture(params=[1, 2], ids=["1thread", "2threads"])
@@ -64,13 +65,13 @@ def test_rows_read_every_task_of_the_row_before(threads, tasks):
     x = np.zeros(n, np.float32)
     y = np.zeros(n, np.float32)
     runs = np.zeros(n, np.float32)
-    call = _mix_rows(x, y, runs, tasks, rows)
+    call = _mix_rows(x, y, runs, [tasks] * rows)
     for _ in range(repeats):
         x[:] = np.arange(n, dtype=np.float32) / 7
         y[:] = np.arange(n, dtype=np.float32) / 7      # tasks < n: the rest stays as is
         call()
         result = x if rows % 2 == 0 else y
-        np.testing.assert_allclose(result, _expected(np.arange(n, dtype=np.float32) / 7, tasks, rows),
+        np.testing.assert_allclose(result, _expected(np.arange(n, dtype=np.float32) / 7, [tasks] * rows),
                                    rtol=1e-5)
     np.testing.assert_array_equal(runs[:tasks], rows * repeats)
     np.testing.assert_array_equal(runs[tasks:], 0)
@@ -83,12 +84,29 @@ def test_mixed_and_empty_rows(threads):
     x[:] = 1
     y[:] = 1
     counts = (8, 1, 0, 5, 1, 16)
-    call = chained([_mix_rows(x, y, runs, tasks, 1) for tasks in counts])
+    call = chained([_mix_rows(x, y, runs, [tasks]) for tasks in counts])
     call()
     # Each part reads x and writes y; every task of every row ran once.
     np.testing.assert_array_equal(runs, [sum(t > i for t in counts) for i in range(n)])
     assert call.rows.shape[0] == 6
     run_plan(call.rows[:0])      # an empty plan does nothing
+
+
+def test_serial_stretches_between_parallel_rows(threads):
+    """Runs of one-task rows (one thread runs a run in order, the others wait once at its
+    end) between many-task rows, each row reading the one before: the chain's result and
+    every task run exactly once, whichever thread took each stretch."""
+    n, repeats = 16, 30
+    counts = [8, *[1] * 12, 3, 1, 16, *[1] * 7, 2, 1, 1]
+    x, y, runs = (np.zeros(n, np.float32) for _ in range(3))
+    call = _mix_rows(x, y, runs, counts)
+    start = np.arange(n, dtype=np.float32) / 5
+    for _ in range(repeats):
+        x[:] = start
+        y[:] = start
+        call()
+        np.testing.assert_allclose(x if len(counts) % 2 == 0 else y, _expected(start, counts), rtol=1e-5)
+    np.testing.assert_array_equal(runs, [repeats * sum(t > i for t in counts) for i in range(n)])
 
 
 def test_plans_inside_a_parallel_region_finish(threads):
@@ -104,7 +122,7 @@ def test_plans_inside_a_parallel_region_finish(threads):
 
     n, rows = 16, 20
     arrays = [[np.zeros(n, np.float32) for _ in range(3)] for _ in range(2)]
-    calls = [_mix_rows(x, y, runs, 8, rows) for x, y, runs in arrays]
+    calls = [_mix_rows(x, y, runs, [8] * rows) for x, y, runs in arrays]
     both(np.stack([c.rows for c in calls]))
     for _, _, runs in arrays:
         np.testing.assert_array_equal(runs[:8], rows)
