@@ -10,4 +10,5 @@ from . import conv, depthwise, elementwise, indexing, layout, misc, pool  # noqa
 from . import qconv, qd8conv, qelementwise, qpool, qreduce  # noqa: F401,E402
 from . import q16  # noqa: F401,E402  (after the 8-bit ones: their factories decline int16 nodes)
 from . import qmatmul, qnorm, qtransposeconv  # noqa: F401,E402
+from . import q16transposeconv  # noqa: F401,E402
 from . import qd8transposeconv  # noqa: F401,E402

@@ -18,7 +18,8 @@ test compares them with LiteRT for exact equality):
 - CONV_2D and FULLY_CONNECTED as a product of int16 rows and packed int8 weights
   (:class:`QuantizedMatmul16`: int32 sums in blocks that cannot overflow, added in int64,
   TFLite's requantization), a conv other than 1x1 after an im2col; DEPTHWISE_CONV_2D as a
-  task per output row (:class:`Depthwise16`).
+  task per output row (:class:`Depthwise16`). TRANSPOSE_CONV takes the same product's
+  int64 sums, unrequantized (:mod:`.q16transposeconv`).
 - MEAN over adjacent axes, SOFTMAX and QUANTIZE of float32 (pools: :mod:`.qpool`).
 
 A node they cannot take (weights computed at run time, grouped convs, depth multipliers,
@@ -451,54 +452,66 @@ _SCRATCH = max(MR * _TILE_PANELS, _ROW_PANELS) * NR
 
 # ip layout of :func:`_gemm16_task` (the first eight as :func:`.qgemm._task_share` reads them).
 _M, _PAIRS, _N, _STRIDE = 0, 1, 2, 3
-_LO, _HI, _BLOCK, _FINISH = 8, 9, 10, 11
+_LO, _HI, _BLOCK, _MODE = 8, 9, 10, 11
+# What becomes of a tile's int64 sums (``ip[_MODE]``): the tiles requantize them by TFLite's
+# single rounding ("tflite16") and store int16; or they leave them in the task's scratch,
+# whence :func:`_from_scratch` requantizes them by the double rounding ("tflite") or
+# stores them as they are (no requantization: TRANSPOSE_CONV sums them further).
+_DOUBLE, _SINGLE, _RAW = 0, 1, 2
 
 
 @numba.njit(cache=True, inline="always")
-def _requantize_double(scratch, at, cols, out, r, rows, last, p, panels, plast, n, lo, hi):   # pragma: no cover
-    """A tile's int64 sums left at ``scratch[at:]`` ([rows][panels][16]) requantized by
-    TFLite's double-rounding multiply (:func:`_multiply`; ``cols`` rows 1 and 3: each
-    column's multiplier and shift), clamped and stored as int16: rows ``r ..`` up to
-    ``last``, panels ``p ..`` up to ``plast``."""
+def _from_scratch(scratch, at, cols, outp, r, rows, last, p, panels, plast, n, lo, hi, raw):   # pragma: no cover
+    """A tile's int64 sums left at ``scratch[at:]`` ([rows][panels][16]), rows ``r ..`` up
+    to ``last`` and panels ``p ..`` up to ``plast``, stored in ``out``'s rows of ``n``: as
+    they are when ``raw`` (``out`` int64), else requantized by TFLite's double-rounding
+    multiply (:func:`_multiply`; ``cols`` rows 1 and 3: each column's multiplier and
+    shift) and clamped (``out`` int16)."""
     n_pad = (n + NR - 1) // NR * NR
+    out, sums = int16_pointer(outp), int64_pointer(outp)
     for i in range(min(rows, last - r + 1)):
         for j in range(min(panels, plast - p + 1)):
             jb = (p + j) * NR
             for lane in range(min(NR, n - jb)):
                 acc = scratch[at + (i * panels + j) * NR + lane]
                 col = jb + lane
-                out[(r + i) * n + col] = _clamp(_multiply(acc, cols[n_pad + col], cols[3 * n_pad + col]), lo, hi)
+                if raw:
+                    sums[(r + i) * n + col] = acc
+                else:
+                    value = _multiply(acc, cols[n_pad + col], cols[3 * n_pad + col])
+                    out[(r + i) * n + col] = _clamp(value, lo, hi)
 
 
 @task_function()
 def _gemm16_task(t, xp, wp, colsp, outp, scratchp, _a5, _a6, _a7, ip, fp):
     """Task ``t`` of the int16 product (``ip``: M, K/2, N, x's row stride in bytes,
-    row_chunk, row_tasks, panel_chunk, panel_tasks, lo, hi, K pairs per block, whether the
-    tiles requantize; else :func:`_requantize_double` does, from the task's part of
-    ``scratch``)."""
+    row_chunk, row_tasks, panel_chunk, panel_tasks, lo, hi, K pairs per block, the mode:
+    the tiles requantize, or :func:`_from_scratch` requantizes or stores the sums from the
+    task's part of ``scratch``)."""
     r0, r1, p0, p1 = _task_share(t, ip)
     whole = r0 + (r1 - r0) // MR * MR
     pairs, block = ip[_PAIRS], ip[_BLOCK]
     blocks = (pairs + block - 1) // block
     at = t * _SCRATCH
-    scratch, cols, out = int64_pointer(scratchp), int64_pointer(colsp), int16_pointer(outp)
+    scratch, cols = int64_pointer(scratchp), int64_pointer(colsp)
+    single, raw = ip[_MODE] == _SINGLE, ip[_MODE] == _RAW
     for p in range(p0, p1, _TILE_PANELS):
         for r in range(r0, whole, MR):
             for b in range(blocks):
                 _tile16(xp, wp, colsp, scratchp, outp, at, r, r1 - 1, ip[_STRIDE], pairs, b * block,
                         min(pairs, (b + 1) * block), ip[_N], p, p1 - 1, np.int64(b == 0),
-                        np.int64(ip[_FINISH] and b == blocks - 1), ip[_LO], ip[_HI])
-            if not ip[_FINISH]:
-                _requantize_double(scratch, at, cols, out, r, MR, r1 - 1, p, _TILE_PANELS, p1 - 1, ip[_N], ip[_LO],
-                                   ip[_HI])
+                        np.int64(single and b == blocks - 1), ip[_LO], ip[_HI])
+            if not single:
+                _from_scratch(scratch, at, cols, outp, r, MR, r1 - 1, p, _TILE_PANELS, p1 - 1, ip[_N], ip[_LO],
+                              ip[_HI], raw)
     for r in range(whole, r1):
         for p in range(p0, p1, _ROW_PANELS):
             for b in range(blocks):
                 _row16(xp, wp, colsp, scratchp, outp, at, r, r, ip[_STRIDE], pairs, b * block,
                        min(pairs, (b + 1) * block), ip[_N], p, p1 - 1, np.int64(b == 0),
-                       np.int64(ip[_FINISH] and b == blocks - 1), ip[_LO], ip[_HI])
-            if not ip[_FINISH]:
-                _requantize_double(scratch, at, cols, out, r, 1, r, p, _ROW_PANELS, p1 - 1, ip[_N], ip[_LO], ip[_HI])
+                       np.int64(single and b == blocks - 1), ip[_LO], ip[_HI])
+            if not single:
+                _from_scratch(scratch, at, cols, outp, r, 1, r, p, _ROW_PANELS, p1 - 1, ip[_N], ip[_LO], ip[_HI], raw)
 
 
 def pack16(w_kn: np.ndarray) -> np.ndarray:
@@ -530,14 +543,16 @@ def _block_pairs(w_kn: np.ndarray) -> int:
 
 
 class QuantizedMatmul16:
-    """``bind(x [M, K2 * 2] int16, out [M, N] int16) -> call`` computing the requantized
-    ``x @ w_kn + bias`` for the constant int8 ``w_kn`` [K, N] (K2: K rounded up to pairs;
-    x's values past K meet zero weights), int64 ``bias`` (or None) and the node's int16
+    """``bind(x [M, K2 * 2] int16, out [M, N]) -> call`` computing ``x @ w_kn + bias`` for
+    the constant int8 ``w_kn`` [K, N] (K2: K rounded up to pairs; x's values past K meet
+    zero weights) and int64 ``bias`` (or None), packed once, then the node's int16
     requantization ``requant`` (``style`` "tflite16": the single-rounding multiply the
-    tiles apply; "tflite": the double-rounding one, applied after them), packed once;
-    ``threads``: the numba threads the tasks are cut for."""
+    tiles apply; "tflite": the double-rounding one, applied after them; ``out`` int16)
+    or, ``requant`` None, none: ``out`` (int64) holds the exact sums (TRANSPOSE_CONV's
+    products, :mod:`.q16transposeconv`). ``threads``: the numba threads the tasks are cut
+    for."""
 
-    def __init__(self, w_kn: np.ndarray, bias: np.ndarray | None, requant: dict, threads: int) -> None:
+    def __init__(self, w_kn: np.ndarray, bias: np.ndarray | None, requant: dict | None, threads: int) -> None:
         k, n = w_kn.shape
         if w_kn.dtype != np.int8 or k == 0 or n == 0:
             raise ValueError(f"int16 product takes a non-empty int8 weight, not {w_kn.dtype} {w_kn.shape}")
@@ -545,31 +560,38 @@ class QuantizedMatmul16:
         self.weights = pack16(w_kn)
         self.block = _block_pairs(w_kn)
         self.cols = _columns(n, bias, requant)
-        self.finish = requant["style"] == "tflite16"
-        self.bounds = (int(requant["lo"]), int(requant["hi"]))
+        if requant is None:
+            self.mode, self.bounds, self.out_dtype = _RAW, (0, 0), np.dtype(np.int64)
+        else:
+            self.mode = _SINGLE if requant["style"] == "tflite16" else _DOUBLE
+            self.bounds, self.out_dtype = (int(requant["lo"]), int(requant["hi"])), I16
 
     def bind(self, x: np.ndarray, out: np.ndarray):
-        """The call on these arrays: ``x`` [M, K rounded up to pairs], ``out`` [M, N]."""
+        """The call on these arrays: ``x`` [M, K rounded up to pairs], ``out`` [M, N] (int16,
+        or int64 for the sums)."""
         m, k2 = out.shape[0], self.weights.shape[1] * 2
-        if x.dtype != I16 or out.dtype != I16 or x.shape != (m, k2) or out.shape != (m, self.n):
-            raise ValueError(f"int16 product [M, {k2}] -> [M, {self.n}] given {x.shape} {x.dtype} -> "
-                             f"{out.shape} {out.dtype}")
+        if x.dtype != I16 or out.dtype != self.out_dtype or x.shape != (m, k2) or out.shape != (m, self.n):
+            raise ValueError(f"int16 product [M, {k2}] -> [M, {self.n}] {self.out_dtype} given {x.shape} {x.dtype} "
+                             f"-> {out.shape} {out.dtype}")
         rows = split(m, self.n, self.k, self.threads)
         tasks = rows[1] * rows[3]
-        params = np.array([m, k2 // 2, self.n, k2 * 2, *rows, *self.bounds, self.block, self.finish], np.int64)
+        params = np.array([m, k2 // 2, self.n, k2 * 2, *rows, *self.bounds, self.block, self.mode], np.int64)
         scratch = np.empty(tasks * _SCRATCH, np.int64)
         return bind_task(_gemm16_task, tasks, (x, self.weights, self.cols), (out, scratch), params,
-                         dtypes=(I16, I16, np.int64, I16, np.int64))
+                         dtypes=(I16, I16, np.int64, self.out_dtype, np.int64))
 
 
-def _columns(n: int, bias: np.ndarray | None, requant: dict) -> np.ndarray:
+def _columns(n: int, bias: np.ndarray | None, requant: dict | None) -> np.ndarray:
     """Each column's int64 bias and requantization, ``[4][N rounded up to panels]``: bias,
     multiplier, rounding term, right shift. "tflite16" (the convs'): the multiplier cut to
     16 bits and ``15 - shift`` (:func:`litegpu.quant.multiply_by_quantized_multiplier_64`);
-    "tflite": TFLite's own multiplier and shift (:func:`_multiply`), no rounding term."""
+    "tflite": TFLite's own multiplier and shift (:func:`_multiply`), no rounding term;
+    ``requant`` None (raw sums): the bias alone."""
     cols = np.zeros((4, -(-n // NR) * NR), np.int64)
     if bias is not None:
         cols[0, :n] = bias
+    if requant is None:
+        return cols
     m = np.broadcast_to(np.asarray(requant["multiplier"], np.int64), (n,))
     shift = np.broadcast_to(np.asarray(requant["shift"], np.int64), (n,))
     if requant["style"] == "tflite16":
@@ -582,13 +604,15 @@ def _columns(n: int, bias: np.ndarray | None, requant: dict) -> np.ndarray:
     return cols
 
 
-def _product_constants(ctx: NodeContext) -> tuple[np.ndarray, np.ndarray | None, dict] | None:
-    """The node's int8 weights, int64 bias (from int64 or int32; None when omitted) and its
-    int16 requantization, or None unless they are constants on an int16 input and output."""
+def _product_constants(ctx: NodeContext, x_index: int = 0,
+                       bias_index: int = 2) -> tuple[np.ndarray, np.ndarray | None, dict] | None:
+    """The node's int8 weights (input 1), int64 bias (input ``bias_index``, from int64 or
+    int32; None when omitted) and its int16 requantization, or None unless they are
+    constants on an int16 input (input ``x_index``) and output."""
     requant = ctx.attrs.get("requant")
-    w_spec, bias_spec = ctx.inputs[1], optional_input(ctx, 2)
+    w_spec, bias_spec = ctx.inputs[1], optional_input(ctx, bias_index)
     if requant is None or requant.get("style") not in ("tflite16", "tflite") or w_spec.value is None \
-            or np.dtype(w_spec.dtype) != np.int8 or np.dtype(ctx.inputs[0].dtype) != I16 \
+            or np.dtype(w_spec.dtype) != np.int8 or np.dtype(ctx.inputs[x_index].dtype) != I16 \
             or np.dtype(ctx.outputs[0].dtype) != I16:
         return None
     if bias_spec is not None and (bias_spec.value is None or np.dtype(bias_spec.dtype) not in (np.int32, np.int64)):
@@ -599,7 +623,7 @@ def _product_constants(ctx: NodeContext) -> tuple[np.ndarray, np.ndarray | None,
     return np.asarray(w_spec.value, np.int8), bias, requant
 
 
-def _product16(w_kn: np.ndarray, bias, requant: dict) -> QuantizedMatmul16:
+def _product16(w_kn: np.ndarray, bias, requant: dict | None) -> QuantizedMatmul16:
     """The node's product, cut into tasks for numba's threads."""
     return QuantizedMatmul16(w_kn, bias, requant, numba.get_num_threads())
 

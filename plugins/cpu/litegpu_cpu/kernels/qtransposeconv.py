@@ -13,6 +13,8 @@ one plan:
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 from numba import njit
 
@@ -104,6 +106,61 @@ def _requantization(requant: dict, channels: int) -> tuple[np.ndarray, np.ndarra
             _per_channel(None if fixed else requant["scale"], channels, np.float32))
 
 
+class Geometry(NamedTuple):
+    """A TRANSPOSE_CONV's shapes, strides and padding before, and how its col2im is cut
+    into tasks (``chunk`` output rows each)."""
+    n: int
+    h: int
+    w: int
+    c: int
+    o: int
+    kh: int
+    kw: int
+    oh: int
+    ow: int
+    sh: int
+    sw: int
+    pt: int
+    pl: int
+    tasks: int
+    chunk: int
+
+    @property
+    def rows(self) -> int:
+        """Output rows, all images."""
+        return self.n * self.oh
+
+    def params(self) -> list[int]:
+        """The first 13 of the col2im tasks' int64 parameters: N*OH, chunk, H, W, OH, OW, O,
+        KH, KW, SH, SW, PT, PL."""
+        return [self.rows, self.chunk, self.h, self.w, self.oh, self.ow, self.o, self.kh, self.kw, self.sh,
+                self.sw, self.pt, self.pl]
+
+
+def geometry(ctx: NodeContext, w_shape: tuple) -> Geometry | None:
+    """The node's :class:`Geometry` for weights of ``w_shape`` [O, KH, KW, C]; None unless
+    the shapes agree and none is empty."""
+    n, h, w, c = ctx.inputs[2].shape
+    o, kh, kw, ci = w_shape
+    _, oh, ow, oc = ctx.outputs[0].shape
+    if ci != c or oc != o or min(n, h, w, c, oh, ow) == 0:
+        return None
+    sh, sw = ctx.attrs["stride"]
+    pt = transpose_pad_before(ctx.attrs["padding"], oh, kh, sh)
+    pl = transpose_pad_before(ctx.attrs["padding"], ow, kw, sw)
+    rows = n * oh
+    tasks = min(rows, _TASKS) if rows * ow * o >= _PARALLEL_SIZE else 1
+    chunk = -(-rows // tasks)
+    return Geometry(n, h, w, c, o, kh, kw, oh, ow, sh, sw, pt, pl, -(-rows // chunk), chunk)
+
+
+def taps_matrix(w: np.ndarray) -> np.ndarray:
+    """Weights [O, KH, KW, C] as [C, KH*KW*O]: a pixel's row of products holds its taps one
+    after another."""
+    o, kh, kw, c = w.shape
+    return np.ascontiguousarray(w.transpose(3, 1, 2, 0).reshape(c, kh * kw * o))
+
+
 @kernel("TRANSPOSE_CONV", quantized=True)
 def quantized_transpose_conv(ctx: NodeContext):
     """int8 TRANSPOSE_CONV with constant weights and bias (see the module docstring);
@@ -115,34 +172,22 @@ def quantized_transpose_conv(ctx: NodeContext):
         return None
     if bias_spec is not None and (bias_spec.value is None or np.dtype(bias_spec.dtype) != np.int32):
         return None
-    n, h, w, c = x_spec.shape
-    o, kh, kw, ci = w_spec.shape
-    _, oh, ow, oc = ctx.outputs[0].shape
-    if ci != c or oc != o or min(n, h, w, c, oh, ow) == 0:
+    g = geometry(ctx, w_spec.shape)
+    if g is None:
         return None
-    sh, sw = ctx.attrs["stride"]
-    pt = transpose_pad_before(ctx.attrs["padding"], oh, kh, sh)
-    pl = transpose_pad_before(ctx.attrs["padding"], ow, kw, sw)
-    # [O, KH, KW, C] -> [C, KH*KW*O]: a pixel's row of sums holds its taps one after another.
-    w_kn = np.ascontiguousarray(np.asarray(w_spec.value, np.int8).transpose(3, 1, 2, 0).reshape(c, kh * kw * o))
-    products = Int32Product(w_kn, r["x_zp"], n * h * w)
-    bias = _per_channel(None if bias_spec is None else np.asarray(bias_spec.value).reshape(-1), o, np.int32)
-    mult, shift, scale = _requantization(r, o)
-    rows = n * oh
-    tasks = min(rows, _TASKS) if rows * ow * o >= _PARALLEL_SIZE else 1
-    chunk = -(-rows // tasks)
-    tasks = -(-rows // chunk)
-    acc = np.empty(tasks * ow * o, np.int32)
+    products = Int32Product(taps_matrix(np.asarray(w_spec.value, np.int8)), r["x_zp"], g.n * g.h * g.w)
+    bias = _per_channel(None if bias_spec is None else np.asarray(bias_spec.value).reshape(-1), g.o, np.int32)
+    mult, shift, scale = _requantization(r, g.o)
+    acc = np.empty(g.tasks * g.ow * g.o, np.int32)
     # TFLite's vector loop takes the whole groups of eight channels (see the reference's
     # litegpu.ops.quantized.tflite_quantize).
-    vector = o // 8 * 8
-    params = np.array([rows, chunk, h, w, oh, ow, o, kh, kw, sh, sw, pt, pl, products.npad, r["zp"], r["lo"],
-                       r["hi"], _STYLES[r["style"]], vector], np.int64)
+    params = np.array([*g.params(), products.npad, r["zp"], r["lo"], r["hi"], _STYLES[r["style"]], g.o // 8 * 8],
+                      np.int64)
     floats = np.array([r["lo"] - r["zp"], r["hi"] - r["zp"]], np.float32)
     arrays = (products.sums, bias, mult, shift, scale, acc)
     dtypes = (*(a.dtype for a in arrays), I8)
 
     def bind(inputs, outputs):
-        col2im = bind_task(_col2im_task, tasks, arrays, (outputs[0],), params, floats, dtypes=dtypes)
+        col2im = bind_task(_col2im_task, g.tasks, arrays, (outputs[0],), params, floats, dtypes=dtypes)
         return chained([*products.bind(np.ascontiguousarray(inputs[2])), col2im])
-    return named(bindable(bind), f"int8 transpose conv ({kh}x{kw}/{sh}): packed GEMM + col2im")
+    return named(bindable(bind), f"int8 transpose conv ({g.kh}x{g.kw}/{g.sh}): packed GEMM + col2im")
