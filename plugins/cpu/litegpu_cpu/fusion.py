@@ -40,7 +40,7 @@ from litegpu.codegen import formulas, ir, pyrender
 from litegpu.ops.registry import CLAMP_ACTIVATIONS
 
 from .generated import load_generated
-from .kernels import mathfn
+from .kernels import mathfn, xnn_sigmoid
 from .kernels.qelementwise import folded_table
 from .kernels.registry import bindable, is_quantized_node
 from .kernels.tasks import ARRAYS, bind_task
@@ -61,9 +61,10 @@ _FLOAT_BINARY = ("ADD", "SUB", "MUL", "DIV", "MAXIMUM", "MINIMUM", "SQUARED_DIFF
 # How the cpu spells math functions: exp through kernels.mathfn's exp32 (it vectorizes,
 # where np.exp is a libm call per element), fma through its fma32 (llvm.fma).
 _FUNCTIONS = {"exp": "_exp32({0})", "fma": "_fma32({0}, {1}, {2})"}
-# The cpu's own formulas, and why: LOGISTIC and TANH call kernels.mathfn's sigmoid32 and
-# tanh64, which vectorize and match LiteRT to the bit (the GPU's 1 / (1 + exp(-x)) rounds
-# twice, its tanh is a rational fit within 4e-7).
+# The cpu's own formulas, and why: LOGISTIC and TANH call kernels.xnn_sigmoid's sigmoid32
+# (XNNPACK's AVX-512F kernel to the bit where LiteRT runs it, else kernels.mathfn's) and
+# mathfn's tanh64, which vectorize (the GPU's 1 / (1 + exp(-x)) rounds twice, its tanh is
+# a rational fit within 4e-7).
 _CPU_UNARY = {
     "LOGISTIC": "_sigmoid32({a})",
     "TANH": "_tanh64(np.float64({a}))",
@@ -74,8 +75,8 @@ _CPU_UNARY = {
 _GELU = "_gelu32({a})"
 _GELU_TANH = "_gelu_tanh32({a})"
 # The mathfn functions the import line names (with that module's digest, so editing it
-# changes every source using it).
-_MATHFN = ("exp32", "sigmoid32", "tanh64", "gelu32", "gelu_tanh32", "fma32")
+# changes every source using it); sigmoid32 comes from xnn_sigmoid, with its digest.
+_MATHFN = ("exp32", "tanh64", "gelu32", "gelu_tanh32", "fma32")
 _UNARY_OPS = frozenset(_FLOAT_UNARY) | frozenset(_CPU_UNARY)
 _OPERAND_TYPES = {"f": ir.REAL, "i": ir.INT}
 
@@ -340,6 +341,8 @@ def plan_group(nodes: list[NodeContext], escaping: set[int]) -> FusedGroup | Non
         "from litegpu_cpu.kernels.tasks import task_function, int32_pointer as _i32, uint8_pointer as _u8",
         *([f"from litegpu_cpu.kernels.mathfn import {', '.join(f'{f} as _{f}' for f in maths)}"
            f"  # mathfn {mathfn.DIGEST}"] if maths else []),
+        *([f"from litegpu_cpu.kernels.xnn_sigmoid import sigmoid32 as _sigmoid32  # xnn_sigmoid {xnn_sigmoid.DIGEST}"]
+          if any("_sigmoid32" in line for line in body) else []),
         "",
         "",
         "@task_function()",

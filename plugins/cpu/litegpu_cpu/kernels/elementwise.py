@@ -11,6 +11,7 @@ from numba import njit, prange
 
 from litegpu.backend import NodeContext
 
+from . import xnn_sigmoid
 from .common import activation_in_place
 from .mathfn import fma32, gelu32, gelu_tanh32
 from .registry import bindable, kernel
@@ -224,7 +225,9 @@ kernel("ABS")(_unary(np.abs))
 kernel("SQRT")(_unary(np.sqrt))
 kernel("SQUARE")(_unary(np.square))
 kernel("RSQRT")(_unary(_rsqrt))
-kernel("LOGISTIC")(_unary(_exp_neg, _add_one, np.reciprocal))
+# LiteRT's bits where its XNNPACK kernel is known (.xnn_sigmoid), else three numpy passes.
+kernel("LOGISTIC")(xnn_sigmoid.logistic_kernel if xnn_sigmoid.MATCHES_LITERT
+                   else _unary(_exp_neg, _add_one, np.reciprocal))
 
 
 @njit(cache=True, parallel=True)

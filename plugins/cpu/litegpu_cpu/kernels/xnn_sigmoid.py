@@ -1,0 +1,157 @@
+"""Float LOGISTIC with LiteRT's bits on hosts where XNNPACK runs its AVX-512F kernel.
+
+LiteRT hands float LOGISTIC to XNNPACK, whose microkernel depends on the host's ISA; on an
+x86 host with AVX-512F it is ``xnn_f32_vsigmoid_ukernel__avx512f_rr2_lut32_p2_perm2_scalef_div``
+(``src/f32-vsigmoid/avx512f-rr2-lut32-p2-perm2-scalef.c.in``; the ``_u64`` build ships in
+ai-edge-litert 2.3, whose ``libpywrap_litert_common.so`` holds the same constants and
+table). :func:`xnn_sigmoid32` is that kernel for one float32, step by step:
+
+- ``z = -|x|`` (the sign bit set), so exp never overflows;
+- ``n = z * log2e + magic`` in one fused multiply-add, the magic bias (1.5 * 2**18)
+  leaving ``round(32 z / ln 2)`` in the low bits: the low five index a table of
+  ``2**(k/32)``, ``n - magic`` is that rounding over 32;
+- ``t = z - n ln2`` as two fused multiply-adds (ln 2 split into its float32 rounding and
+  the rest), ``p = s + (t s) (c1 + c2 t)`` with ``s`` the table entry (two more, and
+  one multiply);
+- ``e = p * 2**floor(n)`` rounded once (``vscalefps``), ``f = e / (e + 1)``, and
+  ``1 - f`` where ``x``'s sign bit is clear.
+
+It differs from the portable :func:`.mathfn.sigmoid32` by up to 3 ulps (from float64 by
+up to 3.5, where that one keeps within 2), on about a third of the values of a swish:
+before a hybrid convolution's on-the-fly int8 quantization an ulp can move a value across
+a rounding boundary and become a whole quantum. With MEAN and the float depthwise
+convolutions, whose sums XNNPACK orders its own way, that is what kept efficientnet_b0's
+dynamic-range model 8.6e-3 (relative) from LiteRT.
+
+Results below the smallest normal float32 (x in about (-103.97, -87.34)) are zero, as
+LiteRT gives them: XNNPACK runs with denormals flushed to zero.
+
+One departure, on purpose: ``z`` is clamped at -160, where both give 0 (and 1 for x > 0),
+because for |x| in about [4.3e26, 2.4e38] XNNPACK's reduction overflows and it returns
+NaN; here those give 0 and 1, as the function does (tests/test_nan_inf.py).
+
+:data:`MATCHES_LITERT` says whether this host is one where XNNPACK picks this kernel (its
+AVX2, AVX and SSE kernels use other polynomials); elsewhere :func:`sigmoid32` is
+:func:`.mathfn.sigmoid32`, as before. :mod:`..fusion` imports :func:`sigmoid32` from here
+and names :data:`DIGEST` in the sources it generates.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+from pathlib import Path
+
+import numpy as np
+from llvmlite import binding, ir
+from numba import njit, types
+from numba.extending import intrinsic
+
+from litegpu.backend import NodeContext
+
+from . import mathfn
+from .mathfn import fma32
+
+# XNNPACK's x86 configuration picks the AVX-512F sigmoid where the CPU and the OS support
+# AVX-512F (LLVM's host features check both, as XNNPACK's cpuinfo does).
+MATCHES_LITERT = bool(binding.get_host_cpu_features().get("avx512f", False))
+
+_F32 = np.float32
+# The kernel's constants, each what its name says (checked against XNNPACK's hex literals
+# in tests/test_cpu_xnn_sigmoid.py).
+_SIGN = np.int32(-0x80000000)
+_MAGIC = _F32(1.5 * 2.0 ** 18)                                  # 0x1.8p18
+_LOG2E = _F32(1 / math.log(2))                                  # 0x1.715476p0
+_MINUS_LN2_HI = -_F32(math.log(2))                              # -0x1.62E430p-1
+_MINUS_LN2_LO = _F32(float(_F32(math.log(2))) - math.log(2))    # 0x1.05C61p-29
+_C1 = _F32(float.fromhex("0x1.0000F6p0"))     # the minimax fit's coefficients of t and t**2
+_C2 = _F32(0.5)
+_ONE = _F32(1)
+TABLE = np.array([2.0 ** (k / 32) for k in range(32)]).astype(_F32)   # rounded to nearest
+# The clamp of z (see the module docstring), and the exponent offset of _scalef: with
+# z >= -160, floor(n) >= -231, and 2**(floor(n) + 110) is a normal float32.
+_Z_MIN = _F32(-160)
+_N_MIN = _F32(-232)
+_SCALE_OFFSET = 110
+_UNSCALE = _F32(2.0 ** -_SCALE_OFFSET)
+_TINY = _F32(2.0 ** -126)     # the smallest normal float32
+
+
+@intrinsic
+def _bits(typingctx, x):
+    """The int32 bit pattern of the float32 ``x``."""
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.IntType(32))
+    return types.int32(types.float32), codegen
+
+
+@intrinsic
+def _from_bits(typingctx, bits):
+    """The float32 whose bit pattern is the int32 ``bits``."""
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.FloatType())
+    return types.float32(types.int32), codegen
+
+
+@njit(cache=True, inline="always")
+def _scalef(p, n):
+    """``p * 2**floor(n)`` rounded once, as ``vscalefps`` does, for a normal ``p`` in
+    [0.5, 4) and ``n >= -231`` (a NaN ``n`` counts as -232; ``p`` is NaN then): the
+    product with ``2**(floor(n) + 110)`` is exact, the one with ``2**-110`` rounds once,
+    into the subnormals too."""
+    c = n if n >= _N_MIN else _N_MIN
+    k = np.int32(np.floor(c)) + np.int32(_SCALE_OFFSET + 127)
+    return (p * _from_bits(k << np.int32(23))) * _UNSCALE
+
+
+@njit(cache=True, inline="always")
+def _flushed(v):
+    """``v`` with a subnormal result replaced by zero, as under LiteRT's flush-to-zero."""
+    return _F32(0) if v < _TINY else v       # written so: NaN stays NaN
+
+
+@njit(cache=True, inline="always")
+def xnn_sigmoid32(x):
+    """LOGISTIC of a float32 as XNNPACK's AVX-512F kernel computes it (the module
+    docstring), to the bit; NaN gives NaN, -inf 0 and inf 1."""
+    sign = _bits(x) & _SIGN
+    z = _from_bits(_bits(x) | _SIGN)
+    z = _Z_MIN if z < _Z_MIN else z                 # written so: NaN stays NaN
+    n = fma32(z, _LOG2E, _MAGIC)
+    power = TABLE[_bits(n) & np.int32(31)]          # 2**(k/32), k the low five bits
+    n = n - _MAGIC
+    t = fma32(n, _MINUS_LN2_HI, z)
+    t = fma32(n, _MINUS_LN2_LO, t)
+    p = fma32(t, _C2, _C1)
+    t = t * power
+    p = fma32(t, p, power)
+    e = _flushed(_scalef(p, n))
+    f = _flushed(e / (e + _ONE))
+    return f if sign != np.int32(0) else _ONE - f
+
+
+sigmoid32 = xnn_sigmoid32 if MATCHES_LITERT else mathfn.sigmoid32
+"""The cpu's float32 LOGISTIC: LiteRT's bits where :data:`MATCHES_LITERT`, else
+:func:`.mathfn.sigmoid32` (within 2 ulps of float64)."""
+
+DIGEST = hashlib.sha256(Path(__file__).read_bytes() + mathfn.DIGEST.encode()
+                        + bytes([MATCHES_LITERT])).hexdigest()[:16]
+"""Names this module, the one it falls back on and the host's choice in generated sources."""
+
+
+@njit(cache=True, error_model="numpy")
+def sigmoid(x, out):
+    """``out = sigmoid32(x)`` over flat float32 arrays (the unfused path: no parallel
+    region of its own outside the plan tables)."""
+    for i in range(x.size):
+        out[i] = sigmoid32(x[i])
+
+
+def logistic_kernel(ctx: NodeContext):
+    """LOGISTIC on float32 through :func:`sigmoid` (the unfused path: a dynamic shape, or
+    ``LITEGPU_CPU_FUSION=0``)."""
+    if any(s is None or np.dtype(s.dtype) != np.float32 for s in (*ctx.inputs, *ctx.outputs)):
+        return None
+
+    def run(inputs, outputs):
+        sigmoid(inputs[0].reshape(-1), outputs[0].reshape(-1))
+    return run
