@@ -10,7 +10,9 @@ creation time, and at each thread count the invoke time of both runtimes (LiteRT
 alternating blocks of ``--runs`` invokes over ``--rounds`` rounds, never invoke by invoke
 (see timing.py); each figure is the best block median. Ends with the geometric mean of
 the ratios per thread count. Run with GOMP_SPINCOUNT=10000 (as the README's figures are)
-so an idle OpenMP pool stops spinning soon after a block.
+so an idle OpenMP pool stops spinning soon after a block. ``--busy N`` times with N
+CPU-bound processes running beside both runtimes (the busy-machine benchmark; the table
+says how many).
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from timing import alternate, geometric_mean  # noqa: E402  (the shared timer)
+from timing import alternate, background_load, geometric_mean  # noqa: E402  (the shared timer)
 
 import litegpu  # noqa: E402
 from litegpu.cli import random_inputs  # noqa: E402
@@ -63,8 +65,9 @@ def max_rel_error(ours, theirs) -> float:
     return worst
 
 
-def bench(path: Path, inputs, threads: list[int], runs: int, rounds: int) -> dict:
-    """One model's row: error, placement, init time and, per thread count, both medians."""
+def bench(path: Path, inputs, threads: list[int], runs: int, rounds: int, busy: int = 0) -> dict:
+    """One model's row: error, placement, init time and, per thread count, both medians
+    (timed beside ``busy`` CPU-bound processes)."""
     from ai_edge_litert.interpreter import Interpreter as LiteRT
     row: dict = {"max_rel_err": 0.0}
     for t in threads:
@@ -84,20 +87,24 @@ def bench(path: Path, inputs, threads: list[int], runs: int, rounds: int) -> dic
         report = ours.get_delegation_report()
         row["all_nodes_ran"] = report.nodes_on("cpu") == len(report.assignments)
         row["nodes"] = len(report.assignments) + len(report.folded)
-        best = alternate({"litegpu": ours.invoke, "litert": theirs.invoke}, runs, rounds)
+        with background_load(busy):
+            best = alternate({"litegpu": ours.invoke, "litert": theirs.invoke}, runs, rounds)
         row[t] = (best["litegpu"] * 1e3, best["litert"] * 1e3)
         del ours, theirs  # one pair of thread pools alive at a time
     return row
 
 
-def parse_args(description: str, runs: int, threads: list[int]) -> argparse.Namespace:
-    """The options every model benchmark takes."""
+def parse_args(description: str, runs: int, threads: list[int], busy: bool = False) -> argparse.Namespace:
+    """The options every model benchmark takes (and ``--busy`` for one that honours it)."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--threads", type=int, nargs="+", default=threads, help="thread counts to time at")
     parser.add_argument("--runs", type=int, default=runs, help="invokes per timed block")
     parser.add_argument("--rounds", type=int, default=3, help="alternating blocks per runtime")
     parser.add_argument("--real", action="store_true", help="include the fetched real models")
     parser.add_argument("--markdown", action="store_true", help="print a markdown table")
+    if busy:
+        parser.add_argument("--busy", type=int, default=0, metavar="N",
+                            help="CPU-bound background processes running while both runtimes are timed")
     parser.add_argument("names", nargs="*")
     return parser.parse_args()
 
@@ -114,7 +121,7 @@ def printer(markdown: bool, widths: list[int]):
 
 
 def main() -> int:
-    args = parse_args(__doc__.splitlines()[0], runs=30, threads=[1, 2])
+    args = parse_args(__doc__.splitlines()[0], runs=30, threads=[1, 2], busy=True)
     header = ["model", "nodes", "max rel err vs LiteRT", "all nodes ran", "litegpu init ms"]
     for t in args.threads:
         header += [f"litegpu ms ({t}t)", f"LiteRT ms ({t}t)", f"ratio ({t}t)"]
@@ -125,7 +132,7 @@ def main() -> int:
     ratios: dict[int, list[float]] = {t: [] for t in args.threads}
     start = time.perf_counter()
     for name, path, inputs in models(args.real, args.names):
-        row = bench(path, inputs, args.threads, args.runs, args.rounds)
+        row = bench(path, inputs, args.threads, args.runs, args.rounds, args.busy)
         if "error" in row:
             emit([name, "", f"not run: {row['error']}"] + [""] * (len(header) - 3))
             continue
@@ -141,7 +148,7 @@ def main() -> int:
         print(f"geometric mean of ratio litegpu/LiteRT at {t} thread(s) over {len(ratios[t])} models: "
               f"{geometric_mean(ratios[t]):.2f}")
     print(f"wall time {time.perf_counter() - start:.0f} s; {args.runs} invokes per block, "
-          f"{args.rounds} rounds, best block median")
+          f"{args.rounds} rounds, best block median; {args.busy} CPU-bound background process(es)")
     return 0
 
 

@@ -9,8 +9,11 @@ best of its block medians: the least disturbed block is the closest to what it c
 """
 from __future__ import annotations
 
+import contextlib
+import subprocess
+import sys
 import time
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 
@@ -47,3 +50,17 @@ def alternate(timers: dict[str, Callable[[], object]], runs: int, rounds: int = 
 def geometric_mean(values: list[float]) -> float:
     """Geometric mean of positive ``values`` (nan when empty): the fair average of ratios."""
     return float(np.exp(np.mean(np.log(values)))) if values else float("nan")
+
+
+@contextlib.contextmanager
+def background_load(processes: int) -> Iterator[None]:
+    """``processes`` CPU-bound processes (a Python loop each, never sleeping: a compile, a
+    browser tab, another worker) running beside the block, stopped on leaving."""
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(processes)]
+    try:
+        time.sleep(0.2 if busy else 0)        # let them start spinning
+        yield
+    finally:
+        for p in busy:
+            p.kill()
+            p.wait()

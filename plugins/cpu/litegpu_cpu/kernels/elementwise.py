@@ -7,7 +7,6 @@ from __future__ import annotations
 from functools import partial
 
 import numpy as np
-from numba import njit, prange
 
 from litegpu.backend import NodeContext
 
@@ -225,66 +224,77 @@ kernel("ABS")(_unary(np.abs))
 kernel("SQRT")(_unary(np.sqrt))
 kernel("SQUARE")(_unary(np.square))
 kernel("RSQRT")(_unary(_rsqrt))
-# LiteRT's bits where its XNNPACK kernel is known (.xnn_sigmoid), else three numpy passes.
-kernel("LOGISTIC")(xnn_sigmoid.logistic_kernel if xnn_sigmoid.MATCHES_LITERT
-                   else _unary(_exp_neg, _add_one, np.reciprocal))
+# LOGISTIC in three numpy passes where LiteRT's sigmoid is not known (see logistic_kernel).
+_numpy_logistic = _unary(_exp_neg, _add_one, np.reciprocal)
 
 
-@njit(cache=True, parallel=True)
-def hard_swish(x, out):
-    """``out = x * clamp(x / 6 + 1/2, 0, 1)`` in one pass over flat arrays, the multiply-add
-    fused as XNNPACK's (the form of :mod:`..fusion`, which runs it unless fusion is off)."""
-    for i in prange(x.size):
-        v = x[i]
-        out[i] = v * min(max(fma32(v, np.float32(1 / 6), np.float32(0.5)), np.float32(0)), np.float32(1))
-
-
-@kernel("HARD_SWISH")
-def hard_swish_kernel(ctx: NodeContext):
-    """HARD_SWISH through one numba pass."""
-    if _dtypes(ctx, _FLOATS) is None:
-        return None
-
-    def run(inputs, outputs):
-        hard_swish(inputs[0].reshape(-1), outputs[0].reshape(-1))
-    return run
+# What :func:`_float_unary_task` computes (``ip[2]``).
+_GELU, _GELU_TANH, _HARD_SWISH, _SIGMOID = range(4)
 
 
 @task_function(fastmath={"contract"})
-def _gelu_task(t, xp, outp, _a2, _a3, _a4, _a5, _a6, _a7, ip, _fp):
-    """Elements ``t * chunk ..`` of GELU (``ip``: size, chunk, approximate) by
-    :func:`.mathfn.gelu32` or :func:`.mathfn.gelu_tanh32`: float32 code that vectorizes
-    (a float64 erf form, behind numba's zero-division check, ran at ~1.2 ns an element
-    and lost all relative accuracy for x < -3); the generated kernels of :mod:`..fusion`
-    use the same functions. ``contract`` lets LLVM fuse the polynomials' multiply-adds,
-    which only removes roundings."""
-    n, chunk = ip[0], ip[1]
+def _float_unary_task(t, xp, outp, _a2, _a3, _a4, _a5, _a6, _a7, ip, _fp):
+    """Elements ``t * chunk ..`` of a float32 one-input op (``ip``: size, chunk, which):
+    GELU by :func:`.mathfn.gelu32` or :func:`.mathfn.gelu_tanh32`: float32 code that
+    vectorizes (a float64 erf form, behind numba's zero-division check, ran at ~1.2 ns an
+    element and lost all relative accuracy for x < -3); HARD_SWISH as ``x * clamp(x / 6
+    + 1/2, 0, 1)``, the multiply-add fused as XNNPACK's; LOGISTIC by
+    :func:`.xnn_sigmoid.sigmoid32`. The generated kernels of :mod:`..fusion` use the same
+    forms; this one runs where they do not (fusion off, or shapes settled at run time).
+    ``contract`` lets LLVM fuse the polynomials' multiply-adds, which only removes
+    roundings (the sigmoid's are explicit fused multiply-adds already)."""
+    n, chunk, which = ip[0], ip[1], ip[2]
     start = t * chunk
     end = min(n, start + chunk)
-    if ip[2]:
+    if which == _GELU_TANH:
         for i in range(start, end):
             outp[i] = gelu_tanh32(xp[i])
-    else:
+    elif which == _GELU:
         for i in range(start, end):
             outp[i] = gelu32(xp[i])
+    elif which == _HARD_SWISH:
+        for i in range(start, end):
+            v = xp[i]
+            outp[i] = v * min(max(fma32(v, np.float32(1 / 6), np.float32(0.5)), np.float32(0)), np.float32(1))
+    else:
+        for i in range(start, end):
+            outp[i] = xnn_sigmoid.sigmoid32(xp[i])
 
 
-# GELUs of at least this many elements run as several tasks over the threads: at ~0.6 ns
-# an element, smaller ones take less time than waking a sleeping worker (see .threads).
-_GELU_PARALLEL = 1 << 16
+# Ops of at least this many elements run as several tasks over the threads: at ~0.6 ns an
+# element (GELU), smaller ones take less time than waking a sleeping worker (see .threads).
+_UNARY_PARALLEL = 1 << 16
+
+
+def _float_unary(ctx: NodeContext, which: int):
+    """The node through :func:`_float_unary_task`, or None unless it is float32."""
+    if _dtypes(ctx, _FLOATS) is None:
+        return None
+    size = int(np.prod(ctx.inputs[0].shape, dtype=np.int64))
+    tasks = 8 if size >= _UNARY_PARALLEL else 1
+    chunk = max(-(-size // tasks), 1)
+    tasks = max(-(-size // chunk), 1)
+    params = np.array([size, chunk, which], np.int64)
+
+    def bind(inputs, outputs):
+        return bind_task(_float_unary_task, tasks, (inputs[0],), (outputs[0],), params)
+    return bindable(bind)
 
 
 @kernel("GELU")
 def gelu_kernel(ctx: NodeContext):
     """GELU (exact erf form or tanh approximation) through one task function."""
-    if _dtypes(ctx, _FLOATS) is None:
-        return None
-    size = int(np.prod(ctx.inputs[0].shape, dtype=np.int64))
-    tasks = 8 if size >= _GELU_PARALLEL else 1
-    chunk = max(-(-size // tasks), 1)
-    tasks = max(-(-size // chunk), 1)
-    params = np.array([size, chunk, bool(ctx.attrs.get("approximate", False))], np.int64)
+    return _float_unary(ctx, _GELU_TANH if ctx.attrs.get("approximate", False) else _GELU)
 
-    def bind(inputs, outputs):
-        return bind_task(_gelu_task, tasks, (inputs[0],), (outputs[0],), params)
-    return bindable(bind)
+
+@kernel("HARD_SWISH")
+def hard_swish_kernel(ctx: NodeContext):
+    """HARD_SWISH through one task function."""
+    return _float_unary(ctx, _HARD_SWISH)
+
+
+@kernel("LOGISTIC")
+def logistic_kernel(ctx: NodeContext):
+    """LOGISTIC with LiteRT's bits where :mod:`.xnn_sigmoid` knows XNNPACK's kernel
+    (through one task function), elsewhere in three numpy passes."""
+    return _float_unary(ctx, _SIGMOID) if xnn_sigmoid.MATCHES_LITERT else _numpy_logistic(ctx)

@@ -46,8 +46,6 @@ from llvmlite import binding, ir
 from numba import njit, types
 from numba.extending import intrinsic
 
-from litegpu.backend import NodeContext
-
 from . import mathfn
 from .mathfn import fma32
 
@@ -136,22 +134,3 @@ sigmoid32 = xnn_sigmoid32 if MATCHES_LITERT else mathfn.sigmoid32
 DIGEST = hashlib.sha256(Path(__file__).read_bytes() + mathfn.DIGEST.encode()
                         + bytes([MATCHES_LITERT])).hexdigest()[:16]
 """Names this module, the one it falls back on and the host's choice in generated sources."""
-
-
-@njit(cache=True, error_model="numpy")
-def sigmoid(x, out):
-    """``out = sigmoid32(x)`` over flat float32 arrays (the unfused path: no parallel
-    region of its own outside the plan tables)."""
-    for i in range(x.size):
-        out[i] = sigmoid32(x[i])
-
-
-def logistic_kernel(ctx: NodeContext):
-    """LOGISTIC on float32 through :func:`sigmoid` (the unfused path: a dynamic shape, or
-    ``LITEGPU_CPU_FUSION=0``)."""
-    if any(s is None or np.dtype(s.dtype) != np.float32 for s in (*ctx.inputs, *ctx.outputs)):
-        return None
-
-    def run(inputs, outputs):
-        sigmoid(inputs[0].reshape(-1), outputs[0].reshape(-1))
-    return run
