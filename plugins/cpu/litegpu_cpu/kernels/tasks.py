@@ -263,9 +263,10 @@ def _thread_count(typingctx):
 # time slice); never yielding leaves two of our threads squeezed onto one core waiting on
 # each other until the scheduler moves one.
 SPINS = 4096
-# A row's two counters (claimed, finished) are int64s a cache line apart, so that claims
-# and completions of one row, and the counters of the next, do not share a line.
+# Counters are int64s a cache line apart, so that claims and completions, and the counters
+# of successive barriers, do not share a line.
 _LINE = 64
+_WORDS = _LINE // 8
 
 
 @njit(cache=True)
@@ -277,51 +278,74 @@ def _run_rows_serially(plan):
             _call_task(q[0], t, q[2], q[3], q[4], q[5], q[6], q[7], q[8], q[9], q[10], q[11])
 
 
+@njit(cache=True, inline="always")
+def _stretch_end(plan, s):
+    """The row after the run of one-task rows starting at row ``s`` (``s + 1`` when row
+    ``s`` has another count): such a run is a *serial stretch*."""
+    end = s + 1
+    if plan[s, 1] == 1:
+        while end < plan.shape[0] and plan[end, 1] == 1:
+            end += 1
+    return end
+
+
+@njit(cache=True, inline="always")
+def _claim_and_run(q, base, width, part):
+    """Run tasks of row ``q`` until none is left; the count run. The tasks are cut in
+    ``width`` contiguous ranges, one per part, each with a claim counter (``base + p``
+    lines): a part claims its own range's tasks first, then the others', so that when
+    every thread takes part each runs the same tasks from run to run and finds their
+    weights in its own cache (a 1536x128 float product split in two ran as slowly as on
+    one thread while the halves changed cores)."""
+    tasks = q[1]
+    ran = 0
+    for k in range(width):
+        p = (part + k) % width
+        start, stop = p * tasks // width, (p + 1) * tasks // width
+        while True:
+            t = start + _fetch_add(base + p * _LINE, np.int64(1))
+            if t >= stop:
+                break
+            _call_task(q[0], t, q[2], q[3], q[4], q[5], q[6], q[7], q[8], q[9], q[10], q[11])
+            ran += 1
+    return ran
+
+
 @njit(cache=True)
-def _take_part(plan, counters, part):
+def _take_part(plan, counters, width, part):
     """One thread's part of a plan run in one parallel region: for each row in order,
-    claim its next task (an atomic counter per row) and run it until none is left, then
-    wait until every claimed task of the row has finished (a second counter) before the
-    next row, which may read the row's results. Consecutive rows of one task each are one
-    *serial stretch*: the thread that claims its first row runs them all in order and the
-    others wait once at its end, not at each row (a GRU step is ~17 rows of 48 values
-    each, whose waits had cost more than their work). Any thread may run any task, so
-    the run finishes whatever number of threads actually take part (one thread running
-    two parts in turn finds the second one's rows all done). ``counters``: two zeroed
-    int64s a cache line apart per row. ``part``: the ``prange`` index, unused but for
-    keeping numba from hoisting the call, which does not depend on it, out of the
-    parallel loop."""
+    claim its tasks (:func:`_claim_and_run`) and run them until none is left, then wait
+    until every task of the row has finished (a second counter) before the next row,
+    which may read the row's results. A serial stretch (:func:`_stretch_end`) is run in
+    order by the thread that claims it while the others wait once at its end, not at
+    each row (a GRU step is ~17 rows of 48 values each, whose waits had cost more than
+    their work). Any thread may run any task, so the run finishes whatever number of
+    threads actually take part (one thread running two parts in turn finds the second
+    one's rows all done). ``counters``: zeroed, ``width + 1`` lines per barrier (the
+    claims of each part's range, then the finished count). ``part``: the ``prange``
+    index, which also keeps numba from hoisting the call out of the parallel loop."""
     base = counters.ctypes.data
     rows = plan.shape[0]
     s = 0
     while s < rows:
         tasks = plan[s, 1]
-        end = s + 1
-        claims = base + 2 * _LINE * s
-        finished = claims + _LINE
+        end = _stretch_end(plan, s)
+        finished = base + width * _LINE
         if tasks == 1:
-            while end < rows and plan[end, 1] == 1:
-                end += 1
-            if _fetch_add(claims, np.int64(1)) == 0:
+            if _fetch_add(base, np.int64(1)) == 0:
                 for r in range(s, end):
                     q = plan[r]
                     _call_task(q[0], 0, q[2], q[3], q[4], q[5], q[6], q[7], q[8], q[9], q[10], q[11])
                 _fetch_add(finished, np.int64(1))
         else:
-            q = plan[s]
-            ran = 0
-            while True:
-                t = _fetch_add(claims, np.int64(1))
-                if t >= tasks:
-                    break
-                _call_task(q[0], t, q[2], q[3], q[4], q[5], q[6], q[7], q[8], q[9], q[10], q[11])
-                ran += 1
+            ran = _claim_and_run(plan[s], base, width, part)
             if ran:
                 _fetch_add(finished, ran)
         spins = 0
         while _load_acquire(finished) < tasks:
             _wait_a_little(spins)
             spins += 1
+        base += (width + 1) * _LINE
         s = end
 
 
@@ -332,21 +356,25 @@ def run_plan(plan):
     every task function and every sequence of them.
 
     With several threads and a row of several tasks, the whole plan runs in one parallel
-    region (:func:`_take_part` on every thread), its rows separated by counters in
-    memory: a ``prange`` per row cost ~1.3 us of fork and join on 2 threads (~0.8 us even
-    on one), and a BERT layer has ~11 such rows. Otherwise the rows run on the calling
-    thread."""
+    region (:func:`_take_part` on every thread), its barriers (a row of several tasks, a
+    serial stretch) separated by counters in memory: a ``prange`` per row cost ~1.3 us of
+    fork and join on 2 threads (~0.8 us even on one), and a BERT layer has ~11 such rows.
+    Otherwise the rows run on the calling thread."""
     width = _thread_count()
     parallel = False
-    for s in range(plan.shape[0]):
+    barriers = 0
+    s = 0
+    while s < plan.shape[0]:
         parallel |= plan[s, 1] > 1
+        barriers += 1
+        s = _stretch_end(plan, s)
     if width == 1 or not parallel:
         _run_rows_serially(plan)
         return
     # (The array itself goes to the threads, so it lives until the region ends.)
-    counters = np.zeros(plan.shape[0] * 2 * _LINE // 8, np.int64)
+    counters = np.zeros(barriers * (width + 1) * _WORDS, np.int64)
     for part in prange(width):
-        _take_part(plan, counters, part)
+        _take_part(plan, counters, width, part)
 
 
 @njit(cache=True)
