@@ -126,8 +126,11 @@ def configure_threads(num_threads: int) -> None:
     ``num_threads`` threads (0: numba's default), GEMMs on the calling thread (see the
     module docstring)."""
     import numba
+
+    from .tasks import ensure_workers
     if num_threads > 0:
         numba.set_num_threads(min(num_threads, numba.config.NUMBA_NUM_THREADS))
+    ensure_workers(numba.get_num_threads())
     ensure_gemm_policy()
     _APPLIED[threading.get_ident()] = num_threads
 
