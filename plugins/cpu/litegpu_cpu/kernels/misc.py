@@ -9,7 +9,7 @@ from __future__ import annotations
 from functools import partial
 
 import numpy as np
-from numba import carray, njit, prange
+from numba import carray, njit
 
 from litegpu.backend import NodeContext
 from litegpu.ops.nn import bilinear_axis
@@ -20,7 +20,7 @@ from . import gemm, gemv
 from .mathfn import exp_sum32, fma32, row_range32, sum64
 from .packed import packed_matmul
 from .registry import bindable, kernel
-from .tasks import bind_task, task_function
+from .tasks import bind_task, int64_pointer, task_function
 from .threads import ensure_gemm_policy
 
 
@@ -330,44 +330,62 @@ def softmax(ctx: NodeContext):
 
 # -- RESIZE_BILINEAR ----------------------------------------------------------------------------
 
-@njit(cache=True, parallel=True, fastmath={"contract"})
-def resize_bilinear(x, out, y0, y1, fy, x0, x1, fx):
-    """Bilinear interpolation from per-axis tables (lower index, upper index, upper weight)
-    in XNNPACK's order (:func:`litegpu.ops.nn.bilinear_lerp`), so an infinite tap gives
-    NaN where LiteRT's does. ``contract`` fuses each multiply-add (which changes no NaN or
-    infinity): without it this form ran ~15% slower than the weighted sum it replaced."""
-    n_size, oh_size, ow_size, c_size = out.shape
-    for r in prange(n_size * oh_size):
-        n = r // oh_size
-        oh = r - n * oh_size
-        a0, a1, wy = y0[oh], y1[oh], fy[oh]
+@task_function(fastmath={"contract"})
+def _resize_bilinear_task(t, xp, indexp, weightp, outp, _a4, _a5, _a6, _a7, ip, _fp):
+    """Output rows ``t * chunk ..`` (image-major; ``ip``: N*OH, chunk, H, W, C, OH, OW) of
+    bilinear interpolation from per-axis tables (``index``: the lower then the upper
+    source row of each output row, then the same for columns; ``weight``: each output
+    row's upper weight, then each column's) in XNNPACK's order
+    (:func:`litegpu.ops.nn.bilinear_lerp`), so an infinite tap gives NaN where LiteRT's
+    does. ``contract`` fuses each multiply-add (which changes no NaN or infinity): without
+    it this form ran ~15% slower than the weighted sum it replaced."""
+    index = int64_pointer(indexp)
+    h, w, c_size, oh_size, ow_size = ip[2], ip[3], ip[4], ip[5], ip[6]
+    for r in range(t * ip[1], min(ip[0], (t + 1) * ip[1])):
+        n, oh = r // oh_size, r % oh_size
+        top_row = (n * h + index[oh]) * w
+        bottom_row = (n * h + index[oh_size + oh]) * w
+        wy = weightp[oh]
         for ow in range(ow_size):
-            b0, b1, wx = x0[ow], x1[ow], fx[ow]
+            b0, b1, wx = index[2 * oh_size + ow], index[2 * oh_size + ow_size + ow], weightp[oh_size + ow]
+            tl, tr = (top_row + b0) * c_size, (top_row + b1) * c_size
+            bl, br = (bottom_row + b0) * c_size, (bottom_row + b1) * c_size
+            at = (r * ow_size + ow) * c_size
             for c in range(c_size):
-                tl, tr = x[n, a0, b0, c], x[n, a0, b1, c]
-                bl, br = x[n, a1, b0, c], x[n, a1, b1, c]
-                top = tl + (tr - tl) * wx
-                bottom = bl + (br - bl) * wx
-                out[n, oh, ow, c] = top + (bottom - top) * wy
+                top = xp[tl + c] + (xp[tr + c] - xp[tl + c]) * wx
+                bottom = xp[bl + c] + (xp[br + c] - xp[bl + c]) * wx
+                outp[at + c] = top + (bottom - top) * wy
+
+
+# Resizes of at least this many outputs are cut into tasks over the threads.
+_RESIZE_PARALLEL = 1 << 14
 
 
 @kernel("RESIZE_BILINEAR")
 def resize_bilinear_kernel(ctx: NodeContext):
     """RESIZE_BILINEAR with index/weight tables built at compile time (the op module's,
-    :func:`litegpu.ops.nn.bilinear_axis`). A size the model computes leaves LiteRT on its
-    builtin kernel, whose formula the reference has."""
+    :func:`litegpu.ops.nn.bilinear_axis`), a task function over output rows. A size the
+    model computes leaves LiteRT on its builtin kernel, whose formula the reference has."""
     if not all_float32(ctx) or not ctx.attrs.get("xnnpack", True):
         return None
-    _, h, w, _ = ctx.inputs[0].shape
+    n, h, w, c = ctx.inputs[0].shape
     _, oh, ow, _ = ctx.outputs[0].shape
     if min(h, w, oh, ow) < 1:
         return None
-    ty = bilinear_axis(h, oh, ctx.attrs)
-    tx = bilinear_axis(w, ow, ctx.attrs)
+    y0, y1, fy = bilinear_axis(h, oh, ctx.attrs)
+    x0, x1, fx = bilinear_axis(w, ow, ctx.attrs)
+    index = np.concatenate([y0, y1, x0, x1]).astype(np.int64)
+    weight = np.concatenate([fy, fx]).astype(F32)
+    rows = n * oh
+    tasks = min(rows, 8) if rows * ow * c >= _RESIZE_PARALLEL else 1
+    chunk = max(-(-rows // max(tasks, 1)), 1)
+    tasks = max(-(-rows // chunk), 1)
+    params = np.array([rows, chunk, h, w, c, oh, ow], np.int64)
 
-    def run(inputs, outputs):
-        resize_bilinear(inputs[0], outputs[0], *ty, *tx)
-    return run
+    def bind(inputs, outputs):
+        return bind_task(_resize_bilinear_task, tasks, (inputs[0], index, weight), (outputs[0],), params,
+                         dtypes=(F32, np.dtype(np.int64), F32, F32))
+    return bindable(bind)
 
 
 # -- CONCATENATION ---------------------------------------------------------------------

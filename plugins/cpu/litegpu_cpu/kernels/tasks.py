@@ -242,13 +242,18 @@ def _wait_a_little(typingctx, spins):
     return types.void(types.int64), codegen
 
 
+def _launch_threads() -> None:
+    """Start numba's threading layer (once; a flag check afterwards)."""
+    from numba.np.ufunc.parallel import _launch_threads as launch
+    launch()
+
+
 @intrinsic
 def _thread_count(typingctx):
     """numba's thread count for the calling thread (``numba.get_num_threads()`` calls it
     through a ctypes pointer, which numba's disk cache refuses; this calls the symbol
     numba's threading layer registers with LLVM when it starts, as its own ``prange``
     lowering does)."""
-    from numba.np.ufunc.parallel import _launch_threads
     _launch_threads()
 
     def codegen(context, builder, signature, args):
@@ -657,6 +662,9 @@ def plan_call(rows: np.ndarray, held: tuple, checks: tuple):
     checked), with ``rows``, ``held`` and ``checks`` attached."""
     checks = tuple(Check(c) for c in checks)
     launch = run_program if len(rows) and rows[:, 1].min() < 0 else run_plan
+    # The launcher reads numba's per-thread count through the threading layer's symbol,
+    # which a launcher loaded from numba's cache finds only once the layer is started.
+    _launch_threads()
     if checks:
         def call() -> None:
             launch(rows, POOL)
