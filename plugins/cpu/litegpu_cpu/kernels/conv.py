@@ -9,8 +9,6 @@ once, at compile time, into the layout the GEMM wants.
 """
 from __future__ import annotations
 
-from functools import partial
-
 import numpy as np
 from numba import carray, njit, prange
 
@@ -21,7 +19,7 @@ from .common import (F32, clamp_bounds, constant_bias, transpose_pad_before,
 from . import gemm
 from .misc import constant_product
 from .packed import MR, PackedMatmul, packed_matmul
-from .registry import bindable, in_order, kernel
+from .registry import bindable, kernel
 from .tasks import bind_task, bound_tasks, in_sequence, task_function
 from .threads import ensure_gemm_policy
 
@@ -255,39 +253,41 @@ def depthwise(x, wt, bias, out, sh, sw, dh, dw, pt, pl, mult, lo, hi):
 _CONTRACT = {"contract", "reassoc", "nsz"}
 
 
-@njit(cache=True, parallel=True)
-def col2im(cols, bias, out, h, w, kh_size, kw_size, sh, sw, pt, pl, lo, hi):
-    """Transpose-conv gather: ``out[n,oh,ow,:] = bias + sum cols[pixel(ih,iw), tap(kh,kw), :]`` over
-    the taps with ``oh = ih*sh - pt + kh`` (and the same along w), clamped to [lo, hi].
-    ``cols`` is [N*H*W, KH*KW*O]; each output element is written by one thread."""
-    n_size, oh_size, ow_size, o_size = out.shape
-    for r in prange(n_size * oh_size):
-        n = r // oh_size
-        oh = r - n * oh_size
-        acc = np.empty(o_size, np.float32)
+@task_function()
+def _col2im_task(t, colsp, biasp, accp, outp, _a4, _a5, _a6, _a7, ip, fp):
+    """Transpose-conv gather, output rows ``t * chunk ..`` (image-major; ``ip``: N*OH,
+    chunk, H, W, OH, OW, O, KH, KW, SH, SW, PT, PL; ``fp``: lo, hi): ``out[n,oh,ow,:] =
+    bias + sum cols[pixel(ih,iw), tap(kh,kw), :]`` over the taps with ``oh = ih*sh - pt +
+    kh`` (and the same along w), added in (kh, kw) order and clamped to [lo, hi].
+    ``cols`` is [N*H*W, KH*KW*O]; ``acc`` one row of O per task."""
+    h, w, oh_size, ow_size, o_size = ip[2], ip[3], ip[4], ip[5], ip[6]
+    kh_size, kw_size, sh, sw, pt, pl = ip[7], ip[8], ip[9], ip[10], ip[11], ip[12]
+    lo, hi = fp[0], fp[1]
+    acc = t * o_size
+    row_length = kh_size * kw_size * o_size
+    for r in range(t * ip[1], min(ip[0], (t + 1) * ip[1])):
+        n, oh = r // oh_size, r % oh_size
         for ow in range(ow_size):
             for o in range(o_size):
-                acc[o] = bias[o]
+                accp[acc + o] = biasp[o]
             for kh in range(kh_size):
-                t = oh + pt - kh
-                if t < 0 or t % sh != 0:
-                    continue
-                ih = t // sh
-                if ih >= h:
+                y = oh + pt - kh
+                if y < 0 or y % sh != 0 or y // sh >= h:
                     continue
                 for kw in range(kw_size):
                     u = ow + pl - kw
-                    if u < 0 or u % sw != 0:
+                    if u < 0 or u % sw != 0 or u // sw >= w:
                         continue
-                    iw = u // sw
-                    if iw >= w:
-                        continue
-                    row = (n * h + ih) * w + iw
-                    base = (kh * kw_size + kw) * o_size
+                    src = ((n * h + y // sh) * w + u // sw) * row_length + (kh * kw_size + kw) * o_size
                     for o in range(o_size):
-                        acc[o] += cols[row, base + o]
+                        accp[acc + o] += colsp[src + o]
+            at = (r * ow_size + ow) * o_size
             for o in range(o_size):
-                out[n, oh, ow, o] = min(max(acc[o], lo), hi)
+                outp[at + o] = min(max(accp[acc + o], lo), hi)
+
+
+# Transpose convs of at least this many outputs gather in several tasks.
+_COL2IM_PARALLEL = 1 << 14
 
 
 @kernel("TRANSPOSE_CONV")
@@ -328,8 +328,18 @@ def _transpose_conv(ctx: NodeContext, x_index: int, w_index: int, bias_index: in
     how = gemm.plan(m, kh * kw * o, c)
     packed = packed_matmul(wmat, None, -np.inf, np.inf, m)
 
+    rows = n * oh
+    tasks = min(rows, 8) if rows * ow * o >= _COL2IM_PARALLEL else 1
+    chunk = max(-(-rows // tasks), 1)
+    tasks = max(-(-rows // chunk), 1)
+    acc = np.empty(tasks * o, F32)
+    params = np.array([rows, chunk, h, w, oh, ow, o, kh, kw, sh, sw, pt, pl], np.int64)
+    bounds = np.array([lo, hi], F32)
+    bias32 = np.ascontiguousarray(bias, F32)
+
     def bind(inputs, outputs):
         x2 = inputs[x_index].reshape(m, c)
         taps = packed.bind(x2, cols) if packed is not None else gemm.bind_matmul(x2, wmat, cols, how)
-        return in_order([taps, partial(col2im, cols, bias, outputs[0], h, w, kh, kw, sh, sw, pt, pl, lo, hi)])
+        gather = bind_task(_col2im_task, tasks, (cols, bias32, acc), (outputs[0],), params, bounds)
+        return in_sequence([taps, gather])
     return bindable(bind)
