@@ -281,7 +281,7 @@ def test_if_compiles_the_constant_inputs_of_its_branch_in() -> None:
         np.testing.assert_allclose(got, sign * xs @ weights.T, rtol=1e-6)
     # Each branch was compiled with its weight input as the model's own constant array: the
     # host array is that array, which the call does not copy into.
-    branches = list(interp._session._calls.values())
+    branches = list(interp._session.control._calls.values())
     assert len(branches) == 2
     for call in branches:
         w_input = call.compiled.sg.inputs[1]

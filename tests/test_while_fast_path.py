@@ -80,7 +80,7 @@ def test_swapping_and_pass_through_values(steps, swap):
             np.testing.assert_allclose(g, w, rtol=1e-6)
     if steps >= 2:
         # Swapped values keep to the general path; the rest run on fixed arrays.
-        (loop,) = interp._session._loops.values()
+        (loop,) = interp._session.control._loops.values()
         assert (loop is None) == swap
 
 
@@ -124,10 +124,10 @@ def test_later_invokes_enter_the_fixed_loop_at_once(monkeypatch):
                                  limits=litegpu.Limits(max_while_iterations=5))
     rng = np.random.default_rng(3)
     a, b, c = (rng.standard_normal(3).astype(np.float32) for _ in range(3))
-    session = interp._session
+    control = interp._session.control
     general = []
-    call_subgraph = session.call_subgraph
-    monkeypatch.setattr(session, "call_subgraph", lambda sg, values: (general.append(sg), call_subgraph(sg, values))[1])
+    call_subgraph = control.call_subgraph
+    monkeypatch.setattr(control, "call_subgraph", lambda sg, values: (general.append(sg), call_subgraph(sg, values))[1])
     for start in (3, 6, 9, 2, 4):   # 3 iterations, none, none, 4, 2
         got = invoke(interp, [np.array(start, np.int32), a, b, c])
         want = expected(6 - start, a, b, c, swap=False)
@@ -136,7 +136,7 @@ def test_later_invokes_enter_the_fixed_loop_at_once(monkeypatch):
             np.testing.assert_allclose(g, w, rtol=1e-6)
         # The first invoke's first iteration calls cond and body the general way; no other does.
         assert len(general) == 2
-    (loop,) = session._loops.values()
+    (loop,) = control._loops.values()
     assert loop is not None
     with pytest.raises(litegpu.ResourceLimitError, match="5 iterations"):
         invoke(interp, [np.array(0, np.int32), a, b, c])
@@ -159,7 +159,7 @@ def assert_same(got, want) -> None:
 def loop_kind(interp) -> str:
     """Which loop the session built for the model's one WHILE: "alternating", "copying" or
     "general" (every iteration through call_subgraph)."""
-    (loop,) = interp._session._loops.values()
+    (loop,) = interp._session.control._loops.values()
     if loop is None:
         return "general"
     return "alternating" if loop.__qualname__.startswith("_alternating_loop") else "copying"
@@ -167,7 +167,7 @@ def loop_kind(interp) -> str:
 
 def compiled(interp) -> bool:
     """Whether the model's one WHILE runs as one compiled call (every step a task function)."""
-    (loop,) = interp._session._loops.values()
+    (loop,) = interp._session.control._loops.values()
     if loop is None:
         return False
     closure = dict(zip(loop.__code__.co_freevars, loop.__closure__ or ()))
@@ -192,14 +192,14 @@ def test_alternating_loop_matches_litert(steps):
 
 def test_alternating_loop_results_are_not_overwritten_by_the_next_invoke():
     interp = litegpu.Interpreter(model_content=swap_model(5, swap=False))
-    session = interp._session
+    control = interp._session.control
     first = invoke(interp, [np.array(0, np.int32), np.ones(3, np.float32), np.zeros(3, np.float32),
                             np.ones(3, np.float32)])
     # What the WHILE kernel returned, as the next nodes see it (the model's outputs are copies).
     kept = [np.array(x) for x in first]
-    results = session.while_loop(1, 2, [np.array(0, np.int32), *(np.full(3, 9, np.float32) for _ in range(3))],
+    results = control.while_loop(1, 2, [np.array(0, np.int32), *(np.full(3, 9, np.float32) for _ in range(3))],
                                  100, lambda v, what: bool(v))
-    again = session.while_loop(1, 2, [np.array(3, np.int32), *(np.full(3, 2, np.float32) for _ in range(3))],
+    again = control.while_loop(1, 2, [np.array(3, np.int32), *(np.full(3, 2, np.float32) for _ in range(3))],
                                100, lambda v, what: bool(v))
     np.testing.assert_array_equal(results[1], np.full(3, 9 + 5 * 9, np.float32))
     np.testing.assert_array_equal(again[1], np.full(3, 2 + 2 * 2, np.float32))
@@ -340,14 +340,14 @@ def test_kernel_error_in_the_loop_names_the_node():
 def test_call_depth_limit_applies_to_the_loop(monkeypatch):
     """The session's loop counts as a subgraph call. (A WHILE bound into its caller's
     plan after the first invoke calls no subgraph: nothing can nest there.)"""
-    import litegpu.session as session_module
+    import litegpu.control_flow as control_flow
     interp = litegpu.Interpreter(model_content=swap_model(4, swap=False))
     values = [np.array(0, np.int32), *(np.ones(3, np.float32) for _ in range(3))]
     invoke(interp, values)
     assert loop_kind(interp) == "alternating"
-    monkeypatch.setattr(session_module, "_MAX_CALL_DEPTH", 0)
+    monkeypatch.setattr(control_flow, "_MAX_CALL_DEPTH", 0)
     with pytest.raises(litegpu.ResourceLimitError, match="nested deeper than 0"):
-        interp._session.while_loop(1, 2, values, 100, lambda v, what: bool(v))
+        interp._session.control.while_loop(1, 2, values, 100, lambda v, what: bool(v))
 
 
 def test_profiled_loop_records_every_iteration():
