@@ -1,36 +1,35 @@
-"""DEPTHWISE_CONV_2D (numba): fast paths for the common 3x3, multiplier-1 convolutions.
+"""DEPTHWISE_CONV_2D (numba) with LiteRT's bits: every kernel here sums in XNNPACK's order
+(:mod:`.xnn_order`): from the bias, one multiply-add a tap (fused where the host has
+FMA), column by column through a window of at most 25 taps with multiplier 1, row by
+row otherwise; a tap in the padding multiplies 0. Fast paths for the common
+convolutions reuse each loaded input and weight vector for several outputs:
 
-The general kernel (:func:`.conv.depthwise`) and the earlier 3x3 one vectorize the loop
-over one pixel's channels. Its trip count is known only at run time, so each pixel pays
-the loop's setup and LLVM's run-time alias checks, and LLVM's vector body (64 floats)
-leaves C = 16 or 32 to narrow or scalar epilogues: 10-20 GFLOP/s on the shapes of
-face_landmark and mobilenet_v2 (1 thread, Zen 4). Both paths here reuse each loaded
-input and weight vector for several outputs:
-
-- stride 1 (any dilation), :func:`_s1_task`: an output row's interior, flattened
+- 3x3, stride 1 (any dilation), :func:`_s1_task`: an output row's interior, flattened
   over (column, channel), is a sum of nine contiguous input-row segments times weights
   repeated along the row, so one long loop vectorizes at full width for any C; four
-  output rows share six input rows;
-- stride 2, :func:`_s2_task`: 2x2 output pixels per channel loop share a 5x5 input
+  output rows share six input rows (four independent chains of nine);
+- 3x3, stride 2, :func:`_s2_task`: 2x2 output pixels per channel loop share a 5x5 input
   window. Its arrays are ``noalias`` pointers, so LLVM vectorizes the channel loop with
   no run-time alias checks (with them it gives up: "too many memory checks").
 
-Pixels whose window crosses the border take :func:`_edge_pixel`. Both are task functions
-run by :func:`.tasks.run_plan` (see :mod:`.tasks`: as ``prange`` kernels they took
-4-6 s each to compile cold).
+Pixels whose window crosses the border take :func:`_edge_pixel`. These are task
+functions run by :func:`.tasks.run_plan` (see :mod:`.tasks`: as ``prange`` kernels they
+took 4-6 s each to compile cold).
 
 5x5 (stride 1 or 2, multiplier 1, no dilation, C >= 16) takes :func:`_k5_task`: a task
 is one block of 16 channels (one AVX-512 vector) over a band of output rows. It copies
 its band of the input, those 16 channels, into a zero-padded frame (``[rows][cols][16]``,
-in L1/L2), so no pixel needs an edge test; then its K*K weight vectors stay in registers
-for every pixel, each tap one FMA with a memory operand. The general kernel instead
-loads and stores its accumulator per tap (3 memory operations per FMA). The frame copy
-and zero fill go by 16-float vector intrinsics (:func:`_copy16`, zeros copied from one
-:func:`_zero16` vector: numba leaves LLVM's SLP vectorizer off, so a 16-iteration copy
-loop is unrolled into scalar moves, and LLVM turns runs of zero stores into a memset
-call each: 3-4x slower fills). The taps sum as K partial sums per row, not one chain
-(four-cycle FMA latency), with only ``contract`` fastmath, so that LLVM does not
-reassociate them back into a chain. 14x14x240 stride 1 on one thread: 0.113 -> 0.050 ms.
+in L1/L2), so no pixel needs an edge test; then its 25 weight vectors stay in registers
+for every pixel, each tap one FMA with a memory operand, three pixels' chains of 25 at
+a time. The frame copy and zero fill go by 16-float vector intrinsics (:func:`_copy16`,
+zeros copied from one :func:`_zero16` vector: numba leaves LLVM's SLP vectorizer off, so
+a 16-iteration copy loop is unrolled into scalar moves, and LLVM turns runs of zero
+stores into a memset call each: 3-4x slower fills). 14x14x240 stride 1 on one thread:
+0.113 ms summed tap by tap in memory, 0.050 ms as five partial sums a pixel (not
+XNNPACK's order), 0.05 ms as now.
+
+Every other depthwise conv takes :func:`_any_task`, an output row a task, its taps in
+XNNPACK's order from its parameters.
 """
 from __future__ import annotations
 
@@ -42,9 +41,9 @@ from numba.extending import intrinsic
 from litegpu.backend import NodeContext
 
 from .common import F32, clamp_bounds, constant_bias, window_geometry
-from .conv import _CONTRACT, depthwise
 from .registry import bindable, kernel
 from .tasks import TaskFunction, bind_task, task_function
+from .xnn_order import clamp16, depthwise_taps, load16, madd, madd16, splat16, store16
 
 # Floats of an output row per pass of :func:`_rows4`, so that its ten weight rows stay in
 # L1 (96x96x16 .. 14x14x576: 256-1024 alike; weights repeated along whole rows, 9*OW*C
@@ -55,13 +54,14 @@ _CHUNK = 512
 @njit(cache=True)
 def _edge_pixel(x, wt, bias, out, n, oh, ow, ih0, iw0, dh, dw, lo, hi):
     """Output pixel ``out[n, oh, ow]`` of a 3x3 depthwise conv (multiplier 1) whose window at
-    (ih0, iw0) may cross the border: taps outside the image add 0, as in the reference's
-    zero padding. They read a clamped, valid pixel whose product is then dropped, so the
-    nine taps still sum in a register: 1.7-2.3x faster than a pass over the channels per
-    tap (28x28x144, 56x56x16). Indexes the arrays directly (no views), so that it keeps
-    the callers' parallel bodies alias-free (see the module docstring). Called, not
-    inlined: inlined at its five call sites it made the two parallel kernels take 24 s to
-    compile cold instead of 10 s, for no measurable speed."""
+    (ih0, iw0) may cross the border, in XNNPACK's order (column by column, one
+    :func:`.xnn_order.madd` a tap from the bias): a tap outside the image multiplies 0, as
+    XNNPACK's zero buffer does. It reads a clamped, valid pixel that is then replaced by 0,
+    so the nine taps still sum in a register: 1.7-2.3x faster than a pass over the
+    channels per tap (28x28x144, 56x56x16). Indexes the arrays directly (no views), so
+    that it keeps the callers' parallel bodies alias-free (see the module docstring).
+    Called, not inlined: inlined at its five call sites it made the two parallel kernels
+    take 24 s to compile cold instead of 10 s, for no measurable speed."""
     h, w = x.shape[1], x.shape[2]
     i0, i1, i2 = min(max(ih0, 0), h - 1), min(max(ih0 + dh, 0), h - 1), min(max(ih0 + 2 * dh, 0), h - 1)
     j0, j1, j2 = min(max(iw0, 0), w - 1), min(max(iw0 + dw, 0), w - 1), min(max(iw0 + 2 * dw, 0), w - 1)
@@ -70,28 +70,34 @@ def _edge_pixel(x, wt, bias, out, n, oh, ow, ih0, iw0, dh, dw, lo, hi):
     zero = np.float32(0)
     for c in range(out.shape[3]):
         v = bias[c]
-        p = x[n, i0, j0, c] * wt[0, 0, c]
-        v += p if r0 and c0 else zero
-        p = x[n, i0, j1, c] * wt[0, 1, c]
-        v += p if r0 and c1 else zero
-        p = x[n, i0, j2, c] * wt[0, 2, c]
-        v += p if r0 and c2 else zero
-        p = x[n, i1, j0, c] * wt[1, 0, c]
-        v += p if r1 and c0 else zero
-        p = x[n, i1, j1, c] * wt[1, 1, c]
-        v += p if r1 and c1 else zero
-        p = x[n, i1, j2, c] * wt[1, 2, c]
-        v += p if r1 and c2 else zero
-        p = x[n, i2, j0, c] * wt[2, 0, c]
-        v += p if r2 and c0 else zero
-        p = x[n, i2, j1, c] * wt[2, 1, c]
-        v += p if r2 and c1 else zero
-        p = x[n, i2, j2, c] * wt[2, 2, c]
-        v += p if r2 and c2 else zero
+        v = madd(x[n, i0, j0, c] if r0 and c0 else zero, wt[0, 0, c], v)
+        v = madd(x[n, i1, j0, c] if r1 and c0 else zero, wt[1, 0, c], v)
+        v = madd(x[n, i2, j0, c] if r2 and c0 else zero, wt[2, 0, c], v)
+        v = madd(x[n, i0, j1, c] if r0 and c1 else zero, wt[0, 1, c], v)
+        v = madd(x[n, i1, j1, c] if r1 and c1 else zero, wt[1, 1, c], v)
+        v = madd(x[n, i2, j1, c] if r2 and c1 else zero, wt[2, 1, c], v)
+        v = madd(x[n, i0, j2, c] if r0 and c2 else zero, wt[0, 2, c], v)
+        v = madd(x[n, i1, j2, c] if r1 and c2 else zero, wt[1, 2, c], v)
+        v = madd(x[n, i2, j2, c] if r2 and c2 else zero, wt[2, 2, c], v)
         out[n, oh, ow, c] = min(max(v, lo), hi)
 
 
-@njit(cache=True, fastmath=_CONTRACT)
+@njit(cache=True, inline="always")
+def _taps3x3(b, x00, x10, x20, x01, x11, x21, x02, x12, x22, w0, w1, w2, w3, w4, w5, w6, w7, w8):
+    """``b + sum x_{ky kx} * w_{3 ky + kx}`` in XNNPACK's order: column by column, one
+    :func:`.xnn_order.madd` a tap."""
+    v = madd(x00, w0, b)
+    v = madd(x10, w3, v)
+    v = madd(x20, w6, v)
+    v = madd(x01, w1, v)
+    v = madd(x11, w4, v)
+    v = madd(x21, w7, v)
+    v = madd(x02, w2, v)
+    v = madd(x12, w5, v)
+    return madd(x22, w8, v)
+
+
+@njit(cache=True)
 def _rows4(y0, y1, y2, y3, x0, x1, x2, x3, x4, x5, a, s, wp, lo, hi):
     """Four flattened output-row segments of a stride-1 3x3 depthwise conv:
     ``y_i[j] = clamp(bias + sum_{k, kw} x_{i+k}[a + kw*s + j] * w[k, kw])``, rows ``x0..x5``
@@ -99,7 +105,8 @@ def _rows4(y0, y1, y2, y3, x0, x1, x2, x3, x4, x5, a, s, wp, lo, hi):
     nine weight rows and the bias (row 9), each repeated along ``P`` floats, ``P`` a
     multiple of C: the segment goes in passes of ``P``, so the weights stay cached.
     Each input value loaded serves up to three output rows (28 loads per 4 outputs
-    where a pixel at a time takes 19 per output)."""
+    where a pixel at a time takes 19 per output); the four sums are independent chains
+    of XNNPACK's order (:func:`_taps3x3`)."""
     length = y0.size
     p = wp.shape[1]
     for j0 in range(0, length, p):
@@ -119,19 +126,18 @@ def _rows4(y0, y1, y2, y3, x0, x1, x2, x3, x4, x5, a, s, wp, lo, hi):
             bj = wb[j]
             Q0, Q1, Q2, R0, R1, R2, T0, T1, T2 = q0[j], q1[j], q2[j], r0[j], r1[j], r2[j], t0[j], t1[j], t2[j]
             U0, U1, U2 = u0[j], u1[j], u2[j]
-            o0 = (bj + p0[j] * a0 + p1[j] * a1 + p2[j] * a2 + Q0 * a3 + Q1 * a4 + Q2 * a5
-                  + R0 * a6 + R1 * a7 + R2 * a8)
-            o1 = bj + Q0 * a0 + Q1 * a1 + Q2 * a2 + R0 * a3 + R1 * a4 + R2 * a5 + T0 * a6 + T1 * a7 + T2 * a8
-            o2 = bj + R0 * a0 + R1 * a1 + R2 * a2 + T0 * a3 + T1 * a4 + T2 * a5 + U0 * a6 + U1 * a7 + U2 * a8
-            o3 = (bj + T0 * a0 + T1 * a1 + T2 * a2 + U0 * a3 + U1 * a4 + U2 * a5
-                  + v0[j] * a6 + v1[j] * a7 + v2[j] * a8)
+            P0, P1, P2, V0, V1, V2 = p0[j], p1[j], p2[j], v0[j], v1[j], v2[j]
+            o0 = _taps3x3(bj, P0, Q0, R0, P1, Q1, R1, P2, Q2, R2, a0, a1, a2, a3, a4, a5, a6, a7, a8)
+            o1 = _taps3x3(bj, Q0, R0, T0, Q1, R1, T1, Q2, R2, T2, a0, a1, a2, a3, a4, a5, a6, a7, a8)
+            o2 = _taps3x3(bj, R0, T0, U0, R1, T1, U1, R2, T2, U2, a0, a1, a2, a3, a4, a5, a6, a7, a8)
+            o3 = _taps3x3(bj, T0, U0, V0, T1, U1, V1, T2, U2, V2, a0, a1, a2, a3, a4, a5, a6, a7, a8)
             z0[j] = min(max(o0, lo), hi)
             z1[j] = min(max(o1, lo), hi)
             z2[j] = min(max(o2, lo), hi)
             z3[j] = min(max(o3, lo), hi)
 
 
-@task_function(fastmath=_CONTRACT)
+@task_function()
 def _s1_task(g, xp, wtp, biasp, wpp, zerop, outp, _a6, _a7, ip, fp):
     """Task ``g`` of the 3x3 depthwise conv, stride 1, multiplier 1, any dilation: the
     group of four output rows ``dh`` apart that :func:`depthwise3x3_s1` numbers ``g``
@@ -213,17 +219,17 @@ def _block2x2_s2(x, wt, bias, out, n, oh, ow, ih, iw, lo, hi):
             x[n, ih + 3, iw + 3, c], x[n, ih + 3, iw + 4, c]
         e0, e1, e2, e3, e4 = x[n, ih + 4, iw, c], x[n, ih + 4, iw + 1, c], x[n, ih + 4, iw + 2, c], \
             x[n, ih + 4, iw + 3, c], x[n, ih + 4, iw + 4, c]
-        v00 = b + a0 * w0 + a1 * w1 + a2 * w2 + b0 * w3 + b1 * w4 + b2 * w5 + c0 * w6 + c1 * w7 + c2 * w8
-        v01 = b + a2 * w0 + a3 * w1 + a4 * w2 + b2 * w3 + b3 * w4 + b4 * w5 + c2 * w6 + c3 * w7 + c4 * w8
-        v10 = b + c0 * w0 + c1 * w1 + c2 * w2 + d0 * w3 + d1 * w4 + d2 * w5 + e0 * w6 + e1 * w7 + e2 * w8
-        v11 = b + c2 * w0 + c3 * w1 + c4 * w2 + d2 * w3 + d3 * w4 + d4 * w5 + e2 * w6 + e3 * w7 + e4 * w8
+        v00 = _taps3x3(b, a0, b0, c0, a1, b1, c1, a2, b2, c2, w0, w1, w2, w3, w4, w5, w6, w7, w8)
+        v01 = _taps3x3(b, a2, b2, c2, a3, b3, c3, a4, b4, c4, w0, w1, w2, w3, w4, w5, w6, w7, w8)
+        v10 = _taps3x3(b, c0, d0, e0, c1, d1, e1, c2, d2, e2, w0, w1, w2, w3, w4, w5, w6, w7, w8)
+        v11 = _taps3x3(b, c2, d2, e2, c3, d3, e3, c4, d4, e4, w0, w1, w2, w3, w4, w5, w6, w7, w8)
         out[n, oh, ow, c] = min(max(v00, lo), hi)
         out[n, oh, ow + 1, c] = min(max(v01, lo), hi)
         out[n, oh + 1, ow, c] = min(max(v10, lo), hi)
         out[n, oh + 1, ow + 1, c] = min(max(v11, lo), hi)
 
 
-@task_function(fastmath=_CONTRACT)
+@task_function()
 def _s2_task(g, xp, wtp, biasp, outp, _a4, _a5, _a6, _a7, ip, fp):
     """Task ``g`` of the 3x3 depthwise conv, stride 2, multiplier 1, dilation 1: output
     rows ``2g``, ``2g + 1`` of an image. Where both rows' windows lie inside the image,
@@ -351,42 +357,81 @@ def _framed_setup(g, xp, ip, k):
     return frame, n, oh0, nrows, cb
 
 
-@task_function(fastmath={"contract"})
+@njit(cache=True, inline="always")
+def _column5_x3(frame, v0, v1, v2, row, w, a0, a1, a2):
+    """``a0 .. a2`` plus the five taps of one window column (``ky`` = 0 .. 4: frame values
+    ``row`` apart from ``v0 .. v2`` on) of three pixels, 16 channels, a tap at a time
+    (XNNPACK's order within a column, :func:`.xnn_order.madd16`)."""
+    a0 = madd16(load16(frame, v0), w[0], a0)
+    a1 = madd16(load16(frame, v1), w[0], a1)
+    a2 = madd16(load16(frame, v2), w[0], a2)
+    a0 = madd16(load16(frame, v0 + row), w[1], a0)
+    a1 = madd16(load16(frame, v1 + row), w[1], a1)
+    a2 = madd16(load16(frame, v2 + row), w[1], a2)
+    a0 = madd16(load16(frame, v0 + 2 * row), w[2], a0)
+    a1 = madd16(load16(frame, v1 + 2 * row), w[2], a1)
+    a2 = madd16(load16(frame, v2 + 2 * row), w[2], a2)
+    a0 = madd16(load16(frame, v0 + 3 * row), w[3], a0)
+    a1 = madd16(load16(frame, v1 + 3 * row), w[3], a1)
+    a2 = madd16(load16(frame, v2 + 3 * row), w[3], a2)
+    a0 = madd16(load16(frame, v0 + 4 * row), w[4], a0)
+    a1 = madd16(load16(frame, v1 + 4 * row), w[4], a1)
+    a2 = madd16(load16(frame, v2 + 4 * row), w[4], a2)
+    return a0, a1, a2
+
+
+@njit(cache=True, inline="always")
+def _window_at(f, ow_size, s, fw):
+    """Where in the frame the window of the band's pixel ``f`` (row-major) starts."""
+    r = f // ow_size
+    return (r * s * fw + (f - r * ow_size) * s) * 16
+
+
+@njit(cache=True, inline="always")
+def _weights5(wt, kx, c, cb):
+    """The five weight vectors (channels ``cb ..``) of window column ``kx``, ``ky`` = 0 .. 4."""
+    return (load16(wt, kx * c + cb), load16(wt, (5 + kx) * c + cb), load16(wt, (10 + kx) * c + cb),
+            load16(wt, (15 + kx) * c + cb), load16(wt, (20 + kx) * c + cb))
+
+
+@task_function()
 def _k5_task(g, xp, wtp, biasp, outp, _a4, _a5, _a6, _a7, ip, fp):
     """Task ``g`` of a 5x5 depthwise conv (multiplier 1, no dilation, stride 1 or 2, C >= 16):
     16 channels over a band of output rows, from a zero-padded frame
-    (:func:`_framed_setup`), the 25 weight vectors held in registers."""
+    (:func:`_framed_setup`). Each sum is one chain of 25 dependent multiply-adds in
+    XNNPACK's order (column by column), so the band's pixels go three at a time, in
+    row-major order across rows (the last three overlapping the ones before: the same
+    values written twice; output rows of three pixels at least), their chains
+    interleaved a tap at a time (:func:`_column5_x3`), the 25 weight vectors in
+    registers: 16-float vectors spelled out (:mod:`.xnn_order`), which LLVM's loop
+    vectorizer did not keep in registers. Four pixels at a time ran 5-10% slower, two or
+    five 10-20%, one chain of 25 after another 30-80%."""
     q = carray(ip, 12)
     n_size, c, oh_size, ow_size, s, fw = q[0], q[3], q[4], q[5], q[6], q[11]
-    wt = carray(wtp, (25, c))
+    wt = carray(wtp, 25 * c)
     bias = carray(biasp, c)
-    out = carray(outp, (n_size, oh_size, ow_size, c))
+    out = carray(outp, (n_size, oh_size * ow_size * c))
     lo, hi = fp[0], fp[1]
     frame, n, oh0, nrows, cb = _framed_setup(g, xp, ip, 5)
-    d1, d2, d3, d4, row = _U(16), _U(32), _U(48), _U(64), _U(fw * 16)
-    for r in range(nrows):
-        o = out[n, oh0 + r]
-        for ow in range(ow_size):
-            u = _U((r * s * fw + ow * s) * 16)
-            oo = o[ow, cb:cb + 16]
-            for j in range(16):
-                cc = _U(cb + j)
-                v = u + _U(j)
-                p0 = (bias[cc] + frame[v] * wt[_U(0), cc] + frame[v + d1] * wt[_U(1), cc]
-                      + frame[v + d2] * wt[_U(2), cc] + frame[v + d3] * wt[_U(3), cc] + frame[v + d4] * wt[_U(4), cc])
-                v += row
-                p1 = (frame[v] * wt[_U(5), cc] + frame[v + d1] * wt[_U(6), cc] + frame[v + d2] * wt[_U(7), cc]
-                      + frame[v + d3] * wt[_U(8), cc] + frame[v + d4] * wt[_U(9), cc])
-                v += row
-                p2 = (frame[v] * wt[_U(10), cc] + frame[v + d1] * wt[_U(11), cc] + frame[v + d2] * wt[_U(12), cc]
-                      + frame[v + d3] * wt[_U(13), cc] + frame[v + d4] * wt[_U(14), cc])
-                v += row
-                p3 = (frame[v] * wt[_U(15), cc] + frame[v + d1] * wt[_U(16), cc] + frame[v + d2] * wt[_U(17), cc]
-                      + frame[v + d3] * wt[_U(18), cc] + frame[v + d4] * wt[_U(19), cc])
-                v += row
-                p4 = (frame[v] * wt[_U(20), cc] + frame[v + d1] * wt[_U(21), cc] + frame[v + d2] * wt[_U(22), cc]
-                      + frame[v + d3] * wt[_U(23), cc] + frame[v + d4] * wt[_U(24), cc])
-                oo[j] = min(max((p0 + p1) + (p2 + p3) + p4, lo), hi)
+    w0, w1, w2, w3, w4 = _weights5(wt, 0, c, cb), _weights5(wt, 1, c, cb), _weights5(wt, 2, c, cb), \
+        _weights5(wt, 3, c, cb), _weights5(wt, 4, c, cb)
+    b = load16(bias, cb)
+    row = fw * 16
+    o = out[n]
+    total = nrows * ow_size
+    start = oh0 * ow_size
+    for f in range(0, total, 3):                        # (the factory sees to OW >= 3)
+        first = min(f, total - 3)
+        v0, v1, v2 = _window_at(first, ow_size, s, fw), _window_at(first + 1, ow_size, s, fw), \
+            _window_at(first + 2, ow_size, s, fw)
+        a0, a1, a2 = _column5_x3(frame, v0, v1, v2, row, w0, b, b, b)
+        a0, a1, a2 = _column5_x3(frame, v0 + 16, v1 + 16, v2 + 16, row, w1, a0, a1, a2)
+        a0, a1, a2 = _column5_x3(frame, v0 + 32, v1 + 32, v2 + 32, row, w2, a0, a1, a2)
+        a0, a1, a2 = _column5_x3(frame, v0 + 48, v1 + 48, v2 + 48, row, w3, a0, a1, a2)
+        a0, a1, a2 = _column5_x3(frame, v0 + 64, v1 + 64, v2 + 64, row, w4, a0, a1, a2)
+        store16(o, (start + first) * c + cb, clamp16(a0, lo, hi))
+        store16(o, (start + first + 1) * c + cb, clamp16(a1, lo, hi))
+        store16(o, (start + first + 2) * c + cb, clamp16(a2, lo, hi))
 
 
 # Output rows per band of :func:`framed_plan` at most (a frame of 20 rows of a 112-wide
@@ -421,12 +466,125 @@ def repeated_weights(wt: np.ndarray, bias: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(np.tile(rows, (1, reps)), dtype=F32)
 
 
+@task_function()
+def _any_task(t, xp, wtp, biasp, outp, _a4, _a5, _a6, _a7, ip, fp):
+    """Task ``t`` of any depthwise conv: output row ``t % OH`` of image ``t // OH``, each
+    pixel from the bias through its taps in the order ``ip`` lists them
+    (:func:`.xnn_order.depthwise_taps`), one :func:`.xnn_order.madd` a tap over the
+    pixel's channels: in registers, 16 channels a vector, for multiplier 1 and C >= 16
+    (:func:`_any_row_blocks`), else in the output row (the channel loop vectorizes). A tap
+    in the padding multiplies 0, as XNNPACK's zero buffer does, unless ``ip`` says that
+    this changes nothing (:func:`any_plan`)."""
+    q = carray(ip, 17)
+    n_size, h, w, c, oh_size, ow_size, kh, kw, sh, sw, dh, dw, pt, pl, mult, skip_padding, ntaps = \
+        q[0], q[1], q[2], q[3], q[4], q[5], q[6], q[7], q[8], q[9], q[10], q[11], q[12], q[13], q[14], q[15], q[16]
+    taps = carray(ip, 17 + 2 * ntaps)[17:]
+    oc = c * mult
+    lo, hi = fp[0], fp[1]
+    n = t // oh_size
+    oh = t - n * oh_size
+    if mult == 1 and c >= 16:
+        _any_row_blocks(xp, wtp, biasp, outp, n, oh, taps, ntaps, q, lo, hi)
+        return
+    x = carray(xp, (n_size, h, w, c))
+    wt = carray(wtp, (kh * kw, oc))
+    bias = carray(biasp, oc)
+    out = carray(outp, (n_size, oh_size, ow_size, oc))
+    zero = np.float32(0)
+    for ow in range(ow_size):
+        oo = out[n, oh, ow]
+        for o in range(oc):
+            oo[o] = bias[o]
+        for k in range(ntaps):
+            ky, kx = taps[2 * k], taps[2 * k + 1]
+            ih, iw = oh * sh - pt + ky * dh, ow * sw - pl + kx * dw
+            wv = wt[ky * kw + kx]
+            if ih < 0 or ih >= h or iw < 0 or iw >= w:
+                if not skip_padding:
+                    for o in range(oc):
+                        oo[o] = madd(zero, wv[o], oo[o])
+            elif mult == 1:
+                xv = x[n, ih, iw]
+                for o in range(oc):
+                    oo[o] = madd(xv[o], wv[o], oo[o])
+            else:
+                xv = x[n, ih, iw]
+                for m in range(mult):
+                    for ci in range(c):
+                        o = ci * mult + m
+                        oo[o] = madd(xv[ci], wv[o], oo[o])
+        for o in range(oc):
+            oo[o] = min(max(oo[o], lo), hi)
+
+
+@njit(cache=True, inline="always")
+def _any_row_blocks(xp, wtp, biasp, outp, n, oh, taps, ntaps, q, lo, hi):
+    """:func:`_any_task`'s row for multiplier 1 and C >= 16: four blocks of 16 channels at a
+    time over the row's pixels, their sums in registers through all the taps (four
+    independent chains), so that the blocks' weights stay in L1 (7x7 x 168 channels: 33
+    KB of weights a pixel). Summed in the output instead, each tap waited for the last
+    one's store (1.1-1.4x slower than the kernel before XNNPACK's order, whose adds were
+    shorter); the pixels of each group of blocks in turn, weights and all, were 1.1-1.2x
+    slower. A last partial block overlaps the one before, and a group past the last
+    block repeats it: the same values written twice."""
+    n_size, h, w, c, oh_size, ow_size, kh, kw, sh, sw, dh, dw, pt, pl, _, skip_padding = \
+        q[0], q[1], q[2], q[3], q[4], q[5], q[6], q[7], q[8], q[9], q[10], q[11], q[12], q[13], q[14], q[15]
+    x = carray(xp, n_size * h * w * c)
+    wt = carray(wtp, kh * kw * c)
+    bias = carray(biasp, c)
+    out = carray(outp, n_size * oh_size * ow_size * c)
+    blocks = (c + 15) // 16
+    last = c - 16
+    zeros = splat16(np.float32(0))
+    for g in range(0, blocks, 4):
+        c0, c1, c2, c3 = min(16 * g, last), min(16 * g + 16, last), min(16 * g + 32, last), min(16 * g + 48, last)
+        for ow in range(ow_size):
+            ob = ((n * oh_size + oh) * ow_size + ow) * c
+            a0, a1, a2, a3 = load16(bias, c0), load16(bias, c1), load16(bias, c2), load16(bias, c3)
+            for k in range(ntaps):
+                ky, kx = taps[2 * k], taps[2 * k + 1]
+                ih, iw = oh * sh - pt + ky * dh, ow * sw - pl + kx * dw
+                wb = (ky * kw + kx) * c
+                if 0 <= ih < h and 0 <= iw < w:
+                    xb = ((n * h + ih) * w + iw) * c
+                    a0 = madd16(load16(x, xb + c0), load16(wt, wb + c0), a0)
+                    a1 = madd16(load16(x, xb + c1), load16(wt, wb + c1), a1)
+                    a2 = madd16(load16(x, xb + c2), load16(wt, wb + c2), a2)
+                    a3 = madd16(load16(x, xb + c3), load16(wt, wb + c3), a3)
+                elif not skip_padding:
+                    a0 = madd16(zeros, load16(wt, wb + c0), a0)
+                    a1 = madd16(zeros, load16(wt, wb + c1), a1)
+                    a2 = madd16(zeros, load16(wt, wb + c2), a2)
+                    a3 = madd16(zeros, load16(wt, wb + c3), a3)
+            store16(out, ob + c0, clamp16(a0, lo, hi))
+            store16(out, ob + c1, clamp16(a1, lo, hi))
+            store16(out, ob + c2, clamp16(a2, lo, hi))
+            store16(out, ob + c3, clamp16(a3, lo, hi))
+
+
+def any_plan(x_shape, out_shape, kh, kw, sh, sw, dh, dw, pt, pl, mult, wt, bias):
+    """The task count (output rows) and int64 parameters of :func:`_any_task`: the
+    geometry, whether taps in the padding may be skipped, then the taps in XNNPACK's
+    order. Adding ``0 * w`` leaves a sum as it is when ``w`` is finite, unless the sum is
+    -0 (then +0); a sum from a bias that is not -0 never is (a sum that comes out zero
+    is +0), so with finite weights and no -0 in the bias the padding is skipped (a 7x7
+    SAME window over 21x21 pixels: 16% of the taps)."""
+    n_size, h, w, c = x_shape
+    taps = depthwise_taps(kh, kw, mult)
+    skip_padding = bool(np.isfinite(wt).all() and not (np.signbit(bias) & (bias == 0)).any())
+    params = (n_size, h, w, c, out_shape[1], out_shape[2], kh, kw, sh, sw, dh, dw, pt, pl, mult, int(skip_padding),
+              len(taps))
+    return n_size * out_shape[1], np.concatenate([np.array(params, np.int64), taps.reshape(-1)])
+
+
 @kernel("DEPTHWISE_CONV_2D")
 def depthwise_conv2d(ctx: NodeContext):
     """DEPTHWISE_CONV_2D with any depth multiplier, stride, dilation and padding: 5x5 with
-    multiplier 1, no dilation, stride 1 or 2 and C >= 16 takes :func:`_k5_task`; 3x3 with
+    multiplier 1, no dilation, stride 1 or 2, C >= 16 and output rows of 3 pixels or more
+    takes :func:`_k5_task`; 3x3 with
     multiplier 1 at stride 1 (any dilation) or stride 2 (no dilation) :func:`_s1_task` /
-    :func:`_s2_task`; the rest :func:`.conv.depthwise`."""
+    :func:`_s2_task`; the rest :func:`_any_task`. All sum in XNNPACK's order (the module
+    docstring)."""
     w_spec = ctx.inputs[1]
     bias = constant_bias(ctx, w_index=1, x_index=0, bias_index=2)
     if bias is None:
@@ -442,7 +600,7 @@ def depthwise_conv2d(ctx: NodeContext):
     lo, hi = clamp_bounds(attrs["activation"])
 
     out_shape = tuple(ctx.outputs[0].shape)
-    if (kh, kw, mult, dh, dw) == (5, 5, 1, 1, 1) and sh == sw and sh in (1, 2) and c >= 16:
+    if (kh, kw, mult, dh, dw) == (5, 5, 1, 1, 1) and sh == sw and sh in (1, 2) and c >= 16 and out_shape[2] >= 3:
         tasks, params = framed_plan((n, h, w, c), out_shape, kh, sh, pt, pl)
         return _task_kernel(_k5_task, tasks, params, (wt, bias), lo, hi, out_shape)
     if (kh, kw, mult, sh, sw) == (3, 3, 1, 1, 1):
@@ -453,9 +611,8 @@ def depthwise_conv2d(ctx: NodeContext):
         tasks, params = depthwise3x3_s2((n, h, w, c), out_shape, pt, pl)
         return _task_kernel(_s2_task, tasks, params, (wt, bias), lo, hi, out_shape)
 
-    def run(inputs, outputs):
-        depthwise(inputs[0], wt, bias, outputs[0], sh, sw, dh, dw, pt, pl, mult, lo, hi)
-    return run
+    tasks, params = any_plan((n, h, w, c), out_shape, kh, kw, sh, sw, dh, dw, pt, pl, mult, wt, bias)
+    return _task_kernel(_any_task, tasks, params, (wt.reshape(kh * kw, oc), bias), lo, hi, out_shape)
 
 
 def _task_kernel(task: TaskFunction, tasks: int, params: np.ndarray, consts: tuple, lo, hi,

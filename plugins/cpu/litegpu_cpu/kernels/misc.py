@@ -18,6 +18,8 @@ from litegpu.ops.reduce import x86_extreme
 from .common import F32, activation_in_place, all_float32, clamp_bounds, optional_input
 from . import gemm, gemv
 from .mathfn import exp_sum32, fma32, row_range32, sum64
+from . import xnn_order
+from .xnn_order import rsum_avx512f
 from .packed import packed_matmul
 from .registry import bindable, kernel
 from .tasks import bind_task, int64_pointer, task_function
@@ -128,34 +130,59 @@ def _reduce_axes(ctx: NodeContext) -> tuple[int, ...] | None:
     return tuple(sorted(axes))
 
 
-@task_function(fastmath={"reassoc"})
-def _sum_task(t, xp, outp, _a2, _a3, _a4, _a5, _a6, _a7, ip, _fp):
-    """``out[a, b] = sum_j x[a, j, b] / divisor`` over ``x`` [outer, p, inner] (``ip``: those
-    three, then the divisor), summed
-    in float64: with ``inner`` > 1 (a spatial sum: squeeze-excite, the classifier head) as
-    additions of contiguous channel rows, which vectorize; with ``inner`` == 1 (LayerNorm's
-    rows) as one sum per row, which ``reassoc`` lets run in vector lanes. One thread: a
-    parallel version took seconds to compile for a kernel of tens of microseconds."""
+@task_function()
+def _xnn_rdsum_task(t, xp, outp, _a2, _a3, _a4, _a5, _a6, _a7, ip, fp):
+    """``out[a, b] = 0 + (sum_j x[a, j, b]) * scale`` over ``x`` [outer, p, inner] (``ip``:
+    those three; ``fp``: the scale) as XNNPACK's ``xnn_f32_rdsum_ukernel_7p7x`` computes a
+    MEAN or SUM whose last axis is kept (a spatial mean: squeeze-excite, the classifier
+    head): float32 sums from 0 in the zeroed output, rows added in order, the channel
+    loop vectorized; then times the scale (:mod:`.xnn_order`). One thread: a parallel
+    version took seconds to compile for a kernel of tens of microseconds."""
     outer, p, inner = ip[0], ip[1], ip[2]
-    divisor = np.float64(ip[3])
-    if inner == 1:
-        x1 = carray(xp, (outer, p))
-        for a in range(outer):
-            total = 0.0
-            for j in range(p):
-                total += x1[a, j]
-            outp[a] = np.float32(total / divisor)
-        return
+    scale = fp[0]
     x = carray(xp, (outer, p, inner))
     out = carray(outp, (outer, inner))
-    acc = np.empty(inner)
+    zero = np.float32(0)
     for a in range(outer):
-        acc[:] = 0.0
-        for j in range(p):
-            for b in range(inner):
-                acc[b] += x[a, j, b]
+        o = out[a]
         for b in range(inner):
-            out[a, b] = np.float32(acc[b] / divisor)
+            o[b] = zero
+        for j in range(p):
+            row = x[a, j]
+            for b in range(inner):
+                o[b] = row[b] + o[b]
+        for b in range(inner):
+            o[b] = zero + o[b] * scale
+
+
+@task_function()
+def _xnn_rsum_task(t, xp, outp, _a2, _a3, _a4, _a5, _a6, _a7, ip, fp):
+    """``out[a] = 0 + (sum_j x[a, j]) * scale`` over ``x`` [outer, p] (``ip``: those two;
+    ``fp``: the scale), each row summed as XNNPACK's AVX-512F
+    ``xnn_f32_rsum_ukernel__avx512f_u32_acc2`` sums it (:func:`.xnn_order.rsum_avx512f`):
+    a MEAN or SUM over the last axes (LayerNorm's rows) on a host where LiteRT runs that
+    kernel."""
+    outer, p = ip[0], ip[1]
+    scale = fp[0]
+    x = carray(xp, outer * p)
+    for a in range(outer):
+        outp[a] = np.float32(0) + rsum_avx512f(x, a * p, p) * scale
+
+
+@task_function(fastmath={"reassoc"})
+def _row_sum64_task(t, xp, outp, _a2, _a3, _a4, _a5, _a6, _a7, ip, _fp):
+    """``out[a] = sum_j x[a, j] / divisor`` over ``x`` [outer, p] (``ip``: those two, then the
+    divisor), summed in float64 in any order (``reassoc`` lets the sum run in vector
+    lanes): a MEAN or SUM over the last axes (LayerNorm's rows) on a host where XNNPACK's
+    row sum is not :func:`.xnn_order.rsum_avx512f`."""
+    outer, p = ip[0], ip[1]
+    divisor = np.float64(ip[2])
+    x1 = carray(xp, (outer, p))
+    for a in range(outer):
+        total = 0.0
+        for j in range(p):
+            total += x1[a, j]
+        outp[a] = np.float32(total / divisor)
 
 
 def _reducer(ufunc, mean: bool):
@@ -178,13 +205,24 @@ def _reducer(ufunc, mean: bool):
             inner = int(np.prod(shape[axes[-1] + 1:], dtype=np.int64))
             view_in, view_out = (outer, count, inner), (outer, inner)
         if ufunc is np.add and contiguous:
-            # Sums in numba, faster than numpy's reduce (plus divide) in every shape
-            # measured: 1x32 rows 1.8 -> 0.2 us, LayerNorm's 64x128 rows 3.5 -> 0.6 us,
-            # 7x7x1280 pixels 5.2 -> 3.5 us, 56x56x16 52 -> 15 us, 112x112x32 190 -> 60 us.
-            params = np.array([outer, count, inner, count if mean else 1], np.int64)
+            # LiteRT runs XNNPACK's sums (:mod:`.xnn_order`): times ``1.0f / count`` for a
+            # mean; a channel sum unless the run ends at the last axis (a kept last axis
+            # of size 1 too: XNNPACK merges adjacent axes, it drops no size-1 one), else a
+            # row sum, XNNPACK's where its lanes are the AVX-512F kernel's, else float64 in
+            # any order.
+            xnn_scale = np.array([np.float32(1) / np.float32(count) if mean else 1], F32)
+            if axes[-1] != len(shape) - 1:
+                params = np.array([outer, count, inner], np.int64)
+                task = _xnn_rdsum_task
+            elif xnn_order.RSUM_MATCHES_LITERT:
+                params = np.array([outer, count], np.int64)
+                task = _xnn_rsum_task
+            else:
+                params = np.array([outer, count, count if mean else 1], np.int64)
+                task = _row_sum64_task
 
             def bind(inputs, outputs):
-                return bind_task(_sum_task, 1, (inputs[0],), (outputs[0],), params)
+                return bind_task(task, 1, (inputs[0],), (outputs[0],), params, xnn_scale)
             return bindable(bind)
         if contiguous:
             def reduce(x, out):
