@@ -1,9 +1,9 @@
 """Old against new DEPTHWISE_CONV_2D kernels of the cpu backend, in one process.
 
-    GOMP_SPINCOUNT=10000 python benchmarks/depthwise.py [--rounds R] [--repeat N] [--threads 1,2] [--filter TEXT]
+    python benchmarks/depthwise.py [--rounds R] [--repeat N] [--threads 1,2] [--filter TEXT]
 
 "new" is the factory in ``kernels/depthwise.py``; "old" the general kernel
-(``conv.depthwise``), which runs every depthwise conv the fast paths do not take, or with
+(``depthwise._any_task``), which runs every depthwise conv the fast paths do not take, or with
 ``--old rows`` the 3x3 row/block kernels (``_s1_task``, ``_s2_task``) where they apply
 (the 3x3 paths before the framed kernels), the general kernel elsewhere.
 Each shape is built by both (a NodeContext with constant weights, as the backend does),
@@ -24,7 +24,7 @@ from litegpu.backend import NodeContext
 from litegpu.graph import Node
 from litegpu.ops import get_op
 from litegpu.ops.registry import TensorSpec
-from litegpu_cpu.kernels import conv, depthwise
+from litegpu_cpu.kernels import depthwise
 from litegpu_cpu.kernels.common import F32, clamp_bounds, constant_bias, window_geometry
 from litegpu_cpu.kernels.threads import configure_threads
 
@@ -55,16 +55,16 @@ SHAPES = [
 
 
 def general(ctx: NodeContext):
-    """The general kernel (``conv.depthwise``) for a multiplier-1 node: the baseline."""
-    (_, h, w, c), (_, kh, kw, _) = ctx.inputs[0].shape, ctx.inputs[1].shape
+    """The general kernel (``depthwise._any_task``) for a multiplier-1 node: the baseline."""
+    (n, h, w, c), (_, kh, kw, _) = ctx.inputs[0].shape, ctx.inputs[1].shape
     bias = constant_bias(ctx, 1, 0, 2)
     wt = np.ascontiguousarray(ctx.inputs[1].value.reshape(kh, kw, c), dtype=F32)
     sh, sw, dh, dw, pt, pl = window_geometry(ctx.attrs, h, w, kh, kw)
     lo, hi = clamp_bounds(ctx.attrs["activation"])
-
-    def run(inputs, outputs):
-        conv.depthwise(inputs[0], wt, bias, outputs[0], sh, sw, dh, dw, pt, pl, 1, lo, hi)
-    return run
+    out_shape = tuple(ctx.outputs[0].shape)
+    tasks, params = depthwise.any_plan((n, h, w, c), out_shape, kh, kw, sh, sw, dh, dw, pt, pl, 1, wt, bias)
+    return depthwise._task_kernel(depthwise._any_task, tasks, params, (wt.reshape(kh * kw, c), bias), lo, hi,
+                                  out_shape)
 
 
 def rows(ctx: NodeContext):

@@ -1,7 +1,6 @@
 """Convolutions: CONV_2D (the packed GEMM of :mod:`.packed`: directly for 1x1, as an
-implicit GEMM over the padded input otherwise; im2col + GEMM where that does not fit),
-the general DEPTHWISE_CONV_2D kernel (numba; the registered factory and the fast 3x3
-paths are in :mod:`.depthwise`), TRANSPOSE_CONV (a GEMM + numba gather).
+implicit GEMM over the padded input otherwise; im2col + GEMM where that does not fit) and
+TRANSPOSE_CONV (a GEMM + a gather task). DEPTHWISE_CONV_2D is in :mod:`.depthwise`.
 
 Layouts are TFLite's: activations NHWC, CONV_2D filter [O, KH, KW, I], depthwise
 filter [1, KH, KW, I*M], transpose-conv filter [O, KH, KW, I]. Weights are repacked
@@ -10,7 +9,7 @@ once, at compile time, into the layout the GEMM wants.
 from __future__ import annotations
 
 import numpy as np
-from numba import carray, njit, prange
+from numba import carray
 
 from litegpu.backend import NodeContext
 
@@ -205,48 +204,6 @@ def conv2d(ctx: NodeContext):
             calls.append(product(cols[:rows], out2[r0:r0 + rows]))
         return in_sequence(calls)
     return bindable(bind_im2col)
-
-
-@njit(cache=True, inline="always")
-def _depthwise_pixel(x, wt, bias, oo, n, ih0, iw0, dh, dw, mult, lo, hi):
-    """One output pixel of a depthwise conv, tap by tap, skipping taps outside the image:
-    ``oo[oc] = clamp(bias[oc] + sum x[n, ih0 + kh*dh, iw0 + kw*dw, oc // mult] * wt[kh, kw, oc])``.
-    Inlined into its callers, so it compiles with their fastmath flags."""
-    h, w = x.shape[1], x.shape[2]
-    oc_size = oo.size
-    for oc in range(oc_size):
-        oo[oc] = bias[oc]
-    for kh in range(wt.shape[0]):
-        ih = ih0 + kh * dh
-        if ih < 0 or ih >= h:
-            continue
-        for kw in range(wt.shape[1]):
-            iw = iw0 + kw * dw
-            if iw < 0 or iw >= w:
-                continue
-            xv = x[n, ih, iw]
-            wv = wt[kh, kw]
-            if mult == 1:
-                for c in range(oc_size):
-                    oo[c] += xv[c] * wv[c]
-            else:
-                for oc in range(oc_size):
-                    oo[oc] += xv[oc // mult] * wv[oc]
-    for oc in range(oc_size):
-        oo[oc] = min(max(oo[oc], lo), hi)
-
-
-@njit(cache=True, parallel=True)
-def depthwise(x, wt, bias, out, sh, sw, dh, dw, pt, pl, mult, lo, hi):
-    """Depthwise conv: ``out[n,oh,ow,oc] = bias[oc] + sum_taps x[n,ih,iw,oc//mult] * wt[kh,kw,oc]``,
-    clamped to [lo, hi]. Parallel over output rows; the channel loop vectorizes."""
-    n_size, oh_size, ow_size, _ = out.shape
-    for r in prange(n_size * oh_size):
-        n = r // oh_size
-        oh = r - n * oh_size
-        o = out[n, oh]
-        for ow in range(ow_size):
-            _depthwise_pixel(x, wt, bias, o[ow], n, oh * sh - pt, ow * sw - pl, dh, dw, mult, lo, hi)
 
 
 # Reassociation and FMA contraction only: NaN and inf still propagate as in the reference.

@@ -3,65 +3,82 @@ and padding). Padded pixels never win a max and are not counted in an average, a
 TFLite (but see :func:`litegpu.ops.nn.pool_divisor_is_window`). NaN and infinities come
 out as from the kernel LiteRT runs (``litert_kernel``, "NaN in pools" in
 :mod:`litegpu.ops.nn`). Where LiteRT runs XNNPACK's pools, so do these: its max pool
-(:func:`xnn_max_pool2d`) and its average pool, whose sums and scale are XNNPACK's to the
+(:func:`_xnn_max_task`) and its average pool, whose sums and scale are XNNPACK's to the
 bit (:func:`_xnn_avg_task`, the order in :mod:`.xnn_order`)."""
 from __future__ import annotations
 
 import numpy as np
-from numba import carray, njit, prange
+from numba import carray, njit
 
 from litegpu.backend import NodeContext
 from litegpu.ops.nn import builtin_pool_range, pool_divisor_is_window, xnn_max_pool_passes
 
 from .common import all_float32, clamp_bounds, window_geometry
 from .registry import bindable, kernel
-from .tasks import bind_task, task_function
+from .tasks import bind_task, int64_pointer, task_function
 from .xnn_order import pool_passes, scale32, sum9
 
 _LOWEST = np.float32(np.finfo(np.float32).min)
+_F32, _I64 = np.dtype(np.float32), np.dtype(np.int64)
 _U = np.uint64     # unsigned indices: numba adds no negative-index wraparound (which makes LLVM gather)
 
 
-@njit(cache=True, parallel=True)
-def pool2d(x, out, fh, fw, sh, sw, pt, pl, is_max, lo, hi, whole_window):
-    """Max (``is_max``: a NaN never wins, from the lowest float, as TFLite's kernel) or
-    average over each window's real pixels (over the whole window with
-    ``whole_window``), clamped to [lo, hi] (a NaN passes the clamp): TFLite's builtin
-    pools, and XNNPACK's 1x1 pool that is a clamp. Parallel over output rows; the channel
-    loop vectorizes."""
-    h, w, c_size = x.shape[1], x.shape[2], x.shape[3]
-    n_size, oh_size, ow_size = out.shape[0], out.shape[1], out.shape[2]
-    for r in prange(n_size * oh_size):
-        n = r // oh_size
-        oh = r - n * oh_size
-        acc = np.empty(c_size, np.float32)
+# ip layout of the row tasks (:func:`_builtin_pool_task`, :func:`_xnn_max_task`).
+_ROWS, _CHUNK, _H, _W, _C, _OH, _OW, _FH, _FW, _SH, _SW, _PT, _PL, _IS_MAX, _WHOLE = range(15)
+# Pools of at least this many outputs are cut into tasks over the threads.
+_PARALLEL_SIZE = 1 << 14
+
+
+@task_function()
+def _builtin_pool_task(t, xp, accp, outp, _a3, _a4, _a5, _a6, _a7, ip, fp):
+    """Output rows ``t * chunk ..`` (image-major) of a max (``ip[_IS_MAX]``: a NaN never
+    wins, from the lowest float, as TFLite's kernel) or an average over each window's real
+    pixels (over the whole window with ``ip[_WHOLE]``), clamped to ``fp`` [lo, hi] (a NaN
+    passes the clamp): TFLite's builtin pools, and XNNPACK's 1x1 pool that is a clamp.
+    ``acc``: C floats per task; the channel loops vectorize."""
+    h, w, c_size, oh_size, ow_size = ip[_H], ip[_W], ip[_C], ip[_OH], ip[_OW]
+    fh, fw, sh, sw, pt, pl = ip[_FH], ip[_FW], ip[_SH], ip[_SW], ip[_PT], ip[_PL]
+    lo, hi = fp[0], fp[1]
+    acc = t * c_size
+    for r in range(t * ip[_CHUNK], min(ip[_ROWS], (t + 1) * ip[_CHUNK])):
+        n, oh = r // oh_size, r % oh_size
         h0 = oh * sh - pt
         hs, he = max(h0, 0), min(h0 + fh, h)
         for ow in range(ow_size):
             w0 = ow * sw - pl
             ws, we = max(w0, 0), min(w0 + fw, w)
-            if is_max:
+            if ip[_IS_MAX]:
                 for c in range(c_size):
-                    acc[c] = _LOWEST
+                    accp[acc + c] = _LOWEST
                 for ih in range(hs, he):
                     for iw in range(ws, we):
+                        at = ((n * h + ih) * w + iw) * c_size
                         for c in range(c_size):
-                            v = x[n, ih, iw, c]
-                            acc[c] = v if acc[c] < v else acc[c]
+                            v = xp[at + c]
+                            accp[acc + c] = v if accp[acc + c] < v else accp[acc + c]
             else:
                 for c in range(c_size):
-                    acc[c] = 0.0
+                    accp[acc + c] = 0.0
                 for ih in range(hs, he):
                     for iw in range(ws, we):
+                        at = ((n * h + ih) * w + iw) * c_size
                         for c in range(c_size):
-                            acc[c] += x[n, ih, iw, c]
-                count = np.float32(fh * fw if whole_window else max((he - hs) * (we - ws), 1))
+                            accp[acc + c] += xp[at + c]
+                count = np.float32(fh * fw if ip[_WHOLE] else max((he - hs) * (we - ws), 1))
                 for c in range(c_size):
-                    acc[c] = acc[c] / count
+                    accp[acc + c] = accp[acc + c] / count
+            dst = (r * ow_size + ow) * c_size
             for c in range(c_size):
-                v = acc[c]
+                v = accp[acc + c]
                 v = lo if v < lo else v
-                out[n, oh, ow, c] = hi if v > hi else v
+                outp[dst + c] = hi if v > hi else v
+
+
+def _row_tasks(rows: int, per_row: int) -> tuple[int, int]:
+    """``(tasks, chunk)``: output rows cut into up to 8 tasks when the pool is large."""
+    tasks = min(rows, 8) if rows * per_row >= _PARALLEL_SIZE else 1
+    chunk = max(-(-rows // max(tasks, 1)), 1)
+    return max(-(-rows // chunk), 1), chunk
 
 
 @njit(inline="always")
@@ -71,46 +88,47 @@ def _x86_max(a, b):
 
 
 @njit(inline="always")
-def _tap(x, n, y0, x0, tap):
-    """The channels of window tap ``tap`` (ky, kx) of the window at (y0, x0), its
+def _tap_at(ip, n, y0, x0, ky, kx):
+    """The index of the first channel of window tap (ky, kx) of the window at (y0, x0), its
     coordinates clamped into the image as XNNPACK's are."""
-    iy = min(max(y0 + tap[0], 0), x.shape[1] - 1)
-    ix = min(max(x0 + tap[1], 0), x.shape[2] - 1)
-    return x[n, iy, ix]
+    iy = min(max(y0 + ky, 0), ip[_H] - 1)
+    ix = min(max(x0 + kx, 0), ip[_W] - 1)
+    return ((n * ip[_H] + iy) * ip[_W] + ix) * ip[_C]
 
 
-@njit(cache=True, parallel=True)
-def xnn_max_pool2d(x, out, passes, sh, sw, pt, pl, lo, hi):
-    """XNNPACK's max pool, NaN and all: ``passes`` [P, 9, 2] of taps (ky, kx), read at
-    coordinates clamped into the image and folded by the tree of
-    :func:`litegpu.ops.nn.xnn_max9` with x86's max; the first pass clamped
-    ``min(max(m, lo), hi)``, each later one ``min(max(acc, m), hi)``."""
-    c_size = x.shape[3]
-    n_size, oh_size, ow_size = out.shape[0], out.shape[1], out.shape[2]
-    n_pass = passes.shape[0]
-    for r in prange(n_size * oh_size):
-        n = r // oh_size
-        oh = r - n * oh_size
+@task_function()
+def _xnn_max_task(t, xp, passesp, outp, _a3, _a4, _a5, _a6, _a7, ip, fp):
+    """Output rows ``t * chunk ..`` of XNNPACK's max pool, NaN and all: ``passes`` [P, 9, 2]
+    of taps (ky, kx; ``ip[_FH]`` holds P), read at coordinates clamped into the image and
+    folded by the tree of :func:`litegpu.ops.nn.xnn_max9` with x86's max; the first pass
+    clamped ``min(max(m, lo), hi)``, each later one ``min(max(acc, m), hi)``."""
+    passes = int64_pointer(passesp)
+    c_size, oh_size, ow_size = ip[_C], ip[_OH], ip[_OW]
+    sh, sw, pt, pl, n_pass = ip[_SH], ip[_SW], ip[_PT], ip[_PL], ip[_FH]
+    lo, hi = fp[0], fp[1]
+    for r in range(t * ip[_CHUNK], min(ip[_ROWS], (t + 1) * ip[_CHUNK])):
+        n, oh = r // oh_size, r % oh_size
+        y0 = oh * sh - pt
         for ow in range(ow_size):
+            x0 = ow * sw - pl
+            dst = (r * ow_size + ow) * c_size
             for p in range(n_pass):
-                # each tap's channel row, so the channel loop reads contiguous memory
-                y0, x0 = oh * sh - pt, ow * sw - pl
-                t0 = _tap(x, n, y0, x0, passes[p, 0])
-                t1 = _tap(x, n, y0, x0, passes[p, 1])
-                t2 = _tap(x, n, y0, x0, passes[p, 2])
-                t3 = _tap(x, n, y0, x0, passes[p, 3])
-                t4 = _tap(x, n, y0, x0, passes[p, 4])
-                t5 = _tap(x, n, y0, x0, passes[p, 5])
-                t6 = _tap(x, n, y0, x0, passes[p, 6])
-                t7 = _tap(x, n, y0, x0, passes[p, 7])
-                t8 = _tap(x, n, y0, x0, passes[p, 8])
+                q = p * 18
+                t0 = _tap_at(ip, n, y0, x0, passes[q], passes[q + 1])
+                t1 = _tap_at(ip, n, y0, x0, passes[q + 2], passes[q + 3])
+                t2 = _tap_at(ip, n, y0, x0, passes[q + 4], passes[q + 5])
+                t3 = _tap_at(ip, n, y0, x0, passes[q + 6], passes[q + 7])
+                t4 = _tap_at(ip, n, y0, x0, passes[q + 8], passes[q + 9])
+                t5 = _tap_at(ip, n, y0, x0, passes[q + 10], passes[q + 11])
+                t6 = _tap_at(ip, n, y0, x0, passes[q + 12], passes[q + 13])
+                t7 = _tap_at(ip, n, y0, x0, passes[q + 14], passes[q + 15])
+                t8 = _tap_at(ip, n, y0, x0, passes[q + 16], passes[q + 17])
                 for c in range(c_size):
-                    v0, v1, v2, v3, v4, v5, v6, v7, v8 = t0[c], t1[c], t2[c], t3[c], t4[c], t5[c], t6[c], t7[c], t8[c]
-                    m018 = _x86_max(_x86_max(v0, v1), v8)
-                    m2345 = _x86_max(_x86_max(v2, v3), _x86_max(v4, v5))
-                    m = _x86_max(m2345, _x86_max(m018, _x86_max(v6, v7)))
-                    m = _x86_max(m, lo) if p == 0 else _x86_max(out[n, oh, ow, c], m)
-                    out[n, oh, ow, c] = m if m < hi else hi
+                    m018 = _x86_max(_x86_max(xp[t0 + c], xp[t1 + c]), xp[t8 + c])
+                    m2345 = _x86_max(_x86_max(xp[t2 + c], xp[t3 + c]), _x86_max(xp[t4 + c], xp[t5 + c]))
+                    m = _x86_max(m2345, _x86_max(m018, _x86_max(xp[t6 + c], xp[t7 + c])))
+                    m = _x86_max(m, lo) if p == 0 else _x86_max(outp[dst + c], m)
+                    outp[dst + c] = m if m < hi else hi
 
 
 @njit(cache=True, inline="always")
@@ -232,12 +250,15 @@ def _pool_factory(ctx: NodeContext, is_max: bool):
     sh, sw, _, _, pt, pl = window_geometry(attrs, h, w, fh, fw)
     kernel = attrs.get("litert_kernel", "builtin")
     lo, hi = clamp_bounds(attrs["activation"])
+    n, h, w, c = ctx.inputs[0].shape
+    _, oh, ow, _ = ctx.outputs[0].shape
+    tasks, chunk = _row_tasks(n * oh, ow * c)
     if kernel == "xnnpack" and is_max:
-        passes = np.array(xnn_max_pool_passes(fh, fw), np.int64)
-
-        def run(inputs, outputs):
-            xnn_max_pool2d(inputs[0], outputs[0], passes, sh, sw, pt, pl, lo, hi)
-        return run
+        passes = np.ascontiguousarray(np.array(xnn_max_pool_passes(fh, fw), np.int64).reshape(-1))
+        params = np.array([n * oh, chunk, h, w, c, oh, ow, passes.size // 18, fw, sh, sw, pt, pl, 1, 0], np.int64)
+        floats = np.array([lo, hi], np.float32)
+        return bindable(lambda inputs, outputs: bind_task(_xnn_max_task, tasks, (inputs[0], passes), (outputs[0],),
+                                                          params, floats, dtypes=(_F32, _I64, _F32)))
     if kernel == "xnnpack":      # an average pool (a max pool returned above)
         # SAME: the real pixels of each window; VALID: the whole window (XNNPACK's avgpool
         # counts a window past the input's end in full).
@@ -258,9 +279,11 @@ def _pool_factory(ctx: NodeContext, is_max: bool):
     # A 1x1 max pool that XNNPACK runs as a clamp is its one tap: an average keeps its NaN.
     as_max = is_max and kernel != "xnnpack_clamp"
 
-    def run(inputs, outputs):
-        pool2d(inputs[0], outputs[0], fh, fw, sh, sw, pt, pl, as_max, lo, hi, whole_window)
-    return run
+    params = np.array([n * oh, chunk, h, w, c, oh, ow, fh, fw, sh, sw, pt, pl, as_max, whole_window], np.int64)
+    floats = np.array([lo, hi], np.float32)
+    acc = np.empty(tasks * max(c, 1), np.float32)
+    return bindable(lambda inputs, outputs: bind_task(_builtin_pool_task, tasks, (inputs[0], acc), (outputs[0],),
+                                                      params, floats))
 
 
 @kernel("MAX_POOL_2D")
