@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from numba import carray
 
-from litegpu_cpu.kernels.tasks import POOL, bound_tasks, chained, run_plan, task_function
+from litegpu_cpu.kernels.tasks import bound_tasks, chained, run_plan, task_function
 
 
 @task_function()
@@ -89,7 +89,7 @@ def test_mixed_and_empty_rows(threads):
     # Each part reads x and writes y; every task of every row ran once.
     np.testing.assert_array_equal(runs, [sum(t > i for t in counts) for i in range(n)])
     assert call.rows.shape[0] == 6
-    run_plan(call.rows[:0], POOL)      # an empty plan does nothing
+    run_plan(call.rows[:0])      # an empty plan does nothing
 
 
 def test_serial_stretches_between_parallel_rows(threads):
@@ -116,13 +116,13 @@ def test_plans_inside_a_parallel_region_finish(threads):
     from numba import njit, prange
 
     @njit(parallel=True)
-    def both(plans, pool):
+    def both(plans):
         for i in prange(plans.shape[0]):
-            run_plan(plans[i], pool)
+            run_plan(plans[i])
 
     n, rows = 16, 20
     arrays = [[np.zeros(n, np.float32) for _ in range(3)] for _ in range(2)]
     calls = [_mix_rows(x, y, runs, [8] * rows) for x, y, runs in arrays]
-    both(np.stack([c.rows for c in calls]), POOL)
+    both(np.stack([c.rows for c in calls]))
     for _, _, runs in arrays:
         np.testing.assert_array_equal(runs[:8], rows)

@@ -268,9 +268,6 @@ def _thread_count(typingctx):
 # time slice); never yielding leaves two of our threads squeezed onto one core waiting on
 # each other until the scheduler moves one.
 SPINS = 4096
-POOL = np.zeros(1, np.int64)
-"""The launcher state every plan call passes to :func:`run_plan` (unused by the ``prange``
-launcher; an argument, not a global, because numba freezes a global array into a copy)."""
 # Counters are int64s a cache line apart, so that claims and completions, and the counters
 # of successive barriers, do not share a line.
 _LINE = 64
@@ -358,11 +355,10 @@ def _take_part(plan, base, width, part):
 
 
 @njit(cache=True, parallel=True)
-def run_plan(plan, pool):
+def run_plan(plan):
     """Each row of ``plan`` in order (the task function's address, its task count, then
     the addresses of a0 .. a7, the int64 and the float32 parameters). One compile serves
-    every task function and every sequence of them. ``pool``: :data:`POOL` (unused here;
-    kept in the signature every plan call binds).
+    every task function and every sequence of them.
 
     With several threads and a row of several tasks, the whole plan runs in one parallel
     region (:func:`_take_part` on every thread), its barriers (a row of several tasks, a
@@ -387,7 +383,7 @@ def run_plan(plan, pool):
 
 
 @njit(cache=True)
-def run_program(plan, pool):
+def run_program(plan):
     """A table with control rows (a negative count: ``JUMP``, ``COPY``, ...): a small
     program with branches and loops (IF and WHILE, see :mod:`..control`), each run of task
     rows between them handed to :func:`run_plan`. Serial itself, so that the launcher's
@@ -399,7 +395,7 @@ def run_program(plan, pool):
         while end < plan.shape[0] and plan[end, 1] >= 0:
             end += 1
         if end > s:
-            run_plan(plan[s:end], pool)
+            run_plan(plan[s:end])
             s = end
             continue
         q = plan[s]
@@ -481,11 +477,11 @@ def plan_call(rows: np.ndarray, held: tuple, checks: tuple):
     _launch_threads()
     if checks:
         def call() -> None:
-            launch(rows, POOL)
+            launch(rows)
             for check in call.checks:   # (the attribute: a caller may rename the errors)
                 check.raise_if_set()
     else:
-        call = partial(launch, rows, POOL)
+        call = partial(launch, rows)
     call.rows, call.held, call.checks = rows, held, checks
     return call
 
