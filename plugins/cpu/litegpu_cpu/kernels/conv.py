@@ -19,7 +19,7 @@ from . import gemm
 from .misc import constant_product
 from .packed import MR, PackedMatmul, packed_matmul
 from .registry import bindable, kernel
-from .tasks import bind_task, bound_tasks, in_sequence, task_function
+from .tasks import bind_task, bound_tasks, in_sequence, row_tasks, task_function
 from .threads import ensure_gemm_policy
 
 # Rows of the im2col matrix built per GEMM call: bounds the scratch (and keeps it
@@ -286,9 +286,7 @@ def _transpose_conv(ctx: NodeContext, x_index: int, w_index: int, bias_index: in
     packed = packed_matmul(wmat, None, -np.inf, np.inf, m)
 
     rows = n * oh
-    tasks = min(rows, 8) if rows * ow * o >= _COL2IM_PARALLEL else 1
-    chunk = max(-(-rows // tasks), 1)
-    tasks = max(-(-rows // chunk), 1)
+    tasks, chunk = row_tasks(rows, rows * ow * o, _COL2IM_PARALLEL)
     acc = np.empty(tasks * o, F32)
     params = np.array([rows, chunk, h, w, oh, ow, o, kh, kw, sh, sw, pt, pl], np.int64)
     bounds = np.array([lo, hi], F32)

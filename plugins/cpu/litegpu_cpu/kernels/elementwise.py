@@ -14,7 +14,7 @@ from . import xnn_sigmoid
 from .common import activation_in_place
 from .mathfn import fma32, gelu32, gelu_tanh32
 from .registry import bindable, kernel
-from .tasks import bind_task, task_function
+from .tasks import bind_task, row_tasks, task_function
 
 _FLOATS = (np.dtype(np.float32),)
 _NUMERIC = (np.dtype(np.float32), np.dtype(np.int32), np.dtype(np.int64))
@@ -271,9 +271,7 @@ def _float_unary(ctx: NodeContext, which: int):
     if _dtypes(ctx, _FLOATS) is None:
         return None
     size = int(np.prod(ctx.inputs[0].shape, dtype=np.int64))
-    tasks = 8 if size >= _UNARY_PARALLEL else 1
-    chunk = max(-(-size // tasks), 1)
-    tasks = max(-(-size // chunk), 1)
+    tasks, chunk = row_tasks(size, size, _UNARY_PARALLEL)
     params = np.array([size, chunk, which], np.int64)
 
     def bind(inputs, outputs):

@@ -22,7 +22,7 @@ from . import xnn_order
 from .xnn_order import rsum_avx512f
 from .packed import packed_matmul
 from .registry import bindable, kernel
-from .tasks import bind_task, int64_pointer, task_function
+from .tasks import bind_task, int64_pointer, row_tasks, task_function
 from .threads import ensure_gemm_policy
 
 
@@ -415,9 +415,7 @@ def resize_bilinear_kernel(ctx: NodeContext):
     index = np.concatenate([y0, y1, x0, x1]).astype(np.int64)
     weight = np.concatenate([fy, fx]).astype(F32)
     rows = n * oh
-    tasks = min(rows, 8) if rows * ow * c >= _RESIZE_PARALLEL else 1
-    chunk = max(-(-rows // max(tasks, 1)), 1)
-    tasks = max(-(-rows // chunk), 1)
+    tasks, chunk = row_tasks(rows, rows * ow * c, _RESIZE_PARALLEL)
     params = np.array([rows, chunk, h, w, c, oh, ow], np.int64)
 
     def bind(inputs, outputs):

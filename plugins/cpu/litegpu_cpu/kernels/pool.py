@@ -15,7 +15,7 @@ from litegpu.ops.nn import builtin_pool_range, pool_divisor_is_window, xnn_max_p
 
 from .common import all_float32, clamp_bounds, window_geometry
 from .registry import bindable, kernel
-from .tasks import bind_task, int64_pointer, task_function
+from .tasks import bind_task, int64_pointer, row_tasks, task_function
 from .xnn_order import pool_passes, scale32, sum9
 
 _LOWEST = np.float32(np.finfo(np.float32).min)
@@ -72,13 +72,6 @@ def _builtin_pool_task(t, xp, accp, outp, _a3, _a4, _a5, _a6, _a7, ip, fp):
                 v = accp[acc + c]
                 v = lo if v < lo else v
                 outp[dst + c] = hi if v > hi else v
-
-
-def _row_tasks(rows: int, per_row: int) -> tuple[int, int]:
-    """``(tasks, chunk)``: output rows cut into up to 8 tasks when the pool is large."""
-    tasks = min(rows, 8) if rows * per_row >= _PARALLEL_SIZE else 1
-    chunk = max(-(-rows // max(tasks, 1)), 1)
-    return max(-(-rows // chunk), 1), chunk
 
 
 @njit(inline="always")
@@ -252,7 +245,7 @@ def _pool_factory(ctx: NodeContext, is_max: bool):
     lo, hi = clamp_bounds(attrs["activation"])
     n, h, w, c = ctx.inputs[0].shape
     _, oh, ow, _ = ctx.outputs[0].shape
-    tasks, chunk = _row_tasks(n * oh, ow * c)
+    tasks, chunk = row_tasks(n * oh, n * oh * ow * c, _PARALLEL_SIZE)
     if kernel == "xnnpack" and is_max:
         passes = np.ascontiguousarray(np.array(xnn_max_pool_passes(fh, fw), np.int64).reshape(-1))
         params = np.array([n * oh, chunk, h, w, c, oh, ow, passes.size // 18, fw, sh, sw, pt, pl, 1, 0], np.int64)

@@ -29,7 +29,7 @@ from litegpu.backend import NodeContext
 
 from .common import clamp_bounds, optional_input, transpose_pad_before
 from .registry import bindable, kernel, named
-from .tasks import bind_task, in_sequence, int32_pointer, task_function
+from .tasks import bind_task, in_sequence, int32_pointer, row_tasks, task_function
 
 F32 = np.dtype(np.float32)
 I8 = np.dtype(np.int8)
@@ -234,9 +234,7 @@ def hybrid_transpose_conv(ctx: NodeContext):
     w_taps = np.ascontiguousarray(np.asarray(w_spec.value).transpose(1, 2, 3, 0), np.int32 if xnnpack else F32)
     channel = np.ascontiguousarray(attrs["weight_scale"], F32)
     rows = n * oh
-    tasks = min(rows, _TASKS) if rows * ow * o >= _PARALLEL_SIZE else 1
-    chunk = -(-rows // tasks)
-    tasks = -(-rows // chunk)
+    tasks, chunk = row_tasks(rows, rows * ow * o, _PARALLEL_SIZE, _TASKS)
     params = np.array([n, h, w, c, oh, ow, o, kh, kw, sh, sw, pt, pl, rows, chunk,
                        _XNNPACK if xnnpack else _TFLITE], np.int64)
     clamp = np.array(clamp_bounds(attrs["activation"]), np.float32)

@@ -19,7 +19,7 @@ from litegpu.backend import NodeContext
 from litegpu.errors import ExecutionError
 
 from .registry import bindable, kernel, named
-from .tasks import bind_task, task_function, uint8_pointer
+from .tasks import bind_task, row_tasks, task_function, uint8_pointer
 
 I8 = np.dtype(np.int8)
 _BYTES = (np.dtype(np.int8), np.dtype(np.uint8))
@@ -84,14 +84,6 @@ def _pair_lookup_task(t, tablep, ap, bp, outp, _a4, _a5, _a6, _a7, ip, _fp):
             out[o + i3] = table[(np.int64(a[ao + i3 * ip[7]]) << 8) | np.int64(b[bo + i3 * ip[11]])]
 
 
-def _row_tasks(rows: int, size: int) -> tuple[int, int]:
-    """``(tasks, rows per task)`` for ``rows`` rows of ``size`` outputs in all: one task below
-    ``_PARALLEL_SIZE``, else up to ``_TASKS``."""
-    tasks = min(rows, _TASKS) if size >= _PARALLEL_SIZE else 1
-    chunk = max(1, -(-rows // max(tasks, 1)))
-    return max(1, -(-rows // chunk)), chunk
-
-
 @kernel("SQUARED_DIFFERENCE", quantized=True)
 def quantized_squared_difference(ctx: NodeContext):
     """int8 SQUARED_DIFFERENCE as a table of every pair of bytes (see the module
@@ -106,7 +98,8 @@ def quantized_squared_difference(ctx: NodeContext):
     table = _pair_table(ctx, I8)
     if table.shape != (1 << 16,) or table.dtype != I8:
         return None
-    tasks, chunk = _row_tasks(dims[0] * dims[1] * dims[2], int(np.prod(dims, dtype=np.int64)))
+    tasks, chunk = row_tasks(dims[0] * dims[1] * dims[2], int(np.prod(dims, dtype=np.int64)), _PARALLEL_SIZE,
+                             _TASKS)
     params = np.array([*dims, *a_strides, *b_strides, chunk], np.int64)
 
     def bind(inputs, outputs):
@@ -169,7 +162,7 @@ def quantized_rsqrt(ctx: NodeContext):
         return None
     reference = ctx.opdef.reference_for(ctx.attrs)
     size = int(np.prod(ctx.inputs[0].shape, dtype=np.int64))
-    tasks, chunk = _row_tasks(size, size)
+    tasks, chunk = row_tasks(size, size, _PARALLEL_SIZE, _TASKS)
 
     def error(params: np.ndarray) -> Exception:
         """What the reference raises for the byte the task noted."""

@@ -14,7 +14,7 @@ from litegpu.backend import NodeContext
 
 from .common import window_geometry
 from .registry import bindable, kernel, named
-from .tasks import bind_task, int8_pointer, int16_pointer, int32_pointer, task_function, uint8_pointer
+from .tasks import bind_task, int8_pointer, int16_pointer, int32_pointer, row_tasks, task_function, uint8_pointer
 
 
 
@@ -124,9 +124,7 @@ def _qpool_factory(ctx: NodeContext, is_max: bool):
     _, oh, ow, _ = ctx.outputs[0].shape
     sh, sw, _, _, pt, pl = window_geometry(ctx.attrs, h, w, fh, fw)
     rows = n * oh
-    tasks = min(rows, 8) if rows * ow * c >= _PARALLEL_SIZE else 1
-    per = max(1, -(-rows // max(tasks, 1)))
-    tasks = max(1, -(-rows // per))
+    tasks, per = row_tasks(rows, rows * ow * c, _PARALLEL_SIZE)
     params = np.array([n, h, w, c, oh, ow, fh, fw, sh, sw, pt, pl, is_max, *ctx.attrs["clamp"], _KINDS[dtype], per],
                       np.int64)
     acc = np.zeros(tasks * max(c, 1), np.int32)

@@ -24,7 +24,7 @@ from .common import optional_input, transpose_pad_before
 from .qfixed import multiply_by_quantized_multiplier, multiply_by_quantized_multiplier_half_up
 from .qmatmul import Int32Product
 from .registry import bindable, kernel, named
-from .tasks import bind_task, chained, int8_pointer, int32_pointer, task_function
+from .tasks import bind_task, chained, int8_pointer, int32_pointer, row_tasks, task_function
 
 I8 = np.dtype(np.int8)
 # Outputs from which col2im is cut into tasks (blocks of rows) the threads share, and the
@@ -148,10 +148,8 @@ def geometry(ctx: NodeContext, w_shape: tuple) -> Geometry | None:
     sh, sw = ctx.attrs["stride"]
     pt = transpose_pad_before(ctx.attrs["padding"], oh, kh, sh)
     pl = transpose_pad_before(ctx.attrs["padding"], ow, kw, sw)
-    rows = n * oh
-    tasks = min(rows, _TASKS) if rows * ow * o >= _PARALLEL_SIZE else 1
-    chunk = -(-rows // tasks)
-    return Geometry(n, h, w, c, o, kh, kw, oh, ow, sh, sw, pt, pl, -(-rows // chunk), chunk)
+    tasks, chunk = row_tasks(n * oh, n * oh * ow * o, _PARALLEL_SIZE, _TASKS)
+    return Geometry(n, h, w, c, o, kh, kw, oh, ow, sh, sw, pt, pl, tasks, chunk)
 
 
 def taps_matrix(w: np.ndarray) -> np.ndarray:

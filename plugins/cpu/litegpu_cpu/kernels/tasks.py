@@ -434,6 +434,15 @@ def control_row(op: int, *operands: int) -> np.ndarray:
 _UNUSED = np.zeros(1, np.float32)      # the array slots and floats a task does not use
 
 
+def row_tasks(rows: int, work: int, parallel_from: int, most: int = 8) -> tuple[int, int]:
+    """``(tasks, chunk)``: ``rows`` rows cut into up to ``most`` tasks of ``chunk`` rows
+    each when the work (``work``, in any unit) reaches ``parallel_from``, else one task;
+    never zero tasks or an empty chunk."""
+    tasks = min(rows, most) if work >= parallel_from else 1
+    chunk = max(-(-rows // max(tasks, 1)), 1)
+    return max(-(-rows // chunk), 1), chunk
+
+
 def bound_tasks(task: TaskFunction, tasks: int, arrays: tuple, params: np.ndarray,
                 floats: np.ndarray = _UNUSED, checks: tuple = ()):
     """A call of no arguments running ``task`` over ``tasks`` tasks on ``arrays`` (up to eight
