@@ -421,8 +421,38 @@ def vulkan(run: Run) -> None:
         # The driver's folder holds NVIDIA's ICD where the loader does not look by default.
         run.env["VK_DRIVER_FILES"] = run.env["VK_ICD_FILENAMES"] = str(NVIDIA_VULKAN_ICD)
         run.facts["Vulkan ICDs"] = f"VK_DRIVER_FILES={NVIDIA_VULKAN_ICD}"
+        nvidia = [NVIDIA_VULKAN_ICD]
     else:
         run.facts["Vulkan ICDs"] = (", ".join(str(p) for p in icds) or "none") + " (no NVIDIA ICD)"
+    if nvidia:
+        _headless_icd(run, nvidia[0])
+
+
+def _headless_icd(run: Run, icd: Path) -> None:
+    """NVIDIA's ICD file names libGLX_nvidia.so.0, whose vkCreateInstance fails without an X
+    display (seen on the H100 machine, 2026-11-28: "Could not get 'vkCreateInstance' via
+    'vk_icdGetInstanceProcAddr'"); the same driver's libEGL_nvidia.so.0 runs headless. Write
+    an ICD file naming that, point the loader at it, and put the driver's folder (a mount
+    ldconfig's cache does not list) on LD_LIBRARY_PATH for its own dependencies."""
+    try:
+        meta = json.loads(icd.read_text())
+        named = meta["ICD"]["library_path"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        run.facts["Vulkan ICD library"] = f"unreadable {icd}: {type(exc).__name__}: {exc}"
+        return
+    egl = _find_library("libEGL_nvidia.so.0")
+    if "GLX" not in named or not egl:
+        run.facts["Vulkan ICD library"] = f"{named} (as {icd} names it)"
+        return
+    meta["ICD"]["library_path"] = egl
+    headless = run.workdir / "vulkan" / "nvidia_headless_icd.json"
+    headless.parent.mkdir(parents=True, exist_ok=True)
+    headless.write_text(json.dumps(meta))
+    run.env["VK_DRIVER_FILES"] = run.env["VK_ICD_FILENAMES"] = str(headless)
+    folder = str(Path(egl).parent)
+    run.env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [run.env.get("LD_LIBRARY_PATH", ""), folder]))
+    run.facts["Vulkan ICD library"] = (f"{egl} in place of {named} (headless: no X display), "
+                                       f"VK_DRIVER_FILES={headless}, {folder} on LD_LIBRARY_PATH")
 
 
 def _find_library(soname: str) -> str:
@@ -461,7 +491,8 @@ def opencl(run: Run) -> None:
 
 def probe(run: Run) -> None:
     """litegpu's backends and the WebGPU adapter, read in a child (a driver may crash it)."""
-    res = run_child(worker_cmd("probe"), 90, run.env, cwd=run.workdir)
+    # The Vulkan loader's own errors say which driver library failed to load, and why.
+    res = run_child(worker_cmd("probe"), 90, {**run.env, "VK_LOADER_DEBUG": "error"}, cwd=run.workdir)
     run.probe = last_json(res.out) or {}
     if not run.probe:
         run.facts["probe"] = f"failed: {'timed out' if res.timed_out else tail(res.err)}"
@@ -469,6 +500,9 @@ def probe(run: Run) -> None:
     adapter = run.probe.get("wgpu_adapter", {})
     run.facts["WebGPU adapter"] = adapter.get("error") or \
         f"{adapter.get('device', '?')} ({adapter.get('backend_type', '?')}, {adapter.get('adapter_type', '?')})"
+    if adapter.get("error"):
+        loader = [ln.strip() for ln in res.err.splitlines() if "ERROR" in ln or "loader" in ln.lower()]
+        run.facts["Vulkan loader errors"] = " | ".join(dict.fromkeys(loader))[:600] or "none printed"
 
 
 def litert_gpu_probe(run: Run) -> None:
@@ -815,7 +849,10 @@ def execute(run: Run) -> None:
     """Say why for each step that cannot run here; give each other step its weight's share
     of the time left (a step that ends early leaves its time to the ones after it)."""
     runnable = []
+    wanted = [w.strip() for w in (run.args.parts or "").split(",") if w.strip()]
     for step in plan():
+        if wanted and not any(w in step.part for w in wanted):
+            continue
         why = unusable(run, step.runtime) if step.runtime else ""
         if step.part.startswith("models") and not run.models:
             why = why or "no model found or built"
@@ -1264,6 +1301,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                         help="how to make litegpu importable when it is not installed from this tree")
     parser.add_argument("--models-dir", help="shared models folder (default: the wheelhouse's, else ../shared/models)")
     parser.add_argument("--models", help="comma-separated model names to run (default: all found)")
+    parser.add_argument("--parts", help="comma-separated words: run only the parts whose name holds one "
+                        "(e.g. 'webgpu,litert-gpu,models cuda'); install and environment always run")
     parser.add_argument("--conformance-k", help="pytest -k expression for the conformance runs")
     parser.add_argument("--threads", type=int, default=min(8, os.cpu_count() or 1))
     parser.add_argument("--runs", type=int, help="most invokes per timed block (default 20, --quick 3)")

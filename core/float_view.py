@@ -522,13 +522,41 @@ def _lookup_plan(node: Node, tensors: Sequence[Tensor], attrs: dict, opdef: OpDe
     if x.qmax - x.qmin >= 1 << 8 and (node.op in _NO_WIDE_LOOKUP or node.op in _CLAMPS and x.same_as(out)):
         return None
     codes = np.arange(x.qmin, x.qmax + 1).astype(x.dtype)
-    try:
-        table = opdef.reference_for(attrs)([codes], attrs)[0]
-    except LiteGpuError:
-        return None   # some codes are an error at run time (RSQRT of a negative): not tabled
-    if table.shape != codes.shape:
+    table = _table_where_defined(opdef.reference_for(attrs), attrs, codes)
+    if table is None or table.shape != codes.shape:
         return None
-    return _Lookup(x, np.asarray(table), out)
+    return _Lookup(x, table, out)
+
+
+def _table_where_defined(reference, attrs: dict, codes: np.ndarray) -> np.ndarray | None:
+    """The reference over ``codes``; where it refuses some (SQRT or RSQRT of a negative
+    value: LiteRT fails at invoke), each refused code takes the output of the nearest code
+    it accepts, so a GPU, which cannot raise mid-kernel, clamps to the op's domain rather
+    than computing NaN into an integer (NVIDIA's Vulkan made that -128). A refused span is
+    found by halving, a few dozen calls; None if no code is accepted."""
+    def accepted(lo: int, hi: int) -> list[tuple[int, np.ndarray]]:
+        try:
+            return [(lo, np.asarray(reference([codes[lo:hi]], attrs)[0]))]
+        except LiteGpuError:
+            if hi - lo == 1:
+                return []
+            mid = (lo + hi) // 2
+            return accepted(lo, mid) + accepted(mid, hi)
+    pieces = accepted(0, codes.size)
+    if not pieces:
+        return None
+    if len(pieces) == 1 and pieces[0][1].shape == codes.shape:
+        return pieces[0][1]
+    known = np.zeros(codes.size, bool)
+    values = np.zeros(codes.size, pieces[0][1].dtype)
+    for lo, part in pieces:
+        if part.shape != (part.size,):
+            return None
+        values[lo:lo + part.size], known[lo:lo + part.size] = part, True
+    where, idx = np.flatnonzero(known), np.arange(codes.size)
+    after = where[np.minimum(np.searchsorted(where, idx), where.size - 1)]
+    before = where[np.maximum(np.searchsorted(where, idx) - 1, 0)]
+    return values[np.where(np.abs(before - idx) <= np.abs(after - idx), before, after)]
 
 
 # -- the rewrite ---------------------------------------------------------------------------

@@ -421,3 +421,32 @@ def test_a_float_input_is_quantized_exactly_in_half_storage(opencl) -> None:
     assert report.nodes_on("cpu") == 0
     np.testing.assert_array_equal(got[0], want[0])
     assert "kept fp32" in str(report)
+
+
+@pytest.mark.parametrize("op,dtype", [("SQRT", np.int8), ("RSQRT", np.int8), ("SQRT", np.int16), ("RSQRT", np.int16)])
+def test_a_lookup_over_part_of_the_codes_clamps_to_the_ops_domain(op: str, dtype) -> None:
+    """SQRT and RSQRT refuse negative values (LiteRT fails at invoke), so their table holds
+    the reference where it is defined and, below it, the value at the domain's edge: a GPU
+    gets LiteRT's integers on every valid code and no NaN (NVIDIA's Vulkan turned the float
+    fallback's NaN at zero into -128)."""
+    from litegpu.float_view import _lookup_plan
+    from litegpu.ops import get_op
+    b = ModelBuilder()
+    zp = -5 if dtype == np.int8 else 0
+    x = b.input("x", (16,), dtype, scale=[0.05], zero_point=[zp])
+    y = b.tensor("y", (16,), dtype, scale=[0.02], zero_point=[zp])
+    b.op(op, [x], [y])
+    b.output(y)
+    model = litegpu.load_model(b.build())
+    sg = model.subgraphs[0]
+    node, opdef = sg.nodes[0], get_op(op)
+    plan = _lookup_plan(node, sg.tensors, opdef.node_attrs(node, sg.tensors), opdef)
+    assert plan is not None
+    info = np.iinfo(dtype)
+    codes = np.arange(info.min, info.max + 1)
+    valid = codes >= zp       # RSQRT of zero is defined: the largest value
+    want = opdef.reference_for(opdef.node_attrs(node, sg.tensors))(
+        [codes[valid].astype(dtype)], opdef.node_attrs(node, sg.tensors))[0]
+    np.testing.assert_array_equal(plan.table[valid], want)
+    assert (plan.table[~valid] == want[0]).all()
+    assert "QUANT_LUT" in [n.op for n in float_view(model).subgraphs[0].nodes]

@@ -501,12 +501,15 @@ def _transpose_conv(g: NodeGen, x_pos: int, w_pos: int, bias_pos: int) -> list[K
         th = b.let("th", ir.plus(orow, pt) - kh_)
         with b.if_(logical_and(logical_and(th >= 0, (th % sh).eq(0)), th < h * sh)):
             xr = b.let("xr", (batch * h + th / sh) * wd)
+            # tw is lifted by whole strides so that % and / never see a negative operand:
+            # NVIDIA's Vulkan driver took -1 % 3 for divisible (a tap too many where the
+            # stride is wider than the kernel), which C's and WGSL's rules both forbid.
+            lift = -(-(kw - 1) // sw)
             with b.for_("kw", 0, kw) as kw_:
-                tw = b.let("tw", ir.plus(phase, pl) - kw_)
-                # The remainder of a negative tw is negative or 0, so this tests divisibility for any sign.
+                tw = b.let("tw", ir.plus(phase, pl + sw * lift) - kw_)
                 with b.if_((tw % sw).eq(0)):
                     wk = b.let("wk", oc * (kh * kw * c * vec) + (kh_ * kw + kw_) * (c * vec))
-                    window_dot(b, accs, c, x, [ir.plus(tw / sw + j0, p) for p in range(pixels)], wd,
+                    window_dot(b, accs, c, x, [ir.plus(tw / sw + j0, p - lift) for p in range(pixels)], wd,
                                lambda col: (xr + col) * c, _weights(wp, wk, vec), vec, True)
     return [tile.finish(rows=n * oh, blocks=blocks * sw, channels=o, pixel=[tile.r * ow + e for e in index],
                         exists=[e < ow for e in index])]

@@ -91,7 +91,9 @@ def choose_adapter(wgpu: Any, name: str | None, backend: str | None) -> Any:
     return min(found, key=lambda a: _PREFERENCE.get(a.info.get("adapter_type", "Unknown"), 3))
 
 
-_DRIVER_HINT = "install a Vulkan, Metal or D3D12 driver (on Linux without a GPU: Debian's mesa-vulkan-drivers)"
+_DRIVER_HINT = ("install a Vulkan, Metal or D3D12 driver (on Linux without a GPU: Debian's mesa-vulkan-drivers; "
+                "on an NVIDIA machine without a display, set VK_DRIVER_FILES to an ICD file whose library_path is "
+                "the driver's libEGL_nvidia.so.0: the default one names libGLX_nvidia.so.0, which needs X)")
 
 
 class Device:
