@@ -270,6 +270,8 @@ def install() -> None:
         if _INSTALLED:
             return
         _INSTALLED = True
+        from .numba_startup import defer_blas_probe
+        defer_blas_probe()      # before numba loads its registries (see numba_startup)
         from numba.core import caching
         try:
             # Older numba spelled CacheImpl _CacheImpl.
