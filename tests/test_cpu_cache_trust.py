@@ -337,3 +337,23 @@ def test_processes_building_on_a_cold_cache(warm, tmp_path):
     after = run_child(cache)
     assert after.digests == {warm.digest} and after.loads["miss"] == 0, after.loads
     assert " is damaged (" not in after.log, after.log
+
+
+def test_entries_are_keyed_by_the_sources_content_not_its_mtime(tmp_path):
+    """A reinstall or a copied environment writes new mtimes: the stamp numba checks an
+    entry against stays the same while the content does, and changes with it."""
+    from litegpu_cpu import numba_cache
+    numba_cache.install()
+    locator_class = numba_cache._make_locator_class()
+    source = tmp_path / "kernel.py"
+    source.write_text("def f():\n    return 1\n")
+
+    def stamp() -> object:
+        return locator_class(lambda: None, str(source), numba_cache.home(), "t").get_source_stamp()
+
+    first = stamp()
+    os.utime(source, ns=(1, 1))
+    assert stamp() == first
+    source.write_text("def f():\n    return 2\n")
+    os.utime(source, ns=(1, 1))
+    assert stamp() != first

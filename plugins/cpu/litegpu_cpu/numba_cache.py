@@ -10,7 +10,8 @@ a user's own numba functions keep numba's behaviour and places):
 
 - the cache lives in :func:`home`, ``numba/<litegpu version>-numba<version>-py<X><Y>``
   under :func:`litegpu.env.cache_root`, so versions never overwrite each other's entries
-  (numba's index also checks the source's hash, so an edited source is a miss);
+  (an entry is keyed by its source's content, a sha256, where numba keys it by the file's
+  mtime and size: an edited source is a miss, a reinstalled or copied one is not);
 - a directory that exists but cannot be written (a read-only warm cache, as a container
   image ships one) is loaded from and never written, logged once at INFO; one that cannot
   be made at all (the root is a file, ...) means no disk cache in this process, logged
@@ -37,6 +38,7 @@ from __future__ import annotations
 
 import errno
 import glob
+import hashlib
 import logging
 import os
 import stat
@@ -158,6 +160,21 @@ def _subdirectory(py_func, py_file: str) -> str | None:
     return relative
 
 
+_STAMPS: dict[tuple[str, int, int, int], str] = {}
+
+
+def _content_stamp(path: str) -> str:
+    """The sha256 of the file at ``path`` (read once per path, mtime, ctime and size in a
+    process; a write changes the ctime, which no one can set back)."""
+    st = os.stat(path)
+    key = (path, st.st_mtime_ns, st.st_ctime_ns, st.st_size)
+    stamp = _STAMPS.get(key)
+    if stamp is None:
+        with open(path, "rb") as f:
+            stamp = _STAMPS[key] = "sha256:" + hashlib.sha256(f.read()).hexdigest()
+    return stamp
+
+
 def _make_locator_class():
     """:class:`LiteGpuLocator`, defined once numba is imported (it subclasses numba's classes)."""
     from numba.core import caching
@@ -180,7 +197,10 @@ def _make_locator_class():
             return self._cache_path
 
         def get_source_stamp(self):
-            return super().get_source_stamp() if self.on_disk else None
+            # The source's content, not numba's (mtime, size): a reinstall of the same
+            # version, a copied virtual environment or an image built elsewhere writes new
+            # mtimes, which would make every entry stale and the next start cold.
+            return _content_stamp(self._py_file) if self.on_disk else None
 
         def ensure_cache_path(self) -> None:
             # numba's version also creates a temporary file to test writability, and its
