@@ -14,8 +14,7 @@ To stay fast on two cores each distinct kernel is compiled once: kernels are nam
 their content (``KernelSpec.digest``), so identical kernels of different programs are
 one, and many go into one NVRTC program behind a single prelude and library (a
 program's kernels never call each other, so this compiles what every program holds).
-NVRTC holds the GIL while it compiles, so two processes compile at once, with
-``--Ofast-compile=max`` (still PTX, less optimized, about 3x faster). A batch that fails
+Two processes compile at once, with ``--Ofast-compile=max`` (still PTX, less optimized, about 3x faster). A batch that fails
 is compiled again one kernel at a time, so each case or model is shown only its own errors.
 """
 from __future__ import annotations
@@ -24,7 +23,7 @@ import logging
 from concurrent.futures import ProcessPoolExecutor
 
 import pytest
-from gpu_sources import MODEL_FILES, planned, report
+from gpu_sources import CASE_IDS, MODEL_FILES, planned, report
 
 from litegpu.codegen import Precision
 from litegpu.codegen.cuda import CUDA
@@ -209,3 +208,33 @@ def test_checker_catches_mistakes(mistake):
     source = CUDA.prelude("F32") + kernels[("F32", "bad")]
     line = next(i for i, s in enumerate(source.splitlines(), start=1) if "// wrong" in s)
     assert f">{line:5d}: {source.splitlines()[line - 1]}" in text, text
+
+
+@needs_nvrtc
+def test_a_partition_builds_as_parts_side_by_side(tmp_path, monkeypatch):
+    """CudaProgram builds a partition as NVRTC programs of a few kernels each, compiled in
+    threads at once (no GPU needed for the cubins): every kernel lands in exactly one
+    part, in the one-program order, each part's cubin is built, and a second build comes
+    whole from the kernel cache."""
+    from types import SimpleNamespace
+
+    from litegpu.backend import CompileOptions
+    from litegpu.codegen.render import assemble, assemble_parts
+    from litegpu_cuda.program import FUNCTIONS_PER_PART, build_cubins
+
+    monkeypatch.setenv("LITEGPU_CACHE_DIR", str(tmp_path))
+    partitions = [p for c in [c for c in CASE_IDS if c.startswith(("CONV_2D", "ADD"))][:6]
+                  for p in planned(c, "cuda")[0]]
+    steps = [s for p in partitions for s in partition_kernels(p, PRECISIONS["F32"], CUDA)]
+    whole, count = assemble(steps, PRECISIONS["F32"], CUDA)
+    parts = assemble_parts(steps, PRECISIONS["F32"], CUDA, per_part=2)
+    names = [n for _, ns in parts for n in ns]
+    assert count >= 3 and len(names) == len(set(names)) == count and len(parts) == -(-count // 2)
+    assert all(f" {n}(" in whole and f" {n}(" in source for source, ns in parts for n in ns)
+    assert FUNCTIONS_PER_PART > 1
+    device = SimpleNamespace(arch="90", identity="test sm_90")
+    cubins, hit = build_cubins(device, [source for source, _ in parts], CompileOptions())
+    assert len(cubins) == len(parts) and not hit
+    assert all(c[:4] == b"\x7fELF" for c in cubins)
+    again, hit = build_cubins(device, [source for source, _ in parts], CompileOptions())
+    assert hit and again == cubins

@@ -51,11 +51,26 @@ def assemble(step_kernels: list[list[KernelSpec]], precision: Precision, dialect
              ) -> tuple[str, int]:
     """One program source for these kernels (the dialect's prelude, one function per
     distinct source, named ``k_<digest>``) and its number of functions."""
+    (source, names), = assemble_parts(step_kernels, precision, dialect, per_part=None)
+    return source, len(names)
+
+
+def assemble_parts(step_kernels: list[list[KernelSpec]], precision: Precision, dialect: Dialect,
+                   per_part: int | None) -> list[tuple[str, list[str]]]:
+    """The kernels as programs of ``per_part`` functions each (None: one program), each
+    with the dialect's prelude: ``(source, function names)`` in order of first use. Parts
+    compile on their own, so a compiler that runs in several threads at once (NVRTC)
+    builds them in parallel; a part's source depends only on its kernels, so the kernel
+    cache keys it the same on every machine."""
     sources: dict[str, str] = {}
     for kernels in step_kernels:
         for k in kernels:
-            sources.setdefault(k.digest, k.source.replace("KERNEL", f"k_{k.digest}", 1))
-    return dialect.prelude(precision.name) + "\n".join(sources.values()), len(sources)
+            sources.setdefault(f"k_{k.digest}", k.source.replace("KERNEL", f"k_{k.digest}", 1))
+    names = list(sources)
+    size = len(names) if per_part is None else max(1, per_part)
+    prelude = dialect.prelude(precision.name)
+    return [(prelude + "\n".join(sources[n] for n in names[i:i + size]), names[i:i + size])
+            for i in range(0, max(len(names), 1), size)]
 
 
 def program_source(partition: Partition, precision: Precision, dialect: Dialect = OPENCL) -> str:

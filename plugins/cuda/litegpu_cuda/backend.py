@@ -8,6 +8,7 @@ with the reason, and models run elsewhere.
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Sequence
 
 import numpy as np
@@ -58,7 +59,10 @@ class CudaBackend(CodegenBackend):
         """PTX of ``source`` for each arch of ``$LITEGPU_CUDA_ARCHS`` (default "80,90":
         Ampere and Hopper; a driver JIT-compiles PTX for newer GPUs). Needs no GPU."""
         archs = [a.strip() for a in os.environ.get(ARCHS_ENV, "80,90").split(",") if a.strip()]
-        return {f"compute_{arch}.ptx": nvrtc.compile_source(source, arch) for arch in archs}
+        # NVRTC runs in several threads at once (it releases the GIL): one per arch.
+        with ThreadPoolExecutor(max(1, len(archs)), thread_name_prefix="litegpu-nvrtc") as pool:
+            ptx = list(pool.map(lambda arch: nvrtc.compile_source(source, arch), archs))
+        return {f"compute_{arch}.ptx": code for arch, code in zip(archs, ptx)}
 
     # -- device memory ---------------------------------------------------------------------
     def allocate(self, spec: TensorSpec, options: CompileOptions) -> CudaTensor:
