@@ -2,7 +2,8 @@
 
 Compile time does everything, as on opencl: the partition is rendered as CUDA C++
 programs of a few kernels each (:mod:`litegpu.codegen.render`), compiled side by side by
-NVRTC to cubins for the device's arch (or loaded from the kernel cache), one module each, intermediates get offsets in one device
+NVRTC to cubins for the device's arch (or loaded from the kernel cache), one module
+each; intermediates get offsets in one device
 allocation planned by lifetime, constants are uploaded, and each launch gets an
 argument block: one device pointer per kernel parameter, already at its tensor's
 offset. A run writes the bound input and output pointers into those blocks,
