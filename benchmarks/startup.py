@@ -5,7 +5,8 @@ usage: python benchmarks/startup.py [MODEL] [--backend NAME]... [--repeat N]
 "Cold" means every cache empty: LITEGPU_CACHE_DIR (litegpu's kernel cache and the cpu
 backend's generated kernels), NUMBA_CACHE_DIR (numba's), XDG_CACHE_HOME (pyopencl's) and
 POCL_CACHE_DIR (PoCL's) point at fresh temp dirs. "Warm" is a second process with the
-same dirs. Columns, per process: ``import`` (numpy + litegpu), ``create`` (Interpreter
+same dirs; ``litert`` rows are LiteRT's own Interpreter (XNNPACK), for comparison.
+Columns, per process: ``import`` (numpy + litegpu, or LiteRT), ``create`` (Interpreter
 creation + allocate_tensors: load, partition, compile), ``1st invoke`` (where numba
 compiles kernels not in its disk cache and PoCL finalizes kernels), ``first result``
 (their sum: what a user waits for from ``import litegpu`` to the first output),
@@ -27,16 +28,23 @@ from pathlib import Path
 DEFAULT_MODEL = Path(__file__).resolve().parents[2] / "shared" / "models" / "mobilenet_v2.tflite"
 CACHE_VARS = ("LITEGPU_CACHE_DIR", "NUMBA_CACHE_DIR", "XDG_CACHE_HOME", "POCL_CACHE_DIR")
 COLUMNS = ("import", "create", "1st invoke", "first result", "process", "2nd invoke")
+LITERT = "litert"   # ai_edge_litert's Interpreter: the bar every row is read against
 
 
 def child(model: str, backend: str) -> dict:
-    """One startup in this process, timed phase by phase."""
+    """One startup in this process, timed phase by phase (``litert``: LiteRT's own
+    Interpreter with XNNPACK, the bar)."""
     t0 = time.perf_counter()
     import numpy as np
-    import litegpu
-    t1 = time.perf_counter()
-    delegates = [] if backend == "cpu" else [litegpu.load_delegate(backend)]
-    interp = litegpu.Interpreter(model_path=model, experimental_delegates=delegates, num_threads=2)
+    if backend == LITERT:
+        from ai_edge_litert.interpreter import Interpreter
+        t1 = time.perf_counter()
+        interp = Interpreter(model_path=model, num_threads=2)
+    else:
+        import litegpu
+        t1 = time.perf_counter()
+        delegates = [] if backend == "cpu" else [litegpu.load_delegate(backend)]
+        interp = litegpu.Interpreter(model_path=model, experimental_delegates=delegates, num_threads=2)
     interp.allocate_tensors()
     t2 = time.perf_counter()
     for d in interp.get_input_details():
@@ -74,7 +82,7 @@ def measure(model: str, backend: str, repeat: int) -> dict[str, dict[str, float]
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model", nargs="?", default=str(DEFAULT_MODEL))
-    parser.add_argument("--backend", action="append", help="cpu, opencl, ... (repeatable; default cpu and opencl)")
+    parser.add_argument("--backend", action="append", help="cpu, opencl, ..., or litert (LiteRT itself) (repeatable; default litert, cpu and opencl)")
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -84,7 +92,7 @@ def main() -> None:
     print(f"{Path(args.model).name}, num_threads=2, median of {args.repeat}; seconds")
     print(f"| backend | cache | {' | '.join(COLUMNS)} |")
     print("|---|---|" + "---:|" * len(COLUMNS))
-    for backend in args.backend or ["cpu", "opencl"]:
+    for backend in args.backend or [LITERT, "cpu", "opencl"]:
         for kind, row in measure(args.model, backend, args.repeat).items():
             print(f"| {backend} | {kind} | " + " | ".join(f"{row[c]:.2f}" for c in COLUMNS) + " |")
 
