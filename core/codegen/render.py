@@ -67,7 +67,7 @@ def assemble_parts(step_kernels: list[list[KernelSpec]], precision: Precision, d
         for k in kernels:
             sources.setdefault(f"k_{k.digest}", k.source.replace("KERNEL", f"k_{k.digest}", 1))
     names = list(sources)
-    size = len(names) if per_part is None else max(1, per_part)
+    size = max(1, len(names) if per_part is None else per_part)
     prelude = dialect.prelude(precision.name)
     return [(prelude + "\n".join(sources[n] for n in names[i:i + size]), names[i:i + size])
             for i in range(0, max(len(names), 1), size)]
