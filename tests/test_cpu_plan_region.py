@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from numba import carray
 
-from litegpu_cpu.kernels.tasks import bound_tasks, chained, run_plan, task_function
+from litegpu_cpu.kernels.tasks import POOL, bound_tasks, chained, ensure_workers, run_plan, task_function
 
 
 @task_function()
@@ -55,6 +55,7 @@ def _expected(x, counts):
 def threads(request):
     before = numba.get_num_threads()
     numba.set_num_threads(min(request.param, numba.config.NUMBA_NUM_THREADS))
+    ensure_workers(request.param)
     yield request.param
     numba.set_num_threads(before)
 
@@ -89,7 +90,7 @@ def test_mixed_and_empty_rows(threads):
     # Each part reads x and writes y; every task of every row ran once.
     np.testing.assert_array_equal(runs, [sum(t > i for t in counts) for i in range(n)])
     assert call.rows.shape[0] == 6
-    run_plan(call.rows[:0])      # an empty plan does nothing
+    run_plan(call.rows[:0], POOL)      # an empty plan does nothing
 
 
 def test_serial_stretches_between_parallel_rows(threads):
@@ -116,13 +117,44 @@ def test_plans_inside_a_parallel_region_finish(threads):
     from numba import njit, prange
 
     @njit(parallel=True)
-    def both(plans):
+    def both(plans, pool):
         for i in prange(plans.shape[0]):
-            run_plan(plans[i])
+            run_plan(plans[i], pool)
 
     n, rows = 16, 20
     arrays = [[np.zeros(n, np.float32) for _ in range(3)] for _ in range(2)]
     calls = [_mix_rows(x, y, runs, [8] * rows) for x, y, runs in arrays]
-    both(np.stack([c.rows for c in calls]))
+    both(np.stack([c.rows for c in calls]), POOL)
     for _, _, runs in arrays:
         np.testing.assert_array_equal(runs[:8], rows)
+
+
+def _run_in_child(conn, x, y, runs, counts):
+    call = _mix_rows(x, y, runs, counts)
+    call()                   # the parent's workers are not here
+    ensure_workers(2)        # workers of its own
+    call()
+    conn.send((x.copy(), y.copy(), runs.copy()))
+    conn.close()
+
+
+def test_a_forked_child_runs_plans_without_the_parents_workers():
+    """After fork the child has the parent's launcher state but none of its worker threads:
+    its plans still run every task once (the caller takes the parts no worker claims) and
+    it starts workers of its own when asked."""
+    import multiprocessing
+    numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
+    ensure_workers(2)
+    n, counts = 16, [8, 1, 1, 16, 2, 1]
+    start = np.arange(n, dtype=np.float32) / 3
+    x, y, runs = start.copy(), start.copy(), np.zeros(n, np.float32)
+    ctx = multiprocessing.get_context("fork")
+    parent, child = ctx.Pipe()
+    process = ctx.Process(target=_run_in_child, args=(child, x, y, runs, counts))
+    process.start()
+    assert parent.poll(60), "the child's plan did not finish"
+    cx, cy, cruns = parent.recv()
+    process.join(10)
+    assert process.exitcode == 0
+    np.testing.assert_allclose(cx if len(counts) % 2 == 0 else cy, _expected(start, counts * 2), rtol=1e-5)
+    np.testing.assert_array_equal(cruns, [2 * sum(t > i for t in counts) for i in range(n)])

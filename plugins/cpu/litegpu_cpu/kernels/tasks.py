@@ -35,6 +35,7 @@ functions compile without it (correct, slower).
 """
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import platform
@@ -43,7 +44,7 @@ from functools import partial
 
 import numpy as np
 from llvmlite import ir
-from numba import cfunc, njit, prange, types
+from numba import carray, cfunc, njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
@@ -274,6 +275,172 @@ _LINE = 64
 _WORDS = _LINE // 8
 
 
+# -- the launcher's workers ----------------------------------------------------------------
+
+# Words of :data:`POOL`, a cache line apart: the job's generation (odd while a job is
+# open; its low 32 bits are the futex idle workers sleep on), the job (the plan's address
+# and rows, its counters' address, its width), the workers inside the job, whether a caller
+# owns the workers, whether they should stop, how many sleep, how many were started.
+_GEN, _PLAN, _ROWS, _COUNTERS, _WIDTH, _ACTIVE, _OWNER, _STOP, _SLEEPERS, _WORKERS = range(10)
+POOL = np.zeros(10 * _LINE // 8, np.int64)
+"""The launcher's state, shared by the caller of a plan and the workers (see :class:`_Workers`).
+Compiled code takes it as an argument: numba would freeze a global array into a copy."""
+
+_LINUX = platform.system() == "Linux"
+_SYS_FUTEX = {"x86_64": 202, "amd64": 202, "aarch64": 98, "arm64": 98}.get(platform.machine().lower())
+_FUTEX_WAIT_PRIVATE, _FUTEX_WAKE_PRIVATE = 128, 129
+
+
+@intrinsic
+def _try_own(typingctx, state):
+    """Take the workers for this caller (``_OWNER`` from 0 to 1); False when another
+    caller holds them."""
+    def codegen(context, builder, signature, args):
+        i64 = ir.IntType(64)
+        at = builder.add(args[0], ir.Constant(i64, _OWNER * _LINE))
+        pair = builder.cmpxchg(builder.inttoptr(at, i64.as_pointer()), ir.Constant(i64, 0), ir.Constant(i64, 1),
+                               "seq_cst", "seq_cst")
+        return builder.extract_value(pair, 1)
+    return types.boolean(types.intp), codegen
+
+
+@njit(cache=True, inline="always")
+def _release(state):
+    """Give the workers back (``_OWNER`` to 0)."""
+    _fetch_add(state + _OWNER * _LINE, np.int64(-1))
+
+
+def _syscall_futex(builder, address, op, value):
+    """``syscall(SYS_futex, address, op, value, 0, 0, 0)`` (Linux)."""
+    i64 = ir.IntType(64)
+    fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(i64, [i64], var_arg=True), "syscall")
+    zero = ir.Constant(i64, 0)
+    builder.call(fn, [ir.Constant(i64, _SYS_FUTEX), address, ir.Constant(i64, op), value, zero, zero, zero])
+
+
+@intrinsic
+def _futex_wait(typingctx, address, value):
+    """Sleep while the 32-bit word at ``address`` holds the low 32 bits of ``value`` (a
+    futex where Linux has one; elsewhere a 50 us nap, and the caller checks again)."""
+    def codegen(context, builder, signature, args):
+        i64 = ir.IntType(64)
+        if _LINUX and _SYS_FUTEX is not None:
+            low = builder.and_(args[1], ir.Constant(i64, 0xFFFFFFFF))
+            _syscall_futex(builder, args[0], _FUTEX_WAIT_PRIVATE, low)
+        else:
+            i32 = ir.IntType(32)
+            nap = cgutils.get_or_insert_function(builder.module, ir.FunctionType(i32, [i32]), "usleep")
+            builder.call(nap, [ir.Constant(i32, 50)])
+        return context.get_dummy_value()
+    return types.void(types.intp, types.int64), codegen
+
+
+@intrinsic
+def _futex_wake(typingctx, address, count):
+    """Wake up to ``count`` threads sleeping on the futex at ``address`` (Linux; elsewhere
+    nothing: they nap and look again)."""
+    def codegen(context, builder, signature, args):
+        if _LINUX and _SYS_FUTEX is not None:
+            _syscall_futex(builder, args[0], _FUTEX_WAKE_PRIVATE, args[1])
+        return context.get_dummy_value()
+    return types.void(types.intp, types.int64), codegen
+
+
+@intrinsic
+def _plan_at(typingctx, address):
+    """The int64 pointer at integer ``address``."""
+    def codegen(context, builder, signature, args):
+        return builder.inttoptr(args[0], ir.IntType(64).as_pointer())
+    return types.CPointer(types.int64)(types.intp), codegen
+
+
+@njit(cache=True, nogil=True)
+def _work(state, part):
+    """A worker's life: wait for a job (spin ``SPINS`` steps, then sleep on the
+    generation's futex), take part ``part`` of it (:func:`_take_part`) unless it closed
+    meanwhile or is narrower, and again, until ``_STOP``."""
+    gen_at, active = state + _GEN * _LINE, state + _ACTIVE * _LINE
+    seen = _load_acquire(gen_at)
+    while True:
+        spins = 0
+        gen = _load_acquire(gen_at)
+        while gen == seen:
+            if _load_acquire(state + _STOP * _LINE) != 0:
+                return
+            if spins < SPINS:
+                _wait_a_little(np.int64(0))
+                spins += 1
+            else:
+                _fetch_add(state + _SLEEPERS * _LINE, np.int64(1))
+                if _fetch_add(gen_at, np.int64(0)) == seen and _load_acquire(state + _STOP * _LINE) == 0:
+                    _futex_wait(gen_at, seen)
+                _fetch_add(state + _SLEEPERS * _LINE, np.int64(-1))
+            gen = _load_acquire(gen_at)
+        seen = gen
+        if gen % 2 == 0:
+            continue                    # a job that closed before this worker saw it
+        _fetch_add(active, np.int64(1))
+        width = _load_int64(state + _WIDTH * _LINE)
+        if _fetch_add(gen_at, np.int64(0)) == gen and part < width:
+            plan = carray(_plan_at(_load_int64(state + _PLAN * _LINE)), (_load_int64(state + _ROWS * _LINE), 4 + ARRAYS))
+            _take_part(plan, _load_int64(state + _COUNTERS * _LINE), width, part)
+        _fetch_add(active, np.int64(-1))
+
+
+class _Workers:
+    """The launcher's worker threads: Python threads, each running :func:`_work` without
+    the GIL for the life of the process, started on demand (:func:`ensure_workers`), told
+    to stop at exit, and forgotten in a forked child (whose copy of :data:`POOL` has no
+    threads behind it)."""
+
+    def __init__(self) -> None:
+        self.threads: list[threading.Thread] = []
+        self.lock = threading.Lock()
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=self._forget)
+        atexit.register(self.stop)
+
+    def ensure(self, count: int) -> None:
+        """At least ``count`` workers running."""
+        if len(self.threads) >= count:
+            return
+        with self.lock:
+            while len(self.threads) < count:
+                part = len(self.threads) + 1
+                thread = threading.Thread(target=_work, args=(POOL.ctypes.data, part), daemon=True,
+                                          name=f"litegpu-cpu-worker-{part}")
+                thread.start()
+                self.threads.append(thread)
+                POOL[_WORKERS * _LINE // 8] = len(self.threads)
+
+    def stop(self) -> None:
+        """Let every worker return (at exit)."""
+        POOL[_STOP * _LINE // 8] = 1
+        POOL[_GEN * _LINE // 8] += 2        # (no job: a changed generation wakes the sleepers)
+        _wake_all(POOL)
+        for thread in self.threads:
+            thread.join(timeout=1.0)
+
+    def _forget(self) -> None:
+        POOL[:] = 0
+        self.threads = []
+        self.lock = threading.Lock()
+
+
+@njit(cache=True)
+def _wake_all(pool):
+    """Wake every worker sleeping on the generation's futex."""
+    _futex_wake(pool.ctypes.data + _GEN * _LINE, np.int64(1 << 30))
+
+
+_WORKER_THREADS = _Workers()
+
+
+def ensure_workers(threads: int) -> None:
+    """Enough workers for plans on ``threads`` threads (the caller is one of them)."""
+    _WORKER_THREADS.ensure(max(0, threads - 1))
+
+
 @njit(cache=True)
 def _run_rows_serially(plan):
     """Every task of every row of ``plan`` in order on the calling thread."""
@@ -316,7 +483,7 @@ def _claim_and_run(q, base, width, part):
     return ran
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _take_part(plan, base, width, part):
     """One thread's part of a plan run in one parallel region: for each row in order,
     claim its tasks (:func:`_claim_and_run`) and run them until none is left, then wait
@@ -328,8 +495,7 @@ def _take_part(plan, base, width, part):
     threads actually take part (one thread running two parts in turn finds the second
     one's rows all done). ``base``: the address of zeroed counters, ``width + 1`` lines
     per barrier (the claims of each part's range, then the finished count). ``part``:
-    the ``prange`` index, which also keeps numba from hoisting the call out of the
-    parallel loop."""
+    0 for the caller, 1 .. for the workers."""
     rows = plan.shape[0]
     s = 0
     while s < rows:
@@ -354,17 +520,24 @@ def _take_part(plan, base, width, part):
         s = end
 
 
-@njit(cache=True, parallel=True)
-def run_plan(plan):
+@njit(cache=True, nogil=True)
+def run_plan(plan, pool):
     """Each row of ``plan`` in order (the task function's address, its task count, then
     the addresses of a0 .. a7, the int64 and the float32 parameters). One compile serves
     every task function and every sequence of them.
 
-    With several threads and a row of several tasks, the whole plan runs in one parallel
-    region (:func:`_take_part` on every thread), its barriers (a row of several tasks, a
-    serial stretch) counters in memory: a ``prange`` per row cost ~1.3 us of fork and
-    join on 2 threads (~0.8 us even on one), and a BERT layer has ~11 such rows.
-    Otherwise the rows run on the calling thread."""
+    With several threads and a row of several tasks, the whole plan runs as one job of
+    the launcher's workers (``pool``: :data:`POOL`, see :class:`_Workers`): the caller
+    takes part 0 (:func:`_take_part`), each worker awake takes another, the barriers (a
+    row of several tasks, a serial stretch) are counters in memory. The caller never
+    waits for a worker to *arrive*: a part's tasks that its worker has not claimed are
+    the caller's to run, so a worker the OS has descheduled (another process busy on the
+    cores) costs its share of the work, not a wait for its time slice; the caller waits
+    only for tasks a worker has started, and at the end for workers still inside the
+    job. (numba's ``prange`` waits for every thread at the end of each parallel region:
+    a 10 us model took 80 us beside one CPU-bound process.) Otherwise, or when the
+    workers serve another caller (another model's run, a plan inside a task), the rows
+    run on the calling thread."""
     width = _thread_count()
     parallel = False
     barriers = 0
@@ -373,17 +546,34 @@ def run_plan(plan):
         parallel |= plan[s, 1] > 1
         barriers += 1
         s = _stretch_end(plan, s)
-    if width == 1 or not parallel:
+    state = pool.ctypes.data
+    if width == 1 or not parallel or not _try_own(state):
         _run_rows_serially(plan)
         return
-    # (The array itself goes to the threads, so it lives until the region ends.)
+    width = min(width, _load_acquire(state + _WORKERS * _LINE) + 1)
+    if width == 1:
+        _release(state)
+        _run_rows_serially(plan)
+        return
     counters = np.zeros(barriers * (width + 1) * _WORDS, np.int64)
-    for part in prange(width):
-        _take_part(plan, counters.ctypes.data, width, part)
+    _store_int64(state + _PLAN * _LINE, plan.ctypes.data)
+    _store_int64(state + _ROWS * _LINE, plan.shape[0])
+    _store_int64(state + _COUNTERS * _LINE, counters.ctypes.data)
+    _store_int64(state + _WIDTH * _LINE, width)
+    _fetch_add(state + _GEN * _LINE, np.int64(1))                 # odd: the job is open
+    if _fetch_add(state + _SLEEPERS * _LINE, np.int64(0)) > 0:
+        _futex_wake(state + _GEN * _LINE, np.int64(width - 1))
+    _take_part(plan, counters.ctypes.data, width, 0)
+    _fetch_add(state + _GEN * _LINE, np.int64(1))                 # even: closed
+    spins = 0
+    while _fetch_add(state + _ACTIVE * _LINE, np.int64(0)) != 0:   # a worker still inside
+        _wait_a_little(spins)
+        spins += 1
+    _release(state)
 
 
-@njit(cache=True)
-def run_program(plan):
+@njit(cache=True, nogil=True)
+def run_program(plan, pool):
     """A table with control rows (a negative count: ``JUMP``, ``COPY``, ...): a small
     program with branches and loops (IF and WHILE, see :mod:`..control`), each run of task
     rows between them handed to :func:`run_plan`. Serial itself, so that the launcher's
@@ -395,7 +585,7 @@ def run_program(plan):
         while end < plan.shape[0] and plan[end, 1] >= 0:
             end += 1
         if end > s:
-            run_plan(plan[s:end])
+            run_plan(plan[s:end], pool)
             s = end
             continue
         q = plan[s]
@@ -486,11 +676,11 @@ def plan_call(rows: np.ndarray, held: tuple, checks: tuple):
     _launch_threads()
     if checks:
         def call() -> None:
-            launch(rows)
+            launch(rows, POOL)
             for check in call.checks:   # (the attribute: a caller may rename the errors)
                 check.raise_if_set()
     else:
-        call = partial(launch, rows)
+        call = partial(launch, rows, POOL)
     call.rows, call.held, call.checks = rows, held, checks
     return call
 

@@ -1,31 +1,13 @@
-"""Thread pools of the cpu kernels: numba's (numba.prange kernels) and OpenBLAS's (GEMMs
-through numpy).
+"""Threads of the cpu kernels: the plan launcher's workers (:mod:`.tasks`) and OpenBLAS's.
 
-The two pools must not both be wide. OpenBLAS's workers busy-wait after each GEMM, and
-numba's OpenMP workers after each parallel region; in a network that alternates the
-two (a depthwise conv, then a pointwise GEMM) each pool's spinners take the cores the
-other needs. Measured on 2 loaded cores (mobilenet_v2 / resnet18 per invoke):
-OpenBLAS 2 threads: 100-280 / 240-870 ms; OpenBLAS 1 thread but numba's OpenMP
-workers spinning (libgomp's default, 300000 spins, milliseconds): 165-280 / 340-880 ms;
-OpenBLAS 1 thread and OpenMP workers that sleep when idle: 17-22 / 72-100 ms.
-
-Sleeping at once is not free either: on an idle VM waking a sleeping worker costs every
-parallel kernel ~50-70 us (an empty prange call: 72 us passive, 1.9 us when the worker
-is still spinning), which is most of mobilenet_v3_small's time (9.1 ms passive against
-3.4 ms with a short spin). But when other processes keep the cores busy, a worker that
-spins takes time the caller needs, and the same short spin makes things far worse
-(measured with load average ~2.7 on the 2 cores, ratio to LiteRT passive / 10000
-spins: efficientnet_b0 2.4 / 8.5, mobilenet_v2 2.3 / 7.6, unet_small 2.5 / 6.6). So the
-wait policy is picked once, when this module is imported, from the load average:
-
-- numba gets ``num_threads``; with the 1-minute load average under half the cores its
-  OpenMP workers spin briefly, then sleep (``GOMP_SPINCOUNT=10000``, ~0.1-0.3 ms there);
-  otherwise they sleep at once (``OMP_WAIT_POLICY=PASSIVE``). A user's own
-  ``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT`` is left alone. libgomp reads them when numba
-  first starts its pool, at the first parallel kernel call;
-- OpenBLAS runs on the calling thread only (set once, when the first GEMM kernel is
-  built: :func:`ensure_gemm_policy`); large GEMMs are split over numba's threads by
-  :mod:`.gemm` instead.
+The two must not both be wide. OpenBLAS's workers busy-wait after each GEMM; in a network
+that alternates a task-function kernel (a depthwise conv) and a BLAS product, each pool's
+spinners would take the cores the other needs (measured on 2 loaded cores, mobilenet_v2 /
+resnet18 per invoke, with numba's OpenMP pool as the other: OpenBLAS 2 threads: 100-280 /
+240-870 ms; OpenBLAS 1 thread: 17-22 / 72-100 ms). So OpenBLAS runs on the calling thread
+only (set once, when the first GEMM kernel is built: :func:`ensure_gemm_policy`), and
+large GEMMs are split into tasks by :mod:`.gemm` instead. The launcher's workers spin
+~20 us after a plan and then sleep, and a plan never waits for one the OS descheduled.
 
 Setting OpenBLAS's thread count goes through the ``*_set_num_threads`` symbol of the
 OpenBLAS that numpy bundles, found with ctypes; when it is not found (another BLAS, a
@@ -38,22 +20,6 @@ import glob
 import os
 import threading
 from typing import Callable
-
-
-def machine_busy() -> bool:
-    """True when the 1-minute load average is at least half the cores (other work running)."""
-    try:
-        return os.getloadavg()[0] >= 0.5 * (os.cpu_count() or 1)
-    except (OSError, AttributeError):   # no load average on this platform: assume busy
-        return True
-
-
-# Before numba's OpenMP pool starts (nothing in this package launches a parallel kernel at import).
-if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
-    if machine_busy():
-        os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
-    else:
-        os.environ["GOMP_SPINCOUNT"] = "10000"
 
 _SETTER: Callable[[int], None] | None = None
 _GEMM_POLICY_SET = False
@@ -126,8 +92,11 @@ def configure_threads(num_threads: int) -> None:
     ``num_threads`` threads (0: numba's default), GEMMs on the calling thread (see the
     module docstring)."""
     import numba
+
+    from .tasks import ensure_workers
     if num_threads > 0:
         numba.set_num_threads(min(num_threads, numba.config.NUMBA_NUM_THREADS))
+    ensure_workers(numba.get_num_threads())
     ensure_gemm_policy()
     _APPLIED[threading.get_ident()] = num_threads
 
