@@ -1,6 +1,6 @@
 """Old against new DEPTHWISE_CONV_2D kernels of the cpu backend, in one process.
 
-    GOMP_SPINCOUNT=10000 python benchmarks/depthwise.py [--rounds R] [--repeat N] [--threads 1,2] [--filter TEXT]
+    python benchmarks/depthwise.py [--rounds R] [--repeat N] [--threads 1,2] [--filter TEXT]
 
 "new" is the factory in ``kernels/depthwise.py``; "old" the general kernel
 (``depthwise._any_task``), which runs every depthwise conv the fast paths do not take, or with

@@ -1144,7 +1144,6 @@ def acceptance(args: argparse.Namespace) -> int:
     handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
     logging.getLogger().addHandler(handler)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    env.setdefault("GOMP_SPINCOUNT", "10000")   # an idle OpenMP pool stops spinning soon after a block
     run = Run(args, budget, workdir, env)
     run.facts.update({"Python": f"{platform.python_version()} ({sys.executable})", "commit": git_facts(),
                       "cores": f"{os.cpu_count()}; {args.threads} threads for litegpu cpu and LiteRT cpu"})

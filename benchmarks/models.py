@@ -9,8 +9,7 @@ creation time, and at each thread count the invoke time of both runtimes (LiteRT
 ``num_threads`` set the same) and the ratio litegpu/LiteRT. The two are timed in
 alternating blocks of ``--runs`` invokes over ``--rounds`` rounds, never invoke by invoke
 (see timing.py); each figure is the best block median. Ends with the geometric mean of
-the ratios per thread count. Run with GOMP_SPINCOUNT=10000 (as the README's figures are)
-so an idle OpenMP pool stops spinning soon after a block. ``--busy N`` times with N CPU-bound processes running beside
+the ratios per thread count. ``--busy N`` times with N CPU-bound processes running beside
 both runtimes (the busy-machine benchmark; the table says how many).
 """
 from __future__ import annotations

@@ -4,6 +4,10 @@ every task of the row before wrote), every task runs exactly once, and one-task 
 empty rows and single-threaded runs give the same results."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numba
 import numpy as np
 import pytest
@@ -158,3 +162,56 @@ def test_a_forked_child_runs_plans_without_the_parents_workers():
     assert process.exitcode == 0
     np.testing.assert_allclose(cx if len(counts) % 2 == 0 else cy, _expected(start, counts * 2), rtol=1e-5)
     np.testing.assert_array_equal(cruns, [2 * sum(t > i for t in counts) for i in range(n)])
+
+
+# A child process: the caller and one worker on one core, the first row's task 0 long (the
+# scheduler gives the worker the core during it; the worker runs task 1, waits for the row
+# and yields), the other 999 rows quick (the caller runs them alone, the worker still
+# waiting at the first row's barrier).
+_LATE_WORKER = """
+import os
+
+import numba
+import numpy as np
+from numba import carray
+
+from litegpu_cpu.kernels.tasks import bound_tasks, chained, ensure_workers, int64_pointer, task_function
+
+
+@task_function()
+def spin_then_count(t, a0, a1, a2, a3, a4, a5, a6, a7, ip, fp):
+    sink = carray(int64_pointer(a1), 2)
+    h = sink[t]
+    for _ in range(ip[1] * (1 - t)):        # task 0 of a slow row: ip[1] steps of a hash
+        h = h * 6364136223846793005 + 1442695040888963407
+    sink[t] = h
+    carray(a0, 2)[t] += np.float32(1)
+
+
+os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+numba.set_num_threads(2)
+ensure_workers(2)
+runs, sink = np.zeros(2, np.float32), np.zeros(2, np.int64)
+slow, quick = np.array([2, 5_000_000], np.int64), np.array([2, 0], np.int64)
+call = chained([bound_tasks(spin_then_count, 2, (runs, sink), slow)]
+               + [bound_tasks(spin_then_count, 2, (runs, sink), quick) for _ in range(999)])
+for _ in range(20):
+    call()
+assert (runs == 20 * 1000).all(), runs
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="pins a process to one core (Linux)")
+def test_a_worker_descheduled_inside_a_job_still_finds_its_counters(tmp_path):
+    """A worker the OS descheduled inside a job may read and write the job's counters after
+    the caller has run every task that was left; they must live until the caller sees the
+    worker leave. Here the worker wakes up at the first row's barrier after the caller
+    finished the whole plan. glibc unmaps a freed block from its mmap threshold on (pinned
+    at 4 KiB here; the plan's counters are 192 KB), so counters freed too early were a
+    segfault of the worker (as in the README's dask example, where two processes share
+    two cores), not silently corrupted memory."""
+    script = tmp_path / "late_worker.py"
+    script.write_text(_LATE_WORKER)
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "4096", "NUMBA_NUM_THREADS": "2", "PYTHONFAULTHANDLER": "1"}
+    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-4000:]

@@ -5,12 +5,12 @@ this module takes the rest (BATCH_MATMUL-like products of two activations, outpu
 widths that are not a multiple of 16, a handful of rows).
 
 OpenBLAS runs on the calling thread only (see :mod:`.threads`: its spinning workers fight
-numba's), so a plain ``np.matmul`` uses one core. Here a task function splits the product
-into two halves and each task calls OpenBLAS's ``cblas_sgemm`` on its half, through the
-function's address (found with ctypes in the OpenBLAS that numpy bundles) and a small
-LLVM intrinsic. numba's threads are awake between kernels of a plan, so a split costs
-~2 us where handing half to a Python thread cost 13-60 us. Measured on the 2-core VM
-(single np.matmul -> split): 64x128x128 23 -> 14 us, 3136x24x144 231 -> 127 us,
+the launcher's), so a plain ``np.matmul`` uses one core. Here a task function splits the
+product into two halves and each task calls OpenBLAS's ``cblas_sgemm`` on its half,
+through the function's address (found with ctypes in the OpenBLAS that numpy bundles) and
+a small LLVM intrinsic. The launcher's workers are awake between kernels of a plan, so a
+split costs ~2 us where handing half to a Python thread cost 13-60 us. Measured on the
+2-core VM (single np.matmul -> split): 64x128x128 23 -> 14 us, 3136x24x144 231 -> 127 us,
 3136x576x64 2974 -> 1306 us, 49x4608x512 3135 -> 1599 us.
 
 The address is an argument, not a constant baked into the code, so the kernel stays in

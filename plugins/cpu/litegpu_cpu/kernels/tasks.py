@@ -521,6 +521,33 @@ def _take_part(plan, base, width, part):
 
 
 @njit(cache=True, nogil=True)
+def _lead(plan, counters, state, width):
+    """The caller's side of a job (see :func:`run_plan`): publish ``plan`` and its zeroed
+    ``counters``, take part 0, close the job and return once no worker is inside it.
+
+    The workers know the counters by address only, so ``counters`` comes as the array,
+    which :func:`run_plan` holds until this returns. numba releases an array after the
+    last use of its variable, and taking its address is such a use: allocated and used in
+    one function, the counters were freed when the caller's part ended, before the job
+    closed, and a worker the OS had descheduled inside the job then read and wrote freed
+    memory (the segfault of the README's dask example: two processes on two cores, and a
+    5569-row plan whose 1 MB of counters glibc unmapped when freeing them)."""
+    _store_int64(state + _PLAN * _LINE, plan.ctypes.data)
+    _store_int64(state + _ROWS * _LINE, plan.shape[0])
+    _store_int64(state + _COUNTERS * _LINE, counters.ctypes.data)
+    _store_int64(state + _WIDTH * _LINE, width)
+    _fetch_add(state + _GEN * _LINE, np.int64(1))                 # odd: the job is open
+    if _fetch_add(state + _SLEEPERS * _LINE, np.int64(0)) > 0:
+        _futex_wake(state + _GEN * _LINE, np.int64(width - 1))
+    _take_part(plan, counters.ctypes.data, width, 0)
+    _fetch_add(state + _GEN * _LINE, np.int64(1))                 # even: closed
+    spins = 0
+    while _fetch_add(state + _ACTIVE * _LINE, np.int64(0)) != 0:   # a worker still inside
+        _wait_a_little(spins)
+        spins += 1
+
+
+@njit(cache=True, nogil=True)
 def run_plan(plan, pool):
     """Each row of ``plan`` in order (the task function's address, its task count, then
     the addresses of a0 .. a7, the int64 and the float32 parameters). One compile serves
@@ -556,19 +583,7 @@ def run_plan(plan, pool):
         _run_rows_serially(plan)
         return
     counters = np.zeros(barriers * (width + 1) * _WORDS, np.int64)
-    _store_int64(state + _PLAN * _LINE, plan.ctypes.data)
-    _store_int64(state + _ROWS * _LINE, plan.shape[0])
-    _store_int64(state + _COUNTERS * _LINE, counters.ctypes.data)
-    _store_int64(state + _WIDTH * _LINE, width)
-    _fetch_add(state + _GEN * _LINE, np.int64(1))                 # odd: the job is open
-    if _fetch_add(state + _SLEEPERS * _LINE, np.int64(0)) > 0:
-        _futex_wake(state + _GEN * _LINE, np.int64(width - 1))
-    _take_part(plan, counters.ctypes.data, width, 0)
-    _fetch_add(state + _GEN * _LINE, np.int64(1))                 # even: closed
-    spins = 0
-    while _fetch_add(state + _ACTIVE * _LINE, np.int64(0)) != 0:   # a worker still inside
-        _wait_a_little(spins)
-        spins += 1
+    _lead(plan, counters, state, width)     # (the array, not its address: see _lead)
     _release(state)
 
 
