@@ -36,6 +36,7 @@ functions compile without it (correct, slower).
 from __future__ import annotations
 
 import atexit
+import ctypes
 import logging
 import os
 import platform
@@ -282,7 +283,18 @@ _WORDS = _LINE // 8
 # and rows, its counters' address, its width), the workers inside the job, whether a caller
 # owns the workers, whether they should stop, how many sleep, how many were started.
 _GEN, _PLAN, _ROWS, _COUNTERS, _WIDTH, _ACTIVE, _OWNER, _STOP, _SLEEPERS, _WORKERS = range(10)
-POOL = np.zeros(10 * _LINE // 8, np.int64)
+
+
+def _immortal_int64s(count: int) -> np.ndarray:
+    """``count`` zeroed int64s that are never freed, not even while the interpreter shuts
+    down: the workers are daemon threads reading them without the GIL, and one the OS has
+    descheduled may still be running when module globals are torn down."""
+    memory = (ctypes.c_int64 * count)()
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(memory))   # a reference nobody drops
+    return np.frombuffer(memory, np.int64)
+
+
+POOL = _immortal_int64s(10 * _LINE // 8)
 """The launcher's state, shared by the caller of a plan and the workers (see :class:`_Workers`).
 Compiled code takes it as an argument: numba would freeze a global array into a copy."""
 
