@@ -267,7 +267,9 @@ class CompiledSubgraph:
         if value.shape != dst.shape:
             raise InvalidArgumentError(f"tensor {tensor} ({self.sg.tensors[tensor].name!r}): got shape "
                                        f"{list(value.shape)}, expected {list(dst.shape)}")
-        np.copyto(dst, value, casting="no") if value.dtype == dst.dtype else self._bad_dtype(tensor, value)
+        if value.dtype != dst.dtype:
+            self._bad_dtype(tensor, value)
+        dst[...] = value    # same shape and dtype: a plain copy (np.copyto's checks cost 0.3 us more)
 
     def _bad_dtype(self, tensor: int, value: np.ndarray) -> None:
         raise InvalidArgumentError(f"tensor {tensor} ({self.sg.tensors[tensor].name!r}): got dtype {value.dtype}, "
