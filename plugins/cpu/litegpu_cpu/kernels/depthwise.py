@@ -247,22 +247,25 @@ def _s2_task(g, xp, wtp, biasp, outp, _a4, _a5, _a6, _a7, ip, fp):
     n = g // groups
     oh0 = (g - n * groups) * 2
     rows = min(2, oh_size - oh0)
+    # Dilation 1 as an int64, not a literal: the literal would make numba compile
+    # _edge_pixel a second time (~0.45 s of a cold start) for the same code.
+    unit = np.int64(1)
     ih0 = 2 * oh0 - pt
     if rows == 2 and ih0 >= 0 and ih0 + 5 <= h:
         for ow in range(ow_lo, ow_mid, 2):
             _block2x2_s2(x, wt, bias, out, n, oh0, ow, ih0, 2 * ow - pl, lo, hi)
         for ow in range(ow_mid, ow_hi):
-            _edge_pixel(x, wt, bias, out, n, oh0, ow, ih0, 2 * ow - pl, 1, 1, lo, hi)
-            _edge_pixel(x, wt, bias, out, n, oh0 + 1, ow, ih0 + 2, 2 * ow - pl, 1, 1, lo, hi)
+            _edge_pixel(x, wt, bias, out, n, oh0, ow, ih0, 2 * ow - pl, unit, unit, lo, hi)
+            _edge_pixel(x, wt, bias, out, n, oh0 + 1, ow, ih0 + 2, 2 * ow - pl, unit, unit, lo, hi)
     else:
         for i in range(rows):
             for ow in range(ow_lo, ow_hi):
-                _edge_pixel(x, wt, bias, out, n, oh0 + i, ow, ih0 + 2 * i, 2 * ow - pl, 1, 1, lo, hi)
+                _edge_pixel(x, wt, bias, out, n, oh0 + i, ow, ih0 + 2 * i, 2 * ow - pl, unit, unit, lo, hi)
     for i in range(rows):
         for ow in range(ow_lo):
-            _edge_pixel(x, wt, bias, out, n, oh0 + i, ow, ih0 + 2 * i, 2 * ow - pl, 1, 1, lo, hi)
+            _edge_pixel(x, wt, bias, out, n, oh0 + i, ow, ih0 + 2 * i, 2 * ow - pl, unit, unit, lo, hi)
         for ow in range(ow_hi, ow_size):
-            _edge_pixel(x, wt, bias, out, n, oh0 + i, ow, ih0 + 2 * i, 2 * ow - pl, 1, 1, lo, hi)
+            _edge_pixel(x, wt, bias, out, n, oh0 + i, ow, ih0 + 2 * i, 2 * ow - pl, unit, unit, lo, hi)
 
 
 def depthwise3x3_s2(x_shape, out_shape, pt, pl):
