@@ -19,9 +19,7 @@ from litegpu.graph import Model
 from litegpu.ops import TensorSpec
 
 # .fusion and .kernels import numba (~0.2 s), so they are imported where first used: a
-# process whose model runs entirely on another backend never loads numba. Importing
-# .kernels also runs .kernels.threads, which picks the OpenMP wait policy; that still
-# happens before any numba kernel of ours runs.
+# process whose model runs entirely on another backend never loads numba.
 
 log = logging.getLogger("litegpu.cpu")
 _RUNTIME_ERRORS = (ValueError, IndexError, TypeError, KeyError, ZeroDivisionError, OverflowError,

@@ -1,6 +1,6 @@
 """cpu kernels; importing this package registers them."""
 from .registry import KERNELS, bindable, kernel, make_kernel, reference_kernel  # noqa: F401
-from . import threads  # noqa: F401,E402  (first: sets the OpenMP wait policy before numba's pool starts)
+from . import threads  # noqa: F401,E402
 from .. import numba_cache  # noqa: E402
 # Before any kernel module defines a cache=True function: numba places each one's cache
 # when its decorator runs, and ours belong under litegpu's cache root, not the package.
