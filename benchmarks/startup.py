@@ -82,7 +82,8 @@ def measure(model: str, backend: str, repeat: int) -> dict[str, dict[str, float]
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model", nargs="?", default=str(DEFAULT_MODEL))
-    parser.add_argument("--backend", action="append", help="cpu, opencl, ..., or litert (LiteRT itself) (repeatable; default litert, cpu and opencl)")
+    parser.add_argument("--backend", action="append",
+                        help="cpu, opencl, ..., or litert (LiteRT itself) (repeatable; default litert, cpu and opencl)")
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -14,8 +14,9 @@ To stay fast on two cores each distinct kernel is compiled once: kernels are nam
 their content (``KernelSpec.digest``), so identical kernels of different programs are
 one, and many go into one NVRTC program behind a single prelude and library (a
 program's kernels never call each other, so this compiles what every program holds).
-Two processes compile at once, with ``--Ofast-compile=max`` (still PTX, less optimized, about 3x faster). A batch that fails
-is compiled again one kernel at a time, so each case or model is shown only its own errors.
+Two processes compile at once, with ``--Ofast-compile=max`` (still PTX, less optimized,
+about 3x faster). A batch that fails is compiled again one kernel at a time, so each
+case or model is shown only its own errors.
 """
 from __future__ import annotations
 
