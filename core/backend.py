@@ -45,8 +45,8 @@ Backend     ``name``, ``supports``,        ``is_gpu`` (False), ``gpu_priority`` 
                                            ``nbytes`` (numpy host memory), ``wrap``
                                            (refuses), ``bind_control`` (None)
 Program     ``run``                        ``summary`` (""), ``partition`` (None),
-                                           ``bind``/``bind_steps``/``run_profiled``
-                                           (None: the core's slower path),
+                                           ``bind``/``run_profiled`` (None:
+                                           the core's slower path),
                                            ``kernels`` ([])
 Event       ``wait``, ``is_complete``      (the base event is already complete)
 ==========  =============================  ==========================================
@@ -64,6 +64,7 @@ import numpy as np
 
 from .graph import Model, Node, Subgraph, Tensor
 from .ops.registry import OpDef, TensorSpec
+from .steps import Bound, Step, run_steps   # noqa: F401  (part of the contract)
 
 
 @dataclass(frozen=True)
@@ -238,31 +239,18 @@ class Program:
         """
         raise NotImplementedError("need run")
 
-    def bind(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> Callable[[], None] | None:
-        """Optional fast path: this program on exactly these arrays as one call of no
-        arguments (a run is then one call, without ``run``'s checks), or None.
+    def bind(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> Bound | None:
+        """Optional fast path: this program on exactly these host arrays as a
+        :class:`Bound` (its :class:`Step` s, in order), or None.
 
-        Called by the executor once, on a host-only subgraph's first run, when every
-        tensor crossing a partition has a fixed array (no run-time shapes, so no ``None``
-        among ``outputs``); later runs make the returned call on the same arrays. Default:
+        The executor binds a host-only subgraph once, on its first run, when every tensor
+        crossing a partition has a fixed array (no run-time shapes, so no ``None`` among
+        ``outputs``); later runs only make the steps' calls (:func:`run_steps`). Control
+        flow binds the programs of a WHILE's condition and body to arrays of its choosing
+        and runs them as one list. Binding must not disturb what :meth:`run` works on: a
+        program may be bound to several sets of arrays at once (a loop alternating between
+        two). Give each step the nodes it computes, so the profiler names them. Default:
         None, and every run calls :meth:`run` on those arrays.
-        """
-        return None
-
-    def bind_steps(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]
-                   ) -> tuple[Callable[[], None], list] | None:
-        """Optional fast path for control flow: this program on exactly these arrays as
-        ``(enter, steps)``, or None.
-
-        ``enter()`` readies the calling thread, once before a series of runs; a run is
-        each step's ``call()`` in order, a step being ``(call, fail)`` where ``fail(exc)``
-        returns the error to raise for ``exc`` (naming the node), or None to let ``exc``
-        propagate (see :func:`run_steps`). Binding must not disturb what :meth:`run`
-        works on: a program may be bound to several sets of arrays at once (a WHILE loop
-        alternating between two). Called through ``CompiledSubgraph.bind_steps`` by the
-        session, which runs a WHILE loop's condition and body as one flat list of calls
-        (see :meth:`Backend.bind_control`); never offered ``None`` outputs. Default: None,
-        and those loops take a path that calls :meth:`run`.
         """
         return None
 
@@ -280,25 +268,13 @@ class Program:
         times; or None, having run nothing.
 
         Called by the profiler instead of :meth:`run` while a ``litegpu.profile()`` block is
-        active, with the same arguments and conventions as :meth:`run`. Default: None, and
-        the profiler runs :meth:`run`, waits for its event and records the partition as
-        one slice whose time is split evenly among its nodes.
+        active, with the same arguments and conventions as :meth:`run`; for device
+        programs, whose work the host cannot time. Default: None, and the profiler runs
+        :meth:`run`: a host program whose ``run`` runs its steps through :func:`run_steps`
+        gets a slice per step, any other one slice for the partition, its time split
+        evenly among its nodes.
         """
         return None
-
-
-def run_steps(steps: list) -> None:
-    """Run ``(call, fail)`` steps (see ``CompiledSubgraph.bind_steps``) in order; a step
-    that raises ``exc`` raises ``fail(exc)`` instead (the error naming its node) unless
-    ``fail`` is None or returns None."""
-    for call, fail in steps:
-        try:
-            call()
-        except Exception as exc:
-            error = None if fail is None else fail(exc)
-            if error is None:
-                raise
-            raise error from None
 
 
 class Copy:
@@ -315,8 +291,8 @@ class Copy:
 @dataclass
 class Branch:
     """IF over fixed arrays, for :meth:`Backend.bind_control`: ``then`` when the
-    one-element bool ``flag`` is true, else ``orelse``; each a list of ``(call, fail)``
-    steps (see ``CompiledSubgraph.bind_steps``; ``fail`` may be None)."""
+    one-element bool ``flag`` is true, else ``orelse``; each a list of :class:`Step` s
+    (see ``CompiledSubgraph.bind``)."""
 
     flag: np.ndarray
     then: list
@@ -329,8 +305,9 @@ class Loop:
     then iterations alternating between the two ``phases``. Phase ``(cond, flag, body,
     exit)`` runs the ``cond`` steps and, when its one-element bool ``flag`` is true, the
     ``body`` steps (iteration ``n`` is phase ``n % 2``), else its ``exit`` steps, which end
-    the loop. Before the body runs more than ``limit[0]`` times (an int64 array, which
-    the caller may change between runs) the loop stops with ``limit_error()``."""
+    the loop; each a list of :class:`Step` s. Before the body runs more than ``limit[0]``
+    times (an int64 array, which the caller may change between runs) the loop stops with
+    ``limit_error()``."""
 
     enter: list
     phases: list

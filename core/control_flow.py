@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
-from .backend import Branch, Copy, Loop, run_steps
+from .backend import Branch, Copy, Loop, Step, run_steps
 from .errors import InvalidArgumentError, LiteGpuError, ModelFormatError, ResourceLimitError
 from .executor import CompiledSubgraph
-from .profile import STATE as _PROFILING
+from .steps import STATE as _PROFILING
 
 if TYPE_CHECKING:
     from .session import Session
@@ -113,8 +113,8 @@ class ControlFlow:
         if len(outputs) != len(even) or any(a.shape != e.shape or a.dtype != e.dtype
                                             for e, v, o in zip(even, inputs, outputs) for a in (v, o)):
             return None
-        structure = Loop([(Copy(v, e), None) for v, e in zip(inputs, even)],
-                         [(c, flag, b, [(Copy(v, o), None) for v, o in zip(current, outputs)])
+        structure = Loop([Step(Copy(v, e)) for v, e in zip(inputs, even)],
+                         [(c, flag, b, [Step(Copy(v, o)) for v, o in zip(current, outputs)])
                           for c, flag, b, current in phases],
                          np.array([limit], np.int64), limit_error)
         return self.session.cpu.bind_control(structure) or python_control(structure)
@@ -150,11 +150,11 @@ class ControlFlow:
                 if t in produced and t not in arrays:
                     arrays[t] = out
                 else:   # an input passed through, a constant, or an output listed twice
-                    copies.append((Copy(arrays[t] if t in arrays else compiled.output(t), out), None))
-            bound = compiled.bind_steps(arrays)
+                    copies.append(Step(Copy(arrays[t] if t in arrays else compiled.output(t), out)))
+            bound = compiled.bind(arrays)
             if bound is None:
                 return None
-            branches.append(bound[1] + copies)
+            branches.append(bound.steps + copies)
         structure = Branch(flag, *branches)
         return self.session.cpu.bind_control(structure) or python_control(structure)
 
@@ -291,7 +291,7 @@ def _loop_phases(cond: CompiledSubgraph, body: CompiledSubgraph, values: list):
 
     The body runs from one set into the other and back, so nothing is copied between
     iterations; the condition reads the set the body last wrote. Both subgraphs are bound
-    once to each set (see :meth:`CompiledSubgraph.bind_steps`). A value the body passes
+    once to each set (see :meth:`CompiledSubgraph.bind`). A value the body passes
     through unchanged (output j is its input j) has one array in both sets. It applies
     when every body output is either that or computed by the body with the value's shape
     and dtype, each in an array of its own: an output that is a constant or another
@@ -315,8 +315,8 @@ def _loop_phases(cond: CompiledSubgraph, body: CompiledSubgraph, values: list):
     def bound(src: list, dst: list):
         """The condition and then the body bound to read ``src`` (the body writing ``dst``)."""
         c_arrays = dict(zip(c_in, src))
-        c_steps = cond.bind_steps(c_arrays)
-        b_steps = body.bind_steps({**dict(zip(b_in, src)),
+        c_steps = cond.bind(c_arrays)
+        b_steps = body.bind({**dict(zip(b_in, src)),
                                    **{o: d for i, o, d in zip(b_in, b_out, dst) if o != i}})
         flag = c_arrays.get(cond.sg.outputs[0])
         if flag is None and c_steps is not None:
@@ -327,8 +327,8 @@ def _loop_phases(cond: CompiledSubgraph, body: CompiledSubgraph, values: list):
     c_odd, b_odd, flag_odd = bound(odd, even)
     if None in (c_even, b_even, c_odd, b_odd) or flag_even.size != 1:
         return None   # (an ill-shaped condition: the general path reports it)
-    enters = list({id(e): e for e in (*c_even[0], *b_even[0])}.values())
-    phases = [(c_even[1], flag_even, b_even[1], even), (c_odd[1], flag_odd, b_odd[1], odd)]
+    enters = list({id(e): e for e in (*c_even.enter, *b_even.enter)}.values())
+    phases = [(c_even.steps, flag_even, b_even.steps, even), (c_odd.steps, flag_odd, b_odd.steps, odd)]
     return enters, even, phases
 
 
@@ -348,7 +348,7 @@ def _alternating_loop(control: ControlFlow, cond: CompiledSubgraph, body: Compil
     enters, even, phases = parts
     finals = [np.empty_like(e) for e in even]
     limit = np.zeros(1, np.int64)
-    structure = Loop([], [(c, flag, b, [(Copy(v, f), None) for v, f in zip(current, finals)])
+    structure = Loop([], [(c, flag, b, [Step(Copy(v, f)) for v, f in zip(current, finals)])
                           for c, flag, b, current in phases], limit, _LoopLimit)
     compiled = control.session.cpu.bind_control(structure) or python_control(structure)
 

@@ -15,7 +15,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .backend import COMPLETE, Backend, CompileOptions, Event, NodeContext, Partition, Program, Runtime
+from .backend import COMPLETE, Backend, Bound, CompileOptions, Event, NodeContext, Partition, Program, Runtime, Step
 from .errors import (ExecutionError, InvalidArgumentError, LiteGpuError, ModelFormatError, PluginError,
                      ResourceLimitError, UnsupportedError)
 from .graph import Model, Subgraph
@@ -24,7 +24,8 @@ from .memory import ArenaPlan, Usage, plan_arena
 from .ops import DynamicShape, TensorSpec, get_op
 from . import progress
 from .partition import CPU, DelegationReport, assign
-from .profile import STATE as _PROFILING, run_profiled
+from .profile import run_profiled
+from .steps import STATE as _PROFILING
 from .transfers import DeviceRunner
 
 log = logging.getLogger("litegpu")
@@ -222,7 +223,7 @@ class CompiledSubgraph:
         self.steps: list[tuple[Program, list[int], list[int]]] = [
             (_compile_logged(backend, part, options, i), part.inputs, part.outputs)
             for i, (backend, part) in enumerate(planned)]
-        self._plan: list | bool | None = None   # built by the first run
+        self._bound: Bound | bool | None = None   # by the first run: the bound steps, or False
         self.report.programs = [f"partition {i} on {backend.name}: {program.summary}"
                                 for i, ((backend, _), (program, _, _)) in enumerate(zip(planned, self.steps))
                                 if program.summary]
@@ -276,19 +277,25 @@ class CompiledSubgraph:
                                    f"expected {self.host[tensor].dtype}")
 
     def run(self) -> None:
-        """Run every partition in order on the host-side tensors."""
+        """Run every partition in order on the host-side tensors.
+
+        Three routes, each decided once: a subgraph with device partitions runs through
+        its transfer plan (:class:`DeviceRunner`); a host-only one whose tensors all have
+        fixed arrays is bound on its first run (:meth:`bind`) and later runs only make the
+        steps' calls; one with run-time shapes between partitions (or at its outputs)
+        calls each program's ``run`` with this run's arrays. A profiled run goes partition
+        by partition (:func:`litegpu.profile.run_profiled`)."""
         if _PROFILING.active is not None:   # the one check profiling costs when off
             run_profiled(self)
             return
         if self.runner is not None:
             self.submit().wait()
             return
-        plan = self._plan
-        if plan is None:
-            plan = self._plan = self._fixed_plan()
-        if plan:
-            for run in plan:
-                run()
+        bound = self._bound
+        if bound is None:
+            bound = self._bound = self.bind() or False
+        if bound:
+            bound()
             return
         host, specs = self.host, self.specs
         for program, ins, outs in self.steps:
@@ -336,52 +343,41 @@ class CompiledSubgraph:
         arrays read from :meth:`output` stay the ones later runs write."""
         if self.runner is not None:   # fixed unless a host partition has run-time shapes
             return all(o in self.host for _, _, _, outs in self.runner.steps for o in outs)
-        return bool(self._plan)
+        return bool(self._bound)
 
-    def _fixed_plan(self) -> list | bool:
-        """One call of no arguments per partition when every tensor that crosses a partition
-        has a host array before the first run (no run-time shapes): the arrays never change,
-        so a run does no lookups. A program may offer such a call (:meth:`Program.bind`;
-        None: its ``run`` is called on the fixed lists). False when shapes are decided at
-        run time."""
-        host = self.host
-        plan = []
-        for program, ins, outs in self.steps:
-            if any(host.get(t) is None for t in (*ins, *outs)):
-                return False
-            in_arrays, out_arrays = [host[i] for i in ins], [host[o] for o in outs]
-            call = program.bind(in_arrays, out_arrays)
-            plan.append(call or partial(program.run, in_arrays, out_arrays))
-        return plan
-
-    def bind_steps(self, arrays: dict[int, np.ndarray]) -> tuple[list, list] | None:
-        """The subgraph run on host arrays of the caller's choosing, as ``(enters, steps)``:
-        tensor ``t`` in ``arrays`` (a subgraph input or output, or a tensor crossing
-        partitions) is read or written there instead of in :attr:`host`, which is left as
-        it is. Each ``enter()`` readies the calling thread once before a series of runs;
-        a run is every step's ``call()`` in order, a step being ``(call, fail)`` with
-        ``fail(exc)`` the error to raise for ``exc`` (None: re-raise). This is
-        :meth:`Program.bind_steps` over the partitions, so a caller can run
-        several subgraphs as one flat list of calls (a WHILE loop). None when a partition
-        cannot be bound that way (a device partition, run-time shapes)."""
+    def bind(self, arrays: dict[int, np.ndarray] | None = None) -> Bound | None:
+        """The subgraph on fixed host arrays as one :class:`Bound`: its partitions' steps
+        (:meth:`Program.bind`), concatenated. Tensor ``t`` in ``arrays`` (a subgraph input
+        or output, or a tensor crossing partitions) is read or written there instead of in
+        :attr:`host`, which is left as it is; so a caller can bind one subgraph to several
+        sets of arrays and run several subgraphs as one list (a WHILE loop). A program
+        that does not bind runs as one step calling its ``run`` on the subgraph's own
+        arrays (not on arrays of the caller's choosing: then None). None when a partition
+        is on a device or a tensor has no fixed array (run-time shapes)."""
         if self.runner is not None:
             return None
+        arrays = arrays or {}
         host = self.host
         for t, array in arrays.items():
             mine = host.get(t)
             if mine is None or mine.shape != array.shape or mine.dtype != array.dtype:
                 return None
-        enters, steps = [], []
+        enters: dict[int, object] = {}
+        steps: list[Step] = []
         for program, ins, outs in self.steps:
             in_arrays = [arrays.get(t, host.get(t)) for t in ins]
             out_arrays = [arrays.get(t, host.get(t)) for t in outs]
-            bound = None if any(a is None for a in (*in_arrays, *out_arrays)) \
-                else program.bind_steps(in_arrays, out_arrays)
-            if bound is None:
+            if any(a is None for a in (*in_arrays, *out_arrays)):
                 return None
-            enters.append(bound[0])
-            steps += bound[1]
-        return enters, steps
+            bound = program.bind(in_arrays, out_arrays)
+            if bound is None:
+                if arrays:
+                    return None
+                nodes = tuple(program.partition.nodes) if program.partition is not None else ()
+                bound = Bound([Step(partial(program.run, in_arrays, out_arrays), nodes)])
+            enters.update((id(e), e) for e in bound.enter)   # (one thread count: called once)
+            steps += bound.steps
+        return Bound(steps, tuple(enters.values()))
 
     def output(self, tensor: int) -> np.ndarray:
         """The current value of an output (or any host-side) tensor."""

@@ -3,10 +3,11 @@
 Profiling is off unless a :class:`Profiler` is active (``with litegpu.profile() as p:``).
 Off, it costs one attribute check per run: :data:`STATE` ``.active`` is None and the
 executor takes its usual fast path. On, the executor hands each run to
-:func:`run_profiled`, a slower path that runs partition by partition and asks each
-program for its ``run_profiled`` (cpu: one slice per step, a fused step attributed to
-its nodes; opencl: one slice per kernel, timed by the device's own profiling events).
-A program without one is timed as a whole and its time split evenly among its nodes.
+:func:`run_profiled`, which runs partition by partition. A host program runs its bound
+steps (:mod:`litegpu.steps`), and :meth:`Profiler.run_steps` times each as one slice (a
+fused step attributed to its nodes); a device program offers ``run_profiled`` (opencl:
+one slice per kernel, timed by the device's own profiling events). A program that does
+neither is timed as a whole and its time split evenly among its nodes.
 
 Times are kept in seconds of ``time.perf_counter``; device timestamps are mapped onto
 that clock through the device's ``queued`` time of each partition's first launch.
@@ -21,24 +22,13 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from .backend import COMPLETE, REFERENCE, Event
+from .steps import STATE, failure
 
 log = logging.getLogger("litegpu")
 clock = time.perf_counter
 
 HOST = "host"
 RUNS, CPU_STEPS, TRANSFERS = "runs and partitions (host dispatch)", "cpu steps", "host<->device copies"
-
-
-class _State:
-    """The process's active profiler (None: profiling off)."""
-
-    __slots__ = ("active",)
-
-    def __init__(self) -> None:
-        self.active: Profiler | None = None
-
-
-STATE = _State()
 
 
 # -- what a node is ------------------------------------------------------------------------
@@ -138,6 +128,7 @@ class Profiler:
         self._depth = 0
         self._pending: list[tuple[Any, float, Slice]] = []   # (device event, host enqueue time, slice)
         self._on_exit: list[Callable[[], None]] = []
+        self._backend = "host"   # the backend whose partition is running (names step slices)
         self.t0 = clock()
 
     # -- activation ----------------------------------------------------------------------
@@ -166,6 +157,24 @@ class Profiler:
     def add(self, item: Slice) -> None:
         """Record a finished slice."""
         self.slices.append(item)
+
+    def run_steps(self, steps) -> None:
+        """:func:`litegpu.steps.run_steps` while profiling: each step run and timed as one
+        slice naming its nodes, or its parts in its place (a chained step's); a step of no
+        nodes (a copy) is run untimed."""
+        for step in steps:
+            if step.parts:
+                self.run_steps(step.parts)
+                continue
+            start = clock()
+            try:
+                step.call()
+            except Exception as exc:
+                raise failure(step, exc) from None
+            if step.nodes:
+                infos = tuple(node_info(c) for c in step.nodes)
+                self.add(Slice(nodes_label(infos), "node", HOST, CPU_STEPS, start, clock() - start, infos,
+                               self._backend, {"fused": len(infos) > 1, "kernel": step.kernel}))
 
     def add_device(self, event: Any, host_enqueued: float, item: Slice) -> None:
         """Record a slice whose times come from a device event (``event.profile.start/end``
@@ -298,14 +307,21 @@ def profile() -> Profiler:
 # -- the profiled run -------------------------------------------------------------------
 def _call_program(profiler: Profiler, program, backend: str, nodes, inputs, outputs, wait_for=()) -> Event:
     """Run ``program`` through its ``run_profiled`` (see :meth:`Program.run_profiled`);
-    when that returns None (the default: not offered), time its ``run`` as a whole
-    (waiting for its event) with the time split evenly among ``nodes``."""
+    when that returns None (the default: not offered), its ``run``: a host program that
+    runs bound steps (:func:`litegpu.steps.run_steps`) records a slice per step; any other
+    is timed as a whole (waiting for its event), the time split evenly among ``nodes``."""
     event = program.run_profiled(inputs, outputs, wait_for, profiler)
     if event is not None:
         return event
-    start = clock()
-    event = program.run(inputs, outputs, wait_for)
+    start, recorded, outer = clock(), len(profiler.slices), profiler._backend
+    profiler._backend = backend
+    try:
+        event = program.run(inputs, outputs, wait_for)
+    finally:
+        profiler._backend = outer   # (a WHILE's subgraphs run inside a step of the outer program)
     event.wait()
+    if len(profiler.slices) > recorded:
+        return COMPLETE
     infos = tuple(node_info(c) for c in nodes)
     profiler.add(Slice(nodes_label(infos), "node", HOST, f"{backend} (whole partitions)", start, clock() - start,
                        infos, backend))
@@ -367,20 +383,19 @@ def _run_devices(profiler: Profiler, compiled, bound, wait_for: Sequence[Event])
     plan = runner.plan(bound)
     runner.bound = bound or {}
     host = runner.host
-    copies = iter(plan.copies)
-    steps = iter(enumerate(runner.steps))
     event: Event = COMPLETE
     waits = list(wait_for)
-    for command in plan.commands:
+    for command, kind in zip(plan.commands, plan.kinds):
         start = clock()
-        if command.__name__ in ("copy_in", "copy_out"):
-            direction, t, place = next(copies)
+        if kind[0] != "run":
+            direction, t, place = kind
             event = command(waits)
             arrow = "host -> " + place if direction == "in" else place + " -> host"
             profiler.add(Slice(f"copy tensor {t} {arrow}", "copy", HOST, TRANSFERS, start, clock() - start,
                                backend=place, args={"tensor": t, "bytes": int(host[t].nbytes)}))
         else:
-            index, (program, backend, ins, outs) = next(steps)
+            index = kind[1]
+            program, backend, ins, outs = runner.steps[index]
             if backend.host_memory:
                 for e in waits:
                     e.wait()

@@ -32,13 +32,19 @@ class TransferPlan:
     commands: list[Callable[[Sequence[Event]], Event]]
     bytes_in: int = 0
     bytes_out: int = 0
-    copies: list[tuple[str, int, str]] = field(default_factory=list)   # (direction, tensor, backend)
+    # What each command is: ("in" or "out", tensor, backend) for a copy, ("run", partition).
+    kinds: list[tuple] = field(default_factory=list)
     host_after_device: bool = False   # True: an async run needs a worker thread
 
     @property
     def bytes_moved(self) -> int:
         """Bytes copied between host and devices per run."""
         return self.bytes_in + self.bytes_out
+
+    @property
+    def copies(self) -> list[tuple[str, int, str]]:
+        """The copies, in order, as (direction "in" or "out", tensor, backend)."""
+        return [kind for kind in self.kinds if kind[0] != "run"]
 
 
 class DeviceRunner:
@@ -105,20 +111,21 @@ class DeviceRunner:
                 src_name, src = next(iter(places.items()))
                 plan.commands.append(self._copy_out(src, t))
                 plan.bytes_out += src.nbytes(self.buffer(src, t, bound))
-                plan.copies.append(("out", t, src_name))
+                plan.kinds.append(("out", t, src_name))
                 places[HOST] = None
                 plan.host_after_device |= seen_device
             if place != HOST:
                 plan.commands.append(self._copy_in(backend, t))
                 plan.bytes_in += backend.nbytes(self.buffer(backend, t, bound))
-                plan.copies.append(("in", t, place))
+                plan.kinds.append(("in", t, place))
                 places[place] = backend
 
-        for program, backend, ins, outs in self.steps:
+        for index, (program, backend, ins, outs) in enumerate(self.steps):
             place = self.place(backend)
             for t in ins:
                 have(t, place, backend)
             plan.commands.append(self._run(program, backend, ins, outs))
+            plan.kinds.append(("run", index))
             if place == HOST:
                 plan.host_after_device |= seen_device
             else:

@@ -14,8 +14,8 @@ import pytest
 
 import litegpu
 from litegpu import plugins
-from litegpu.backend import (COMPLETE, Backend, CompileOptions, Event, NodeContext, Partition, Program, Runtime,
-                             Support, contract_problems)
+from litegpu.backend import (COMPLETE, Backend, Bound, CompileOptions, Event, NodeContext, Partition, Program, Runtime,
+                             Step, Support, contract_problems)
 from litegpu.errors import BackendUnavailableError, PluginError, ResourceLimitError
 from litegpu.hookspecs import hookimpl
 from litegpu.ops import TensorSpec, get_op
@@ -313,7 +313,6 @@ def test_program_optional_members_default_to_not_offered():
     assert program.summary == ""
     assert program.partition is None
     assert program.bind(a, a) is None
-    assert program.bind_steps(a, a) is None
     assert program.run_profiled(a, a, (), object()) is None
     assert program.runs == 0   # the default run_profiled runs nothing: the profiler runs ``run``
     with pytest.raises(NotImplementedError, match="need run"):
@@ -435,7 +434,7 @@ class _BindingProgram(MinimalProgram):
             self.bound_calls += 1
             MinimalProgram.run(self, inputs, outputs)
             self.runs -= 1   # counted as a bound call, not a run
-        return call
+        return Bound([Step(call, tuple(self.partition.nodes))])
 
 
 def test_the_executor_replays_a_programs_bind_and_reports_its_summary(registered):

@@ -126,8 +126,8 @@ def test_nodes_after_a_loop_get_static_kernels():
     # nodes after it as the static kernels of their shapes, task functions that chain with
     # it: the run is one plan, nothing runs in place.
     program = ours._compiled.steps[0][0]
-    kinds = [(ctx.node.op, is_plan(call), getattr(call, "func", None) is _run_in_place)
-             for call, ctx in program._fixed]
+    kinds = [(step.nodes[0].node.op, is_plan(step.call), getattr(step.call, "func", None) is _run_in_place)
+             for step in program._replay]
     assert kinds == [("WHILE", True, False)]
 
 

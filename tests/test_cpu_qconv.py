@@ -65,8 +65,7 @@ def test_integer_kernel_chosen_and_exact(op, x_shape, w_shape, out_shape, option
         outs.append(interp.get_tensor(interp.get_output_details()[0]["index"]))
     program = ours._compiled.steps[0][0]
     ctx = program.steps[0][4]
-    _, steps = program.bind_steps([x], [np.empty(out_shape, np.int8)])
-    call = steps[0][0]
+    call = program.bind([x], [np.empty(out_shape, np.int8)]).steps[0].call
     kinds = {TASKS.get(a, "depthwise" if a == qdepthwise._qdepthwise_task.address else "other")
              for c in getattr(call, "calls", [call]) if is_plan(c) for a in c.rows[:, 0]}
     if chosen is None:

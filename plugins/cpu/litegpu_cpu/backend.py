@@ -5,15 +5,14 @@ import dataclasses
 import logging
 import os
 import platform
-import time
 from functools import lru_cache, partial
 from itertools import groupby
 from typing import Sequence
 
 import numpy as np
 
-from litegpu.backend import (COMPLETE, REFERENCE, Backend, Branch, CompileOptions, Event, Loop, NodeContext,
-                             Partition, Program, Support, run_steps)
+from litegpu.backend import (COMPLETE, REFERENCE, Backend, Bound, Branch, CompileOptions, Event, Loop, NodeContext,
+                             Partition, Program, Step, Support, run_steps)
 from litegpu.errors import ExecutionError, LiteGpuError, Unbound
 from litegpu.graph import Model
 from litegpu.ops import TensorSpec
@@ -93,7 +92,17 @@ def _simd_features() -> str:
 
 
 class CpuProgram(Program):
-    """A partition as a flat list of ``(kernel, input slots, output slots)``."""
+    """A partition as a list of steps ``(kernel, input slots, output slots, dynamic, node)``
+    over one arena, run as bound :class:`~litegpu.backend.Step` s.
+
+    :meth:`bind` binds every step to given arrays at once (a program without run-time
+    shapes). :meth:`run` binds as it goes: its first run on a set of arrays runs the steps
+    one by one, binding each to the arrays its slots hold then, and later runs on the same
+    arrays replay those bindings, chained. A step whose output shapes are decided at run
+    time (a reference, a WHILE) checks that its results fit the arrays later steps were
+    bound to; when they do not, the run binds again from there. That is the one rule: a
+    changed shape means binding again.
+    """
 
     def __init__(self, partition: Partition, options: CompileOptions) -> None:
         from .fusion import FusedGroup, make_fused_kernel
@@ -124,13 +133,13 @@ class CpuProgram(Program):
         self.in_slots = [slot(t) for t in partition.inputs]
         self.out_slots = [slot(t) for t in partition.outputs]
         self.steps = []
-        self.step_nodes: list[list[NodeContext]] = []   # the nodes of each step, for profiling
+        self.step_nodes: list[tuple[NodeContext, ...]] = []   # the nodes each step computes
         for group, nodes in _groups(partition):
             if isinstance(group, FusedGroup):
                 kernel = make_fused_kernel(group)
                 self.steps.append((kernel, [slot(t) for t in group.inputs], [slot(t) for t in group.outputs],
                                    False, group.nodes[0]))
-                self.step_nodes.append(nodes)
+                self.step_nodes.append(tuple(nodes))
                 continue
             ctx = group
             dynamic = ctx.opdef.stateful or ctx.dynamic
@@ -142,7 +151,7 @@ class CpuProgram(Program):
             outs = [slot(o) for o in ctx.node.outputs]
             kernel = _returning_kernel(ctx, options) if dynamic else make_kernel(ctx)
             self.steps.append((kernel, ins, outs, dynamic, ctx))
-            self.step_nodes.append(nodes)
+            self.step_nodes.append(tuple(nodes))
         if log.isEnabledFor(logging.DEBUG):
             log.debug("cpu program: %s", "; ".join(
                 f"{getattr(kernel, '__name__', type(kernel).__name__)} for "
@@ -151,24 +160,68 @@ class CpuProgram(Program):
         _share_quantized_rows(self.steps)
         slots.append(None)  # slot -1: an omitted optional input
         self.slots = slots
-        # With no run-time shapes every slot is fixed once inputs and outputs are: the
-        # steps are bound to their arrays once and a run is a flat list of calls.
         self.static = not any(dynamic for _, _, _, dynamic, _ in self.steps)
-        self._bound: list = []
-        self._bound_to: tuple = ()
-        self._fill: list[tuple[int, int]] = []
-        self._calls: list = [None] * len(self.steps)   # per step: (ids of its arrays, bound call, arrays)
-        # With run-time-shaped steps: every step bound to the arrays of the last run, valid
-        # while the caller's arrays and the run-time shapes stay the same.
-        self._fixed: list | None = None
-        self._fixed_to: tuple = ()
-        self._binds = 0
+        # What run() binds: per step, (ids of the arrays it was bound to, its Step, the
+        # arrays: kept so that no new array takes one's id); the steps chained, with the
+        # caller's arrays they are valid for.
+        self._bound_at: list[tuple | None] = [None] * len(self.steps)
+        self._replay: list[Step] | None = None
+        self._replay_for: tuple = ()
         self._settled: dict[tuple, object] = {}   # see _settled_kernel
 
-    def _bind(self, inputs: Sequence[np.ndarray], outputs: list, key: tuple) -> None:
-        """Point the slots at this run's arrays and bind every step to its arrays."""
-        self._bound, self._fill, self._copy = self._bound_steps(inputs, outputs, self.slots)
-        self._bound_to = key
+    def bind(self, inputs: Sequence[np.ndarray], outputs: list) -> Bound | None:
+        """This program on exactly these arrays (see :meth:`Program.bind`), or None when it
+        has run-time-shaped steps. Binding does not touch the arrays :meth:`run` works on."""
+        if not self.static or any(o is None for o in outputs):
+            return None
+        slots = self._point_slots(inputs, outputs, list(self.slots))
+        steps = [self._static_step(n, slots) for n in range(len(self.steps))]
+        return Bound(_chain_plans(steps) + self._copies(slots, outputs), (self._threads_here,))
+
+    def run(self, inputs: Sequence[np.ndarray], outputs: list, wait_for: Sequence[Event] = ()) -> Event:
+        for e in wait_for:
+            e.wait()
+        self._threads_here()
+        key = (*map(id, inputs), *map(id, outputs))
+        if self._replay is not None and key == self._replay_for[0]:
+            try:
+                run_steps(self._replay)
+                self._fill(outputs)
+                return COMPLETE
+            except _Reshaped as changed:
+                rebind, resume = changed.rebind, changed.resume
+        else:
+            self._point_slots(inputs, outputs)
+            rebind = resume = 0
+        self._replay = None
+        self._bind_from(rebind, resume)
+        # The caller's arrays are kept so that their ids stay theirs.
+        self._replay_for = (key, list(inputs), list(outputs))
+        self._replay = _chain_plans([entry[1] for entry in self._bound_at]) + self._copies(self.slots, outputs)
+        self._fill(outputs)
+        return COMPLETE
+
+    def _bind_from(self, rebind: int, resume: int) -> None:
+        """Bind steps ``rebind`` on to the arrays their slots hold, running those from
+        ``resume`` on as they are bound (a run-time-shaped step runs first: its results
+        decide its arrays). A step keeps its binding while its arrays stay the same."""
+        slots = self.slots
+        for n in range(rebind, len(self.steps)):
+            kernel, ins, outs, dynamic, ctx = self.steps[n]
+            if dynamic:
+                if n >= resume:
+                    args = [slots[i] for i in ins]
+                    run_steps((Step(partial(self._run_unbound, n, args, outs), self.step_nodes[n],
+                                    partial(_failure, ctx), self._step_kernel(n)),))
+                self._bound_at[n] = (None, self._dynamic_step(n))
+                continue
+            args, results = [slots[i] for i in ins], [slots[o] for o in outs]
+            key = (*map(id, args), *map(id, results))
+            entry = self._bound_at[n]
+            if entry is None or entry[0] != key:
+                entry = self._bound_at[n] = (key, self._static_step(n, slots), args, results)
+            if n >= resume:
+                run_steps((entry[1],))
 
     def _point_slots(self, inputs: Sequence[np.ndarray], outputs: list, slots: list | None = None) -> list:
         """Point the input slots at ``inputs`` and the output slots at the given ``outputs``
@@ -181,112 +234,83 @@ class CpuProgram(Program):
                 slots[s] = arr
         return slots
 
-    def _bound_steps(self, inputs: Sequence[np.ndarray], outputs: list, slots: list) -> tuple[list, list, list]:
-        """Each step as a call of no arguments on these arrays, plus the outputs left to us
-        (None: filled from our slots) and the outputs to copy into (slot not the caller's).
-
-        A kernel with a ``bind(inputs, outputs)`` attribute returns a call with its views
-        (reshapes, slices) made here, once, rather than on every run.
-        """
-        slots = self._point_slots(inputs, outputs, slots)
-        bound = _chain_plans([(_bind_step(kernel, [slots[i] for i in ins], [slots[o] for o in outs]), ctx)
-                              for kernel, ins, outs, _, ctx in self.steps])
-        fill = [(i, s) for i, s in enumerate(self.out_slots) if outputs[i] is None]
-        copy = [(i, s) for i, s in enumerate(self.out_slots)
-                if outputs[i] is not None and outputs[i] is not slots[s]]
-        return bound, fill, copy
-
-    def bind_steps(self, inputs: Sequence[np.ndarray], outputs: list):
-        """This program on exactly these arrays as ``(enter, steps)``, or None when run-time
-        shapes prevent it: ``enter()`` readies the calling thread (call it once before a
-        series of runs on that thread), each step is ``(call, fail)``, ``call()`` runs it and
-        ``fail(exc)`` is the error naming its node to raise when it raised ``exc`` (None:
-        not a kernel failure, let it propagate). A caller running several programs (a
-        WHILE loop's condition and body) can then make them one flat list of calls.
-
-        Binding does not touch the arrays :meth:`run` works on, so a program may be bound
-        to several sets of arrays at once (a loop alternating between two)."""
-        if not self.static or any(o is None for o in outputs):
-            return None
-        slots = list(self.slots)
-        bound, _, copy = self._bound_steps(inputs, outputs, slots)
+    def _copies(self, slots: list, outputs: list) -> list[Step]:
+        """Steps copying each output the program keeps in a slot of its own (an input
+        passed through, a constant) into the caller's array."""
         from .kernels.layout import copy_call
-        steps = [(call, partial(_failure, ctx)) for call, ctx in bound]
-        # An output the program keeps in a slot of its own (not the caller's array).
-        steps += [(copy_call(slots[s], outputs[i]), _not_ours) for i, s in copy]
-        return self._threads_here, steps
+        return [Step(copy_call(slots[s], outputs[i])) for i, s in enumerate(self.out_slots)
+                if outputs[i] is not None and outputs[i] is not slots[s]]
 
-    def bind(self, inputs: Sequence[np.ndarray], outputs: list):
-        """A call of no arguments that runs this program on exactly these arrays (the caller
-        passes the same ones every run), or None when run-time shapes prevent it. It skips
-        :meth:`run`'s check of which arrays it was handed."""
-        bound = self.bind_steps(inputs, outputs)
-        if bound is None:
-            return None
-        threads_here, steps = bound
+    def _fill(self, outputs: list) -> None:
+        """Hand over each output the caller left to the program (None) as its slot's array."""
+        for i, s in enumerate(self.out_slots):
+            if outputs[i] is None:
+                outputs[i] = self.slots[s]
 
-        def run_bound() -> None:
-            threads_here()
-            run_steps(steps)
-        return run_bound
+    def _static_step(self, n: int, slots: list) -> Step:
+        """Static step ``n`` bound to the arrays in ``slots``; a task function's checks
+        name the step's node."""
+        kernel, ins, outs, _, ctx = self.steps[n]
+        call = _bind_step(kernel, [slots[i] for i in ins], [slots[o] for o in outs])
+        return _named_step(call, self.step_nodes[n], ctx, self._step_kernel(n))
 
-    def _run_steps(self, start: int = 0, stop: int | None = None) -> None:
-        """Run the steps from ``start`` on the current slots. A static step whose arrays are
-        the ones it ran on last time reuses the call bound then, which matters when shapes
-        change from run to run and :meth:`_bind_fixed` no longer applies."""
+    def _dynamic_step(self, n: int) -> Step:
+        """Run-time-shaped step ``n`` bound to the arrays its slots hold after it ran.
+
+        A node whose output shapes follow from its operands' shapes alone (it sits after
+        a WHILE or a READ_VARIABLE) gets the kernel a static node of these shapes gets: its
+        operands are fixed arrays here, whose shapes only a step before it that raised
+        :class:`_Reshaped` could change, and that ends this binding. A stateful node may
+        bind itself (``OpDef.bind``: an IF or WHILE over plans is a plan). Any other runs
+        as at run time and copies its results into these arrays, raising
+        :class:`_Reshaped` when they no longer fit."""
+        kernel, ins, outs, _, ctx = self.steps[n]
         slots = self.slots
-        calls = self._calls
-        for n in range(start, len(self.steps) if stop is None else stop):
-            kernel, ins, outs, dynamic, ctx = self.steps[n]
-            args = [slots[i] for i in ins]
-            try:
-                if dynamic:
-                    if not ctx.opdef.stateful and self._run_settled(n, args, outs):
-                        continue
-                    self._store(outs, kernel(args))
-                    continue
-                results = [slots[o] for o in outs]
-                key = (*map(id, args), *map(id, results))
-                cached = calls[n]
-                if cached is None or cached[0] != key:
-                    # The entry keeps the arrays alive, so no new array can take one's id.
-                    cached = calls[n] = (key, _bind_step(kernel, args, results), args, results)
-                cached[1]()
-            except (LiteGpuError, *_RUNTIME_ERRORS) as exc:
-                raise _fail(ctx, exc) from None
+        args, results = [slots[i] for i in ins], [slots[o] for o in outs]
+        nodes, fail = self.step_nodes[n], partial(_failure, ctx)
+        in_place = Step(partial(_run_in_place, self, n, kernel, args, outs, results), nodes, fail,
+                        self._step_kernel(n))
+        if not ctx.opdef.stateful:
+            settled = self._settled_kernel(n, args, results)
+            if settled is not None:
+                from .kernels.registry import kernel_name
+                return _named_step(_bind_step(settled, args, results), nodes, ctx, kernel_name(settled))
+        elif ctx.opdef.bind is not None and not any(a is None for a in (*args, *results)):
+            from .kernels.tasks import is_plan
+            call = ctx.opdef.bind(args, results, ctx.attrs, self._runtime)
+            if call is not None:
+                # Its part is the run through the op, which the profiler takes so that it
+                # records the nodes of the subgraphs a WHILE or an IF runs.
+                return Step(call if is_plan(call) else partial(_unless_unbound, n, call), nodes, fail,
+                            "bound control flow" if is_plan(call) else in_place.kernel, (in_place,))
+        return in_place
 
-    def _run_settled(self, n: int, args: list, outs: list[int]) -> bool:
-        """Run run-time-shaped step ``n`` with the kernel later runs are bound to
-        (:meth:`_bind_fixed`) when its output shapes follow from its operands' shapes, so
-        the first run gives the bits every later run gives (the reference it would run
-        otherwise sums in another order). False when they do not: run the reference."""
-        specs = _inferred_outputs(self.steps[n][4], args)
-        if specs is None:
-            return False
-        # Written in place into the slots' arrays only while the program still binds (as
-        # _store copies into them then); else new arrays, as _store keeps results.
-        slots, settling = self.slots, self._binds < _MAX_BINDS or self._fixed is not None
-        results = [slots[o] if settling and slots[o] is not None and slots[o].shape == tuple(s.shape)
-                   and slots[o].dtype == s.dtype else np.empty(s.shape, s.dtype) for o, s in zip(outs, specs)]
-        kernel = self._settled_kernel(n, args, results)
-        if kernel is None:
-            return False
-        _bind_step(kernel, args, results)()
-        self._store(outs, results)
-        return True
+    def _run_unbound(self, n: int, args: list, outs: list[int]) -> None:
+        """Run run-time-shaped step ``n`` and store its results in its slots: with the
+        kernel later runs are bound to when its output shapes follow from its operands'
+        shapes (so the first run gives the bits every later run gives; the reference sums
+        in another order), else with its reference or the op's ``execute``."""
+        kernel, _, _, _, ctx = self.steps[n]
+        if not ctx.opdef.stateful:
+            specs = _inferred_outputs(ctx, args)
+            if specs is not None:
+                slots = self.slots
+                results = [slots[o] if slots[o] is not None and slots[o].shape == tuple(s.shape)
+                           and slots[o].dtype == s.dtype else np.empty(s.shape, s.dtype) for o, s in zip(outs, specs)]
+                settled = self._settled_kernel(n, args, results)
+                if settled is not None:
+                    _bind_step(settled, args, results)()
+                    self._store(outs, results)
+                    return
+        self._store(outs, kernel(args))
 
     def _store(self, outs: list[int], results: Sequence) -> None:
         """Put a run-time-shaped step's results in its output slots: copied into the arrays
         there when shape and dtype match, so the slots keep their arrays from run to run
-        (and :meth:`_bind_fixed`'s bindings stay valid); else a copy of its own. Once the
-        program has stopped binding, results are stored as they are: no array is written in
-        place again, so none needs to be our own."""
+        (and later steps their bindings); else a copy of their own (a reference may
+        return a view of its input)."""
         slots = self.slots
-        settling = self._binds < _MAX_BINDS or self._fixed is not None
         for o, r in zip(outs, results):
-            if not settling:
-                slots[o] = r
-                continue
             r = np.asarray(r)
             dst = slots[o]
             if dst is r:
@@ -295,47 +319,6 @@ class CpuProgram(Program):
                 dst[...] = r
             else:
                 slots[o] = np.array(r)
-
-    def _bind_fixed(self) -> list:
-        """Every step bound to the arrays its slots hold now (after a run): static steps as
-        in a static program, run-time-shaped ones as a call that copies its results into
-        those arrays and raises :class:`_Reshaped` when a shape or dtype changed.
-
-        A run-time-shaped node whose output shapes follow from its operands' shapes alone
-        (it sits after a WHILE or a READ_VARIABLE, whose results are shaped at run time)
-        gets the kernel a static node of these shapes gets: its operands are fixed arrays
-        here, whose shapes only a :class:`_Reshaped` step before it could change, and that
-        ends this binding."""
-        slots = self.slots
-        fixed = []
-        for n, (kernel, ins, outs, dynamic, ctx) in enumerate(self.steps):
-            args = [slots[i] for i in ins]
-            results = [slots[o] for o in outs]
-            settled = self._settled_kernel(n, args, results) if dynamic and not ctx.opdef.stateful else None
-            bound = self._bound_stateful(n, ctx, args, results) if dynamic and ctx.opdef.stateful else None
-            if settled is not None:
-                call = _bind_step(settled, args, results)
-            elif bound is not None:
-                call = bound
-            elif dynamic:
-                call = partial(_run_in_place, self, n, kernel, args, outs, results)
-            else:
-                call = _bind_step(kernel, args, results)
-            fixed.append((call, ctx))
-        return _chain_plans(fixed)
-
-    def _bound_stateful(self, n: int, ctx: NodeContext, args: list, results: list):
-        """Stateful step ``n`` bound to these arrays by its op (``OpDef.bind``: an IF or
-        WHILE over plans is a plan, and chains), or None. A bound call that raises
-        :class:`Unbound` hands the step back to the step-by-step run."""
-        bind = ctx.opdef.bind
-        if bind is None or any(a is None for a in (*args, *results)):
-            return None
-        from .kernels.tasks import is_plan
-        call = bind(args, results, ctx.attrs, self._runtime)
-        if call is None or is_plan(call):
-            return call
-        return partial(_unless_unbound, n, call)
 
     def _settled_kernel(self, n: int, args: list, results: list):
         """:func:`_settled_kernel` for step ``n``, made once per set of operand shapes (a
@@ -346,55 +329,6 @@ class CpuProgram(Program):
                 self._settled.clear()
             self._settled[key] = _settled_kernel(self.steps[n][4], args, results)
         return self._settled[key]
-
-    def _run_dynamic(self, inputs: Sequence[np.ndarray], outputs: list) -> None:
-        """A run of a program with run-time-shaped steps. The first run, and a run after
-        shapes changed, go step by step; they leave every slot holding an array, so the
-        program is then bound like a static one and later runs are a flat list of calls,
-        until the caller's arrays or a run-time shape change (at most ``_MAX_BINDS``
-        times: a program whose shapes keep changing stays on the step-by-step path)."""
-        key = (*map(id, inputs), *map(id, outputs))
-        if self._fixed is not None and key == self._fixed_to[0]:
-            try:
-                for call, ctx in self._fixed:
-                    call()
-                return
-            except _Reshaped as changed:
-                resume = changed.resume
-            except (LiteGpuError, *_RUNTIME_ERRORS) as exc:
-                raise _fail(ctx, exc) from None
-            self._fixed = None
-            self._run_steps(resume)
-            return
-        self._point_slots(inputs, outputs)
-        self._fixed = None
-        self._run_steps()
-        if self._binds < _MAX_BINDS:
-            self._binds += 1
-            self._fixed = self._bind_fixed()
-            # The caller's arrays are kept so that their ids stay theirs.
-            self._fixed_to = (key, list(inputs), list(outputs))
-
-    def run(self, inputs: Sequence[np.ndarray], outputs: list, wait_for: Sequence[Event] = ()) -> Event:
-        self._threads_here()
-        if self.static:
-            key = (*map(id, inputs), *map(id, outputs))
-            if key != self._bound_to:
-                self._bind(inputs, outputs, key)
-            try:
-                for call, ctx in self._bound:
-                    call()
-            except (LiteGpuError, *_RUNTIME_ERRORS) as exc:
-                raise _fail(ctx, exc) from None
-            slots = self.slots
-            for i, s in self._fill:
-                outputs[i] = slots[s]
-            for i, s in self._copy:
-                np.copyto(outputs[i], slots[s])
-            return COMPLETE
-        self._run_dynamic(inputs, outputs)
-        self._fill_outputs(outputs)
-        return COMPLETE
 
     def kernels(self) -> list[tuple[tuple[int, ...], str]]:
         """Each step's nodes and what runs them (see :func:`.kernels.registry.kernel_name`)."""
@@ -410,65 +344,33 @@ class CpuProgram(Program):
             return "the op's run-time execute (control flow, state)"
         return f"{REFERENCE} (output shapes known at run time)"
 
-    def run_profiled(self, inputs: Sequence[np.ndarray], outputs: list, wait_for: Sequence[Event],
-                     profiler) -> Event:
-        """:meth:`run` step by step, each step timed into ``profiler`` (a
-        ``litegpu.profile.Profiler``) as one slice naming its nodes (several for a fused step)."""
-        from litegpu.profile import HOST, CPU_STEPS, Slice, node_info, nodes_label
-        for e in wait_for:
-            e.wait()
-        self._threads_here()
-        self._point_slots(inputs, outputs)
-        clock = time.perf_counter
-        for n, nodes in enumerate(self.step_nodes):
-            start = clock()
-            self._run_steps(n, n + 1)
-            dur = clock() - start
-            infos = tuple(node_info(c) for c in nodes)
-            profiler.add(Slice(nodes_label(infos), "node", HOST, CPU_STEPS, start, dur, infos, "cpu",
-                               {"fused": len(infos) > 1, "kernel": self._step_kernel(n)}))
-        self._fixed = None   # slots may hold new arrays: a run-time-shaped program binds again
-        self._fill_outputs(outputs)
-        return COMPLETE
 
-    def _fill_outputs(self, outputs: list) -> None:
-        """Hand over each output slot: into the caller's array, or as the array when it has none."""
-        slots = self.slots
-        for i, s in enumerate(self.out_slots):
-            if outputs[i] is None:
-                outputs[i] = slots[s]
-            elif outputs[i] is not slots[s]:
-                np.copyto(outputs[i], slots[s])
-
-
-# Bindings a program with run-time-shaped steps makes before it stops re-binding.
-_MAX_BINDS = 8
 # Kernels kept for run-time shapes (per step and shapes); made again, identical, if dropped.
 _MAX_SETTLED = 64
 
 
 class _Reshaped(Exception):
-    """A run-time-shaped step's result changed shape or dtype; the run goes on step by
-    step from step ``resume``."""
+    """A run-time-shaped step's result changed shape or dtype: bind again from step
+    ``rebind``, running the steps from ``resume`` on."""
 
-    def __init__(self, resume: int) -> None:
-        super().__init__(resume)
-        self.resume = resume
+    def __init__(self, rebind: int, resume: int) -> None:
+        super().__init__(rebind, resume)
+        self.rebind, self.resume = rebind, resume
 
 
 def _unless_unbound(n: int, call) -> None:
     """Bound stateful step ``n``: when it raises :class:`Unbound` (nothing written), the run
-    goes on step by step from it."""
+    binds again from it."""
     try:
         call()
     except Unbound:
-        raise _Reshaped(n) from None
+        raise _Reshaped(n, n) from None
 
 
 def _run_in_place(program: CpuProgram, n: int, kernel, args: list, outs: list[int], dsts: list) -> None:
     """Run step ``n``, a run-time-shaped one, and copy its results into ``dsts``, its
-    arrays of the last run; when they no longer fit, store them as a step-by-step run
-    does and raise :class:`_Reshaped`."""
+    arrays of the last run; when they no longer fit, store them as a first run does and
+    raise :class:`_Reshaped` (bind again from this step, run on from the next)."""
     results = kernel(args)
     for dst, r in zip(dsts, results):
         if dst is r:
@@ -477,7 +379,7 @@ def _run_in_place(program: CpuProgram, n: int, kernel, args: list, outs: list[in
                 and dst.shape == r.shape and dst.dtype == r.dtype):
             # (Results copied before this one are copied again: harmless.)
             program._store(outs, results)
-            raise _Reshaped(n + 1)
+            raise _Reshaped(n, n + 1)
         dst[...] = r
 
 
@@ -552,22 +454,30 @@ def _share_quantized_rows(steps: list[tuple]) -> None:
                 product.read_rows_of(source)
 
 
-def _chain_plans(steps: list[tuple]) -> list[tuple]:
-    """``(call, node)`` pairs with each run of consecutive task-function calls (see
-    :mod:`.kernels.tasks`) made one call: a single compiled loop over their table, no
-    Python between them (a kernel of a few microseconds costs about half a microsecond
-    to call from Python). A chained call's failure names the first node of its run: task
-    functions cannot raise, so only the launcher itself could fail there."""
-    from .kernels.tasks import Check, chained, is_plan
-    out: list[tuple] = []
-    for tasks, run in groupby(steps, key=lambda step: is_plan(step[0])):
+def _named_step(call, nodes: tuple, ctx: NodeContext, kernel: str) -> Step:
+    """``call`` as the step computing ``nodes``, its failures named by node ``ctx``: a
+    task function's checks too, which raise after the table they run in."""
+    from .kernels.tasks import Check, is_plan
+    fail = partial(_failure, ctx)
+    if is_plan(call) and call.checks:
+        call.checks = tuple(Check((params, at, partial(_named_error, ctx, error))) for params, at, error in call.checks)
+    return Step(call, nodes, fail, kernel)
+
+
+def _chain_plans(steps: list[Step]) -> list[Step]:
+    """``steps`` with each run of consecutive task-function calls (see :mod:`.kernels.tasks`)
+    made one step: a single compiled loop over their table, no Python between them (a
+    kernel of a few microseconds costs about half a microsecond to call from Python). A
+    chained step keeps its parts (the profiler times them one by one); its failure names
+    the first node of its run: task functions cannot raise, so only the launcher itself
+    could fail there, and each check names its own node (:func:`_named_step`)."""
+    from .kernels.tasks import chained, is_plan
+    out: list[Step] = []
+    for tasks, run in groupby(steps, key=lambda step: is_plan(step.call)):
         run = list(run)
         if tasks and len(run) > 1:
-            for call, ctx in run:
-                # A check's error names its own node, not the first of the run.
-                call.checks = tuple(Check((params, at, partial(_named_error, ctx, error)))
-                                    for params, at, error in call.checks)
-            out.append((chained([call for call, _ in run]), run[0][1]))
+            out.append(Step(chained([step.call for step in run]), tuple(c for step in run for c in step.nodes),
+                            run[0].fail, "", tuple(run)))
         else:
             out.extend(run)
     return out
@@ -599,13 +509,9 @@ def _threads_setter(num_threads: int):
 
 
 def _failure(ctx: NodeContext, exc: Exception) -> LiteGpuError | None:
-    """:func:`_fail` for the errors a kernel raises when it fails (see ``bind_steps``), else None."""
+    """:func:`_fail` for the errors a kernel raises when it fails (a step's ``fail``), else
+    None: the error propagates as it is (:class:`_Reshaped`, an interrupt)."""
     return _fail(ctx, exc) if isinstance(exc, (LiteGpuError, *_RUNTIME_ERRORS)) else None
-
-
-def _not_ours(exc: Exception) -> None:
-    """A copy step's ``fail``: its errors are not a node's."""
-    return None
 
 
 def _groups(partition: Partition) -> list[tuple]:

@@ -52,8 +52,8 @@ class _Table:
         self.rows.append(control_row(op, *operands)[0])
 
     def steps(self, steps: list) -> bool:
-        """Append ``(call, fail)`` steps: plans and copies; False when one is neither."""
-        for call, fail in steps:
+        """Append :class:`~litegpu.backend.Step` s: plans and copies; False when one is neither."""
+        for call, _, fail, *_ in steps:
             if isinstance(call, Copy):
                 if not self.copy(call.src, call.dst):
                     return False
