@@ -6,7 +6,12 @@ new values (compiled once per set of input shapes, reached again through a cache
 :meth:`~ControlFlow.while_loop` runs a WHILE, moving to a loop over fixed arrays once the
 body keeps its values' shapes; :meth:`~ControlFlow.bind_while` and
 :meth:`~ControlFlow.bind_if` give ``OpDef.bind`` a WHILE or IF over fixed arrays as one
-call (a plan on cpu, :meth:`Backend.bind_control`, else :func:`python_control`).
+call.
+
+Every loop over fixed arrays, and every bound IF, is one structure of bound steps
+(:class:`~litegpu.backend.Loop`, :class:`~litegpu.backend.Branch`), run one way: as one
+call when the cpu backend can write it into a table (:meth:`Backend.bind_control`), else
+the same structure from Python (:func:`python_control`).
 """
 from __future__ import annotations
 
@@ -159,49 +164,46 @@ class ControlFlow:
         return self.session.cpu.bind_control(structure) or python_control(structure)
 
     def _fixed_loop(self, cond: int, body: int, values: list[np.ndarray]):
-        """The loop over fixed arrays for :meth:`while_loop`, or None when it does not apply:
-        :func:`_alternating_loop` when both subgraphs can be bound to arrays of our choosing,
-        else :meth:`_copying_loop`."""
+        """The loop over fixed arrays for :meth:`while_loop`, or None when it does not
+        apply: a :class:`Loop` over the two subgraphs' steps, bound to two sets of value
+        arrays by turns (:func:`_loop_phases`) or, when they cannot be bound to arrays of
+        our choosing, running them on their own arrays (:func:`_copying_phases`); the
+        cpu backend makes it one call when every step is a plan
+        (:meth:`Backend.bind_control`), else it runs from Python (:func:`python_control`).
+        The values are copied in, the final values out. ``loop.kind`` says which phases,
+        ``loop.compiled`` whether it is one call."""
         shapes = tuple(np.shape(v) for v in values)
         c, b = self._calls.get((cond, *shapes)), self._calls.get((body, *shapes))
         if c is None or b is None:
             return None
-        return _alternating_loop(self, c.compiled, b.compiled, values) or self._copying_loop(c, b, values)
-
-    def _copying_loop(self, c: "_SubgraphCall", b: "_SubgraphCall", values: list[np.ndarray]):
-        """A loop that copies the values into the condition's and the body's input arrays on
-        every iteration, the body's output arrays being the next values; for subgraphs
-        whose programs run on their own arrays only (e.g. a body with run-time shapes that
-        have settled). None when it does not apply either."""
-        if c.fixed is None or b.fixed is None or not c.fixed or c.fixed[0].size != 1:
+        kind, parts = "alternating", _loop_phases(c.compiled, b.compiled, values)
+        if parts is None:
+            kind, parts = "copying", _copying_phases(c, b, values)
+        if parts is None:
             return None
-        outs = b.fixed
-        if len(outs) != len(values) or any(o.shape != np.shape(v) or o.dtype != getattr(v, "dtype", None)
-                                           for o, v in zip(outs, values)):
-            return None
-        # Output j may be input j's own array (a value passed through), but no other input's:
-        # copying the values in, in order, would overwrite it before it is read.
-        for j, o in enumerate(outs):
-            for pos, dst, _ in b.inputs:
-                if pos != j and np.may_share_memory(o, dst):
-                    return None
-        flag = c.fixed[0].reshape(())   # a view: reads each run's condition
-        c_set, c_run, b_set, b_run = c.set_inputs, c.run, b.set_inputs, b.run
+        enters, even, phases = parts
+        finals = [np.empty_like(e) for e in even]
+        limit = np.zeros(1, np.int64)
+        structure = Loop([], [(c, flag, b, [Step(Copy(v, f)) for v, f in zip(current, finals)])
+                              for c, flag, b, current in phases], limit, _LoopLimit)
+        compiled = self.session.cpu.bind_control(structure)
+        run = compiled or python_control(structure)
 
         def loop(values: list[np.ndarray], remaining: int, truth) -> list[np.ndarray] | None:
             self._descend()
             try:
-                for _ in range(remaining):
-                    c_set(values)
-                    c_run()
-                    if not flag:
-                        return [np.array(v) for v in values]
-                    b_set(values)
-                    b_run()
-                    values = outs
+                for enter in enters:
+                    enter()
+                for dst, value in zip(even, values):
+                    dst[...] = value
+                limit[0] = remaining
+                run()
+                return [np.array(v) for v in finals]
+            except _LoopLimit:
                 return None
             finally:
                 self._depth -= 1
+        loop.kind, loop.compiled = kind, compiled is not None
         return loop
 
     def _descend(self) -> None:
@@ -295,7 +297,7 @@ def _loop_phases(cond: CompiledSubgraph, body: CompiledSubgraph, values: list):
     through unchanged (output j is its input j) has one array in both sets. It applies
     when every body output is either that or computed by the body with the value's shape
     and dtype, each in an array of its own: an output that is a constant or another
-    value's input (values changing places) keeps to the copying loop.
+    value's input (values changing places) keeps to :func:`_copying_phases`.
     """
     b_in, b_out, c_in = body.sg.inputs, body.sg.outputs, cond.sg.inputs
     n = len(values)
@@ -332,41 +334,29 @@ def _loop_phases(cond: CompiledSubgraph, body: CompiledSubgraph, values: list):
     return enters, even, phases
 
 
+def _copying_phases(c: _SubgraphCall, b: _SubgraphCall, values: list):
+    """WHILE's condition and body on their own arrays, as :func:`_loop_phases` gives them
+    (both phases alike), or None when that does not apply either: for subgraphs that cannot
+    be bound to arrays of our choosing (a body with run-time shapes that have settled, an
+    output that is a constant or another value's input). Each iteration copies the values
+    into the condition's and the body's input arrays and runs them, and copies the body's
+    outputs back into the values' arrays."""
+    if c.fixed is None or b.fixed is None or not c.fixed or c.fixed[0].size != 1:
+        return None
+    outs = b.fixed
+    if len(outs) != len(values) or any(o.shape != np.shape(v) or o.dtype != getattr(v, "dtype", None)
+                                       for o, v in zip(outs, values)):
+        return None
+    even = [np.empty_like(o) for o in outs]
+    cond = [*(Step(Copy(even[pos], dst)) for pos, dst, _ in c.inputs), Step(c.run)]
+    body = [*(Step(Copy(even[pos], dst)) for pos, dst, _ in b.inputs), Step(b.run),
+            *(Step(Copy(o, e)) for o, e in zip(outs, even))]
+    phase = (cond, c.fixed[0], body, even)
+    return [], even, [phase, phase]
+
+
 class _LoopLimit(Exception):
     """The session's loop ran its iterations without ending (``while_loop`` returns None)."""
-
-
-def _alternating_loop(control: ControlFlow, cond: CompiledSubgraph, body: CompiledSubgraph,
-                      values: list[np.ndarray]):
-    """WHILE's loop over two sets of value arrays (see :func:`_loop_phases`), or None when
-    it does not apply: the values are copied into one set, the iterations run as the
-    backend's one call when it can make one (:meth:`Backend.bind_control`, every step a
-    task function on cpu) or else from Python, and the final values are copied out."""
-    parts = _loop_phases(cond, body, values)
-    if parts is None:
-        return None
-    enters, even, phases = parts
-    finals = [np.empty_like(e) for e in even]
-    limit = np.zeros(1, np.int64)
-    structure = Loop([], [(c, flag, b, [Step(Copy(v, f)) for v, f in zip(current, finals)])
-                          for c, flag, b, current in phases], limit, _LoopLimit)
-    compiled = control.session.cpu.bind_control(structure) or python_control(structure)
-
-    def loop(values: list[np.ndarray], remaining: int, truth) -> list[np.ndarray] | None:
-        control._descend()
-        try:
-            for enter in enters:
-                enter()
-            for dst, value in zip(even, values):
-                dst[...] = value
-            limit[0] = remaining
-            compiled()
-            return [np.array(v) for v in finals]
-        except _LoopLimit:
-            return None
-        finally:
-            control._depth -= 1
-    return loop
 
 
 def python_control(control: Branch | Loop) -> Callable[[], None]:
