@@ -115,7 +115,7 @@ def child(model: str, kernel_cache: bool) -> dict:
     cm.run_by_index(0, ins, outs)
     t_second = time.perf_counter() - t
 
-    programs = [p for compiled in cm._compiled for p, _, _ in compiled.steps if isinstance(p, clprogram.ClProgram)]
+    programs = [p for compiled in cm._compiled for p, _, _ in compiled.programs if isinstance(p, clprogram.ClProgram)]
     # Kernel-object creation alone, re-timed on the built programs.
     t = time.perf_counter()
     for p in programs:

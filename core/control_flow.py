@@ -146,7 +146,7 @@ class ControlFlow:
             if len(sg.outputs) != len(outputs):
                 return None
             arrays = {t: a for pos, (t, a) in enumerate(zip(sg.inputs, args)) if pos not in constant}
-            produced = {o for _, _, outs in compiled.steps for o in outs}
+            produced = {o for _, _, outs in compiled.programs for o in outs}
             copies = []
             for t, out in zip(sg.outputs, outputs):
                 spec = compiled.specs.get(t)
@@ -304,7 +304,7 @@ def _loop_phases(cond: CompiledSubgraph, body: CompiledSubgraph, values: list):
     if not (len(b_in) == len(b_out) == len(c_in) == n) or len({*b_in}) < n or len({*b_out}) < n \
             or len({*c_in}) < n or not cond.sg.outputs:
         return None
-    produced = {o for _, _, outs in body.steps for o in outs}
+    produced = {o for _, _, outs in body.programs for o in outs}
     even = []
     for i, o, v in zip(b_in, b_out, values):
         mine, spec = body.host.get(i), body.specs.get(o)

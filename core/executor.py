@@ -220,23 +220,23 @@ class CompiledSubgraph:
             self.host[t] = spec.value if spec.value is not None else np.full(spec.shape, initial, spec.dtype)
         log.info("subgraph %d: %d nodes planned into %d partitions (%d folded) in %.1f ms", sg_index,
                  len(contexts), len(planned), len(folded), (time.perf_counter() - start) * 1e3)
-        self.steps: list[tuple[Program, list[int], list[int]]] = [
+        self.programs: list[tuple[Program, list[int], list[int]]] = [
             (_compile_logged(backend, part, options, i), part.inputs, part.outputs)
             for i, (backend, part) in enumerate(planned)]
         self._bound: Bound | bool | None = None   # by the first run: the bound steps, or False
         self.report.programs = [f"partition {i} on {backend.name}: {program.summary}"
-                                for i, ((backend, _), (program, _, _)) in enumerate(zip(planned, self.steps))
+                                for i, ((backend, _), (program, _, _)) in enumerate(zip(planned, self.programs))
                                 if program.summary]
         ops = {a.node: a.op for a in self.report.assignments}
         self.report.kernels = [(n, ops.get(n, "?"), backend.name, name)
-                               for (backend, _), (program, _, _) in zip(planned, self.steps)
+                               for (backend, _), (program, _, _) in zip(planned, self.programs)
                                for nodes, name in program.kernels() for n in nodes]
         # With device partitions, runs go through a transfer plan (see litegpu.transfers).
         self.runner: DeviceRunner | None = None
         if any(not backend.host_memory for backend, _ in planned):
             state = [t for _, part in planned for t in _written_state(part.nodes)]
             self.runner = DeviceRunner([(program, backend, ins, outs) for (backend, _), (program, ins, outs)
-                                        in zip(planned, self.steps)], self.host, specs,
+                                        in zip(planned, self.programs)], self.host, specs,
                                        [*sg.outputs, *state], options)
             self.report.bytes_moved = self.runner.plan().bytes_moved
         # Subgraph outputs that were folded to constants, and pass-through inputs.
@@ -298,7 +298,7 @@ class CompiledSubgraph:
             bound()
             return
         host, specs = self.host, self.specs
-        for program, ins, outs in self.steps:
+        for program, ins, outs in self.programs:
             # An output shaped at run time is the program's to supply (None; see
             # Program.run): last run's array may not have this run's shape.
             out_arrays = [host.get(o) if specs.get(o) is not None else None for o in outs]
@@ -324,10 +324,10 @@ class CompiledSubgraph:
         that first reads it; None when ``t`` lives on the host."""
         if self.runner is None:
             return None
-        for _, backend, ins, outs in self.runner.steps:
+        for _, backend, ins, outs in self.runner.programs:
             if t in outs:
                 return None if backend.host_memory else backend
-        for _, backend, ins, _ in self.runner.steps:
+        for _, backend, ins, _ in self.runner.programs:
             if t in ins:
                 return None if backend.host_memory else backend
         return None
@@ -342,7 +342,7 @@ class CompiledSubgraph:
         """True once a run found every host array fixed for good (no run-time shapes), so
         arrays read from :meth:`output` stay the ones later runs write."""
         if self.runner is not None:   # fixed unless a host partition has run-time shapes
-            return all(o in self.host for _, _, _, outs in self.runner.steps for o in outs)
+            return all(o in self.host for _, _, _, outs in self.runner.programs for o in outs)
         return bool(self._bound)
 
     def bind(self, arrays: dict[int, np.ndarray] | None = None) -> Bound | None:
@@ -364,7 +364,7 @@ class CompiledSubgraph:
                 return None
         enters: dict[int, object] = {}
         steps: list[Step] = []
-        for program, ins, outs in self.steps:
+        for program, ins, outs in self.programs:
             in_arrays = [arrays.get(t, host.get(t)) for t in ins]
             out_arrays = [arrays.get(t, host.get(t)) for t in outs]
             if any(a is None for a in (*in_arrays, *out_arrays)):

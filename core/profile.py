@@ -356,7 +356,7 @@ def run_profiled(compiled, bound=None, wait_for: Sequence[Event] = ()) -> Event:
 
 
 def _nodes_of(compiled, index: int) -> list:
-    program = compiled.steps[index][0]
+    program = compiled.programs[index][0]
     part = program.partition   # (None: a program that does not say which nodes it runs)
     return list(part.nodes) if part is not None else []
 
@@ -365,7 +365,7 @@ def _run_host(profiler: Profiler, compiled, wait_for: Sequence[Event]) -> Event:
     for e in wait_for:
         e.wait()
     host, specs = compiled.host, compiled.specs
-    for index, (program, ins, outs) in enumerate(compiled.steps):
+    for index, (program, ins, outs) in enumerate(compiled.programs):
         start = clock()
         out_arrays = [host.get(o) if specs.get(o) is not None else None for o in outs]
         _call_program(profiler, program, compiled.report.partitions[index][0], _nodes_of(compiled, index),
@@ -395,7 +395,7 @@ def _run_devices(profiler: Profiler, compiled, bound, wait_for: Sequence[Event])
                                backend=place, args={"tensor": t, "bytes": int(host[t].nbytes)}))
         else:
             index = kind[1]
-            program, backend, ins, outs = runner.steps[index]
+            program, backend, ins, outs = runner.programs[index]
             if backend.host_memory:
                 for e in waits:
                     e.wait()

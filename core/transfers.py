@@ -50,14 +50,14 @@ class TransferPlan:
 class DeviceRunner:
     """Plans and runs a subgraph whose partitions include device backends.
 
-    ``steps`` are (program, backend, input tensors, output tensors) per partition;
+    ``programs`` are (program, backend, input tensors, output tensors) per partition;
     ``host`` the host arrays of subgraph inputs, outputs and tensors crossing
     partitions; ``specs`` every tensor's spec.
     """
 
-    def __init__(self, steps: list[tuple[Program, Backend, list[int], list[int]]], host: dict[int, np.ndarray],
+    def __init__(self, programs: list[tuple[Program, Backend, list[int], list[int]]], host: dict[int, np.ndarray],
                  specs: dict[int, TensorSpec], outputs: Sequence[int], options: CompileOptions) -> None:
-        self.steps = steps
+        self.programs = programs
         self.host = host
         self.specs = specs
         self.outputs = list(outputs)
@@ -120,7 +120,7 @@ class DeviceRunner:
                 plan.kinds.append(("in", t, place))
                 places[place] = backend
 
-        for index, (program, backend, ins, outs) in enumerate(self.steps):
+        for index, (program, backend, ins, outs) in enumerate(self.programs):
             place = self.place(backend)
             for t in ins:
                 have(t, place, backend)

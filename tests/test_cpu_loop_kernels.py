@@ -125,7 +125,7 @@ def test_nodes_after_a_loop_get_static_kernels():
     # The WHILE is bound into the program as a plan (its loop written as table rows), the
     # nodes after it as the static kernels of their shapes, task functions that chain with
     # it: the run is one plan, nothing runs in place.
-    program = ours._compiled.steps[0][0]
+    program = ours._compiled.programs[0][0]
     kinds = [(step.nodes[0].node.op, is_plan(step.call), getattr(step.call, "func", None) is _run_in_place)
              for step in program._replay]
     assert kinds == [("WHILE", True, False)]

@@ -132,7 +132,7 @@ def test_int16_transpose_conv_is_one_plan() -> None:
     assert not report.reference_nodes()
     assert [name for _, op, _, name in report.kernels if op == "TRANSPOSE_CONV"] == \
         ["int16 transpose conv (3x3/2): packed GEMM + col2im"]
-    program = ours._compiled.steps[0][0]
+    program = ours._compiled.programs[0][0]
     x = random16(np.random.default_rng(6), x_shape)
     (call, *_), = program.bind([x], [np.empty((1, 10, 12, 12), I16)]).steps
     assert is_plan(call) and len(call.rows) == 3         # rows widened, products, col2im

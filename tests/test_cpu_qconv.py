@@ -63,7 +63,7 @@ def test_integer_kernel_chosen_and_exact(op, x_shape, w_shape, out_shape, option
         interp.set_tensor(interp.get_input_details()[0]["index"], x)
         interp.invoke()
         outs.append(interp.get_tensor(interp.get_output_details()[0]["index"]))
-    program = ours._compiled.steps[0][0]
+    program = ours._compiled.programs[0][0]
     ctx = program.steps[0][4]
     call = program.bind([x], [np.empty(out_shape, np.int8)]).steps[0].call
     kinds = {TASKS.get(a, "depthwise" if a == qdepthwise._qdepthwise_task.address else "other")

@@ -59,7 +59,7 @@ def run_kernel(content: bytes, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, s
     interp.set_tensor(interp.get_input_details()[0]["index"], x)
     interp.invoke()
     got = interp.get_tensor(interp.get_output_details()[0]["index"])
-    program = interp._compiled.steps[0][0]
+    program = interp._compiled.programs[0][0]
     (_, name), = program.kernels()
     ctx = program.steps[0][4]
     (want,) = ctx.opdef.reference_for(ctx.attrs)([x, *[s.value for s in ctx.inputs[1:]]], ctx.attrs)

@@ -50,7 +50,7 @@ def if_model() -> bytes:
 
 
 def programs(interp: litegpu.Interpreter) -> list[CpuProgram]:
-    return [p for p, _, _ in interp._compiled.steps if isinstance(p, CpuProgram) and not p.static]
+    return [p for p, _, _ in interp._compiled.programs if isinstance(p, CpuProgram) and not p.static]
 
 
 def test_if_alternating_branches_on_the_bound_program():

@@ -56,7 +56,7 @@ def mode_ran(interp) -> str:
 def _device_bytes(interp) -> int:
     """Arena plus constants of every GPU program of the model."""
     total = 0
-    for program, _, _ in interp._compiled.steps:
+    for program, _, _ in interp._compiled.programs:
         if hasattr(program, "const_bytes"):   # opencl's arena is a size, webgpu's a plan
             total += program.arena_bytes if hasattr(program, "arena_bytes") else program.arena.total
             total += program.const_bytes

@@ -240,7 +240,7 @@ def run_add(data: bytes, **env_options) -> tuple[np.ndarray, list[bool]]:
     ins, outs = cm.create_input_buffers(), cm.create_output_buffers()
     ins[0].write(np.arange(128, dtype=np.float32).reshape(1, 4, 4, 8))
     cm.run_by_index(0, ins, outs)
-    hits = [p.cache_hit for compiled in cm._compiled for p, _, _ in compiled.steps]
+    hits = [p.cache_hit for compiled in cm._compiled for p, _, _ in compiled.programs]
     return outs[0].array.copy(), hits
 
 

@@ -206,7 +206,7 @@ def test_followers_fold_into_the_conv_store(gpu, channels):
     b.op("RELU", [m], [y])
     b.output(y)
     model = b.build()
-    program = Session(load_model(model), [gpu.name]).compile(0).steps[0][0]
+    program = Session(load_model(model), [gpu.name]).compile(0).programs[0][0]
     assert len(program.launches) == 1
     check(gpu, model, [rand(rng, 1, 6, 9, 3), rand(rng, 1, 6, 9, channels)])
 

@@ -24,7 +24,7 @@ def run_opencl(data: bytes, inputs, fp16: bool = False):
         interp.set_tensor(d["index"], x)
     interp.invoke()
     outs = [np.array(interp.get_tensor(d["index"])) for d in interp.get_output_details()]
-    programs = [step[0] for step in interp._session.compile(0).steps]
+    programs = [step[0] for step in interp._session.compile(0).programs]
     return outs, programs
 
 

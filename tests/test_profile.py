@@ -67,7 +67,7 @@ def _check(interp: litegpu.Interpreter, runs: int, tmp_path: Path) -> dict:
     trace = json.loads(path.read_text())
     events = trace["traceEvents"]
     timed = [e for e in events if e["ph"] == "X" and e["cat"] in ("node", "kernel")]
-    expected = sum(_slices_per_run(program) for program, _, _ in interp._compiled.steps)
+    expected = sum(_slices_per_run(program) for program, _, _ in interp._compiled.programs)
     assert len(timed) == expected * runs
     covered = {n for e in timed for n in e["args"]["nodes"]}
     assert covered == set(executed)

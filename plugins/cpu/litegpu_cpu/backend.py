@@ -197,7 +197,9 @@ class CpuProgram(Program):
         self._bind_from(rebind, resume)
         # The caller's arrays are kept so that their ids stay theirs.
         self._replay_for = (key, list(inputs), list(outputs))
-        self._replay = _chain_plans([entry[1] for entry in self._bound_at]) + self._copies(self.slots, outputs)
+        copies = self._copies(self.slots, outputs)
+        run_steps(copies)
+        self._replay = _chain_plans([entry[1] for entry in self._bound_at]) + copies
         self._fill(outputs)
         return COMPLETE
 
