@@ -15,6 +15,8 @@ process cannot mount.
 from __future__ import annotations
 
 import contextlib
+import glob
+import hashlib
 import json
 import logging
 import os
@@ -357,3 +359,19 @@ def test_entries_are_keyed_by_the_sources_content_not_its_mtime(tmp_path):
     source.write_text("def f():\n    return 2\n")
     os.utime(source, ns=(1, 1))
     assert stamp() != first
+
+
+def test_entries_are_keyed_by_every_source_of_the_package(tmp_path, monkeypatch):
+    """A cached function holds what it calls compiled in, from other modules too: an entry
+    is stale when any source of the package changed, not only its own file."""
+    from litegpu_cpu import numba_cache
+    source = tmp_path / "kernel.py"
+    source.write_text("def f():\n    return 1\n")
+    first = numba_cache._content_stamp(str(source))
+    assert numba_cache._package_digest() == hashlib.sha256(b"".join(
+        os.path.relpath(p, numba_cache._PACKAGE_PARENT + "/litegpu_cpu").encode() + b"\0" + Path(p).read_bytes()
+        for p in sorted(glob.glob(numba_cache._PACKAGE_PARENT + "/litegpu_cpu/**/*.py", recursive=True)))).digest()
+    # Another module of the package edited (its digest changes): this file's stamp changes.
+    monkeypatch.setattr(numba_cache, "_PACKAGE_DIGEST", [b"another launcher"])
+    monkeypatch.setattr(numba_cache, "_STAMPS", {})
+    assert numba_cache._content_stamp(str(source)) != first

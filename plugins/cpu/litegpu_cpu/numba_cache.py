@@ -10,8 +10,9 @@ a user's own numba functions keep numba's behaviour and places):
 
 - the cache lives in :func:`home`, ``numba/<litegpu version>-numba<version>-py<X><Y>``
   under :func:`litegpu.env.cache_root`, so versions never overwrite each other's entries
-  (an entry is keyed by its source's content, a sha256, where numba keys it by the file's
-  mtime and size: an edited source is a miss, a reinstalled or copied one is not);
+  (an entry is keyed by the content of its source and of every source of the package, a
+  sha256, where numba keys it by its own file's mtime and size: an edited source is a miss
+  for every function, a reinstalled or copied one is not);
 - a directory that exists but cannot be written (a read-only warm cache, as a container
   image ships one) is loaded from and never written, logged once at INFO; one that cannot
   be made at all (the root is a file, ...) means no disk cache in this process, logged
@@ -164,15 +165,36 @@ _STAMPS: dict[tuple[str, int, int, int], str] = {}
 
 
 def _content_stamp(path: str) -> str:
-    """The sha256 of the file at ``path`` (read once per path, mtime, ctime and size in a
-    process; a write changes the ctime, which no one can set back)."""
+    """The sha256 of the file at ``path`` and of the package's sources (read once per path,
+    mtime, ctime and size in a process; a write changes the ctime, which no one can set
+    back). The package's part because a cached function holds the code of what it calls
+    compiled in, from other modules too: numba keys an entry by its own file only, so an
+    edited launcher helper was served from a caller's stale entry."""
     st = os.stat(path)
     key = (path, st.st_mtime_ns, st.st_ctime_ns, st.st_size)
     stamp = _STAMPS.get(key)
     if stamp is None:
+        digest = hashlib.sha256(_package_digest())
         with open(path, "rb") as f:
-            stamp = _STAMPS[key] = "sha256:" + hashlib.sha256(f.read()).hexdigest()
+            digest.update(f.read())
+        stamp = _STAMPS[key] = "sha256:" + digest.hexdigest()
     return stamp
+
+
+_PACKAGE_DIGEST: list[bytes] = []
+
+
+def _package_digest() -> bytes:
+    """The sha256 of every ``.py`` file of the package, by relative path (once a process)."""
+    if not _PACKAGE_DIGEST:
+        digest = hashlib.sha256()
+        root = os.path.join(_PACKAGE_PARENT, _PACKAGE)
+        for path in sorted(glob.glob(os.path.join(root, "**", "*.py"), recursive=True)):
+            digest.update(os.path.relpath(path, root).encode() + b"\0")
+            with open(path, "rb") as f:
+                digest.update(f.read())
+        _PACKAGE_DIGEST.append(digest.digest())
+    return _PACKAGE_DIGEST[0]
 
 
 def _make_locator_class():
