@@ -15,7 +15,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .backend import COMPLETE, Backend, Bound, CompileOptions, Event, NodeContext, Partition, Program, Runtime, Step
+from .backend import (COMPLETE, Backend, Bound, CompileOptions, Event, NodeContext, Partition, Program, Runtime,
+                      Step, run_steps)
 from .errors import (ExecutionError, InvalidArgumentError, LiteGpuError, ModelFormatError, PluginError,
                      ResourceLimitError, UnsupportedError)
 from .graph import Model, Subgraph
@@ -295,7 +296,9 @@ class CompiledSubgraph:
         if bound is None:
             bound = self._bound = self.bind() or False
         if bound:
-            bound()
+            for enter in bound.enter:
+                enter()
+            run_steps(bound.steps)
             return
         host, specs = self.host, self.specs
         for program, ins, outs in self.programs:

@@ -99,6 +99,28 @@ def test_wrong_dtype_and_shape_name_the_tensor(mlp) -> None:
         interp.set_tensor(d["index"], np.zeros((7,), np.float32))
 
 
+def test_set_tensor_takes_any_array_like_and_refuses_a_resized_input_until_allocated(mlp) -> None:
+    """set_tensor's plain copy into the input's array applies to an array of its shape and
+    dtype, a strided view too; a resize without allocate_tensors takes the checked path."""
+    interp = litegpu.Interpreter(model_path=str(mlp))
+    interp.allocate_tensors()
+    d = interp.get_input_details()[0]
+    x = np.random.default_rng(2).standard_normal(d["shape"]).astype(np.float32)
+    wide = np.zeros((d["shape"][0], d["shape"][1] * 2), np.float32)
+    wide[:, ::2] = x
+    for value in (x, wide[:, ::2]):
+        interp.set_tensor(d["index"], value)
+        np.testing.assert_array_equal(interp.get_tensor(d["index"]), x)
+    interp.resize_tensor_input(d["index"], [3, d["shape"][1]])
+    with pytest.raises(litegpu.ExecutionError, match="allocate_tensors"):
+        interp.set_tensor(d["index"], x)
+    interp.allocate_tensors()
+    with pytest.raises(litegpu.InvalidArgumentError, match="shape"):
+        interp.set_tensor(d["index"], x)
+    interp.set_tensor(d["index"], np.ones((3, d["shape"][1]), np.float32))
+    interp.invoke()
+
+
 def test_invoke_before_allocate_is_an_error(mlp) -> None:
     interp = litegpu.Interpreter(model_path=str(mlp))
     with pytest.raises(litegpu.ExecutionError, match="allocate_tensors"):
