@@ -173,6 +173,30 @@ def test_conv2d_im2col_blocks(monkeypatch, o):
     close(got, direct_conv(x, f, b, (2, 2), (1, 1), "SAME", "RELU"))
 
 
+def test_conv2d_small_images_take_im2col_where_it_fills_the_tiles(monkeypatch):
+    """A 7x7 output row is a tile of 6 rows and a second tile recomputing 5 of them in the
+    implicit GEMM; im2col's 49 rows fill 9 tiles nearly whole: a wide 3x3 conv on a small
+    image (ResNet's last stage) takes im2col, a large image keeps the implicit GEMM. Both
+    give the same bits (one product, one order of sums)."""
+    from litegpu_cpu.kernels import conv
+    assert conv._im2col_fills_tiles_better(49, 7, 512) and conv._im2col_fills_tiles_better(196, 14, 256)
+    assert not conv._im2col_fills_tiles_better(784, 28, 128) and not conv._im2col_fills_tiles_better(49, 7, 32)
+    assert not conv._im2col_fills_tiles_better(0, 0, 512)
+    x, f, b = rand(1, 7, 7, 16), rand(64, 3, 3, 16, scale=0.3), rand(64)
+    attrs = {"padding": "SAME", "stride": (1, 1), "dilation": (1, 1), "activation": "RELU"}
+    calls = []
+    real = conv.im2col
+    monkeypatch.setattr(conv, "im2col", lambda *args: calls.append(args) or real(*args))
+    (im2col,) = run_kernel("CONV_2D", attrs, [x, f, b], [(1, 7, 7, 64)], consts=(1, 2))
+    assert calls
+    monkeypatch.setattr(conv, "_im2col_fills_tiles_better", lambda *args: False)
+    calls.clear()
+    (implicit,) = run_kernel("CONV_2D", attrs, [x, f, b], [(1, 7, 7, 64)], consts=(1, 2))
+    assert not calls
+    np.testing.assert_array_equal(im2col, implicit)
+    close(im2col, direct_conv(x, f, b, (1, 1), (1, 1), "SAME", "RELU"))
+
+
 def test_conv2d_declines_non_constant_filter():
     x, f = rand(1, 4, 4, 2), rand(3, 1, 1, 2)
     attrs = {"padding": "VALID", "stride": (1, 1), "dilation": (1, 1), "activation": "NONE"}

@@ -136,13 +136,28 @@ def _implicit_conv(x_shape, w_value, bias, lo, hi, out_shape, geometry):
     return bindable(bind_implicit)
 
 
+def _tile_use(rows: int) -> float:
+    """The share of the GEMM's ``MR``-row tiles that ``rows`` rows fill (0 for none)."""
+    return rows / (-(-rows // MR) * MR) if rows > 0 else 0.0
+
+
+def _im2col_fills_tiles_better(m: int, ow: int, o: int) -> bool:
+    """True when im2col's one matrix of ``m`` rows fills the GEMM's tiles well and the
+    implicit GEMM's rows of ``ow`` pixels do not (each output row ends in a part tile; 7
+    pixels are a tile of 6 and one of 1, whose single accumulator waits on every FMA), and
+    the product is wide enough (``o`` outputs) that im2col's copy costs little beside it."""
+    return o >= 64 and _tile_use(m) - _tile_use(ow) > 0.1
+
+
 @kernel("CONV_2D")
 def conv2d(ctx: NodeContext):
     """CONV_2D as GEMM, bias and clamp in its epilogue: 1x1 stride-1 convs multiply the
     input directly; the others run an implicit GEMM over the padded input
     (:func:`_implicit_conv`: against im2col + GEMM, 2 threads, 224x224x3 -> 16 3x3/2 99 /
     352 us, 112x112x32 -> 64 3x3/2 633 / 980 us, 128x128x16 -> 16 3x3/1 385 / 1148 us);
-    where that does not fit (output rows shorter than a tile) im2col blocks into a
+    where that does not fit (output rows shorter than a tile) or fills the GEMM's tiles
+    much worse than one matrix would (a small image: :func:`_im2col_fills_tiles_better`;
+    ResNet-18's 7x7x512 3x3 convs 1.80 -> 1.32 ms on 2 threads) im2col blocks into a
     scratch matrix.
 
     Every GEMM is [pixels, K] x [K, O], also for few output channels: computing it
@@ -169,7 +184,7 @@ def conv2d(ctx: NodeContext):
     epilogue = (bias, lo, hi)   # applied by the GEMM itself, per thread on its half
 
     pointwise = kh == 1 and kw == 1 and sh == 1 and sw == 1 and pt == 0 and pl == 0 and (oh, ow) == (h, w)
-    if not pointwise:
+    if not pointwise and not _im2col_fills_tiles_better(m, ow, o):
         implicit = _implicit_conv((n, h, w, c), w_spec.value, bias, lo, hi, (n, oh, ow, o),
                                   (sh, sw, dh, dw, pt, pl))
         if implicit is not None:
