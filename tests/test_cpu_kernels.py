@@ -181,6 +181,7 @@ def test_conv2d_small_images_take_im2col_where_it_fills_the_tiles(monkeypatch):
     from litegpu_cpu.kernels import conv
     assert conv._im2col_fills_tiles_better(49, 7, 512) and conv._im2col_fills_tiles_better(196, 14, 256)
     assert not conv._im2col_fills_tiles_better(784, 28, 128) and not conv._im2col_fills_tiles_better(49, 7, 32)
+    assert not conv._im2col_fills_tiles_better(1024, 32, 64)
     assert not conv._im2col_fills_tiles_better(0, 0, 512)
     x, f, b = rand(1, 7, 7, 16), rand(64, 3, 3, 16, scale=0.3), rand(64)
     attrs = {"padding": "SAME", "stride": (1, 1), "dilation": (1, 1), "activation": "RELU"}
