@@ -169,3 +169,57 @@ def test_swish_model_matches_litert_bit_for_bit(monkeypatch, fusion):
     want = run(LiteRT(model_content=data, num_threads=1), x)
     got = run(litegpu.Interpreter(model_content=data, num_threads=1), x)
     assert_litert_bits(got, want, x)
+
+
+@litert_host
+@pytest.mark.parametrize("swish", [False, True])
+def test_sixteen_lanes_give_the_scalar_replicas_bits(swish):
+    """The 16-lane kernel (one vpermt2ps for the table, as XNNPACK's) against the scalar
+    replica it vectorizes, on every input kind, with a tail of 13 that runs one by one."""
+    from litegpu_cpu.kernels.elementwise import SIGMOID, SWISH, _float_unary_task
+    from litegpu_cpu.kernels.tasks import bind_task
+    x = inputs()
+    x = np.concatenate([x, np.random.default_rng(5).integers(0, 2 ** 32, 1 << 18, dtype=np.uint64)
+                        .astype(np.uint32).view(F32), x[:13]])
+    want = np.empty_like(x)
+    _each(x, want)
+    if swish:
+        with np.errstate(invalid="ignore"):   # inf * 0: NaN, on both sides
+            want = x * want
+    got = np.full_like(x, 7)
+    params = np.array([x.size, x.size, SWISH if swish else SIGMOID], np.int64)
+    bind_task(_float_unary_task, 1, (x,), (got,), params)()
+    same = (got.view(np.uint32) == want.view(np.uint32)) | (np.isnan(got) & np.isnan(want))
+    assert same.all(), x[~same][:5]
+
+
+def _swish_group(n: int, order=(0, 1), activation: str = "NONE", other_shape=None):
+    """The fused group of LOGISTIC(x) then MUL of (x, the sigmoid) in ``order``."""
+    s_node = Node(index=0, op="LOGISTIC", opcode=14, version=1, inputs=(0,), outputs=(1,))
+    logistic = NodeContext(node=s_node, opdef=get_op("LOGISTIC"), attrs={}, inputs=[TensorSpec((n,), F32)],
+                           outputs=[TensorSpec((n,), F32)])
+    operands = [(0, (n,)), (1, (n,))] if other_shape is None else [(2, other_shape), (1, (n,))]
+    operands = [operands[i] for i in order]
+    m_node = Node(index=1, op="MUL", opcode=18, version=1, inputs=tuple(t for t, _ in operands), outputs=(3,))
+    mul = NodeContext(node=m_node, opdef=get_op("MUL"), attrs={"activation": activation},
+                      inputs=[TensorSpec(s, F32) for _, s in operands], outputs=[TensorSpec((n,), F32)])
+    return plan_group([logistic, mul], {3})
+
+
+@litert_host
+def test_a_swish_group_takes_the_sixteen_lane_kernel_and_nothing_else_does():
+    from litegpu_cpu.fusion import _sigmoid_kind
+    from litegpu_cpu.kernels.elementwise import SIGMOID, SWISH
+    assert _sigmoid_kind(_swish_group(40)) == SWISH
+    assert _sigmoid_kind(_swish_group(40, order=(1, 0))) == SWISH
+    assert _sigmoid_kind(plan_group([_logistic_ctx((40,))], {1})) == SIGMOID
+    assert _sigmoid_kind(_swish_group(40, activation="RELU")) is None            # a clamp after the MUL
+    assert _sigmoid_kind(_swish_group(40, other_shape=(1,))) is None            # MUL by another tensor
+    x = np.random.default_rng(3).standard_normal(40).astype(F32)
+    kernel = make_fused_kernel(_swish_group(40))
+    assert "16-lane" in kernel.kernel_name
+    got = np.empty_like(x)
+    kernel([x], [got])
+    want = np.empty_like(x)
+    _each(x, want)
+    np.testing.assert_array_equal(got, x * want)

@@ -360,10 +360,41 @@ def plan_group(nodes: list[NodeContext], escaping: set[int]) -> FusedGroup | Non
                       tuple(_DTYPE[kinds[t]] for t in arrays))
 
 
+def _sigmoid_kind(group: FusedGroup) -> int | None:
+    """``elementwise.SWISH`` for a group that is ``x * LOGISTIC(x)`` (MUL of its input and
+    the LOGISTIC of it, in either order, no fused activation), the LOGISTIC's kind for a
+    lone LOGISTIC; float32 of one shape, the last node's result the group's only output.
+    None otherwise, or where XNNPACK's AVX-512F sigmoid is not the one LiteRT runs."""
+    from .kernels.elementwise import SIGMOID, SWISH
+    nodes = group.nodes
+    if not xnn_sigmoid.MATCHES_LITERT or len(group.inputs) != 1 or not 1 <= len(nodes) <= 2 \
+            or nodes[0].node.op != "LOGISTIC" or group.outputs != [nodes[-1].node.outputs[0]] \
+            or any(np.dtype(d) != np.float32 for d in group.dtypes):
+        return None
+    shapes = {tuple(s.shape) for ctx in nodes for s in (*ctx.inputs, *ctx.outputs)}
+    if len(shapes) != 1:
+        return None
+    if len(nodes) == 1:
+        return SIGMOID
+    mul, x, s = nodes[1], nodes[0].node.inputs[0], nodes[0].node.outputs[0]
+    if mul.node.op != "MUL" or sorted(mul.node.inputs) != sorted((x, s)) or x == s \
+            or mul.attrs.get("activation", "NONE") != "NONE":
+        return None
+    return SWISH
+
+
 def make_fused_kernel(group: FusedGroup):
     """The group's kernel (:func:`.kernels.registry.bindable`), inputs and outputs in group
     order: its task function over blocks of rows, several when it is big enough to run in
-    parallel."""
+    parallel; a sigmoid or a swish (:func:`_sigmoid_kind`) through the 16-lane kernel of
+    :mod:`.kernels.xnn_sigmoid` instead, where it is XNNPACK's (the generated loop
+    vectorizes its table lookup as a gather: twice the time)."""
+    kind = _sigmoid_kind(group)
+    if kind is not None:
+        from .kernels.elementwise import float_unary
+        k = float_unary(group.nodes[0], kind)
+        k.kernel_name = f"fused task ({len(group.nodes)} elementwise ops, 16-lane sigmoid)"
+        return k
     fused = load_generated(group.source, "fused")
     part = -(-group.rows // _PARALLEL_TASKS) if group.parallel else group.rows
     tasks = -(-group.rows // part) if part else 1

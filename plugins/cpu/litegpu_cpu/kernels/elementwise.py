@@ -229,7 +229,7 @@ _numpy_logistic = _unary(_exp_neg, _add_one, np.reciprocal)
 
 
 # What :func:`_float_unary_task` computes (``ip[2]``).
-_GELU, _GELU_TANH, _HARD_SWISH, _SIGMOID = range(4)
+_GELU, _GELU_TANH, _HARD_SWISH, SIGMOID, SWISH = range(5)
 
 
 @task_function(fastmath={"contract"})
@@ -239,8 +239,10 @@ def _float_unary_task(t, xp, outp, _a2, _a3, _a4, _a5, _a6, _a7, ip, _fp):
     vectorizes (a float64 erf form, behind numba's zero-division check, ran at ~1.2 ns an
     element and lost all relative accuracy for x < -3); HARD_SWISH as ``x * clamp(x / 6
     + 1/2, 0, 1)``, the multiply-add fused as XNNPACK's; LOGISTIC by
-    :func:`.xnn_sigmoid.sigmoid32`. The generated kernels of :mod:`..fusion` use the same
-    forms; this one runs where they do not (fusion off, or shapes settled at run time).
+    :func:`.xnn_sigmoid.sigmoid32`, and SWISH (``x * LOGISTIC(x)``, fused by :mod:`..fusion`)
+    with it, 16 lanes at a time where it is XNNPACK's AVX-512F kernel
+    (:func:`.xnn_sigmoid.sigmoid_range`). The generated kernels of :mod:`..fusion` use the
+    same forms; this one runs where they do not (fusion off, or shapes settled at run time).
     ``contract`` lets LLVM fuse the polynomials' multiply-adds, which only removes
     roundings (the sigmoid's are explicit fused multiply-adds already)."""
     n, chunk, which = ip[0], ip[1], ip[2]
@@ -256,6 +258,12 @@ def _float_unary_task(t, xp, outp, _a2, _a3, _a4, _a5, _a6, _a7, ip, _fp):
         for i in range(start, end):
             v = xp[i]
             outp[i] = v * min(max(fma32(v, np.float32(1 / 6), np.float32(0.5)), np.float32(0)), np.float32(1))
+    elif xnn_sigmoid.MATCHES_LITERT:
+        xnn_sigmoid.sigmoid_range(xp, outp, start, end, which == SWISH)
+    elif which == SWISH:
+        for i in range(start, end):
+            v = xp[i]
+            outp[i] = v * xnn_sigmoid.sigmoid32(v)
     else:
         for i in range(start, end):
             outp[i] = xnn_sigmoid.sigmoid32(xp[i])
@@ -266,8 +274,9 @@ def _float_unary_task(t, xp, outp, _a2, _a3, _a4, _a5, _a6, _a7, ip, _fp):
 _UNARY_PARALLEL = 1 << 16
 
 
-def _float_unary(ctx: NodeContext, which: int):
-    """The node through :func:`_float_unary_task`, or None unless it is float32."""
+def float_unary(ctx: NodeContext, which: int):
+    """The node (or a fused SWISH whose input ``ctx`` reads) through
+    :func:`_float_unary_task`, or None unless it is float32."""
     if _dtypes(ctx, _FLOATS) is None:
         return None
     size = int(np.prod(ctx.inputs[0].shape, dtype=np.int64))
@@ -282,17 +291,17 @@ def _float_unary(ctx: NodeContext, which: int):
 @kernel("GELU")
 def gelu_kernel(ctx: NodeContext):
     """GELU (exact erf form or tanh approximation) through one task function."""
-    return _float_unary(ctx, _GELU_TANH if ctx.attrs.get("approximate", False) else _GELU)
+    return float_unary(ctx, _GELU_TANH if ctx.attrs.get("approximate", False) else _GELU)
 
 
 @kernel("HARD_SWISH")
 def hard_swish_kernel(ctx: NodeContext):
     """HARD_SWISH through one task function."""
-    return _float_unary(ctx, _HARD_SWISH)
+    return float_unary(ctx, _HARD_SWISH)
 
 
 @kernel("LOGISTIC")
 def logistic_kernel(ctx: NodeContext):
     """LOGISTIC with LiteRT's bits where :mod:`.xnn_sigmoid` knows XNNPACK's kernel
     (through one task function), elsewhere in three numpy passes."""
-    return _float_unary(ctx, _SIGMOID) if xnn_sigmoid.MATCHES_LITERT else _numpy_logistic(ctx)
+    return float_unary(ctx, SIGMOID) if xnn_sigmoid.MATCHES_LITERT else _numpy_logistic(ctx)
