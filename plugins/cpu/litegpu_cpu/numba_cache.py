@@ -312,8 +312,9 @@ def install() -> None:
         if _INSTALLED:
             return
         _INSTALLED = True
-        from .numba_startup import defer_blas_probe
+        from .numba_startup import defer_blas_probe, defer_cffi_parser
         defer_blas_probe()      # before numba loads its registries (see numba_startup)
+        defer_cffi_parser()
         from numba.core import caching
         try:
             # Older numba spelled CacheImpl _CacheImpl.
