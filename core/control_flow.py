@@ -184,8 +184,8 @@ class ControlFlow:
         enters, even, phases = parts
         finals = [np.empty_like(e) for e in even]
         limit = np.zeros(1, np.int64)
-        structure = Loop([], [(c, flag, b, [Step(Copy(v, f)) for v, f in zip(current, finals)])
-                              for c, flag, b, current in phases], limit, _LoopLimit)
+        structure = Loop([], [(cond_steps, flag, body_steps, [Step(Copy(v, f)) for v, f in zip(current, finals)])
+                              for cond_steps, flag, body_steps, current in phases], limit, _LoopLimit)
         compiled = self.session.cpu.bind_control(structure)
         run = compiled or python_control(structure)
 

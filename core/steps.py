@@ -51,12 +51,6 @@ class Bound(NamedTuple):
     steps: list
     enter: tuple = ()
 
-    def __call__(self) -> None:
-        """One run on a thread that may not have entered: ``enter``, then the steps."""
-        for enter in self.enter:
-            enter()
-        run_steps(self.steps)
-
 
 def run_steps(steps: Sequence[Step]) -> None:
     """Run ``steps`` in order; a step whose call raises ``exc`` raises ``fail(exc)``
