@@ -197,7 +197,9 @@ def _vector_sigmoid(builder, x):
 
 def _table_lookup(builder, index):
     """``TABLE[index]`` lane by lane: one ``vpermt2ps`` over the table's two halves where
-    the CPU has AVX-512F (the only hosts this path serves), else lane by lane."""
+    the CPU has AVX-512F, the only hosts that run this path. Elsewhere an extract per lane,
+    which no run reaches (every caller checks :data:`MATCHES_LITERT`); it only keeps the
+    untaken branch of ``_float_unary_task`` compiling on CPUs without the instruction."""
     halves = [ir.Constant(_V, [ir.Constant(ir.FloatType(), float(v)) for v in TABLE[h * LANES:(h + 1) * LANES]])
               for h in (0, 1)]
     if MATCHES_LITERT:
