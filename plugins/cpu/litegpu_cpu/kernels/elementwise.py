@@ -260,13 +260,10 @@ def _float_unary_task(t, xp, outp, _a2, _a3, _a4, _a5, _a6, _a7, ip, _fp):
             outp[i] = v * min(max(fma32(v, np.float32(1 / 6), np.float32(0.5)), np.float32(0)), np.float32(1))
     elif xnn_sigmoid.MATCHES_LITERT:
         xnn_sigmoid.sigmoid_range(xp, outp, start, end, which == SWISH)
-    elif which == SWISH:
-        for i in range(start, end):
-            v = xp[i]
-            outp[i] = v * xnn_sigmoid.sigmoid32(v)
     else:
         for i in range(start, end):
-            outp[i] = xnn_sigmoid.sigmoid32(xp[i])
+            v = xp[i]
+            outp[i] = v * xnn_sigmoid.sigmoid32(v) if which == SWISH else xnn_sigmoid.sigmoid32(v)
 
 
 # Ops of at least this many elements run as several tasks over the threads: at ~0.6 ns an

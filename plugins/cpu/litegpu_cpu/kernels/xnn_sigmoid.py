@@ -150,10 +150,6 @@ def _splat(value, vector=_V):
     return ir.Constant(vector, [value] * LANES)
 
 
-def _float_bits_constant(value) -> float:
-    return float(np.float32(value))
-
-
 def _vector_sigmoid(builder, x):
     """:func:`xnn_sigmoid32` on each lane of ``x`` (a ``<16 x float>``), the same operations
     in the same order: the same bits."""
@@ -162,7 +158,7 @@ def _vector_sigmoid(builder, x):
     floor = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_V, [_V]), "llvm.floor.v16f32")
 
     def const(value):
-        return _splat(ir.Constant(f32, _float_bits_constant(value)))
+        return _splat(ir.Constant(f32, float(np.float32(value))))
 
     def select_below(v, bound, replacement):
         """``replacement if v < bound else v`` lane by lane (NaN keeps v)."""
@@ -242,18 +238,13 @@ def sigmoid_range(xp, outp, start, end, swish):
     float32 pointer ``xp`` into ``outp``, 16 lanes at a time and the rest one by one: the
     bits of :func:`xnn_sigmoid32`. For hosts where :data:`MATCHES_LITERT`."""
     i = start
-    if swish:
-        while i + LANES <= end:
+    while i + LANES <= end:
+        if swish:
             _swish16(xp, outp, i)
-            i += LANES
-        while i < end:
-            v = xp[i]
-            outp[i] = v * xnn_sigmoid32(v)
-            i += 1
-    else:
-        while i + LANES <= end:
+        else:
             _sigmoid16(xp, outp, i)
-            i += LANES
-        while i < end:
-            outp[i] = xnn_sigmoid32(xp[i])
-            i += 1
+        i += LANES
+    while i < end:
+        v = xp[i]
+        outp[i] = v * xnn_sigmoid32(v) if swish else xnn_sigmoid32(v)
+        i += 1
