@@ -1,4 +1,4 @@
-"""The cpu backend's two-thread GEMM (OpenBLAS halves under numba's prange) and its
+"""The cpu backend's two-thread GEMM (OpenBLAS halves as tasks of the plan launcher) and its
 batched products (BATCH_MATMUL: one OpenBLAS call per batch, batches over the threads).
 
 Products are checked against float64 numpy with every split the planner can choose (rows,
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 
-import numba
 import numpy as np
 import pytest
 
@@ -18,17 +17,18 @@ from litegpu.graph import Node
 from litegpu.ops import get_op
 from litegpu.ops.registry import TensorSpec
 from litegpu_cpu.kernels import KERNELS, gemm
+from litegpu_cpu.kernels import threads as kthreads
 
 pytestmark = pytest.mark.skipif(not gemm.sgemm_address(), reason="numpy's OpenBLAS cblas_sgemm not found")
 
 
 @pytest.fixture
 def threads():
-    """numba on two threads for the test, restored after."""
-    before = numba.get_num_threads()
-    numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
-    yield numba.get_num_threads()
-    numba.set_num_threads(before)
+    """The cpu kernels on two threads for the test, restored after."""
+    before = kthreads.current()
+    kthreads.configure_threads(min(2, kthreads.default_count()))
+    yield kthreads.current()
+    kthreads.configure_threads(before)
 
 
 def exact(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -88,7 +88,7 @@ def test_convs_on_two_threads_match_one(threads, h, c, o, kernel):
     attrs = {"stride": (1, 1), "dilation": (1, 1), "padding": "SAME", "activation": "RELU6"}
     assert gemm.plan(h * h, o, kernel * kernel * c) is not None
     two = _node("CONV_2D", [x, w, b], (1, 2), attrs, (1, h, h, o))
-    numba.set_num_threads(1)
+    kthreads.configure_threads(1)
     one = _node("CONV_2D", [x, w, b], (1, 2), attrs, (1, h, h, o))
     assert not np.isnan(two).any()
     np.testing.assert_allclose(two, one, rtol=1e-5, atol=1e-5)
@@ -133,7 +133,7 @@ def direct_conv(x, w, b, pad_t, pad_l, oh, ow, dh, dw, lo, hi):
 def test_implicit_gemm_convs_match_float64(threads, n, h, wd, c, o, kh, kw, padding, dil, nthreads):
     from litegpu_cpu.kernels.common import pad_before
     from litegpu.ops.nn import conv_output_size
-    numba.set_num_threads(min(nthreads, threads))
+    kthreads.configure_threads(min(nthreads, threads))
     rng = np.random.default_rng(h * wd + c)
     x = rng.standard_normal((n, h, wd, c)).astype(np.float32)
     w = rng.standard_normal((o, kh, kw, c)).astype(np.float32)

@@ -31,7 +31,7 @@ def test_gemv_matches_float64(m, k, o, threads, panelled):
         out = np.full((m, o), np.nan, np.float32)
         call = product(x, out)
         assert is_plan(call)
-        (address, _tasks, *_), = call.args[0]
+        (address, _tasks, *_), = call.rows
         assert address == gemv._gemv_task.address and call.held[-2][4] == panelled
         call()
         call()

@@ -424,7 +424,7 @@ def test_chained_task_calls_run_in_order_as_one_call():
 
     first = chained([step(x, y, 1, 2.0, 1.0), step(y, z, 7, -1.0, 0.5)])
     call = chained([first, step(z, w, 2, 3.0, 0.0)])
-    assert is_plan(call) and call.args[0].shape[0] == 3
+    assert is_plan(call) and call.rows.shape[0] == 3
     call()
     np.testing.assert_array_equal(w, ((x * 2 + 1) * -1 + 0.5) * 3)
 
@@ -564,7 +564,7 @@ def test_fully_connected_gemv_path_and_nan(rows, depth, width, kernel):
     call = run.bind([x, w, b], outs)
     chosen = None
     if is_plan(call):           # a task function's bound call: which one, on how many threads?
-        (address, tasks, *_), = call.args[0]
+        (address, tasks, *_), = call.rows
         if address == gemv._gemv_task.address:
             chosen = "gemv_parallel" if tasks == 2 else "gemv"
     assert chosen == kernel if kernel else chosen not in ("gemv", "gemv_parallel")

@@ -1,11 +1,11 @@
 """The cpu backend's packed-weight GEMM (litegpu_cpu.kernels.packed) and the kernels using it."""
 from __future__ import annotations
 
-import numba
 import numpy as np
 import pytest
 
 from litegpu_cpu.kernels import packed
+from litegpu_cpu.kernels import threads as kthreads
 from litegpu_cpu.kernels.tasks import is_plan
 
 from test_cpu_kernels import build, direct_conv, rand
@@ -30,8 +30,8 @@ def want(x, w, b, lo, hi):
 ])
 def test_packed_matmul_matches_float64(m, k, n, threads):
     x, w, b = rand(m, k), rand(k, n, scale=0.2), rand(n)
-    before = numba.get_num_threads()
-    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    before = kthreads.current()
+    kthreads.configure_threads(min(threads, kthreads.default_count()))
     try:
         pm = packed.PackedMatmul(w, b, -1.5, 2.0, threads)
         # Sentinels after the output: a partial panel must not store past N.
@@ -43,7 +43,7 @@ def test_packed_matmul_matches_float64(m, k, n, threads):
         call()
         call()
     finally:
-        numba.set_num_threads(before)
+        kthreads.configure_threads(before)
     np.testing.assert_allclose(out, want(x, w, b, -1.5, 2.0), rtol=2e-5, atol=2e-5 * np.sqrt(k))
     assert (memory[m * n:] == 7.0).all()
 
@@ -71,7 +71,7 @@ def test_packed_matmul_refuses_what_it_cannot_run():
 def _runs_packed(call) -> bool:
     """True when ``call`` (or a step of an in_order call) is the packed GEMM's task."""
     address = packed._packed_gemm.address
-    return any(is_plan(c) and address in c.args[0][:, 0] for c in getattr(call, "calls", [call]))
+    return any(is_plan(c) and address in c.rows[:, 0] for c in getattr(call, "calls", [call]))
 
 
 def test_fully_connected_takes_the_packed_gemm():

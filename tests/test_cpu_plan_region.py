@@ -8,12 +8,12 @@ import os
 import subprocess
 import sys
 
-import numba
 import numpy as np
 import pytest
 from numba import carray
 
-from litegpu_cpu.kernels.tasks import POOL, bound_tasks, chained, ensure_workers, run_plan, task_function
+from litegpu_cpu.kernels import threads as kthreads
+from litegpu_cpu.kernels.tasks import bound_tasks, chained, ensure_workers, plan_call, task_function
 
 
 @task_function()
@@ -57,11 +57,11 @@ def _expected(x, counts):
 
 @pytest.fixture(params=[1, 2], ids=["1thread", "2threads"])
 def threads(request):
-    before = numba.get_num_threads()
-    numba.set_num_threads(min(request.param, numba.config.NUMBA_NUM_THREADS))
+    before = kthreads.current()
+    kthreads.configure_threads(min(request.param, kthreads.default_count()))
     ensure_workers(request.param)
     yield request.param
-    numba.set_num_threads(before)
+    kthreads.configure_threads(before)
 
 
 @pytest.mark.parametrize("tasks", [1, 2, 3, 8, 16])
@@ -94,7 +94,7 @@ def test_mixed_and_empty_rows(threads):
     # Each part reads x and writes y; every task of every row ran once.
     np.testing.assert_array_equal(runs, [sum(t > i for t in counts) for i in range(n)])
     assert call.rows.shape[0] == 6
-    run_plan(call.rows[:0], POOL)      # an empty plan does nothing
+    plan_call(call.rows[:0], (), ())()      # an empty plan does nothing
 
 
 def test_serial_stretches_between_parallel_rows(threads):
@@ -114,23 +114,30 @@ def test_serial_stretches_between_parallel_rows(threads):
     np.testing.assert_array_equal(runs, [repeats * sum(t > i for t in counts) for i in range(n)])
 
 
-def test_plans_inside_a_parallel_region_finish(threads):
-    """Two plans launched from inside a numba parallel loop (nested: each gets a team of
-    one thread while asking for two parts) still run every task once: a part never waits
-    for a task no thread has claimed."""
-    from numba import njit, prange
+def test_plans_called_from_two_threads_at_once_finish(threads):
+    """Two plans called at once from two threads (one gets the workers, the other runs on
+    its own thread) each run every task once, again and again: a part never waits for a
+    task no thread has claimed."""
+    import threading
 
-    @njit(parallel=True)
-    def both(plans, pool):
-        for i in prange(plans.shape[0]):
-            run_plan(plans[i], pool)
-
-    n, rows = 16, 20
+    n, rows, repeats = 16, 20, 30
     arrays = [[np.zeros(n, np.float32) for _ in range(3)] for _ in range(2)]
     calls = [_mix_rows(x, y, runs, [8] * rows) for x, y, runs in arrays]
-    both(np.stack([c.rows for c in calls]), POOL)
+    start = threading.Barrier(2)
+
+    def repeat(call):
+        start.wait()
+        for _ in range(repeats):
+            call()
+
+    pair = [threading.Thread(target=repeat, args=(call,)) for call in calls]
+    for thread in pair:
+        thread.start()
+    for thread in pair:
+        thread.join(60)
+    assert not any(thread.is_alive() for thread in pair), "a plan did not finish"
     for _, _, runs in arrays:
-        np.testing.assert_array_equal(runs[:8], rows)
+        np.testing.assert_array_equal(runs[:8], rows * repeats)
 
 
 def _run_in_child(conn, x, y, runs, counts):
@@ -147,8 +154,7 @@ def test_a_forked_child_runs_plans_without_the_parents_workers():
     its plans still run every task once (the caller takes the parts no worker claims) and
     it starts workers of its own when asked."""
     import multiprocessing
-    numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
-    ensure_workers(2)
+    kthreads.configure_threads(min(2, kthreads.default_count()))
     n, counts = 16, [8, 1, 1, 16, 2, 1]
     start = np.arange(n, dtype=np.float32) / 3
     x, y, runs = start.copy(), start.copy(), np.zeros(n, np.float32)
@@ -171,11 +177,11 @@ def test_a_forked_child_runs_plans_without_the_parents_workers():
 _LATE_WORKER = """
 import os
 
-import numba
 import numpy as np
 from numba import carray
 
-from litegpu_cpu.kernels.tasks import bound_tasks, chained, ensure_workers, int64_pointer, task_function
+from litegpu_cpu.kernels.tasks import bound_tasks, chained, int64_pointer, task_function
+from litegpu_cpu.kernels.threads import configure_threads
 
 
 @task_function()
@@ -189,8 +195,7 @@ def spin_then_count(t, a0, a1, a2, a3, a4, a5, a6, a7, ip, fp):
 
 
 os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
-numba.set_num_threads(2)
-ensure_workers(2)
+configure_threads(2)
 runs, sink = np.zeros(2, np.float32), np.zeros(2, np.int64)
 slow, quick = np.array([2, 5_000_000], np.int64), np.array([2, 0], np.int64)
 call = chained([bound_tasks(spin_then_count, 2, (runs, sink), slow)]

@@ -3,13 +3,13 @@ of hybrid FULLY_CONNECTED: equal to the op's hybrid reference (XNNPACK's qd8-f32
 arithmetic) on the VNNI path and the plain one, and to LiteRT on whole models."""
 from __future__ import annotations
 
-import numba
 import numpy as np
 import pytest
 
 from litegpu.ops.hybrid import xnn_dequantize_sums, xnn_quantize_rows
 from litegpu.testing.builder import ModelBuilder
 from litegpu_cpu.kernels import qd8gemm
+from litegpu_cpu.kernels import threads as kthreads
 
 from test_ops_hybrid import close
 from test_ops_quantized import run_both
@@ -44,8 +44,8 @@ def test_product_equals_the_hybrid_reference(vnni, m, k, n, threads, bias, clamp
     scale = RNG.uniform(0.001, 0.02, n).astype(np.float32)
     b = RNG.normal(size=n).astype(np.float32) if bias else None
     x = rows(m, k)
-    before = numba.get_num_threads()
-    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    before = kthreads.current()
+    kthreads.configure_threads(min(threads, kthreads.default_count()))
     try:
         product = qd8gemm.DynamicQuantizedMatmul(w, scale, b, *clamp, threads, vnni=vnni)
         memory = np.full(m * n + 32, 7.5, np.float32)
@@ -54,7 +54,7 @@ def test_product_equals_the_hybrid_reference(vnni, m, k, n, threads, bias, clamp
         call()
         call()                          # a bound call runs again on the same scratch
     finally:
-        numba.set_num_threads(before)
+        kthreads.configure_threads(before)
     quantized, row_scale, _ = xnn_quantize_rows(x)
     want = np.clip(xnn_dequantize_sums(quantized @ w.astype(np.float64), row_scale, scale, b), *clamp)
     # The reference's fused multiply-add is emulated in float64 and may round twice (about

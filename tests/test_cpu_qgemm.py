@@ -2,11 +2,11 @@
 integer numpy arithmetic with the same requantization, on the VNNI path and the plain one."""
 from __future__ import annotations
 
-import numba
 import numpy as np
 import pytest
 
 from litegpu_cpu.kernels import qgemm
+from litegpu_cpu.kernels import threads as kthreads
 from litegpu_cpu.kernels.tasks import is_plan
 
 RNG = np.random.default_rng(11)
@@ -42,8 +42,8 @@ def test_quantized_matmul_is_exact(vnni, m, k, n, threads, per_channel):
     bias = RNG.integers(-5000, 5000, n).astype(np.int32)
     scales = (RNG.random(n if per_channel else 1) * 0.002 + 0.0002).astype(np.float32)
     zx, zo, lo, hi = -3, 5, -100, 90           # a fused activation's narrower range
-    before = numba.get_num_threads()
-    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    before = kthreads.current()
+    kthreads.configure_threads(min(threads, kthreads.default_count()))
     try:
         product = qgemm.QuantizedMatmul(w, bias, zx, scales, zo, lo, hi, threads, vnni=vnni)
         memory = np.full(m * n + 64, 77, np.int8)
@@ -52,7 +52,7 @@ def test_quantized_matmul_is_exact(vnni, m, k, n, threads, per_channel):
         assert is_plan(call)
         call()
     finally:
-        numba.set_num_threads(before)
+        kthreads.configure_threads(before)
     want = expected(x[:, :k], w, bias, zx, scales, zo, lo, hi)
     np.testing.assert_array_equal(out, want)
     assert (memory[m * n:] == 77).all()          # a partial panel stores nothing past N

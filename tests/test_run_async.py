@@ -123,12 +123,12 @@ def test_bad_input_is_refused_at_the_call(model) -> None:
 
 
 def test_a_run_on_another_thread_uses_the_models_thread_count() -> None:
-    """numba's thread count belongs to the calling thread: a run from a fresh thread (as
-    run_async's worker is) still gets the model's num_threads, not numba's default."""
+    """The cpu kernels' thread count belongs to the calling thread: a run from a fresh
+    thread (as run_async's worker is) still gets the model's num_threads, not the default."""
     import threading
 
-    import numba
     from litegpu.testing.builder import ModelBuilder
+    from litegpu_cpu.kernels import threads
     b = ModelBuilder()
     x = b.input("x", (1, 4))
     y = b.tensor("y", (1, 4))
@@ -140,7 +140,7 @@ def test_a_run_on_another_thread_uses_the_models_thread_count() -> None:
 
     def invoke() -> None:
         interp.invoke()
-        seen.append(numba.get_num_threads())
+        seen.append(threads.current())
 
     worker = threading.Thread(target=invoke)
     worker.start()

@@ -33,9 +33,11 @@ class CpuBackend(Backend):
     def device_info(self) -> dict:
         import llvmlite
         import numba
+
+        from .kernels.threads import default_count
         return {"device": _cpu_model(), "cores": os.cpu_count(), "simd": _simd_features(),
                 "numpy": np.__version__, "numba": numba.__version__, "llvmlite": llvmlite.__version__,
-                "threads": numba.config.NUMBA_NUM_THREADS, "threading layer": numba.config.THREADING_LAYER}
+                "threads": default_count()}
 
     def supports(self, node: NodeContext, model: Model) -> Support:
         for t in (*node.node.inputs, *node.node.outputs):
@@ -503,7 +505,7 @@ def _fail(ctx: NodeContext, exc: Exception) -> LiteGpuError:
 
 @lru_cache(maxsize=None)
 def _threads_setter(num_threads: int):
-    """The call that puts the calling thread on ``num_threads`` numba threads: one object
+    """The call that puts the calling thread on ``num_threads`` threads: one object
     per count, so that a caller running several programs' bound steps (a WHILE loop's
     condition and body) can tell it needs calling once."""
     from .kernels.threads import threads_here

@@ -20,7 +20,7 @@ from .misc import constant_product
 from .packed import MR, PackedMatmul, packed_matmul
 from .registry import bindable, kernel
 from .tasks import bind_task, bound_tasks, in_sequence, row_tasks, task_function
-from .threads import ensure_gemm_policy
+from .threads import current as current_threads, ensure_gemm_policy
 
 # Rows of the im2col matrix built per GEMM call: bounds the scratch (and keeps it
 # nearer the caches) on big feature maps; small layers take one block.
@@ -112,7 +112,6 @@ def _implicit_conv(x_shape, w_value, bias, lo, hi, out_shape, geometry):
     sh, sw, dh, dw, pt, pl = geometry
     if pt < 0 or pl < 0 or ow < MR or oh < 1 or n < 1:
         return None
-    import numba
     hp, wp = (oh - 1) * sh + (kh - 1) * dh + 1, (ow - 1) * sw + (kw - 1) * dw + 1
     # Input rows and columns past the frame are never read (VALID with a remainder).
     rows_in, cols_in = max(0, min(h, hp - pt)), max(0, min(w, wp - pl))
@@ -121,7 +120,7 @@ def _implicit_conv(x_shape, w_value, bias, lo, hi, out_shape, geometry):
     offsets = [a * dh * wp for a in range(kh)] if dw == 1 else \
         [a * dh * wp + b * dw for a in range(kh) for b in range(kw)]
     wmat = np.asarray(w_value, F32).transpose(1, 2, 3, 0).reshape(kh * kw * c, o)   # [T*C, O]
-    product = PackedMatmul(wmat, bias, lo, hi, numba.get_num_threads(), offsets)
+    product = PackedMatmul(wmat, bias, lo, hi, current_threads(), offsets)
     rows = np.zeros((hp * wp, c), F32)
     pad = np.array([w, c, pt, pl, wp, cols_in], np.int64)
     segments = (ow, sh * wp, sw)

@@ -28,7 +28,7 @@ from numba import carray, njit, types
 from numba.extending import intrinsic
 
 from .tasks import bound_tasks, task_function
-from .threads import numpy_openblas_symbol
+from .threads import current as current_threads, numpy_openblas_symbol
 
 # Products below this many multiply-adds are not worth a parallel region.
 SPLIT_MIN_MACS = 1 << 17
@@ -146,8 +146,7 @@ def plan(m: int, n: int, k: int, threads: int | None = None) -> tuple[bool, int]
     ``np.matmul`` on the calling thread (small product, one thread, no OpenBLAS).
     ``threads`` defaults to numba's thread count (set by the backend before it compiles)."""
     if threads is None:
-        import numba
-        threads = numba.get_num_threads()
+        threads = current_threads()
     # One row is a GEMV: numpy's gemv beats sgemm halves (1x1024x1000: 46 us vs 117).
     if threads < 2 or m < 2 or m * n * k < SPLIT_MIN_MACS or not sgemm_address():
         return None
@@ -223,8 +222,7 @@ def batched_matmul(a_shape: tuple, b_shape: tuple, adj_x: bool, adj_y: bool, thr
     if not fn or len(a_shape) < 2 or len(b_shape) < 2:
         return None
     if threads is None:
-        import numba
-        threads = numba.get_num_threads()
+        threads = current_threads()
     m, k = (a_shape[-1], a_shape[-2]) if adj_x else (a_shape[-2], a_shape[-1])
     kb, n = (b_shape[-1], b_shape[-2]) if adj_y else (b_shape[-2], b_shape[-1])
     batch = np.broadcast_shapes(tuple(a_shape[:-2]), tuple(b_shape[:-2]))

@@ -23,6 +23,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from .common import F32
+from .threads import current as current_threads
 from .tasks import bind_task, task_function
 
 # Rows and columns of the micro-tile: MR vector accumulators of NR float32 lanes.
@@ -315,8 +316,7 @@ def packed_matmul(w_kn: np.ndarray, bias: np.ndarray | None, lo: float, hi: floa
     """A :class:`PackedMatmul` for products of ``m`` rows with ``w_kn`` (bias None: zero),
     cut for numba's current thread count (the backend sets it before it compiles), or
     None when :func:`fits` says no."""
-    import numba
     n = w_kn.shape[1]
     if not fits(m, n):
         return None
-    return PackedMatmul(w_kn, np.zeros(n, F32) if bias is None else bias, lo, hi, numba.get_num_threads())
+    return PackedMatmul(w_kn, np.zeros(n, F32) if bias is None else bias, lo, hi, current_threads())

@@ -47,6 +47,7 @@ from .qconv import Im2col
 from .qelementwise import _PARALLEL_SIZE, _TASKS, UNARY_8BIT, _full_operand, _spans
 from .qgemm import _SUMS, _TILE_PANELS, MR, _store_first_bytes, _task_share, split
 from .registry import bindable, in_order, kernel, named, one_input_reference
+from .threads import current as current_threads
 from .tasks import (bind_task, in_sequence, int8_pointer, int16_pointer, int32_pointer, int64_pointer,
                     task_function)
 
@@ -625,7 +626,7 @@ def _product_constants(ctx: NodeContext, x_index: int = 0,
 
 def _product16(w_kn: np.ndarray, bias, requant: dict | None) -> QuantizedMatmul16:
     """The node's product, cut into tasks for numba's threads."""
-    return QuantizedMatmul16(w_kn, bias, requant, numba.get_num_threads())
+    return QuantizedMatmul16(w_kn, bias, requant, current_threads())
 
 
 @kernel("FULLY_CONNECTED", quantized=True)

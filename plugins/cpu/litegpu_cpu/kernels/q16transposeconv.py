@@ -16,7 +16,6 @@ int32 already, and col2im adds up to ``ceil(KH/SH) * ceil(KW/SW)`` of them.
 """
 from __future__ import annotations
 
-import numba
 import numpy as np
 
 from litegpu.backend import NodeContext
@@ -25,6 +24,7 @@ from .q16 import I16, QuantizedMatmul16, _columns, _product_constants, _requanti
 from .qmatmul import _widen_rows_task
 from .qtransposeconv import _gather_row, geometry, taps_matrix
 from .registry import bindable, kernel, named
+from .threads import current as current_threads
 from .tasks import bind_task, bound_tasks, in_sequence, int16_pointer, int64_pointer, task_function
 
 I64 = np.dtype(np.int64)
@@ -61,7 +61,7 @@ def int16_transpose_conv(ctx: NodeContext):
     if g is None:
         return None
     m, c, taps = g.n * g.h * g.w, g.c, g.kh * g.kw * g.o
-    product = QuantizedMatmul16(taps_matrix(w), None, None, numba.get_num_threads())
+    product = QuantizedMatmul16(taps_matrix(w), None, None, current_threads())
     sums = np.empty((m, taps), I64)
     cols = _columns(g.o, bias, requant)[:, :g.o].copy()
     acc = np.empty(g.tasks * g.ow * g.o, I64)

@@ -26,6 +26,7 @@ from .qd8gemm import hybrid_fully_connected
 from .qdepthwise import QuantizedDepthwise
 from .qgemm import QuantizedMatmul
 from .registry import bindable, in_order, kernel, named
+from .threads import current as current_threads
 from .tasks import bind_task, in_sequence, int32_pointer, int8_pointer, task_function
 
 I8 = np.dtype(np.int8)
@@ -46,9 +47,8 @@ def _constants(ctx: NodeContext) -> tuple[np.ndarray, np.ndarray | None, dict] |
 
 
 def _product(w_kn: np.ndarray, bias, requant: dict) -> QuantizedMatmul:
-    import numba
     return QuantizedMatmul(w_kn, bias, requant["x_zp"], requant["scale"], requant["zp"], requant["lo"],
-                           requant["hi"], numba.get_num_threads())
+                           requant["hi"], current_threads())
 
 
 def _rows4(k: int) -> int:

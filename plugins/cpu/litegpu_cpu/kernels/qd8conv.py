@@ -40,6 +40,7 @@ from .qd8gemm import DynamicQuantizedMatmul, bind_quantize_rows, bind_row_pieces
 from .qdepthwise import PIXELS, inner_pixels, pixel_sums, tap_sums
 from .qgemm import _SUMS
 from .registry import bindable, kernel, named
+from .threads import current as current_threads
 from .tasks import bind_task, in_sequence, int32_pointer, int8_pointer, task_function
 
 F32 = np.dtype(np.float32)
@@ -62,8 +63,7 @@ def _hybrid_constants(ctx: NodeContext) -> tuple[np.ndarray, np.ndarray] | None:
 
 
 def _threads() -> int:
-    import numba
-    return numba.get_num_threads()
+    return current_threads()
 
 
 # -- CONV_2D (XNNPACK's qd8-f32-qc8w) -------------------------------------------------------

@@ -31,6 +31,7 @@ from .packed import NR, carried_loop, clamp_vector, fma_function, load_vector, s
 from .qgemm import (_ROW_PANELS, _SUMS, _TILE_PANELS, MR, VNNI, _task_share, k_steps, pack, split, tile_geometry,
                     tile_sums)
 from .registry import bindable
+from .threads import current as current_threads
 from .tasks import bind_task, in_sequence, int8_pointer, int32_pointer, task_function
 
 _I32 = ir.IntType(32)
@@ -454,13 +455,12 @@ def hybrid_fully_connected(ctx: NodeContext):
         return None
     if bias_spec is not None and (bias_spec.value is None or np.dtype(bias_spec.dtype) != np.float32):
         return None
-    import numba
     w = np.asarray(w_spec.value, np.int8)
     o, k = w.shape
     m = int(np.prod(ctx.inputs[0].shape)) // k
     lo, hi = clamp_bounds(ctx.attrs["activation"])
     product = DynamicQuantizedMatmul(np.ascontiguousarray(w.T), ctx.attrs["weight_scale"],
-                                     None if bias_spec is None else bias_spec.value, lo, hi, numba.get_num_threads())
+                                     None if bias_spec is None else bias_spec.value, lo, hi, current_threads())
     run = bindable(lambda inputs, outputs: product.bind(inputs[0].reshape(m, k), outputs[0].reshape(m, o)))
     run.quantized_rows = product      # for the backend to pair products reading one x
     return run

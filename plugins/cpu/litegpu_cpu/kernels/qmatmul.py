@@ -31,6 +31,7 @@ from .packed import NR
 from .qfixed import multiply_by_quantized_multiplier
 from .qgemm import _ROW_PANELS, _SUMS, _TILE_PANELS, MR, VNNI, _task_share, initial_sums, pack, split, tile_sums
 from .registry import bindable, kernel, named
+from .threads import current as current_threads
 from .tasks import bind_task, bound_tasks, int8_pointer, int32_pointer, task_function
 
 I8 = np.dtype(np.int8)
@@ -146,7 +147,6 @@ class Int32Product:
     constant int8 ``w_kn`` [K, N], packed here once."""
 
     def __init__(self, w_kn: np.ndarray, x_zero_point: int, m: int) -> None:
-        import numba
         k, n = w_kn.shape
         self.weights = pack(w_kn)
         self.init = initial_sums(w_kn, None, x_zero_point)
@@ -155,7 +155,7 @@ class Int32Product:
         k4 = self.weights.shape[1] * 4
         # x's rows widened to whole four-byte steps when K is not a multiple of four.
         self.widened = None if k4 == k else np.zeros((m, k4), np.int8)
-        rows = split(m, n, k, numba.get_num_threads())
+        rows = split(m, n, k, current_threads())
         self.params = np.array([m, k4 // 4, n, k4, *rows, self.npad], np.int64)
         self.tasks = rows[1] * rows[3]
         self.widen = np.array([m, k, k4], np.int64)
@@ -319,8 +319,7 @@ def quantized_batch_matmul(ctx: NodeContext):
     batches = int(np.prod(batch, dtype=np.int64))
     if k > _MAX_K or min(m, n, k, batches) == 0:
         return None
-    import numba
-    chunk, blocks, per_task, tasks = _work_split(batches, m, n, k, numba.get_num_threads())
+    chunk, blocks, per_task, tasks = _work_split(batches, m, n, k, current_threads())
     k4, npad = -(-k // 4) * 4, -(-n // NR) * NR
     # Each task's scratch: packed b and rows of a (bytes); starting sums, row terms, sums (int32).
     task_bytes, task_ints = npad * k4 + chunk * k4, 4 * (npad + chunk + chunk * npad)

@@ -50,7 +50,9 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from ..compile_progress import report_compile
+from ..native import call_block
 from .registry import in_order
+from .threads import current as current_threads
 
 log = logging.getLogger(__name__)
 
@@ -83,11 +85,13 @@ _COMPILE_LOCK = threading.RLock()    # numba compiles one function at a time any
 
 class TaskFunction:
     """A serial task function ``fn(task, a0, .., a7, ints, floats)`` (float32 pointers,
-    int64 and float32 parameter pointers), compiled as a C callback on first use."""
+    int64 and float32 parameter pointers), compiled as a C callback on first use; with
+    another ``signature``, any C callback of litegpu's (the launcher's entries)."""
 
-    def __init__(self, fn, fastmath=False) -> None:
+    def __init__(self, fn, fastmath=False, signature=TASK_SIGNATURE) -> None:
         self.fn = fn
         self.fastmath = fastmath
+        self.signature = signature
         self._address = 0
         self._compiled = None                  # keeps the code alive
 
@@ -103,16 +107,16 @@ class TaskFunction:
                     report_compile(self.fn.__name__)   # a cfunc raises no numba compile event
                     options = {"noalias": True} if NOALIAS else {}
                     # error_model="numpy": a callback cannot raise, so x / 0 is inf as in numpy.
-                    compiled = cfunc(TASK_SIGNATURE, cache=True, fastmath=self.fastmath, error_model="numpy",
+                    compiled = cfunc(self.signature, cache=True, fastmath=self.fastmath, error_model="numpy",
                                      **options)(self.fn)
                     self._compiled = compiled
                     self._address = compiled.address
         return self._address
 
 
-def task_function(fastmath=False):
+def task_function(fastmath=False, signature=TASK_SIGNATURE):
     """Decorator: the function as a :class:`TaskFunction`."""
-    return lambda fn: TaskFunction(fn, fastmath)
+    return lambda fn: TaskFunction(fn, fastmath, signature)
 
 
 @intrinsic
@@ -241,27 +245,6 @@ def _wait_a_little(typingctx, spins):
                     builder.call(cgutils.get_or_insert_function(builder.module, yield_, "sched_yield"), [])
         return context.get_dummy_value()
     return types.void(types.int64), codegen
-
-
-def _launch_threads() -> None:
-    """Start numba's threading layer (once; a flag check afterwards)."""
-    from numba.np.ufunc.parallel import _launch_threads as launch
-    launch()
-
-
-@intrinsic
-def _thread_count(typingctx):
-    """numba's thread count for the calling thread (``numba.get_num_threads()`` calls it
-    through a ctypes pointer, which numba's disk cache refuses; this calls the symbol
-    numba's threading layer registers with LLVM when it starts, as its own ``prange``
-    lowering does)."""
-    _launch_threads()
-
-    def codegen(context, builder, signature, args):
-        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(cgutils.intp_t, []),
-                                            "get_num_threads")
-        return builder.call(fn, [])
-    return types.intp(), codegen
 
 
 # Busy-wait steps before a waiting thread starts yielding: ~20 us of ``pause`` on Zen 4,
@@ -399,6 +382,23 @@ def _work(state, part):
         _fetch_add(active, np.int64(-1))
 
 
+ENTRY_SIGNATURE = types.void(types.CPointer(types.int64))
+"""A launcher entry's C signature: ``void entry(int64_t *arguments)``, called by
+:data:`..native.call_block` with the words of a block after its first."""
+
+
+@task_function(signature=ENTRY_SIGNATURE)
+def _work_entry(arguments):
+    """:func:`_work` (``arguments``: the pool's address, the part)."""
+    _work(arguments[0], arguments[1])
+
+
+@task_function(signature=ENTRY_SIGNATURE)
+def _wake_entry(arguments):
+    """Wake every worker sleeping on the generation's futex of the pool at ``arguments[0]``."""
+    _futex_wake(arguments[0] + _GEN * _LINE, np.int64(1 << 30))
+
+
 class _Workers:
     """The launcher's worker threads: Python threads, each running :func:`_work` without
     the GIL for the life of the process, started on demand (:func:`ensure_workers`), told
@@ -419,7 +419,8 @@ class _Workers:
         with self.lock:
             while len(self.threads) < count:
                 part = len(self.threads) + 1
-                thread = threading.Thread(target=_work, args=(POOL.ctypes.data, part), daemon=True,
+                block = np.array([_work_entry.address, POOL.ctypes.data, part], np.int64)
+                thread = threading.Thread(target=call_block, args=(block,), daemon=True,
                                           name=f"litegpu-cpu-worker-{part}")
                 thread.start()
                 self.threads.append(thread)
@@ -427,9 +428,11 @@ class _Workers:
 
     def stop(self) -> None:
         """Let every worker return (at exit)."""
+        if not self.threads:
+            return
         POOL[_STOP * _LINE // 8] = 1
         POOL[_GEN * _LINE // 8] += 2        # (no job: a changed generation wakes the sleepers)
-        _wake_all(POOL)
+        call_block(np.array([_wake_entry.address, POOL.ctypes.data], np.int64))
         for thread in self.threads:
             thread.join(timeout=1.0)
 
@@ -437,12 +440,6 @@ class _Workers:
         POOL[:] = 0
         self.threads = []
         self.lock = threading.Lock()
-
-
-@njit(cache=True)
-def _wake_all(pool):
-    """Wake every worker sleeping on the generation's futex."""
-    _futex_wake(pool.ctypes.data + _GEN * _LINE, np.int64(1 << 30))
 
 
 _WORKER_THREADS = _Workers()
@@ -534,26 +531,18 @@ def _take_part(plan, base, width, part):
 
 @njit(cache=True, nogil=True)
 def _lead(plan, counters, state, width):
-    """The caller's side of a job (see :func:`run_plan`): publish ``plan`` and its zeroed
-    ``counters``, take part 0, close the job and return once no worker is inside it.
-
-    The workers know the counters by address only, so ``counters`` comes as the array,
-    which :func:`run_plan` holds until this returns. numba releases an array after the
-    last use of its variable, and taking its address is such a use: allocated and used in
-    one function, the counters were freed when the caller's part ended, before the job
-    closed, and a worker the OS had descheduled inside the job then read and wrote freed
-    memory (the segfault of the README's dask example: two processes on two cores, and a
-    5569-row plan whose 1 MB of counters glibc unmapped when freeing them)."""
+    """The caller's side of a job (see :func:`run_plan`): publish ``plan`` and its
+    ``counters`` (an address: zeroed words the plan's call holds), take part 0, close the
+    job and return once no worker is inside it, so that the counters outlive every worker
+    that may still touch them (one the OS descheduled inside the job)."""
     _store_int64(state + _PLAN * _LINE, plan.ctypes.data)
     _store_int64(state + _ROWS * _LINE, plan.shape[0])
-    _store_int64(state + _COUNTERS * _LINE, counters.ctypes.data)
+    _store_int64(state + _COUNTERS * _LINE, counters)
     _store_int64(state + _WIDTH * _LINE, width)
     _fetch_add(state + _GEN * _LINE, np.int64(1))                 # odd: the job is open
     if _fetch_add(state + _SLEEPERS * _LINE, np.int64(0)) > 0:
         _futex_wake(state + _GEN * _LINE, np.int64(width - 1))
-    # The workers' argument types (an int64 address, part an int64, not the literal 0):
-    # one compile of _take_part serves both sides (~0.4 s of a cold start).
-    _take_part(plan, np.int64(counters.ctypes.data), width, np.int64(0))
+    _take_part(plan, counters, width, np.int64(0))
     _fetch_add(state + _GEN * _LINE, np.int64(1))                 # even: closed
     spins = 0
     while _fetch_add(state + _ACTIVE * _LINE, np.int64(0)) != 0:   # a worker still inside
@@ -562,24 +551,24 @@ def _lead(plan, counters, state, width):
 
 
 @njit(cache=True, nogil=True)
-def run_plan(plan, pool):
+def run_plan(plan, state, width, counters):
     """Each row of ``plan`` in order (the task function's address, its task count, then
-    the addresses of a0 .. a7, the int64 and the float32 parameters). One compile serves
-    every task function and every sequence of them.
+    the addresses of a0 .. a7, the int64 and the float32 parameters) on up to ``width``
+    threads. One compile serves every task function and every sequence of them.
 
     With several threads and a row of several tasks, the whole plan runs as one job of
-    the launcher's workers (``pool``: :data:`POOL`, see :class:`_Workers`): the caller
-    takes part 0 (:func:`_take_part`), each worker awake takes another, the barriers (a
-    row of several tasks, a serial stretch) are counters in memory. The caller never
-    waits for a worker to *arrive*: a part's tasks that its worker has not claimed are
-    the caller's to run, so a worker the OS has descheduled (another process busy on the
+    the launcher's workers (``state``: the address of :data:`POOL`, see :class:`_Workers`):
+    the caller takes part 0 (:func:`_take_part`), each worker awake takes another, the
+    barriers (a row of several tasks, a serial stretch) are counters in memory
+    (``counters``: the address of at least :func:`counter_words` int64s). The caller never
+    waits for a worker to *arrive*: a part's tasks that its worker has not claimed are the
+    caller's to run, so a worker the OS has descheduled (another process busy on the
     cores) costs its share of the work, not a wait for its time slice; the caller waits
-    only for tasks a worker has started, and at the end for workers still inside the
-    job. (numba's ``prange`` waits for every thread at the end of each parallel region:
-    a 10 us model took 80 us beside one CPU-bound process.) Otherwise, or when the
-    workers serve another caller (another model's run, a plan inside a task), the rows
-    run on the calling thread."""
-    width = _thread_count()
+    only for tasks a worker has started, and at the end for workers still inside the job.
+    (numba's ``prange`` waits for every thread at the end of each parallel region: a
+    10 us model took 80 us beside one CPU-bound process.) Otherwise, or when the workers
+    serve another caller (another model's run on another thread), the rows run on the
+    calling thread."""
     parallel = False
     barriers = 0
     s = 0
@@ -587,7 +576,6 @@ def run_plan(plan, pool):
         parallel |= plan[s, 1] > 1
         barriers += 1
         s = _stretch_end(plan, s)
-    state = pool.ctypes.data
     if width == 1 or not parallel or not _try_own(state):
         _run_rows_serially(plan)
         return
@@ -596,13 +584,14 @@ def run_plan(plan, pool):
         _release(state)
         _run_rows_serially(plan)
         return
-    counters = np.zeros(barriers * (width + 1) * _WORDS, np.int64)
-    _lead(plan, counters, state, width)     # (the array, not its address: see _lead)
+    for line in range(barriers * (width + 1)):
+        _store_int64(counters + line * _LINE, np.int64(0))
+    _lead(plan, counters, state, width)
     _release(state)
 
 
 @njit(cache=True, nogil=True)
-def run_program(plan, pool):
+def run_program(plan, state, width, counters):
     """A table with control rows (a negative count: ``JUMP``, ``COPY``, ...): a small
     program with branches and loops (IF and WHILE, see :mod:`..control`), each run of task
     rows between them handed to :func:`run_plan`. Serial itself, so that the launcher's
@@ -614,7 +603,7 @@ def run_program(plan, pool):
         while end < plan.shape[0] and plan[end, 1] >= 0:
             end += 1
         if end > s:
-            run_plan(plan[s:end], pool)
+            run_plan(plan[s:end], state, width, counters)
             s = end
             continue
         q = plan[s]
@@ -640,6 +629,30 @@ def run_program(plan, pool):
                 _store_int64(q[3], np.int64(1))
                 return
         s += 1
+
+
+@task_function(signature=ENTRY_SIGNATURE)
+def _plan_entry(arguments):
+    """:func:`run_plan` (``arguments``: the table's address and rows, the pool's address,
+    the width, the counters' address)."""
+    run_plan(carray(_plan_at(arguments[0]), (arguments[1], 4 + ARRAYS)), arguments[2], arguments[3], arguments[4])
+
+
+@task_function(signature=ENTRY_SIGNATURE)
+def _program_entry(arguments):
+    """:func:`run_program`, with :func:`_plan_entry`'s arguments."""
+    run_program(carray(_plan_at(arguments[0]), (arguments[1], 4 + ARRAYS)), arguments[2], arguments[3],
+                arguments[4])
+
+
+def counter_words(rows: np.ndarray, width: int) -> int:
+    """How many int64s the barriers of table ``rows`` take on ``width`` threads: ``width + 1``
+    cache lines for each serial stretch or row of several tasks (:func:`run_plan`), over
+    the task rows between the control rows."""
+    counts = rows[:, 1]
+    single = counts == 1
+    starts = (~single | ~np.concatenate(([False], single))[:-1]) & (counts >= 0)
+    return max(int(starts.sum()), 1) * (width + 1) * _WORDS
 
 
 def control_row(op: int, *operands: int) -> np.ndarray:
@@ -695,22 +708,25 @@ class Check(tuple):
 
 
 def plan_call(rows: np.ndarray, held: tuple, checks: tuple):
-    """The call running table ``rows`` (a ``partial`` of :func:`run_plan`, or of
-    :func:`run_program` when it has control rows; no Python around it when nothing is
-    checked), with ``rows``, ``held`` and ``checks`` attached."""
+    """The call running table ``rows`` (through :func:`run_plan`, or :func:`run_program`
+    when it has control rows) on the calling thread's thread count (:func:`.threads.current`):
+    a ``partial`` of :data:`..native.call_block` on the block of its arguments, with no
+    Python around it when nothing is checked; with ``rows``, ``held``, ``checks`` and the
+    block (which holds the counters) attached."""
     checks = tuple(Check(c) for c in checks)
-    launch = run_program if len(rows) and rows[:, 1].min() < 0 else run_plan
-    # The launcher reads numba's per-thread count through the threading layer's symbol,
-    # which a launcher loaded from numba's cache finds only once the layer is started.
-    _launch_threads()
+    entry = _program_entry if len(rows) and rows[:, 1].min() < 0 else _plan_entry
+    width = current_threads()
+    counters = np.zeros(counter_words(rows, width), np.int64)
+    block = np.array([entry.address, rows.ctypes.data, len(rows), POOL.ctypes.data, width, counters.ctypes.data],
+                     np.int64)
     if checks:
         def call() -> None:
-            launch(rows, POOL)
+            call_block(block)
             for check in call.checks:   # (the attribute: a caller may rename the errors)
                 check.raise_if_set()
     else:
-        call = partial(launch, rows, POOL)
-    call.rows, call.held, call.checks = rows, held, checks
+        call = partial(call_block, block)
+    call.rows, call.held, call.checks, call.block, call.counters = rows, held, checks, block, counters
     return call
 
 

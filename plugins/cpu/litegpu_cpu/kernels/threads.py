@@ -1,6 +1,10 @@
 """Threads of the cpu kernels: the plan launcher's workers (:mod:`.tasks`) and OpenBLAS's.
 
-The two must not both be wide. OpenBLAS's workers busy-wait after each GEMM; in a network
+The launcher's thread count is litegpu's own, per calling thread (:func:`current`):
+numba's threading layer is never started (it spawned a pool of its own, ~25 ms of a
+process's start, for kernels that no longer use it).
+
+The two pools must not both be wide. OpenBLAS's workers busy-wait after each GEMM; in a network
 that alternates a task-function kernel (a depthwise conv) and a BLAS product, each pool's
 spinners would take the cores the other needs (measured on 2 loaded cores, mobilenet_v2 /
 resnet18 per invoke, with numba's OpenMP pool as the other: OpenBLAS 2 threads: 100-280 /
@@ -83,27 +87,47 @@ def ensure_gemm_policy() -> None:
         set_blas_threads(1)
 
 
-# numba's thread count belongs to the calling thread: what each thread was set to.
-_APPLIED: dict[int, int] = {}
+def default_count() -> int:
+    """The thread count of a program that asks for none (``num_threads`` 0): the
+    ``NUMBA_NUM_THREADS`` environment variable where set (the knob numba users know),
+    else the cores this process may run on."""
+    try:
+        return max(1, int(os.environ["NUMBA_NUM_THREADS"]))
+    except (KeyError, ValueError):
+        pass
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+# The thread count belongs to the calling thread (a run may come from another thread
+# than the compile: ``run_async``'s worker, a user's thread pool): what each was set to.
+_HERE = threading.local()
+
+
+def current() -> int:
+    """The calling thread's thread count for the cpu kernels: what :func:`configure_threads`
+    set on it, else :func:`default_count`. Kernels split their work by it when they are
+    built, and a plan bound on this thread runs on up to that many threads."""
+    return getattr(_HERE, "count", 0) or default_count()
 
 
 def configure_threads(num_threads: int) -> None:
-    """Apply the cpu backend's thread policy on the calling thread: numba kernels on
-    ``num_threads`` threads (0: numba's default), GEMMs on the calling thread (see the
-    module docstring)."""
-    import numba
-
+    """Apply the cpu backend's thread policy on the calling thread: kernels on
+    ``num_threads`` threads (0: :func:`default_count`; never more than that, since the
+    launcher's workers spin a little after each plan), the launcher's workers started,
+    GEMMs on the calling thread (see the module docstring)."""
     from .tasks import ensure_workers
-    if num_threads > 0:
-        numba.set_num_threads(min(num_threads, numba.config.NUMBA_NUM_THREADS))
-    ensure_workers(numba.get_num_threads())
+    most = default_count()
+    _HERE.count = min(num_threads, most) if num_threads > 0 else most
+    _HERE.asked = num_threads
+    ensure_workers(_HERE.count)
     ensure_gemm_policy()
-    _APPLIED[threading.get_ident()] = num_threads
 
 
 def threads_here(num_threads: int) -> None:
-    """Make sure the calling thread runs numba kernels on ``num_threads`` threads. A run
-    may come from another thread than the compile (``run_async``'s worker, a user's
-    thread pool), and numba would give that thread its default count; ~0.1 µs when set."""
-    if _APPLIED.get(threading.get_ident()) != num_threads:
+    """Make sure the calling thread runs the cpu kernels on ``num_threads`` threads; ~0.1 µs
+    when it does already."""
+    if getattr(_HERE, "asked", None) != num_threads:
         configure_threads(num_threads)
