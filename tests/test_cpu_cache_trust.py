@@ -5,7 +5,8 @@ Every run here is a fresh process with its own ``LITEGPU_CACHE_DIR`` (numba's co
 functions and cache decisions are per process). The child builds one small model (a conv,
 then a fused MUL -> LOGISTIC -> ADD chain: a fixed kernel and a generated one), runs it,
 and reports a digest of the output, numba's cache hits and misses for litegpu's functions,
-and every file it opened for writing (an audit hook), so a test sees what was written and
+the hits and misses of litegpu's own cache of task functions' machine code
+(:mod:`litegpu_cpu.objects`), and every file it opened for writing (an audit hook), so a test sees what was written and
 what was loaded rather than guessing from timings.
 
 Read-only and full-disk caches are real mounts (a tmpfs, remounted read-only): root ignores
@@ -77,6 +78,14 @@ def counting_load(self, sig, target_context):
     return result
 
 caching.Cache.load_overload = counting_load
+import litegpu_cpu.objects as objects
+linked = {"hit": 0, "miss": 0}
+object_load = objects.load
+def counting_object_load(entry):
+    address = object_load(entry)
+    linked["hit" if address else "miss"] += 1
+    return address
+objects.load = counting_object_load
 
 def model():
     b = ModelBuilder()
@@ -118,7 +127,7 @@ for t in workers:
     t.start()
 for t in workers:
     t.join()
-print(json.dumps({"digests": digests, "errors": errors, "loads": loads, "writes": writes,
+print(json.dumps({"digests": digests, "errors": errors, "loads": loads, "linked": linked, "writes": writes,
                   "seconds": time.perf_counter() - start}))
 '''
 
@@ -137,6 +146,15 @@ class Child:
     @property
     def loads(self) -> dict:
         return self.result["loads"]
+
+    @property
+    def linked(self) -> dict:
+        return self.result["linked"]
+
+    @property
+    def misses(self) -> int:
+        """Functions compiled or loaded through numba's cache, or missing from litegpu's."""
+        return self.loads["miss"] + self.linked["miss"]
 
 
 def run_child(cache: Path, threads: int = 1) -> Child:
@@ -176,6 +194,11 @@ def warm(tmp_path_factory) -> Warm:
 
 def numba_files(root: Path, suffix: str) -> list[Path]:
     return sorted(root.glob(f"numba/*/**/*{suffix}"))
+
+
+def object_files(root: Path) -> list[Path]:
+    """litegpu's entries of task functions' machine code."""
+    return sorted(root.glob("numba/*/objects/*.o"))
 
 
 def snapshot(root: Path) -> dict[str, tuple[int, int]]:
@@ -221,10 +244,13 @@ def fill(path: Path) -> None:
 
 # -- tests ------------------------------------------------------------------------------
 def test_cold_run_caches_under_the_cache_root_only(warm):
-    """(f) numba's entries of the fixed and the generated kernels land under the cache root,
-    and the audit hook (which every child asserts saw no write into the package) sees them."""
+    """(f) numba's entries and litegpu's machine code of the fixed and the generated kernels
+    land under the cache root, and the audit hook (which every child asserts saw no write
+    into the package) sees them."""
     assert warm.cold.loads["hit"] == 0 and warm.cold.loads["miss"] > 0
+    assert warm.cold.linked["hit"] == 0 and warm.cold.linked["miss"] > 0
     assert warm.cold.result["writes"]["cache"], "the audit hook saw no write at all"
+    assert len(object_files(warm.cache)) >= 2, object_files(warm.cache)
     fixed = [p for p in numba_files(warm.cache, ".nbi") if "litegpu_cpu" in p.parts]
     generated = [p for p in numba_files(warm.cache, ".nbi") if "generated" in p.parts]
     assert fixed and generated, numba_files(warm.cache, ".nbi")
@@ -246,11 +272,11 @@ def test_read_only_warm_cache_loads_and_writes_nothing(warm, tmp_path):
         assert snapshot(root) == before
     for child in ro_runs:
         assert child.digests == {warm.digest}
-        assert child.loads["miss"] == 0 and child.loads["hit"] > 0, child.loads
+        assert child.misses == 0 and child.linked["hit"] > 0, (child.loads, child.linked)
         assert child.log.count("is read-only") == 1, child.log
         assert "cannot store" not in child.log and " is damaged (" not in child.log, child.log
     for child in writable_runs:
-        assert child.digests == {warm.digest} and child.loads["miss"] == 0
+        assert child.digests == {warm.digest} and child.misses == 0
     line = next(s for s in ro_runs[0].log.splitlines() if "is read-only" in s)
     log.info("warm start, process wall time (best of 2): writable %.2f s, read-only %.2f s; "
              "first result in-process: writable %.2f s, read-only %.2f s; log: %s",
@@ -294,9 +320,13 @@ def _damage(path: Path, how: str) -> None:
 @pytest.mark.parametrize("how", ["truncated", "garbage"])
 def test_damaged_entries_are_misses(warm, tmp_path, how):
     """(d) Damaged numba index (.nbi) and data (.nbc) files and a damaged generated .py: the run
-    logs, deletes and compiles again; a later run loads everything from the repaired cache."""
+    logs, deletes and compiles again; a later run loads everything from the repaired cache.
+    (litegpu's machine code is removed first, so that every function goes through numba's
+    entries; the run keeps it again.)"""
     cache = tmp_path / "cache"
     shutil.copytree(warm.cache, cache)
+    for path in object_files(cache):
+        path.unlink()
     indexes = numba_files(cache, ".nbi")
     assert len(indexes) >= 4
     for i, index in enumerate(indexes):   # every other function: its index, else its data files
@@ -317,7 +347,28 @@ def test_damaged_entries_are_misses(warm, tmp_path, how):
     again = run_child(cache)
     assert again.digests == {warm.digest}
     assert " is damaged (" not in again.log, again.log
-    assert again.loads["miss"] == 0, again.loads
+    assert again.misses == 0, (again.loads, again.linked)
+
+
+@pytest.mark.parametrize("how", ["truncated", "garbage"])
+def test_damaged_machine_code_is_a_miss(warm, tmp_path, how):
+    """(d) Damaged entries of litegpu's machine code (a truncated object would crash LLVM's
+    linker, so each is checked against its sha256 first): the run logs and deletes each one
+    and takes the function from numba's cache, whose object it keeps again; a later run
+    links everything."""
+    cache = tmp_path / "cache"
+    shutil.copytree(warm.cache, cache)
+    entries = object_files(cache)
+    for path in entries:
+        _damage(path, how)
+    first = run_child(cache)
+    assert first.digests == {warm.digest}
+    assert first.log.count(" is damaged (") == len(entries), first.log
+    assert len(object_files(cache)) == len(entries)      # kept again, whole
+    again = run_child(cache)
+    assert again.digests == {warm.digest}
+    assert " is damaged (" not in again.log, again.log
+    assert again.misses == 0 and again.linked["hit"] > 0, (again.loads, again.linked)
 
 
 def test_threads_building_interpreters_on_a_cold_cache(warm, tmp_path):
@@ -337,7 +388,7 @@ def test_processes_building_on_a_cold_cache(warm, tmp_path):
         children = list(pool.map(lambda _: run_child(cache), range(3)))
     assert all(c.digests == {warm.digest} for c in children)
     after = run_child(cache)
-    assert after.digests == {warm.digest} and after.loads["miss"] == 0, after.loads
+    assert after.digests == {warm.digest} and after.misses == 0, (after.loads, after.linked)
     assert " is damaged (" not in after.log, after.log
 
 

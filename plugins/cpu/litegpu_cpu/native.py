@@ -1,4 +1,5 @@
-"""Calling compiled C functions from Python at the cost of a builtin call.
+"""litegpu's own native code: calling C functions from Python at the cost of a builtin
+call, and linking cached machine code without numba.
 
 A plan's launcher is a C function (a numba ``cfunc``). Called through ctypes it cost
 ~0.6 us a call on the 2-core test machine, through a numba dispatcher ~0.2 us (argument
@@ -11,14 +12,18 @@ that takes one int64 numpy array, the *block*, and calls the C function whose ad
 The IR reads the array's data pointer at its fixed offset in numpy's ``PyArrayObject``
 (after the object header) and calls CPython's ``PyEval_SaveThread`` /
 ``PyEval_RestoreThread`` / ``Py_IncRef`` through their addresses; :func:`_check` runs the
-builtin once on a test block, and where its layout assumption does not hold (a
-free-threaded CPython) a ctypes call that does the same takes its place.
+builtin once on a test block, and where that fails a ctypes call that does the same
+takes its place.
+
+:func:`load_object` links object code numba emitted for a task function (kept by
+:mod:`.objects`) into the same llvmlite engine, so a warm process runs its kernels
+without setting up numba's compiler.
 """
 from __future__ import annotations
 
 import ctypes
 import logging
-import sys
+import struct
 import threading
 
 import numpy as np
@@ -124,10 +129,119 @@ def _check(call) -> bool:
     return int(block[2]) == 42
 
 
+class NativeError(RuntimeError):
+    """Machine code that cannot be linked into this process (a symbol it needs is missing)."""
+
+
+def host_cpu() -> tuple[str, str]:
+    """(name, features) of the CPU machine code is generated for, as numba targets it."""
+    import llvmlite.binding as llvm
+    return llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
+
+
+def undefined_symbols(code: bytes) -> list[str] | None:
+    """The symbols object file ``code`` uses and does not define, from its symbol table;
+    None when it is not a 64-bit little-endian ELF file (the one format read here)."""
+    if len(code) < 64 or code[:4] != b"\x7fELF" or code[4] != 2 or code[5] != 1:
+        return None
+    try:
+        table, table_size, strings_at = 0, 0, 0
+        shoff, = struct.unpack_from("<Q", code, 0x28)
+        shentsize, shnum = struct.unpack_from("<HH", code, 0x3A)
+        for i in range(shnum):
+            _, kind, _, _, offset, size, link = struct.unpack_from("<IIQQQQI", code, shoff + i * shentsize)
+            if kind == 2:                                 # SHT_SYMTAB; its names in section ``link``
+                table, table_size = offset, size
+                strings_at = struct.unpack_from("<Q", code, shoff + link * shentsize + 24)[0]
+        names = set()
+        for at in range(table, table + table_size, 24):
+            name, info, _, section = struct.unpack_from("<IBBH", code, at)
+            if name and section == 0 and info >> 4 != 0:  # undefined, global or weak
+                names.add(code[strings_at + name:code.index(b"\0", strings_at + name)].decode())
+        return sorted(names)
+    except (struct.error, ValueError, UnicodeDecodeError):
+        return None
+
+
+# What numba's C callbacks may reference from numba's own C helpers, which are not
+# exported where ctypes could find them: the GIL pair, and calls only made when a callback
+# raises (a task function cannot: it reports bad input in its parameters) or frees an
+# array numba allocated (a task function allocates none). Defined by :func:`_shims` in the
+# engine itself, so they resolve only this engine's objects and never numba's.
+_RAISING = ("numba_do_raise", "numba_runtime_build_excinfo_struct", "numba_unpickle")
+_FREEING = ("NRT_Free", "NRT_MemInfo_call_dtor", "NRT_decref")
+_SHIMS = ("numba_gil_ensure", "numba_gil_release", *_RAISING, *_FREEING)
+
+
+def _in_process(name: str) -> bool:
+    try:
+        getattr(ctypes.pythonapi, name)      # dlsym over the process: CPython, libc
+        return True
+    except AttributeError:
+        return False
+
+
+def resolvable(needs: list[str]) -> bool:
+    """True when every symbol in ``needs`` can be linked in this process without numba."""
+    return all(name in _SHIMS or _in_process(name) for name in needs)
+
+
+def _shims_ir() -> str:
+    from llvmlite import ir
+    i8p, i32, i64 = ir.IntType(8).as_pointer(), ir.IntType(32), ir.IntType(64)
+    module = ir.Module("litegpu_native_shims")
+
+    def define(name: str, result, *args):
+        function = ir.Function(module, ir.FunctionType(result, list(args)), name)
+        return function, ir.IRBuilder(function.append_basic_block())
+
+    def api(b, name: str, result, *args):
+        return b.inttoptr(ir.Constant(i64, _address(getattr(ctypes.pythonapi, name))),
+                          ir.FunctionType(result, list(args)).as_pointer())
+
+    ensure, b = define("numba_gil_ensure", ir.VoidType(), i32.as_pointer())
+    b.store(b.call(api(b, "PyGILState_Ensure", i32), []), ensure.args[0])
+    b.ret_void()
+    release, b = define("numba_gil_release", ir.VoidType(), i32.as_pointer())
+    b.call(api(b, "PyGILState_Release", ir.VoidType(), i32), [b.load(release.args[0])])
+    b.ret_void()
+    text = bytearray(b"a litegpu task function raised\0")
+    message = ir.GlobalVariable(module, ir.ArrayType(ir.IntType(8), len(text)), "litegpu_raised")
+    message.initializer = ir.Constant(ir.ArrayType(ir.IntType(8), len(text)), text)
+    message.global_constant = True
+    runtime_error = _address(ctypes.pythonapi.PyExc_RuntimeError)
+    for name in _RAISING:           # the callback then writes a RuntimeError as unraisable
+        _, b = define(name, i8p)
+        exc = b.load(b.inttoptr(ir.Constant(i64, runtime_error), i8p.as_pointer()))
+        b.call(api(b, "PyErr_SetString", ir.VoidType(), i8p, i8p), [exc, b.bitcast(message, i8p)])
+        b.ret(ir.Constant(i8p, None))
+    for name in _FREEING:
+        _, b = define(name, i8p)
+        b.ret(ir.Constant(i8p, None))
+    return str(module)
+
+
+def load_object(code: bytes, symbol: str, needs: list[str]) -> int:
+    """Link object code ``code`` (numba's, for this CPU) into :func:`engine` and return the
+    address of ``symbol``; :class:`NativeError` when a symbol in ``needs`` cannot be found
+    (checked first: LLVM aborts the process on an unresolved symbol)."""
+    import llvmlite.binding as llvm
+    if not resolvable(needs):
+        raise NativeError(f"needs {[n for n in needs if n not in _SHIMS and not _in_process(n)]}")
+    jit = engine()
+    with _LOCK:
+        if "shims" not in _MADE:
+            jit.add_module(llvm.parse_assembly(_shims_ir()))
+            _MADE["shims"] = True
+        jit.add_object_file(llvm.ObjectFileRef.from_data(code))
+        jit.finalize_object()
+        address = jit.get_function_address(symbol)
+    if not address:
+        raise NativeError(f"the object defines no {symbol}")
+    return address
+
+
 def _make_call_block():
-    if not getattr(sys, "_is_gil_enabled", lambda: True)():
-        log.debug("free-threaded CPython: plans are called through ctypes")
-        return _ctypes_call
     try:
         call = _builtin()
         if _check(call):

@@ -54,6 +54,9 @@ log = logging.getLogger("litegpu.cpu.cache")
 
 #: Set in a generated module's namespace before its code runs: marks its functions as ours.
 GENERATED_MARK = "__litegpu_generated__"
+#: Set on the code library of a function of ours numba loaded from its cache: the object
+#: code, which numba's linker consumes (:mod:`.objects` keeps it where it can).
+OBJECT_COPY = "_litegpu_object"
 
 _PACKAGE = "litegpu_cpu"
 _PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -93,10 +96,29 @@ _HOMES_LOCK = threading.Lock()
 
 def home_path() -> Path:
     """The versioned directory litegpu's numba caches live in (see the module docstring)."""
-    import numba
     import litegpu
-    tag = f"{litegpu.__version__}-numba{numba.__version__}-py{sys.version_info[0]}{sys.version_info[1]}"
+    tag = f"{litegpu.__version__}-numba{_numba_version()}-py{sys.version_info[0]}{sys.version_info[1]}"
     return env.cache_root() / "numba" / tag
+
+
+def _numba_version() -> str:
+    """numba's version, without importing numba where it is not imported yet (~0.2 s: a warm
+    process that links its kernels from :mod:`.objects` never needs it): read from the
+    version file numba's package carries."""
+    numba = sys.modules.get("numba")
+    if numba is not None:
+        return numba.__version__
+    import importlib.util
+    spec = importlib.util.find_spec("numba")
+    try:
+        path = os.path.join(spec.submodule_search_locations[0], "_version.py")
+        version_spec = importlib.util.spec_from_file_location("_litegpu_numba_version", path)
+        module = importlib.util.module_from_spec(version_spec)
+        version_spec.loader.exec_module(module)
+        return str(module.get_versions()["version"])
+    except Exception:       # laid out differently: ask numba itself
+        import numba
+        return numba.__version__
 
 
 def home() -> CacheHome:
@@ -278,6 +300,22 @@ def _guarded_save(original):
     return save_overload
 
 
+def _keeping_objects(original):
+    """``CompileResultCacheImpl.rebuild`` that, for our entries, keeps a copy of the object
+    code on the rebuilt library (:data:`OBJECT_COPY`)."""
+    def rebuild(self, target_context, payload):
+        result = original(self, target_context, payload)
+        if getattr(self.locator, "litegpu", False):
+            try:
+                _, kind, data = payload[0]       # the library's (name, kind, (object, bitcode))
+                if kind == "object" and isinstance(data[0], bytes):
+                    setattr(result.library, OBJECT_COPY, data[0])
+            except (TypeError, ValueError, IndexError, AttributeError):
+                pass                             # laid out otherwise: nothing kept, nothing lost
+        return result
+    return rebuild
+
+
 def _drop_damaged(cache, locator, exc: BaseException) -> None:
     """Log a damaged index/data entry of ``cache``, and delete it where the directory allows."""
     directory = locator.get_cache_path()
@@ -329,3 +367,6 @@ def install() -> None:
         locators.insert(0, locator_class)
         cache.load_overload = _guarded_load(cache.load_overload)
         cache.save_overload = _guarded_save(cache.save_overload)
+        results = getattr(caching, "CompileResultCacheImpl", None)
+        if results is not None:
+            results.rebuild = _keeping_objects(results.rebuild)

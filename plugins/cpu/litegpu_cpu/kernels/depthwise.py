@@ -42,7 +42,7 @@ from litegpu.backend import NodeContext
 
 from .common import F32, clamp_bounds, constant_bias, window_geometry
 from .registry import bindable, kernel
-from .tasks import TaskFunction, bind_task, task_function
+from .tasks import TaskFunction, advanced, bind_task, task_function
 from .xnn_order import clamp16, depthwise_taps, load16, madd, madd16, splat16, store16
 
 # Floats of an output row per pass of :func:`_rows4`, so that its ten weight rows stay in
@@ -137,14 +137,26 @@ def _rows4(y0, y1, y2, y3, x0, x1, x2, x3, x4, x5, a, s, wp, lo, hi):
             z3[j] = min(max(o3, lo), hi)
 
 
+@njit(cache=True, inline="always")
+def _input_row(xp, n, ih, h, length, zero):
+    """Input row ``ih`` of image ``n`` flattened (``length`` = W*C floats), or ``zero`` (a
+    row of zeros) when ``ih`` lies in the padding."""
+    if 0 <= ih < h:
+        return carray(advanced(xp, (n * h + ih) * length), length)
+    return zero
+
+
 @task_function()
-def _s1_task(g, xp, wtp, biasp, wpp, zerop, outp, _a6, _a7, ip, fp):
+def _s1_task(g, xp, wtp, biasp, wpp, zerop, outp, sparep, _a7, ip, fp):
     """Task ``g`` of the 3x3 depthwise conv, stride 1, multiplier 1, any dilation: the
     group of four output rows ``dh`` apart that :func:`depthwise3x3_s1` numbers ``g``
     (so that they share six input rows). ``wp``: see :func:`_rows4`; ``zero``: a row of
     zeros, W*C floats, standing for input rows in the padding, so only the border columns
     take :func:`_edge_pixel`. A group past the last row writes its missing rows to
-    scratch."""
+    ``spare`` (three rows of OW*C floats nobody reads; distinct rows, since rows that may
+    overlap would send LLVM to its scalar loop). Rows are views made from pointers
+    (:func:`.tasks.advanced`): a reshape, or an array made here, would need numba's
+    runtime (:mod:`..objects`)."""
     q = carray(ip, 18)
     n_size, h, w, c, oh_size, ow_size, dh, dw, pt, pl = q[0], q[1], q[2], q[3], q[4], q[5], q[6], q[7], q[8], q[9]
     groups, ow_lo, ow_hi, j0, j1, a, s, p = q[10], q[11], q[12], q[13], q[14], q[15], q[16], q[17]
@@ -160,18 +172,19 @@ def _s1_task(g, xp, wtp, biasp, wpp, zerop, outp, _a6, _a7, ip, fp):
     oh0 = r // dh * 4 * dh + r % dh
     ih0 = oh0 - pt
     if j1 > j0 and oh0 < oh_size:       # (with dilation the last span's phases may start past the end)
-        # Distinct scratch rows: rows that may overlap would send LLVM to its scalar loop.
-        spare = np.empty((3, j1 - j0 if oh0 + 3 * dh >= oh_size else 0), F32)
-        y0 = out[n, oh0].reshape(ow_size * c)[j0:j1]
-        y1 = out[n, oh0 + dh].reshape(ow_size * c)[j0:j1] if oh0 + dh < oh_size else spare[0]
-        y2 = out[n, oh0 + 2 * dh].reshape(ow_size * c)[j0:j1] if oh0 + 2 * dh < oh_size else spare[1]
-        y3 = out[n, oh0 + 3 * dh].reshape(ow_size * c)[j0:j1] if oh0 + 3 * dh < oh_size else spare[2]
-        x0 = x[n, ih0].reshape(w * c) if 0 <= ih0 < h else zero
-        x1 = x[n, ih0 + dh].reshape(w * c) if 0 <= ih0 + dh < h else zero
-        x2 = x[n, ih0 + 2 * dh].reshape(w * c) if 0 <= ih0 + 2 * dh < h else zero
-        x3 = x[n, ih0 + 3 * dh].reshape(w * c) if 0 <= ih0 + 3 * dh < h else zero
-        x4 = x[n, ih0 + 4 * dh].reshape(w * c) if 0 <= ih0 + 4 * dh < h else zero
-        x5 = x[n, ih0 + 5 * dh].reshape(w * c) if 0 <= ih0 + 5 * dh < h else zero
+        row, span, length = ow_size * c, j1 - j0, w * c
+        at = (n * oh_size + oh0) * row + j0
+        y0 = carray(advanced(outp, at), span)
+        y1 = carray(advanced(outp, at + dh * row) if oh0 + dh < oh_size else sparep, span)
+        y2 = carray(advanced(outp, at + 2 * dh * row) if oh0 + 2 * dh < oh_size else advanced(sparep, row), span)
+        y3 = carray(advanced(outp, at + 3 * dh * row) if oh0 + 3 * dh < oh_size else advanced(sparep, 2 * row),
+                    span)
+        x0 = _input_row(xp, n, ih0, h, length, zero)
+        x1 = _input_row(xp, n, ih0 + dh, h, length, zero)
+        x2 = _input_row(xp, n, ih0 + 2 * dh, h, length, zero)
+        x3 = _input_row(xp, n, ih0 + 3 * dh, h, length, zero)
+        x4 = _input_row(xp, n, ih0 + 4 * dh, h, length, zero)
+        x5 = _input_row(xp, n, ih0 + 5 * dh, h, length, zero)
         _rows4(y0, y1, y2, y3, x0, x1, x2, x3, x4, x5, a, s, wp, lo, hi)
     for i in range(4):
         oh = oh0 + i * dh
@@ -609,7 +622,8 @@ def depthwise_conv2d(ctx: NodeContext):
     if (kh, kw, mult, sh, sw) == (3, 3, 1, 1, 1):
         wp = repeated_weights(wt, bias)
         tasks, params = depthwise3x3_s1((n, h, w, c), out_shape, dh, dw, pt, pl, wp.shape[1])
-        return _task_kernel(_s1_task, tasks, params, (wt, bias, wp, np.zeros(w * c, F32)), lo, hi, out_shape)
+        return _task_kernel(_s1_task, tasks, params, (wt, bias, wp, np.zeros(w * c, F32)), lo, hi, out_shape,
+                            scratch=(np.empty(3 * out_shape[2] * c, F32),))
     if (kh, kw, mult, sh, sw, dh, dw) == (3, 3, 1, 2, 2, 1, 1):
         tasks, params = depthwise3x3_s2((n, h, w, c), out_shape, pt, pl)
         return _task_kernel(_s2_task, tasks, params, (wt, bias), lo, hi, out_shape)
@@ -619,10 +633,10 @@ def depthwise_conv2d(ctx: NodeContext):
 
 
 def _task_kernel(task: TaskFunction, tasks: int, params: np.ndarray, consts: tuple, lo, hi,
-                 out_shape: tuple):
+                 out_shape: tuple, scratch: tuple = ()):
     """A bindable kernel running ``task`` over ``tasks`` tasks on input 0 (a0), the
-    constant arrays ``consts`` (a1 ..) and output 0 (after them), with ``params`` and
-    (lo, hi).
+    constant arrays ``consts`` (a1 ..), output 0 and the ``scratch`` arrays (after them),
+    with ``params`` and (lo, hi).
     The task reads the shapes from ``params``, so the arrays are checked against them;
     :func:`.tasks.bind_task` copies an input, and writes an output through scratch, that
     is not C-contiguous float32."""
@@ -634,5 +648,5 @@ def _task_kernel(task: TaskFunction, tasks: int, params: np.ndarray, consts: tup
         if x.shape != in_shape or out.shape != out_shape:
             raise ValueError(f"depthwise kernel built for input {in_shape} and output {out_shape}, "
                              f"given {x.shape} and {out.shape}")
-        return bind_task(task, tasks, (x, *consts), (out,), params, floats)
+        return bind_task(task, tasks, (x, *consts), (out, *scratch), params, floats)
     return bindable(bind)

@@ -49,6 +49,7 @@ from numba import carray, cfunc, njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from .. import objects
 from ..compile_progress import report_compile
 from ..native import call_block
 from .registry import in_order
@@ -97,20 +98,29 @@ class TaskFunction:
 
     @property
     def address(self) -> int:
-        """The callback's address (compiles it, or loads it from numba's cache, once)."""
+        """The callback's address: linked from litegpu's cache of machine code (no numba
+        needed, :mod:`..objects`), else compiled by numba and kept there; once."""
         if not self._address:
             # One compile per function even when threads build models at once: a second
             # compile would replace ``_compiled`` and free the code at an address already
             # handed out.
             with _COMPILE_LOCK:
                 if not self._address:
-                    report_compile(self.fn.__name__)   # a cfunc raises no numba compile event
-                    options = {"noalias": True} if NOALIAS else {}
                     # error_model="numpy": a callback cannot raise, so x / 0 is inf as in numpy.
-                    compiled = cfunc(self.signature, cache=True, fastmath=self.fastmath, error_model="numpy",
-                                     **options)(self.fn)
-                    self._compiled = compiled
-                    self._address = compiled.address
+                    options = {"fastmath": self.fastmath, "error_model": "numpy"}
+                    if NOALIAS:
+                        options["noalias"] = True
+                    entry = objects.key(self.fn, self.signature, options)
+                    address = objects.load(entry) if entry else 0
+                    if not address:
+                        # numba's own cache too, for a function whose code needs numba's runtime
+                        # (:mod:`..objects` keeps only what links without it).
+                        report_compile(self.fn.__name__)   # a cfunc raises no numba compile event
+                        self._compiled = cfunc(self.signature, cache=True, **options)(self.fn)
+                        address = self._compiled.address
+                        if entry:
+                            objects.store(entry, self._compiled)
+                    self._address = address
         return self._address
 
 
@@ -145,6 +155,16 @@ def _pointer_cast(to):
             return builder.bitcast(args[0], context.get_value_type(types.CPointer(to)))
         return types.CPointer(to)(pointer), codegen
     return cast
+
+
+@intrinsic
+def advanced(typingctx, pointer, offset):
+    """Float32 pointer ``pointer`` moved ``offset`` elements on: ``carray(advanced(p, i), n)``
+    is a C-contiguous view of elements ``i .. i + n`` (a slice of a view is not, and a
+    reshape calls into numba's runtime, which linked machine code cannot, :mod:`..objects`)."""
+    def codegen(context, builder, signature, args):
+        return builder.gep(args[0], [args[1]])
+    return types.CPointer(types.float32)(types.CPointer(types.float32), types.intp), codegen
 
 
 int8_pointer = _pointer_cast(types.int8)
