@@ -20,11 +20,10 @@ falls back to ``np.matmul`` on the calling thread, and nothing else changes.
 from __future__ import annotations
 
 import ctypes
-from functools import partial
 
 import numpy as np
 from llvmlite import ir
-from numba import carray, njit, types
+from numba import carray, types
 from numba.extending import intrinsic
 
 from .tasks import bound_tasks, task_function
@@ -116,29 +115,16 @@ def gemm_halves(fn: int, a: np.ndarray, b: np.ndarray, c: np.ndarray, transb: bo
     """A call of no arguments computing ``c = a @ b`` (``b`` as [N, K] when ``transb``) in
     two halves, one per thread (:func:`_gemm_half`): the rows of ``c`` before ``at`` (its
     columns when ``split_n``) and the rest, then with ``epilogue`` each half clamped
-    ``clamp(c + bias, lo_v, hi_v)`` in the same parallel region. All three arrays are
+    ``clamp(c + bias, lo_v, hi_v)`` in the same parallel region; with ``at`` = M and not
+    ``split_n``, the whole product as one task on the calling thread. All three arrays are
     C-contiguous float32 2-D; they are bound here, by address."""
     m, k = a.shape
     n = c.shape[1]
     params = np.array([fn, m, n, k, b.shape[0], b.shape[1], _CBLAS_TRANS if transb else _CBLAS_NO_TRANS,
                        split_n, at, epilogue], np.int64)
     floats = np.array([lo_v, hi_v], np.float32)
-    return bound_tasks(_gemm_half, 2, (a, b, c, bias), params, floats)
-
-
-@njit(cache=True)
-def gemm_serial(fn, a, b, c, transb, bias, lo_v, hi_v, epilogue):
-    """:func:`gemm_halves` on the calling thread only: ``c = a @ b`` (``b`` as [N, K] when
-    ``transb``), then with ``epilogue`` ``c = clamp(c + bias, lo_v, hi_v)`` while ``c`` is
-    still in cache. One numba call where ``np.matmul`` + ``np.add`` + ``np.clip`` took three."""
-    m, k = a.shape
-    n = c.shape[1]
-    _sgemm(fn, _CBLAS_NO_TRANS, _CBLAS_TRANS if transb else _CBLAS_NO_TRANS, m, n, k, a.ctypes.data, k,
-           b.ctypes.data, b.shape[1], c.ctypes.data, n, _ZERO)
-    if epilogue:
-        for r in range(m):
-            for j in range(n):
-                c[r, j] = min(max(c[r, j] + bias[j], lo_v), hi_v)
+    whole = at >= m and not split_n
+    return bound_tasks(_gemm_half, 1 if whole else 2, (a, b, c, bias), params, floats)
 
 
 def plan(m: int, n: int, k: int, threads: int | None = None) -> tuple[bool, int] | None:
@@ -159,8 +145,9 @@ def bind_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, how: tuple[bool, 
                 transb: bool = False, epilogue: tuple[np.ndarray, np.float32, np.float32] | None = None):
     """A call of no arguments computing ``out = a @ b`` (``a @ b.T`` when ``transb``), then,
     with ``epilogue = (bias, lo, hi)``, ``out = clamp(out + bias, lo, hi)``: split over two
-    threads as :func:`plan` decided, else on the calling thread (:func:`gemm_serial`; three
-    numpy calls where numpy's OpenBLAS symbol was not found). The operands are checked
+    threads as :func:`plan` decided, else on the calling thread (one task of
+    :func:`gemm_halves`, which chains with the plan around it; three numpy calls where
+    numpy's OpenBLAS symbol was not found). The operands are checked
     here, once: a mistake would read or write out of bounds inside BLAS."""
     kb = b.shape[1] if transb else b.shape[0]
     nb = b.shape[0] if transb else b.shape[1]
@@ -175,7 +162,7 @@ def bind_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, how: tuple[bool, 
     if how is not None:
         return gemm_halves(fn, a, b, out, transb, how[0], how[1], bias, lo_v, hi_v, epilogue is not None)
     if fn:
-        return partial(gemm_serial, fn, a, b, out, transb, bias, lo_v, hi_v, epilogue is not None)
+        return gemm_halves(fn, a, b, out, transb, False, a.shape[0], bias, lo_v, hi_v, epilogue is not None)
 
     def numpy_matmul() -> None:
         np.matmul(a, b.T if transb else b, out=out)
