@@ -25,11 +25,17 @@ _counter = itertools.count(1)
 
 
 def report_numba_compiles() -> None:
-    """Report numba's compiles of litegpu's cpu kernels from now on (idempotent)."""
+    """Report numba's compiles of litegpu's cpu kernels from now on, once numba is
+    imported (see :mod:`.jit`; idempotent)."""
     global _registered
     if _registered:
         return
     _registered = True
+    from .jit import when_ready
+    when_ready(_register_listener)
+
+
+def _register_listener() -> None:
     try:
         from numba.core import event
     except ImportError:   # numba's event API is missing: compiles are silent, nothing breaks

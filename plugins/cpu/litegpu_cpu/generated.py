@@ -24,8 +24,6 @@ from pathlib import Path
 
 from . import numba_cache
 
-numba_cache.install()   # before any generated module defines a cache=True function
-
 _LOADED: dict[tuple[str, str], object] = {}
 # Held while a module is imported, so two threads asking for the same source get one
 # module (and numba one dispatcher) rather than racing on sys.modules and the file.

@@ -9,7 +9,7 @@ once, at compile time, into the layout the GEMM wants.
 from __future__ import annotations
 
 import numpy as np
-from numba import carray
+from ..jit import carray
 
 from litegpu.backend import NodeContext
 

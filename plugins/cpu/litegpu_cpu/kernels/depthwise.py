@@ -35,8 +35,7 @@ from __future__ import annotations
 
 import numpy as np
 from llvmlite import ir
-from numba import carray, njit, types
-from numba.extending import intrinsic
+from ..jit import carray, intrinsic, njit, types
 
 from litegpu.backend import NodeContext
 

@@ -23,8 +23,7 @@ import ctypes
 
 import numpy as np
 from llvmlite import ir
-from numba import carray, types
-from numba.extending import intrinsic
+from ..jit import carray, intrinsic, types
 
 from .tasks import bound_tasks, task_function
 from .threads import current as current_threads, numpy_openblas_symbol

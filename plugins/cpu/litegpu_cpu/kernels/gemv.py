@@ -18,8 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 from llvmlite import ir
-from numba import carray, njit, types
-from numba.extending import intrinsic
+from ..jit import carray, intrinsic, njit, types
 
 from .common import F32, clamp_bounds
 from .gemm import SPLIT_MIN_MACS

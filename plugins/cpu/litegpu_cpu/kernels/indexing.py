@@ -10,7 +10,7 @@ from __future__ import annotations
 from functools import partial
 
 import numpy as np
-from numba import njit
+from ..jit import njit
 
 from litegpu.backend import NodeContext
 from litegpu.errors import ExecutionError

@@ -12,9 +12,7 @@ from pathlib import Path
 
 import numpy as np
 from llvmlite import ir
-from numba import njit, types
-from numba.core import cgutils
-from numba.extending import intrinsic
+from ..jit import cgutils, intrinsic, njit, types
 
 from litegpu.ops.elementwise import GELU_TANH_CUBIC, SQRT_2_OVER_PI
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from functools import partial
 
 import numpy as np
-from numba import carray, njit
+from ..jit import carray, njit
 
 from litegpu.backend import NodeContext
 from litegpu.ops.nn import bilinear_axis

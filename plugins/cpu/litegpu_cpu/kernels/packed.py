@@ -18,9 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from llvmlite import binding, ir
-from numba import types
-from numba.core import cgutils
-from numba.extending import intrinsic
+from ..jit import cgutils, intrinsic, types
 
 from .common import F32
 from .threads import current as current_threads

@@ -8,7 +8,7 @@ bit (:func:`_xnn_avg_task`, the order in :mod:`.xnn_order`)."""
 from __future__ import annotations
 
 import numpy as np
-from numba import carray, njit
+from ..jit import carray, njit
 
 from litegpu.backend import NodeContext
 from litegpu.ops.nn import builtin_pool_range, pool_divisor_is_window, xnn_max_pool_passes

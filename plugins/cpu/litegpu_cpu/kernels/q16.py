@@ -29,11 +29,9 @@ from __future__ import annotations
 
 from functools import partial
 
-import numba
 import numpy as np
 from llvmlite import ir
-from numba import types
-from numba.extending import intrinsic
+from ..jit import intrinsic, njit, types
 
 from litegpu.backend import NodeContext
 from litegpu.ops.quantized import add16_vector_end, tflite_mean16_multiplier
@@ -119,7 +117,7 @@ def _gather_task(t, tablep, xp, outp, _a3, _a4, _a5, _a6, _a7, ip, _fp):
 # -- TFLite's fixed point, in numba ------------------------------------------------------------
 
 
-@numba.njit(cache=True, inline="always")
+@njit(cache=True, inline="always")
 def _high_mul(a, b):   # pragma: no cover - compiled
     """gemmlowp's ``SaturatingRoundingDoublingHighMul`` in int64 (``round(a * b / 2^31)``,
     ties away from zero) as :func:`litegpu.quant.saturating_rounding_doubling_high_mul`,
@@ -130,7 +128,7 @@ def _high_mul(a, b):   # pragma: no cover - compiled
     return total >> 31 if total >= 0 else -((-total) >> 31)
 
 
-@numba.njit(cache=True, inline="always")
+@njit(cache=True, inline="always")
 def _divide_pot(x, exponent):   # pragma: no cover - compiled
     """gemmlowp's ``RoundingDivideByPOT`` (:func:`litegpu.quant.rounding_divide_by_pot`):
     ``x / 2^exponent`` rounded to nearest, ties away from zero."""
@@ -139,7 +137,7 @@ def _divide_pot(x, exponent):   # pragma: no cover - compiled
     return (x >> exponent) + (np.int64(1) if (x & mask) > threshold else np.int64(0))
 
 
-@numba.njit(cache=True, inline="always")
+@njit(cache=True, inline="always")
 def _multiply(x, multiplier, shift):   # pragma: no cover - compiled
     """TFLite's ``MultiplyByQuantizedMultiplier`` (double rounding) as
     :func:`litegpu.quant.multiply_by_quantized_multiplier`: ``x * multiplier * 2^(shift -
@@ -149,7 +147,7 @@ def _multiply(x, multiplier, shift):   # pragma: no cover - compiled
     return _divide_pot(_high_mul(x << left, multiplier), right)
 
 
-@numba.njit(cache=True, inline="always")
+@njit(cache=True, inline="always")
 def _clamp(v, lo, hi):   # pragma: no cover - compiled
     """``v`` clamped to ``lo .. hi``: the fused activation's range, or the type's."""
     return min(max(v, lo), hi)
@@ -163,7 +161,7 @@ def _clamp(v, lo, hi):   # pragma: no cover - compiled
 _A, _B, _OUT = 3, 7, 11
 
 
-@numba.njit(cache=True, inline="always")
+@njit(cache=True, inline="always")
 def _scaled_operand(x, zp, multiplier, shift, vector):   # pragma: no cover - compiled
     """One operand of TFLite's general int16 ADD/SUB on its way to the sum: less its zero
     point, shifted left by 15, times its multiplier (``shift`` <= 0). Its scalar code
@@ -180,7 +178,7 @@ def _scaled_operand(x, zp, multiplier, shift, vector):   # pragma: no cover - co
     return _high_mul(x << left if left >= 0 else x >> -left, multiplier)
 
 
-@numba.njit(cache=True, inline="always")
+@njit(cache=True, inline="always")
 def _add_general_span(a, b, out, i, j, n, ip):   # pragma: no cover - compiled
     """``n`` outputs from ``i`` of TFLite's general int16 ADD/SUB, ``b`` read from ``j``:
     the operands scaled by :func:`_scaled_operand`, signed, summed, times the output's
@@ -196,7 +194,7 @@ def _add_general_span(a, b, out, i, j, n, ip):   # pragma: no cover - compiled
         out[i + k] = _clamp(_multiply(total, mo, so) + zo, lo, hi)
 
 
-@numba.njit(cache=True, inline="always")
+@njit(cache=True, inline="always")
 def _add_pot_span(a, b, out, i, j, n, ip):   # pragma: no cover - compiled
     """``n`` outputs from ``i`` of TFLite's power-of-two int16 ADD/SUB (``ip``: per operand
     a right shift, rounded with ties away from zero, and a sign; then lo, hi)."""
@@ -207,7 +205,7 @@ def _add_pot_span(a, b, out, i, j, n, ip):   # pragma: no cover - compiled
         out[i + k] = _clamp(total, lo, hi)
 
 
-@numba.njit(cache=True, inline="always")
+@njit(cache=True, inline="always")
 def _mul_span(a, b, out, i, j, n, ip):   # pragma: no cover - compiled
     """``n`` outputs from ``i`` of TFLite's int16 MUL: the product of the zero-point-free
     operands times the output multiplier (``ip``: per operand its zero point; then the
@@ -219,7 +217,7 @@ def _mul_span(a, b, out, i, j, n, ip):   # pragma: no cover - compiled
         out[i + k] = _clamp(_multiply(product, m, s) + zo, lo, hi)
 
 
-@numba.njit(cache=True, inline="always")
+@njit(cache=True, inline="always")
 def _walk(t, ap, bp, outp, ip, span):   # pragma: no cover - compiled
     """Task ``t``'s share of a binary op over flat int16 operands by ``span`` (one of the
     ``_*_span`` functions), ``b`` repeating every ``ip[1]`` elements: one span per period
@@ -461,7 +459,7 @@ _LO, _HI, _BLOCK, _MODE = 8, 9, 10, 11
 _DOUBLE, _SINGLE, _RAW = 0, 1, 2
 
 
-@numba.njit(cache=True, inline="always")
+@njit(cache=True, inline="always")
 def _from_scratch(scratch, at, cols, outp, r, rows, last, p, panels, plast, n, lo, hi, raw):   # pragma: no cover
     """A tile's int64 sums left at ``scratch[at:]`` ([rows][panels][16]), rows ``r ..`` up
     to ``last`` and panels ``p ..`` up to ``plast``, stored in ``out``'s rows of ``n``: as
@@ -687,7 +685,7 @@ def int16_conv(ctx: NodeContext):
 _DH_, _DW_, _DC, _DOH, _DOW, _DKH, _DKW, _DSH, _DSW, _DDH, _DDW, _DPT, _DPL, _DLO, _DHI = range(15)
 
 
-@numba.njit(cache=True, inline="always")
+@njit(cache=True, inline="always")
 def _requantize_row(acc, acc_at, cols, out, out_at, c, lo, hi):   # pragma: no cover - compiled
     """One pixel's ``c`` int32 sums from ``acc[acc_at]`` plus each channel's bias,
     requantized by TFLite's int64 single rounding (``cols``: [4][C] bias, reduced
@@ -772,7 +770,7 @@ def int16_depthwise(ctx: NodeContext):
 # -- MEAN ---------------------------------------------------------------------------------------------------
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _mean16_loop(x, out, acc, multiplier, shift, zp, lo, hi):   # pragma: no cover - compiled
     """``x`` [outer, count, inner] -> ``out`` [outer, inner]: int64 sums (``acc``: inner of
     them) times TFLite's double-rounding multiplier, plus the zero point, clamped."""
@@ -813,7 +811,7 @@ def int16_mean(ctx: NodeContext):
 # -- QUANTIZE float32 -> int16, SOFTMAX -----------------------------------------------------------------------
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _quantize16_loop(x, out, inv, zp, lo, hi):   # pragma: no cover - compiled
     """``x * inv`` rounded to nearest even, converted to int32 and offset by the zero point
     in int32 as TFLite's int16 QUANTIZE does (on x86 a value past int32's range, or NaN,
@@ -852,7 +850,7 @@ def _softmax16_tables(p: dict) -> tuple[np.ndarray, np.ndarray]:
     return np.ascontiguousarray(exp, np.int64), np.ascontiguousarray(recip, np.int64)
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _softmax16_loop(x, out, e, exp, recip):   # pragma: no cover - compiled
     """Rows of ``x`` [rows, n] -> ``out`` as TFLite's ``SoftmaxInt16``: each value's exp
     from its distance to the row's maximum (``exp``), their int64 sum normalized to its

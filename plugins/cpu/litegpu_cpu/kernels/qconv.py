@@ -15,8 +15,7 @@ from functools import partial
 
 import numpy as np
 from llvmlite import ir
-from numba import njit, types
-from numba.extending import intrinsic
+from ..jit import intrinsic, njit, types
 
 from litegpu.backend import NodeContext
 

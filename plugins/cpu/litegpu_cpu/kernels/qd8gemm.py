@@ -19,8 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 from llvmlite import ir
-from numba import njit, types
-from numba.extending import intrinsic
+from ..jit import intrinsic, njit, types
 
 from litegpu.backend import NodeContext
 

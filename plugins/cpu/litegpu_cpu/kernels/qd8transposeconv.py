@@ -23,7 +23,7 @@ loop runs over the output channels, contiguous, and vectorizes.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from ..jit import njit
 
 from litegpu.backend import NodeContext
 

@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 from llvmlite import ir
-from numba import njit, types
-from numba.extending import intrinsic
+from ..jit import intrinsic, njit, types
 
 from .packed import NR, carried_loop
 from .qgemm import _FLOATS, _SUMS, requantizer

@@ -21,12 +21,9 @@ from __future__ import annotations
 from dataclasses import replace
 from functools import partial
 
-import numba
 import numpy as np
 from llvmlite import binding, ir
-from numba import njit, types
-from numba.core import cgutils
-from numba.extending import intrinsic
+from ..jit import cgutils, intrinsic, njit, types
 
 from litegpu.backend import NodeContext
 
@@ -49,7 +46,7 @@ def _add_requantize32(typingctx, a, b, am, bm, bias, shift, zp, lo, hi):
     return types.int32(*[types.int32] * 9), codegen
 
 
-@numba.njit(cache=True, inline="always")
+@njit(cache=True, inline="always")
 def _add_span(a, b, out, i, j, n, am, bm, bias, shift, zp, lo, hi):   # pragma: no cover - compiled
     """``n`` outputs from ``i`` of XNNPACK's ADD (:func:`_add_requantize32`), ``b`` read
     from ``j``."""
@@ -57,7 +54,7 @@ def _add_span(a, b, out, i, j, n, am, bm, bias, shift, zp, lo, hi):   # pragma: 
         out[i + k] = _add_requantize32(np.int32(a[i + k]), np.int32(b[j + k]), am, bm, bias, shift, zp, lo, hi)
 
 
-@numba.njit(cache=True, inline="always")
+@njit(cache=True, inline="always")
 def _mul_span(a, b, out, i, j, n, za, zb, scale, zp, lo, hi):   # pragma: no cover - compiled
     """``n`` outputs from ``i`` of XNNPACK's MUL, ``b`` read from ``j``: the product of the
     zero-point-free values times the float32 scale, clamped (``lo``/``hi`` less the zero
@@ -71,7 +68,7 @@ def _mul_span(a, b, out, i, j, n, za, zb, scale, zp, lo, hi):   # pragma: no cov
         out[i + k] = np.int32(np.rint(value) + zp)      # (rounded first: ties go to even)
 
 
-@numba.njit(cache=True, inline="always")
+@njit(cache=True, inline="always")
 def _spans(t, ip):   # pragma: no cover - compiled
     """Task ``t``'s share of a flat binary op (``ip``: size, b's period, elements per task):
     its first output, b's index there, its end."""
@@ -184,7 +181,7 @@ def _views4(inputs: list, out: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.n
     return views[0], views[1], out.reshape(shape4)
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _add_broadcast(a, b, out, am, bm, bias, shift, zp, lo, hi):   # pragma: no cover - compiled
     """:func:`_add_span` over 4-D views of any broadcast (see :func:`_views4`)."""
     for i in range(out.shape[0]):
@@ -195,7 +192,7 @@ def _add_broadcast(a, b, out, am, bm, bias, shift, zp, lo, hi):   # pragma: no c
                                                         bias, shift, zp, lo, hi)
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _mul_broadcast(a, b, out, za, zb, zp, scale, lo, hi):   # pragma: no cover - compiled
     """:func:`_mul_span` over 4-D views of any broadcast (see :func:`_views4`)."""
     za, zb = np.float32(za), np.float32(zb)      # (int32 - float32 would be float64)
@@ -229,7 +226,7 @@ def quantized_mul(ctx: NodeContext):
                    _mul_task, _mul_broadcast, "mul")
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _quantize_loop(x, out, inv, zp, lo, hi):   # pragma: no cover - compiled
     for i in range(x.size):
         v = np.rint(x[i] * inv)
@@ -379,7 +376,7 @@ def folded_table(producer: NodeContext, follower: NodeContext) -> NodeContext | 
 # -- CONCATENATION across scales --------------------------------------------------------------
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _concat_part(x, out, at, s, b, zp, lo, hi):   # pragma: no cover - compiled
     """``x`` [outer, n] into columns ``at`` .. ``at + n`` of ``out`` [outer, m] as
     ``round(x * s + b) + zp`` in float32, ties away from zero (TFLite's

@@ -8,7 +8,7 @@ vectorize in int64 lanes.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from ..jit import njit
 
 _HALF = np.int64(1) << 30           # a half of the doubling high multiply's 2^31
 

@@ -25,9 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 from llvmlite import binding, ir
-from numba import njit, types
-from numba.core import cgutils
-from numba.extending import intrinsic
+from ..jit import cgutils, intrinsic, njit, types
 
 from .packed import NR, carried_loop, splat_vector
 from .tasks import bind_task, task_function

@@ -8,7 +8,7 @@ quantization (the references refuse anything else). A task function over output 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from ..jit import njit
 
 from litegpu.backend import NodeContext
 

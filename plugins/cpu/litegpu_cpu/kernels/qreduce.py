@@ -7,8 +7,9 @@ reference.
 """
 from __future__ import annotations
 
-import numba
 import numpy as np
+
+from ..jit import njit
 
 from litegpu.backend import NodeContext
 from litegpu.ops.quantized import xnn_sum_constants
@@ -17,7 +18,7 @@ from litegpu.ops.reduce import reduction_axes
 from .registry import bindable, kernel, named
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _mean_loop(x, out, acc, s, z, lo, hi):   # pragma: no cover - compiled
     """``x`` [outer, count, inner] -> ``out`` [outer, inner]; ``acc``: inner int32 sums."""
     for o in range(x.shape[0]):
@@ -63,7 +64,7 @@ def quantized_mean(ctx: NodeContext):
 # -- SOFTMAX on int8 / uint8 ---------------------------------------------------------------------
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _softmax8_loop(x, out, e, table, scale, zp, lo, hi, truncate):   # pragma: no cover - compiled
     """Rows of ``x`` [rows, n] -> ``out``, as :func:`litegpu.ops.quantized_act._softmax8`:
     exp of each distance to the row's maximum from ``table``, summed in float32 left to

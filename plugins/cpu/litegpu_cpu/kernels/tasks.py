@@ -45,11 +45,9 @@ from functools import partial
 
 import numpy as np
 from llvmlite import ir
-from numba import carray, cfunc, njit, types
-from numba.core import cgutils
-from numba.extending import intrinsic
+from ..jit import carray, cfunc, cgutils, intrinsic, njit, types
 
-from .. import objects
+from .. import jit, objects
 from ..compile_progress import report_compile
 from ..native import call_block
 from .registry import in_order
@@ -65,7 +63,8 @@ TASK_SIGNATURE = types.void(types.int64, *[_F32P] * ARRAYS, types.CPointer(types
 
 
 def _register_noalias() -> bool:
-    """Let ``cfunc``/``njit`` take ``noalias=True`` (numba's internal ``Flags.noalias``)."""
+    """Let ``cfunc``/``njit`` take ``noalias=True`` (numba's internal ``Flags.noalias``);
+    False where this numba has no such flag. Idempotent."""
     try:
         from numba.core.compiler import Flags
         from numba.core.cpu import CPUTargetOptions
@@ -80,7 +79,6 @@ def _register_noalias() -> bool:
         return False
 
 
-NOALIAS = _register_noalias()
 _COMPILE_LOCK = threading.RLock()    # numba compiles one function at a time anyway
 
 
@@ -107,16 +105,17 @@ class TaskFunction:
             with _COMPILE_LOCK:
                 if not self._address:
                     # error_model="numpy": a callback cannot raise, so x / 0 is inf as in numpy.
-                    options = {"fastmath": self.fastmath, "error_model": "numpy"}
-                    if NOALIAS:
-                        options["noalias"] = True
+                    options = {"fastmath": self.fastmath, "error_model": "numpy", "noalias": True}
                     entry = objects.key(self.fn, self.signature, options)
                     address = objects.load(entry) if entry else 0
                     if not address:
+                        jit.materialize()
+                        if not _register_noalias():
+                            del options["noalias"]
                         # numba's own cache too, for a function whose code needs numba's runtime
                         # (:mod:`..objects` keeps only what links without it).
                         report_compile(self.fn.__name__)   # a cfunc raises no numba compile event
-                        self._compiled = cfunc(self.signature, cache=True, **options)(self.fn)
+                        self._compiled = cfunc(jit.real(self.signature), cache=True, **options)(self.fn)
                         address = self._compiled.address
                         if entry:
                             objects.store(entry, self._compiled)
@@ -147,13 +146,16 @@ def _call_task(typingctx, fn, task, a0, a1, a2, a3, a4, a5, a6, a7, ints, floats
     return sig, codegen
 
 
-def _pointer_cast(to):
-    """An intrinsic reinterpreting a float32 pointer as a pointer to ``to``."""
+def _pointer_cast(to: str):
+    """An intrinsic reinterpreting a float32 pointer as a pointer to numba type ``to`` (its
+    name: the type itself exists once numba is imported, see :mod:`..jit`)."""
     @intrinsic
     def cast(typingctx, pointer):
+        target = types.CPointer(getattr(types, to))
+
         def codegen(context, builder, signature, args):
-            return builder.bitcast(args[0], context.get_value_type(types.CPointer(to)))
-        return types.CPointer(to)(pointer), codegen
+            return builder.bitcast(args[0], context.get_value_type(target))
+        return target(pointer), codegen
     return cast
 
 
@@ -167,13 +169,13 @@ def advanced(typingctx, pointer, offset):
     return types.CPointer(types.float32)(types.CPointer(types.float32), types.intp), codegen
 
 
-int8_pointer = _pointer_cast(types.int8)
-int16_pointer = _pointer_cast(types.int16)
-int32_pointer = _pointer_cast(types.int32)
-int64_pointer = _pointer_cast(types.int64)
-float64_pointer = _pointer_cast(types.float64)
+int8_pointer = _pointer_cast("int8")
+int16_pointer = _pointer_cast("int16")
+int32_pointer = _pointer_cast("int32")
+int64_pointer = _pointer_cast("int64")
+float64_pointer = _pointer_cast("float64")
 # numpy stores a bool as one byte, 0 or 1: read ``p[i] != 0``, write ``np.uint8(v)``.
-uint8_pointer = _pointer_cast(types.uint8)
+uint8_pointer = _pointer_cast("uint8")
 
 
 @intrinsic

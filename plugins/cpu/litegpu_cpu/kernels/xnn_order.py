@@ -50,9 +50,7 @@ import platform
 
 import numpy as np
 from llvmlite import binding, ir
-from numba import njit, types
-from numba.core import cgutils
-from numba.extending import intrinsic, models, register_model
+from ..jit import cgutils, intrinsic, njit, types, when_ready
 
 from .mathfn import fma32
 
@@ -140,20 +138,28 @@ _V16 = ir.VectorType(ir.FloatType(), 16)
 _I32 = ir.IntType(32)
 
 
-class Float32x16(types.Type):
-    """Sixteen float32 lanes in registers (LLVM's ``<16 x float>``)."""
-
-    def __init__(self):
-        super().__init__(name="float32x16")
+float32x16 = None
+"""Sixteen float32 lanes in registers (LLVM's ``<16 x float>``): a numba type, made with
+its data model once numba is imported (:func:`_define_float32x16`)."""
 
 
-float32x16 = Float32x16()
+def _define_float32x16() -> None:
+    global float32x16
+    from numba.extending import models, register_model
+
+    class Float32x16(types.Type):
+        def __init__(self):
+            super().__init__(name="float32x16")
+
+    @register_model(Float32x16)
+    class _Float32x16Model(models.PrimitiveModel):
+        def __init__(self, dmm, fe_type):
+            super().__init__(dmm, fe_type, _V16)
+
+    float32x16 = Float32x16()
 
 
-@register_model(Float32x16)
-class _Float32x16Model(models.PrimitiveModel):
-    def __init__(self, dmm, fe_type):
-        super().__init__(dmm, fe_type, _V16)
+when_ready(_define_float32x16)
 
 
 def _vector_at(context, builder, array_type, array, index):

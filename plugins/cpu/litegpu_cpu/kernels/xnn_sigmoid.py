@@ -43,9 +43,7 @@ from pathlib import Path
 
 import numpy as np
 from llvmlite import binding, ir
-from numba import njit, types
-from numba.core import cgutils
-from numba.extending import intrinsic
+from ..jit import cgutils, intrinsic, njit, types
 
 from . import mathfn
 from .mathfn import fma32
