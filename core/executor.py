@@ -48,12 +48,14 @@ class Limits:
     max_while_iterations: int = 10_000_000
 
 
-def infer_subgraph(model: Model, sg: Subgraph, input_specs: dict[int, TensorSpec]
+def infer_subgraph(model: Model, sg: Subgraph, input_specs: dict[int, TensorSpec], depth: int = 0
                    ) -> tuple[list[NodeContext], dict[int, TensorSpec], list[int]]:
     """Specs of every tensor, node contexts of the nodes left after folding, folded node indices.
 
     A node whose inputs are all known values is folded: its reference runs now and its
-    outputs become constants (SHAPE → STRIDED_SLICE → PACK chains vanish this way).
+    outputs become constants (SHAPE → STRIDED_SLICE → PACK chains vanish this way). An
+    IF's outputs are static when both branches give the same static shapes and types
+    (:func:`_if_specs`); other stateful ops' are known only at run time.
     """
     specs: dict[int, TensorSpec | None] = {}
     for t in sg.tensors:
@@ -84,7 +86,9 @@ def infer_subgraph(model: Model, sg: Subgraph, input_specs: dict[int, TensorSpec
         # Stateful ops have value-dependent shapes, except those whose only state is
         # variable tensors written back in place (LSTM): their shapes are static.
         static = not opdef.stateful or "state_writeback" in attrs
-        if static and not unknown:
+        if node.op == "IF" and not unknown:
+            outs = _if_specs(model, node, attrs, ins[1:], depth)
+        elif static and not unknown:
             try:
                 if opdef.plan_check is not None:
                     opdef.plan_check(_planned_shapes(node, sg, input_specs), ins, attrs)
@@ -129,6 +133,38 @@ def infer_subgraph(model: Model, sg: Subgraph, input_specs: dict[int, TensorSpec
             outputs=[specs[o] or TensorSpec((), sg.tensors[o].dtype) for o in node.outputs],
             tensors=sg.tensors, dynamic=outs is None))
     return contexts, specs, folded
+
+
+# How deep IF branches are inferred within IF branches (a malformed model may name the
+# subgraph that holds the IF as its branch).
+_MAX_BRANCH_DEPTH = 8
+
+
+def _if_specs(model: Model, node, attrs: dict, ins: list, depth: int) -> list[TensorSpec] | None:
+    """The output specs of an IF whose branch inputs have specs ``ins``: those of both
+    branches' outputs when they are static and alike in shape and type, inferred from the
+    branch subgraphs; None (known only at run time) otherwise."""
+    if depth >= _MAX_BRANCH_DEPTH:
+        return None
+    found = []
+    for index in (attrs["then"], attrs["else"]):
+        if not 0 <= index < len(model.subgraphs):
+            return None
+        branch = model.subgraphs[index]
+        if len(branch.inputs) != len(ins):
+            return None
+        try:
+            _, specs, _ = infer_subgraph(model, branch, {t: TensorSpec(s.shape, s.dtype)
+                                                         for t, s in zip(branch.inputs, ins)}, depth + 1)
+        except LiteGpuError:
+            return None          # the branch fails when it runs, and says why then
+        outs = [specs.get(o) for o in branch.outputs]
+        if any(s is None for s in outs):
+            return None
+        found.append([(tuple(int(d) for d in s.shape), np.dtype(s.dtype)) for s in outs])
+    if found[0] != found[1] or len(found[0]) != len(node.outputs):
+        return None
+    return [TensorSpec(shape, dtype) for shape, dtype in found[0]]
 
 
 def _planned_shapes(node, sg: Subgraph, input_specs: dict[int, TensorSpec]) -> list[tuple[int, ...] | None]:

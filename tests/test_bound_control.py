@@ -94,6 +94,56 @@ def test_if_bound_as_a_plan_takes_both_branches_like_litert():
     assert ops == {"SUM": True}   # SUM, GREATER, IF and ADD chained into one plan
 
 
+def test_an_if_whose_branches_agree_on_shapes_has_static_outputs():
+    """Both branches of :func:`if_model` give float32 [4]: the IF's output is planned with
+    that shape, so the subgraph has no run-time shapes and binds as a whole."""
+    ours = litegpu.Interpreter(model_content=if_model())
+    ours.allocate_tensors()
+    (chosen,) = [d for d in ours.get_tensor_details() if d["name"] == "chosen"]
+    assert tuple(chosen["shape"]) == (4,)
+    run(ours, np.ones(4, np.float32))
+    assert ours._compiled._bound
+
+
+def disagreeing_if_model() -> bytes:
+    """IF(x[0] > 0, x, w) -> y, the then branch giving x + w ([4]), the else branch a
+    constant [2]: y's shape is known only when the IF has run."""
+    mb = ModelBuilder()
+    then = mb.subgraph("then")
+    tx, tw = then.input("x", (4,)), then.input("w", (4,))
+    ty = then.tensor("y", (4,))
+    then.op("ADD", [tx, tw], [ty])
+    then.output(ty)
+    other = mb.subgraph("else")
+    other.input("x", (4,))
+    other.input("w", (4,))
+    other.output(other.const("pair", np.array([5, 6], np.float32)))
+    x = mb.input("x", (4,))
+    first, flag = mb.tensor("first", (1,)), mb.tensor("flag", (1,), np.bool_)
+    mb.op("SLICE", [x, mb.const("begin", np.array([0], np.int32)), mb.const("size", np.array([1], np.int32))],
+          [first])
+    mb.op("GREATER", [first, mb.const("zero", np.array(0, np.float32))], [flag])
+    y = mb.tensor("y", (4,))
+    mb.op("IF", [flag, x, mb.const("w", np.array([1, 2, 3, 4], np.float32))], [y],
+          then_subgraph_index=then.index, else_subgraph_index=other.index)
+    mb.output(y)
+    return mb.build()
+
+
+def test_an_if_whose_branches_disagree_keeps_run_time_shapes_like_litert():
+    import ai_edge_litert.interpreter as litert
+    model = disagreeing_if_model()
+    ours, theirs = litegpu.Interpreter(model_content=model), litert.Interpreter(model_content=model)
+    for interp in (ours, theirs):
+        interp.allocate_tensors()
+    for x0 in (1.0, -1.0, 2.0, -3.0):
+        x = np.array([x0, 1, 2, 3], np.float32)
+        got, want = run(ours, x), run(theirs, x)
+        assert got.shape == want.shape == ((4,) if x0 > 0 else (2,))
+        np.testing.assert_array_equal(got, want)
+    assert not ours._compiled._bound
+
+
 # -- variables ---------------------------------------------------------------------------------
 
 def shared_variable_model() -> bytes:

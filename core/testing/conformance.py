@@ -21,6 +21,7 @@ from ..model import load_model
 from ..executor import infer_subgraph
 from ..float_view import float_view, is_quantized_model
 from ..ops import TensorSpec, get_op
+from ..partition import host_only_reason
 from ..quant import variable_initial_value
 
 LITERT_THREADS = 2
@@ -183,13 +184,17 @@ def node_contexts(model: Model, sg: Subgraph) -> list[NodeContext]:
 
 def unsupported(model_bytes: bytes, backend) -> list[tuple[int, int, str, Support]]:
     """``(subgraph, node, op, answer)`` for every node ``backend`` says it cannot run
-    (a GPU backend is asked about a quantized model's float view, which it runs)."""
+    (a GPU backend is asked about a quantized model's float view, which it runs). Nodes
+    the core keeps on cpu without asking (control flow, resource variables:
+    :func:`litegpu.partition.host_only_reason`) are not asked about here either."""
     model = load_model(model_bytes)
     if backend.is_gpu and is_quantized_model(model):
         model = float_view(model)
     refused = []
     for sg in model.subgraphs:
         for ctx in node_contexts(model, sg):
+            if host_only_reason(ctx.node.op):
+                continue
             answer = backend.supports(ctx, model)
             if not answer:
                 refused.append((sg.index, ctx.node.index, ctx.node.op, answer))

@@ -25,11 +25,8 @@ kernels materialize at once: there is nothing to save.
 """
 from __future__ import annotations
 
-import logging
 import sys
 import threading
-
-log = logging.getLogger("litegpu.cpu")
 
 _LOCK = threading.RLock()
 _READY: list = []          # callbacks run once numba is imported
@@ -66,7 +63,8 @@ class Numba:
 
     def __str__(self) -> str:
         if self._args is not None:
-            inner = ", ".join([*map(str, self._args), *(f"{k}={v}" for k, v in sorted(self._kwargs.items()))])
+            keywords = sorted((self._kwargs or {}).items())
+            inner = ", ".join([*map(str, self._args), *(f"{k}={v}" for k, v in keywords)])
             return f"{self._base}[{inner}]" if self._path == "[]" else f"{self._base}({inner})"
         return f"{self._base}.{self._path}" if self._base is not None else self._path
 
