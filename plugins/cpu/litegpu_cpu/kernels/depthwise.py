@@ -41,7 +41,8 @@ from litegpu.backend import NodeContext
 
 from .common import F32, clamp_bounds, constant_bias, window_geometry
 from .registry import bindable, kernel
-from .tasks import TaskFunction, advanced, bind_task, task_function
+from .threads import current as current_threads
+from .tasks import TaskFunction, advanced, bind_task, claim_word, fetch_add, task_function, wait_a_little
 from .xnn_order import clamp16, depthwise_taps, load16, madd, madd16, splat16, store16
 
 # Floats of an output row per pass of :func:`_rows4`, so that its ten weight rows stay in
@@ -329,12 +330,12 @@ _U = np.uint64     # unsigned indices: numba adds no negative-index wraparound (
 
 
 @njit(cache=True, inline="always")
-def _framed_setup(g, xp, ip, k):
+def _framed_setup(g, xp, ip, k, base):
     """The frame of task ``g`` of a ``k`` x ``k`` framed task such as :func:`_k5_task` (see
-    :func:`framed_plan` for the parameters ``ip``): a new 64-byte aligned
-    ``[fh][fw][16]`` array holding input rows ``oh0*s - pt ..`` and columns ``-pl ..``,
-    channels ``cb .. cb + 15``, zero outside the image. Returns it with the task's image,
-    first output row, row count and first channel."""
+    :func:`framed_plan` for the parameters ``ip``): at ``base`` (64-byte aligned, a slot
+    of :func:`_claim_frame`), a ``[fh][fw][16]`` array holding input rows ``oh0*s - pt ..``
+    and columns ``-pl ..``, channels ``cb .. cb + 15``, zero outside the image. Returns it
+    with the task's image, first output row, row count and first channel."""
     q = carray(ip, 12)
     n_size, h, w, c, oh_size, s, pt, pl, rows, groups, fw = \
         q[0], q[1], q[2], q[3], q[4], q[6], q[7], q[8], q[9], q[10], q[11]
@@ -347,13 +348,11 @@ def _framed_setup(g, xp, ip, k):
     nrows = min(rows, oh_size - oh0)
     fh = (nrows - 1) * s + k
     size = fh * fw * 16
-    buf = np.empty(size + 32, np.float32)
-    first = (-buf.ctypes.data % 64) // 4
-    frame = buf[first:first + size]
+    frame = carray(base, size)
     ih0 = oh0 * s - pt
     jlo = min(pl, fw)
     jhi = max(min(w + pl, fw), jlo)
-    zero = buf[first + size:first + size + 16]     # a zero vector behind the frame
+    zero = carray(advanced(base, size), 16)        # a zero vector behind the frame
     _zero16(zero, 0)
     for r in range(fh):
         ih = ih0 + r
@@ -409,8 +408,42 @@ def _weights5(wt, kx, c, cb):
             load16(wt, (15 + kx) * c + cb), load16(wt, (20 + kx) * c + cb))
 
 
+@njit(cache=True, inline="always")
+def _claim_frame(ip):
+    """A free slot of the frames (``ip[12]`` floats each, ``ip[13]`` of them, the first at
+    float ``ip[14]``; their words at ``ip[15] ..``), taken; waits while every slot is taken
+    (never for long: as many slots as threads run the plan). Give it back with
+    :func:`_release_frame`."""
+    slots = ip[13]
+    words = carray(ip, 15 + slots).ctypes.data + 8 * 15
+    spins = 0
+    while True:
+        for slot in range(slots):
+            if claim_word(words + 8 * slot):
+                return slot
+        wait_a_little(spins)
+        spins += 1
+
+
+@njit(cache=True, inline="always")
+def _release_frame(ip, slot):
+    fetch_add(carray(ip, 16 + slot).ctypes.data + 8 * (15 + slot), np.int64(-1))
+
+
+def framed_scratch(params: np.ndarray, k: int, threads: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(params, frames)``: :func:`framed_plan`'s parameters with the frame slots'
+    geometry and words appended, and the frames themselves, one slot per thread (a task
+    takes a free one: :func:`_claim_frame`), each 64-byte aligned with a zero vector behind
+    its largest frame."""
+    s, rows, fw = int(params[6]), int(params[9]), int(params[11])
+    slot = -(-(((rows - 1) * s + k) * fw * 16 + 16) // 16) * 16
+    frames = np.empty(threads * slot + 16, F32)
+    first = (-frames.ctypes.data % 64) // 4
+    return np.concatenate([params, np.array([slot, threads, first] + [0] * threads, np.int64)]), frames
+
+
 @task_function()
-def _k5_task(g, xp, wtp, biasp, outp, _a4, _a5, _a6, _a7, ip, fp):
+def _k5_task(g, xp, wtp, biasp, outp, framesp, _a5, _a6, _a7, ip, fp):
     """Task ``g`` of a 5x5 depthwise conv (multiplier 1, no dilation, stride 1 or 2, C >= 16):
     16 channels over a band of output rows, from a zero-padded frame
     (:func:`_framed_setup`). Each sum is one chain of 25 dependent multiply-adds in
@@ -427,7 +460,8 @@ def _k5_task(g, xp, wtp, biasp, outp, _a4, _a5, _a6, _a7, ip, fp):
     bias = carray(biasp, c)
     out = carray(outp, (n_size, oh_size * ow_size * c))
     lo, hi = fp[0], fp[1]
-    frame, n, oh0, nrows, cb = _framed_setup(g, xp, ip, 5)
+    slot = _claim_frame(ip)
+    frame, n, oh0, nrows, cb = _framed_setup(g, xp, ip, 5, advanced(framesp, ip[14] + slot * ip[12]))
     w0, w1, w2, w3, w4 = _weights5(wt, 0, c, cb), _weights5(wt, 1, c, cb), _weights5(wt, 2, c, cb), \
         _weights5(wt, 3, c, cb), _weights5(wt, 4, c, cb)
     b = load16(bias, cb)
@@ -447,6 +481,7 @@ def _k5_task(g, xp, wtp, biasp, outp, _a4, _a5, _a6, _a7, ip, fp):
         store16(o, (start + first) * c + cb, clamp16(a0, lo, hi))
         store16(o, (start + first + 1) * c + cb, clamp16(a1, lo, hi))
         store16(o, (start + first + 2) * c + cb, clamp16(a2, lo, hi))
+    _release_frame(ip, slot)
 
 
 # Output rows per band of :func:`framed_plan` at most (a frame of 20 rows of a 112-wide
@@ -617,7 +652,8 @@ def depthwise_conv2d(ctx: NodeContext):
     out_shape = tuple(ctx.outputs[0].shape)
     if (kh, kw, mult, dh, dw) == (5, 5, 1, 1, 1) and sh == sw and sh in (1, 2) and c >= 16 and out_shape[2] >= 3:
         tasks, params = framed_plan((n, h, w, c), out_shape, kh, sh, pt, pl)
-        return _task_kernel(_k5_task, tasks, params, (wt, bias), lo, hi, out_shape)
+        params, frames = framed_scratch(params, kh, current_threads())
+        return _task_kernel(_k5_task, tasks, params, (wt, bias), lo, hi, out_shape, scratch=(frames,))
     if (kh, kw, mult, sh, sw) == (3, 3, 1, 1, 1):
         wp = repeated_weights(wt, bias)
         tasks, params = depthwise3x3_s1((n, h, w, c), out_shape, dh, dw, pt, pl, wp.shape[1])

@@ -15,6 +15,8 @@ threads, so unlike a BLAS call the product shares the backend's threads.
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 
 from llvmlite import binding, ir
@@ -240,6 +242,7 @@ def split(m: int, n: int, k: int, threads: int, seg_len: int) -> tuple[int, int,
     return m, 1, chunk, tasks
 
 
+@lru_cache(maxsize=None)
 def _balanced(units: int, threads: int, rest_in_last: bool) -> tuple[int, int]:
     """``(chunk, tasks)``: ``units`` cut into tasks of ``chunk`` units (the last one takes
     the rest with ``rest_in_last``, else it is the remainder), up to twice ``_TASKS`` of
@@ -247,7 +250,8 @@ def _balanced(units: int, threads: int, rest_in_last: bool) -> tuple[int, int]:
     count nearest ``_TASKS``. (Cutting 28 output rows of a conv into 7 tasks of 4 left one
     of two threads 4 tasks to the other's 3: the row ran at 7/8 of its speed.)"""
     best: tuple = ()
-    for chunk in range(1, units + 1):
+    # (a smaller chunk makes more than 2 * _TASKS tasks: ~20 ms of a warm start went to them)
+    for chunk in range(max(1, units // (2 * _TASKS + 1)), units + 1):
         tasks = units // chunk if rest_in_last else _ceil_div(units, chunk)
         if tasks > 2 * _TASKS:
             continue

@@ -228,7 +228,7 @@ COUNT_DOWN = -6      # the int64 at a0 minus one; below zero: sets the int64 at 
 
 
 @intrinsic
-def _fetch_add(typingctx, address, value):
+def fetch_add(typingctx, address, value):
     """Atomically add ``value`` to the int64 at integer ``address``; the old value."""
     def codegen(context, builder, signature, args):
         pointer = builder.inttoptr(args[0], ir.IntType(64).as_pointer())
@@ -250,7 +250,7 @@ _X86 = platform.machine().lower() in ("x86_64", "amd64", "i386", "i686", "x86")
 
 
 @intrinsic
-def _wait_a_little(typingctx, spins):
+def wait_a_little(typingctx, spins):
     """One step of a busy wait: ``pause`` (x86) for the first ``SPINS`` steps, then give the
     core away (``sched_yield``) on every step, so that a waiting thread does not keep a
     loaded machine's core from the thread it waits for."""
@@ -309,14 +309,13 @@ _FUTEX_WAIT_PRIVATE, _FUTEX_WAKE_PRIVATE = 128, 129
 
 
 @intrinsic
-def _try_own(typingctx, state):
-    """Take the workers for this caller (``_OWNER`` from 0 to 1); False when another
-    caller holds them."""
+def claim_word(typingctx, address):
+    """Set the int64 at integer ``address`` from 0 to 1, atomically; False when it was not 0
+    (someone else holds what it guards; giving it back is ``fetch_add(address, -1)``)."""
     def codegen(context, builder, signature, args):
         i64 = ir.IntType(64)
-        at = builder.add(args[0], ir.Constant(i64, _OWNER * _LINE))
-        pair = builder.cmpxchg(builder.inttoptr(at, i64.as_pointer()), ir.Constant(i64, 0), ir.Constant(i64, 1),
-                               "seq_cst", "seq_cst")
+        pair = builder.cmpxchg(builder.inttoptr(args[0], i64.as_pointer()), ir.Constant(i64, 0),
+                               ir.Constant(i64, 1), "seq_cst", "seq_cst")
         return builder.extract_value(pair, 1)
     return types.boolean(types.intp), codegen
 
@@ -324,7 +323,7 @@ def _try_own(typingctx, state):
 @njit(cache=True, inline="always")
 def _release(state):
     """Give the workers back (``_OWNER`` to 0)."""
-    _fetch_add(state + _OWNER * _LINE, np.int64(-1))
+    fetch_add(state + _OWNER * _LINE, np.int64(-1))
 
 
 def _syscall_futex(builder, address, op, value):
@@ -385,23 +384,23 @@ def _work(state, part):
             if _load_acquire(state + _STOP * _LINE) != 0:
                 return
             if spins < SPINS:
-                _wait_a_little(np.int64(0))
+                wait_a_little(np.int64(0))
                 spins += 1
             else:
-                _fetch_add(state + _SLEEPERS * _LINE, np.int64(1))
-                if _fetch_add(gen_at, np.int64(0)) == seen and _load_acquire(state + _STOP * _LINE) == 0:
+                fetch_add(state + _SLEEPERS * _LINE, np.int64(1))
+                if fetch_add(gen_at, np.int64(0)) == seen and _load_acquire(state + _STOP * _LINE) == 0:
                     _futex_wait(gen_at, seen)
-                _fetch_add(state + _SLEEPERS * _LINE, np.int64(-1))
+                fetch_add(state + _SLEEPERS * _LINE, np.int64(-1))
             gen = _load_acquire(gen_at)
         seen = gen
         if gen % 2 == 0:
             continue                    # a job that closed before this worker saw it
-        _fetch_add(active, np.int64(1))
+        fetch_add(active, np.int64(1))
         width = _load_int64(state + _WIDTH * _LINE)
-        if _fetch_add(gen_at, np.int64(0)) == gen and part < width:
+        if fetch_add(gen_at, np.int64(0)) == gen and part < width:
             plan = carray(_plan_at(_load_int64(state + _PLAN * _LINE)), (_load_int64(state + _ROWS * _LINE), 4 + ARRAYS))
             _take_part(plan, _load_int64(state + _COUNTERS * _LINE), width, part)
-        _fetch_add(active, np.int64(-1))
+        fetch_add(active, np.int64(-1))
 
 
 ENTRY_SIGNATURE = types.void(types.CPointer(types.int64))
@@ -506,7 +505,7 @@ def _claim_and_run(q, base, width, part):
         p = (part + k) % width
         start, stop = p * tasks // width, (p + 1) * tasks // width
         while True:
-            t = start + _fetch_add(base + p * _LINE, np.int64(1))
+            t = start + fetch_add(base + p * _LINE, np.int64(1))
             if t >= stop:
                 break
             _call_task(q[0], t, q[2], q[3], q[4], q[5], q[6], q[7], q[8], q[9], q[10], q[11])
@@ -534,18 +533,18 @@ def _take_part(plan, base, width, part):
         end = _stretch_end(plan, s)
         finished = base + width * _LINE
         if tasks == 1:
-            if _fetch_add(base, np.int64(1)) == 0:
+            if fetch_add(base, np.int64(1)) == 0:
                 for r in range(s, end):
                     q = plan[r]
                     _call_task(q[0], 0, q[2], q[3], q[4], q[5], q[6], q[7], q[8], q[9], q[10], q[11])
-                _fetch_add(finished, np.int64(1))
+                fetch_add(finished, np.int64(1))
         else:
             ran = _claim_and_run(plan[s], base, width, part)
             if ran:
-                _fetch_add(finished, ran)
+                fetch_add(finished, ran)
         spins = 0
         while _load_acquire(finished) < tasks:
-            _wait_a_little(spins)
+            wait_a_little(spins)
             spins += 1
         base += (width + 1) * _LINE
         s = end
@@ -561,14 +560,14 @@ def _lead(plan, counters, state, width):
     _store_int64(state + _ROWS * _LINE, plan.shape[0])
     _store_int64(state + _COUNTERS * _LINE, counters)
     _store_int64(state + _WIDTH * _LINE, width)
-    _fetch_add(state + _GEN * _LINE, np.int64(1))                 # odd: the job is open
-    if _fetch_add(state + _SLEEPERS * _LINE, np.int64(0)) > 0:
+    fetch_add(state + _GEN * _LINE, np.int64(1))                 # odd: the job is open
+    if fetch_add(state + _SLEEPERS * _LINE, np.int64(0)) > 0:
         _futex_wake(state + _GEN * _LINE, np.int64(width - 1))
     _take_part(plan, counters, width, np.int64(0))
-    _fetch_add(state + _GEN * _LINE, np.int64(1))                 # even: closed
+    fetch_add(state + _GEN * _LINE, np.int64(1))                 # even: closed
     spins = 0
-    while _fetch_add(state + _ACTIVE * _LINE, np.int64(0)) != 0:   # a worker still inside
-        _wait_a_little(spins)
+    while fetch_add(state + _ACTIVE * _LINE, np.int64(0)) != 0:   # a worker still inside
+        wait_a_little(spins)
         spins += 1
 
 
@@ -598,7 +597,7 @@ def run_plan(plan, state, width, counters):
         parallel |= plan[s, 1] > 1
         barriers += 1
         s = _stretch_end(plan, s)
-    if width == 1 or not parallel or not _try_own(state):
+    if width == 1 or not parallel or not claim_word(state + _OWNER * _LINE):   # take the workers
         _run_rows_serially(plan)
         return
     width = min(width, _load_acquire(state + _WORKERS * _LINE) + 1)
