@@ -9,10 +9,10 @@ once, at compile time, into the layout the GEMM wants.
 from __future__ import annotations
 
 import numpy as np
-from ..jit import carray
 
 from litegpu.backend import NodeContext
 
+from ..jit import carray
 from .common import (F32, clamp_bounds, constant_bias, transpose_pad_before,
                      window_geometry)
 from . import gemm
@@ -80,7 +80,7 @@ def im2col(x: np.ndarray, x_shape: tuple, cols: np.ndarray, row0: int, oh: int, 
            sh: int, sw: int, dh: int, dw: int, pt: int, pl: int):
     """A call of no arguments filling ``cols`` (C-contiguous [rows, KH*KW*C]) with the
     im2col rows of output pixels ``row0 ..`` (:func:`_im2col_task`) from ``x``, the NHWC
-    input of ``x_shape``, C-contiguous, over numba's threads."""
+    input of ``x_shape``, C-contiguous, over the plan's threads."""
     rows = cols.shape[0]
     params = np.array([*x_shape, row0, rows, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl], np.int64)
     tasks = (rows + _IM2COL_TASK_ROWS - 1) // _IM2COL_TASK_ROWS

@@ -35,10 +35,10 @@ from __future__ import annotations
 
 import numpy as np
 from llvmlite import ir
-from ..jit import carray, intrinsic, njit, types
 
 from litegpu.backend import NodeContext
 
+from ..jit import carray, intrinsic, njit, types
 from .common import F32, clamp_bounds, constant_bias, window_geometry
 from .registry import bindable, kernel
 from .threads import current as current_threads

@@ -14,7 +14,7 @@ split costs ~2 us where handing half to a Python thread cost 13-60 us. Measured 
 3136x576x64 2974 -> 1306 us, 49x4608x512 3135 -> 1599 us.
 
 The address is an argument, not a constant baked into the code, so the kernel stays in
-numba's disk cache. Without a usable OpenBLAS symbol (another BLAS build) every product
+litegpu's cache of machine code. Without a usable OpenBLAS symbol (another BLAS build) every product
 falls back to ``np.matmul`` on the calling thread, and nothing else changes.
 """
 from __future__ import annotations
@@ -23,8 +23,8 @@ import ctypes
 
 import numpy as np
 from llvmlite import ir
-from ..jit import carray, intrinsic, types
 
+from ..jit import carray, intrinsic, types
 from .tasks import bound_tasks, task_function
 from .threads import current as current_threads, numpy_openblas_symbol
 
@@ -202,7 +202,7 @@ def _gemm_batches(t, ap, bp, cp, _a3, _a4, _a5, _a6, _a7, ip, _fp):
 def batched_matmul(a_shape: tuple, b_shape: tuple, adj_x: bool, adj_y: bool, threads: int | None = None):
     """``bind(a, b, out) -> call`` for BATCH_MATMUL of float32 operands of these shapes
     (batch dimensions broadcast, ``adj_x`` / ``adj_y`` transposing the last two axes): one
-    OpenBLAS call per batch, the batches shared out over numba's threads (a task function,
+    OpenBLAS call per batch, the batches shared out over the plan's threads (a task function,
     so the call chains with its neighbours), or None without OpenBLAS's symbol."""
     fn = sgemm_address()
     if not fn or len(a_shape) < 2 or len(b_shape) < 2:

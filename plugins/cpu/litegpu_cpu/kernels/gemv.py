@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 from llvmlite import ir
-from ..jit import carray, intrinsic, njit, types
 
+from ..jit import carray, intrinsic, njit, types
 from .common import F32, clamp_bounds
 from .gemm import SPLIT_MIN_MACS
 from .packed import NR, carried_loop, clamp_vector, fma_function, load_vector, splat_vector, store_vector

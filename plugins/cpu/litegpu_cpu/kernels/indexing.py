@@ -10,11 +10,11 @@ from __future__ import annotations
 from functools import partial
 
 import numpy as np
-from ..jit import njit
 
 from litegpu.backend import NodeContext
 from litegpu.errors import ExecutionError
 
+from ..jit import njit
 from .common import optional_input
 from .layout import strided_copy
 from .registry import bindable, kernel

@@ -5,10 +5,10 @@ from __future__ import annotations
 from functools import partial
 
 import numpy as np
-from ..jit import njit
 
 from litegpu.backend import NodeContext
 
+from ..jit import njit
 from .common import optional_input
 from .registry import bindable, kernel
 from .tasks import (bind_task, bound_tasks, int16_pointer, int32_pointer, int64_pointer, task_function,

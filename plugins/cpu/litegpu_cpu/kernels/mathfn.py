@@ -12,10 +12,10 @@ from pathlib import Path
 
 import numpy as np
 from llvmlite import ir
-from ..jit import cgutils, intrinsic, njit, types
 
 from litegpu.ops.elementwise import GELU_TANH_CUBIC, SQRT_2_OVER_PI
 
+from ..jit import cgutils, intrinsic, njit, types
 from .packed import NR, carried_loop, load_vector, splat_vector
 
 # 2**e for e in [-220, 190]: n = round(x / ln 2) over the clamped argument range below.

@@ -9,12 +9,12 @@ from __future__ import annotations
 from functools import partial
 
 import numpy as np
-from ..jit import carray, njit
 
 from litegpu.backend import NodeContext
 from litegpu.ops.nn import bilinear_axis
 from litegpu.ops.reduce import x86_extreme
 
+from ..jit import carray, njit
 from .common import F32, activation_in_place, all_float32, clamp_bounds, optional_input
 from . import gemm, gemv
 from .mathfn import exp_sum32, fma32, row_range32, sum64
@@ -94,7 +94,7 @@ def fully_connected(ctx: NodeContext):
 @kernel("BATCH_MATMUL")
 def batch_matmul(ctx: NodeContext):
     """The product over the last two axes (adj_x / adj_y transposing them, batch
-    dimensions broadcast): one OpenBLAS call per batch over numba's threads
+    dimensions broadcast): one OpenBLAS call per batch over the plan's threads
     (:func:`.gemm.batched_matmul`), else np.matmul on transposed views."""
     if not all_float32(ctx, (0, 1)):
         return None

@@ -20,8 +20,8 @@ from functools import lru_cache
 import numpy as np
 
 from llvmlite import binding, ir
-from ..jit import cgutils, intrinsic, types
 
+from ..jit import cgutils, intrinsic, types
 from .common import F32
 from .threads import current as current_threads
 from .tasks import bind_task, task_function
@@ -270,7 +270,7 @@ def _ceil_div(a: int, b: int) -> int:
 class PackedMatmul:
     """``bind(x, out [M, N]) -> call`` computing ``out = clamp(A @ W + bias, lo, hi)`` for
     the constant ``w_kn`` [K, N], packed here once (zero columns up to a multiple of 16,
-    which the last panel computes but does not store); ``threads``: the numba threads the
+    which the last panel computes but does not store); ``threads``: the threads the
     tasks are cut for.
 
     With ``offsets`` (T of them) A is implicit, a convolution over a padded image ``x``

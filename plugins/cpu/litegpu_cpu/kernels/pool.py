@@ -8,11 +8,11 @@ bit (:func:`_xnn_avg_task`, the order in :mod:`.xnn_order`)."""
 from __future__ import annotations
 
 import numpy as np
-from ..jit import carray, njit
 
 from litegpu.backend import NodeContext
 from litegpu.ops.nn import builtin_pool_range, pool_divisor_is_window, xnn_max_pool_passes
 
+from ..jit import carray, njit
 from .common import all_float32, clamp_bounds, window_geometry
 from .registry import bindable, kernel
 from .tasks import bind_task, int64_pointer, row_tasks, task_function

@@ -31,7 +31,6 @@ from functools import partial
 
 import numpy as np
 from llvmlite import ir
-from ..jit import intrinsic, njit, types
 
 from litegpu.backend import NodeContext
 from litegpu.ops.quantized import add16_vector_end, tflite_mean16_multiplier
@@ -39,6 +38,7 @@ from litegpu.ops.quantized_act import lut16_lookup
 from litegpu.ops.reduce import reduction_axes
 from litegpu.quant import multiply_by_quantized_multiplier
 
+from ..jit import intrinsic, njit, types
 from .common import optional_input, window_geometry
 from .packed import NR, carried_loop, splat_vector
 from .qconv import Im2col
@@ -548,7 +548,7 @@ class QuantizedMatmul16:
     requantization ``requant`` (``style`` "tflite16": the single-rounding multiply the
     tiles apply; "tflite": the double-rounding one, applied after them; ``out`` int16)
     or, ``requant`` None, none: ``out`` (int64) holds the exact sums (TRANSPOSE_CONV's
-    products, :mod:`.q16transposeconv`). ``threads``: the numba threads the tasks are cut
+    products, :mod:`.q16transposeconv`). ``threads``: the threads the tasks are cut
     for."""
 
     def __init__(self, w_kn: np.ndarray, bias: np.ndarray | None, requant: dict | None, threads: int) -> None:
@@ -623,7 +623,7 @@ def _product_constants(ctx: NodeContext, x_index: int = 0,
 
 
 def _product16(w_kn: np.ndarray, bias, requant: dict | None) -> QuantizedMatmul16:
-    """The node's product, cut into tasks for numba's threads."""
+    """The node's product, cut into tasks for the plan's threads."""
     return QuantizedMatmul16(w_kn, bias, requant, current_threads())
 
 

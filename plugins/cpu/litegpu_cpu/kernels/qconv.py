@@ -15,10 +15,10 @@ from functools import partial
 
 import numpy as np
 from llvmlite import ir
-from ..jit import intrinsic, njit, types
 
 from litegpu.backend import NodeContext
 
+from ..jit import intrinsic, njit, types
 from .common import optional_input, window_geometry
 from .packed import splat_vector
 from .qd8gemm import hybrid_fully_connected

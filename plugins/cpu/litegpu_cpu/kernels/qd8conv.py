@@ -28,10 +28,10 @@ import math
 
 import numpy as np
 from llvmlite import ir
-from ..jit import intrinsic, njit, types
 
 from litegpu.backend import NodeContext
 
+from ..jit import intrinsic, njit, types
 from .common import clamp_bounds, optional_input, window_geometry
 from .packed import NR, VECTOR, clamp_vector, load_vector, splat_vector, store_vector
 from .qconv import Im2col
@@ -348,7 +348,7 @@ class HybridDepthwise:
     TFLite's hybrid depthwise conv with the constant int8 ``w`` [KH, KW, C * M] (output
     channel ``c * M + m`` filters input channel ``c``), float32 ``weight_scale`` and
     ``bias`` per output channel, clamped to ``[lo, hi]``; ``geometry``: (sh, sw, dh, dw,
-    pt, pl); ``threads``: the numba threads the quantization is cut for."""
+    pt, pl); ``threads``: the threads the quantization is cut for."""
 
     def __init__(self, w: np.ndarray, weight_scale: np.ndarray, bias: np.ndarray, multiplier: int, lo: float,
                  hi: float, geometry: tuple[int, ...], threads: int) -> None:

@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import numpy as np
 from llvmlite import ir
-from ..jit import intrinsic, njit, types
 
 from litegpu.backend import NodeContext
 
+from ..jit import intrinsic, njit, types
 from .common import clamp_bounds, optional_input
 from .mathfn import maxnum32, minnum32, row_range32
 
@@ -330,7 +330,7 @@ def bind_quantize_rows(x: np.ndarray, q: np.ndarray, scale: np.ndarray, correcti
     """The call quantizing each row of float x [M, K] into int8 q [M, K4] (K4 >= K, zeros
     past K) as XNNPACK does (:func:`_quantize_rows_task`), writing its scale and correction
     factor ``128 + zp`` into ``scale`` and ``correction`` [M * repeat] for each of the
-    ``repeat`` product rows that follow from it; ``threads``: the numba threads the rows
+    ``repeat`` product rows that follow from it; ``threads``: the threads the rows
     are cut for (:func:`bind_row_pieces`)."""
     m, k = x.shape
     if q.shape[0] != m or q.shape[1] < k or scale.shape != (m * repeat,) or correction.shape != (m * repeat,):
@@ -343,7 +343,7 @@ class DynamicQuantizedMatmul:
     """``bind(x [M, K] float32, out [M, N] float32) -> call`` computing XNNPACK's
     qd8-f32-qc8w product of x with the constant int8 ``w_kn`` [K, N] (symmetric), float32
     ``weight_scale`` per column, float32 ``bias`` (or None), clamped to ``[lo, hi]``,
-    packed here once; ``threads``: the numba threads the tasks are cut for.
+    packed here once; ``threads``: the threads the tasks are cut for.
 
     Products that read the same x (a transformer's query, key and value projections)
     need x quantized once: :meth:`read_rows_of` makes this product use another's

@@ -23,10 +23,10 @@ loop runs over the output channels, contiguous, and vectorizes.
 from __future__ import annotations
 
 import numpy as np
-from ..jit import njit
 
 from litegpu.backend import NodeContext
 
+from ..jit import njit
 from .common import clamp_bounds, optional_input, transpose_pad_before
 from .registry import bindable, kernel, named
 from .tasks import bind_task, in_sequence, int32_pointer, row_tasks, task_function

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 from llvmlite import ir
-from ..jit import intrinsic, njit, types
 
+from ..jit import intrinsic, njit, types
 from .packed import NR, carried_loop
 from .qgemm import _FLOATS, _SUMS, requantizer
 from .tasks import bind_task, int32_pointer, int8_pointer, task_function

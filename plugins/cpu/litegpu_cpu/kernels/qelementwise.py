@@ -23,10 +23,10 @@ from functools import partial
 
 import numpy as np
 from llvmlite import binding, ir
-from ..jit import cgutils, intrinsic, njit, types
 
 from litegpu.backend import NodeContext
 
+from ..jit import cgutils, intrinsic, njit, types
 from .registry import bindable, in_order, is_quantized_node, kernel, named, one_input_reference
 from .tasks import bind_task, int8_pointer, int32_pointer, task_function, uint8_pointer
 

@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import numpy as np
 from llvmlite import binding, ir
-from ..jit import cgutils, intrinsic, njit, types
 
+from ..jit import cgutils, intrinsic, njit, types
 from .packed import NR, carried_loop, splat_vector
 from .tasks import bind_task, task_function
 
@@ -292,7 +292,7 @@ class QuantizedMatmul:
     """``bind(x [M, K] int8, out [M, N] int8) -> call`` computing ``out = clamp(round((x -
     zx) @ w_kn + bias) * scales) + zo, lo, hi)`` for the constant int8 ``w_kn`` [K, N],
     int32 ``bias`` (or None), float32 ``scales`` per column (or one), packed here once;
-    ``threads``: the numba threads the tasks are cut for. ``vnni``: use ``vpdpbusd``
+    ``threads``: the threads the tasks are cut for. ``vnni``: use ``vpdpbusd``
     (default: when the host has it)."""
 
     def __init__(self, w_kn: np.ndarray, bias: np.ndarray | None, x_zero_point: int, scales: np.ndarray,

@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import numpy as np
 from llvmlite import ir
-from ..jit import intrinsic, njit, types
 
 from litegpu.backend import NodeContext
 
+from ..jit import intrinsic, njit, types
 from .packed import NR
 from .qfixed import multiply_by_quantized_multiplier
 from .qgemm import _ROW_PANELS, _SUMS, _TILE_PANELS, MR, VNNI, _task_share, initial_sums, pack, split, tile_sums

@@ -8,10 +8,10 @@ quantization (the references refuse anything else). A task function over output 
 from __future__ import annotations
 
 import numpy as np
-from ..jit import njit
 
 from litegpu.backend import NodeContext
 
+from ..jit import njit
 from .common import window_geometry
 from .registry import bindable, kernel, named
 from .tasks import bind_task, int8_pointer, int16_pointer, int32_pointer, row_tasks, task_function, uint8_pointer

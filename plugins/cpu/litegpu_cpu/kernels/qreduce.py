@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..jit import njit
 
 from litegpu.backend import NodeContext
 from litegpu.ops.quantized import xnn_sum_constants
 from litegpu.ops.reduce import reduction_axes
 
+from ..jit import njit
 from .registry import bindable, kernel, named
 
 

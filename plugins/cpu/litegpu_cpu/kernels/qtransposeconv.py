@@ -16,10 +16,10 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
-from ..jit import njit
 
 from litegpu.backend import NodeContext
 
+from ..jit import njit
 from .common import optional_input, transpose_pad_before
 from .qfixed import multiply_by_quantized_multiplier, multiply_by_quantized_multiplier_half_up
 from .qmatmul import Int32Product

@@ -8,12 +8,14 @@ result doubled, 9 -> 19 s). Here a kernel is instead:
 
 - a *task function*: plain serial numba code that computes one task (say, two output
   rows) from raw float32 pointers, compiled once, on first use, as a C callback
-  (:func:`numba.cfunc`, in numba's disk cache) with its pointers marked ``noalias``, so
-  that LLVM vectorizes its loops without run-time alias checks (the property numba gives
-  a ``prange`` body only when the body creates no array views);
+  (:func:`numba.cfunc`) with its pointers marked ``noalias``, so that LLVM vectorizes
+  its loops without run-time alias checks (the property numba gives a ``prange`` body
+  only when the body creates no array views); its machine code is kept in litegpu's
+  cache and linked by later processes without numba (:mod:`..objects`);
 - run by :func:`run_plan`, one small launcher compiled once for every task function,
-  which calls the callback's address for each task index over numba's threads. A plan
-  is a table of such calls, so a run of task-function steps is one call from Python;
+  which calls the callback's address for each task index on the calling thread and the
+  launcher's workers. A plan is a table of such calls, so a run of task-function steps
+  is one call from Python (:func:`plan_call`, through :data:`..native.call_block`);
   with control rows (jumps, copies; run by :func:`run_program`) a WHILE loop or an IF
   whose subgraphs are plans is part of the same table (see :mod:`..control`).
 
@@ -45,10 +47,10 @@ from functools import partial
 
 import numpy as np
 from llvmlite import ir
-from ..jit import carray, cfunc, cgutils, intrinsic, njit, types
 
 from .. import jit, objects
 from ..compile_progress import report_compile
+from ..jit import carray, cfunc, cgutils, intrinsic, njit, types
 from ..native import call_block
 from .registry import in_order
 from .threads import current as current_threads

@@ -50,8 +50,8 @@ import platform
 
 import numpy as np
 from llvmlite import binding, ir
-from ..jit import cgutils, intrinsic, njit, types, when_ready
 
+from ..jit import cgutils, intrinsic, njit, types, when_ready
 from .mathfn import fma32
 
 _FEATURES = binding.get_host_cpu_features()

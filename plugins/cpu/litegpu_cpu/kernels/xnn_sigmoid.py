@@ -43,8 +43,8 @@ from pathlib import Path
 
 import numpy as np
 from llvmlite import binding, ir
-from ..jit import cgutils, intrinsic, njit, types
 
+from ..jit import cgutils, intrinsic, njit, types
 from . import mathfn
 from .mathfn import fma32
 
