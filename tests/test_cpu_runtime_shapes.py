@@ -8,6 +8,7 @@ import numpy as np
 import litegpu
 from litegpu.testing.builder import ModelBuilder
 from litegpu_cpu.backend import CpuProgram
+from litegpu_cpu.kernels.tasks import is_plan
 
 
 def reshape_model(add_constant: bool = False) -> bytes:
@@ -59,7 +60,7 @@ def test_if_alternating_branches_on_the_bound_program():
     c, x = (d["index"] for d in interp.get_input_details())
     (out,) = (d["index"] for d in interp.get_output_details())
     rng = np.random.default_rng(0)
-    kept, replays = [], set()
+    kept, bindings = [], set()
     for n in range(12):
         xv = rng.standard_normal(3).astype(np.float32)
         flag = n % 3 == 0
@@ -69,13 +70,15 @@ def test_if_alternating_branches_on_the_bound_program():
         got = interp.get_tensor(out)
         np.testing.assert_allclose(got, (xv * 2 if flag else -xv) + xv, rtol=1e-6)
         kept.append((got, got.copy()))
-        (program,) = programs(interp)
-        replays.add(id(program._replay))
+        bindings.add(id(interp._compiled._bound))
     # Earlier results are the caller's copies: later runs, which write in place, leave them be.
     for got, copy in kept:
         np.testing.assert_array_equal(got, copy)
-    # The IF is bound over both branches: taking the other one does not bind again.
-    assert len(replays) == 1 and program._replay is not None
+    # Both branches give [3]: the IF's output is static, and the IF is bound over both
+    # branches with the nodes around it, one plan; taking the other branch does not bind again.
+    assert not programs(interp)
+    (step,) = interp._compiled._bound.steps
+    assert len(bindings) == 1 and is_plan(step.call)
 
 
 def test_a_changed_run_time_shape_binds_again_and_an_unchanged_one_replays():

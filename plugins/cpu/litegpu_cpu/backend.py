@@ -162,7 +162,9 @@ class CpuProgram(Program):
         _share_quantized_rows(self.steps)
         slots.append(None)  # slot -1: an omitted optional input
         self.slots = slots
-        self.static = not any(dynamic for _, _, _, dynamic, _ in self.steps)
+        # A stateful node whose outputs are planned static (an IF whose branches agree) may
+        # bind itself (OpDef.bind) with the rest: see bind().
+        self.static = not any(dynamic and ctx.dynamic for _, _, _, dynamic, ctx in self.steps)
         # What run() binds: per step, (ids of the arrays it was bound to, its Step, the
         # arrays: kept so that no new array takes one's id); the steps chained, with the
         # caller's arrays they are valid for.
@@ -177,7 +179,12 @@ class CpuProgram(Program):
         if not self.static or any(o is None for o in outputs):
             return None
         slots = self._point_slots(inputs, outputs, list(self.slots))
-        steps = [self._static_step(n, slots) for n in range(len(self.steps))]
+        steps = []
+        for n, (_, _, _, stateful, _) in enumerate(self.steps):
+            step = self._self_bound_step(n, slots) if stateful else self._static_step(n, slots)
+            if step is None:
+                return None
+            steps.append(step)
         return Bound(_chain_plans(steps) + self._copies(slots, outputs), (self._threads_here,))
 
     def run(self, inputs: Sequence[np.ndarray], outputs: list, wait_for: Sequence[Event] = ()) -> Event:
@@ -257,6 +264,22 @@ class CpuProgram(Program):
         kernel, ins, outs, _, ctx = self.steps[n]
         call = _bind_step(kernel, [slots[i] for i in ins], [slots[o] for o in outs])
         return _named_step(call, self.step_nodes[n], ctx, self._step_kernel(n))
+
+    def _self_bound_step(self, n: int, slots: list) -> Step | None:
+        """Stateful step ``n`` with static outputs bound by its op to the arrays in
+        ``slots`` (``OpDef.bind``), when that gives a plan (an IF over plans); None
+        otherwise (the program then runs through :meth:`run`)."""
+        from .kernels.tasks import is_plan
+        kernel, ins, outs, _, ctx = self.steps[n]
+        args, results = [slots[i] for i in ins], [slots[o] for o in outs]
+        if ctx.opdef.bind is None or any(a is None for a in (*args, *results)):
+            return None
+        call = ctx.opdef.bind(args, results, ctx.attrs, self._runtime)
+        if call is None or not is_plan(call):
+            return None
+        in_place = Step(partial(_run_in_place, self, n, kernel, args, outs, results), self.step_nodes[n],
+                        partial(_failure, ctx), self._step_kernel(n))
+        return Step(call, self.step_nodes[n], partial(_failure, ctx), "bound control flow", (in_place,))
 
     def _dynamic_step(self, n: int) -> Step:
         """Run-time-shaped step ``n`` bound to the arrays its slots hold after it ran.
