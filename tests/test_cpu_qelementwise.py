@@ -113,9 +113,7 @@ def test_unary_table_chosen_and_exact(monkeypatch, op, dtype, in_q, out_dtype, o
 @pytest.mark.parametrize("op", ["MEAN", "SUM"])
 def test_integer_mean_chosen_and_exact(monkeypatch, op, dtype, zps, shape, axes, keep) -> None:
     """MEAN / SUM over adjacent axes run the kernel, others the reference; all equal LiteRT."""
-    calls = []
-    loop = qreduce._mean_loop
-    monkeypatch.setattr(qreduce, "_mean_loop", lambda *args: (calls.append(1), loop(*args)))
+    calls = _record(monkeypatch, "_mean_task", qreduce)
     rng = np.random.default_rng(4)
     info = np.iinfo(dtype)
     b = ModelBuilder()
@@ -159,9 +157,7 @@ def test_integer_mul_chosen_and_exact(monkeypatch, dtype, zps, a_shape, b_shape,
 
 @pytest.mark.parametrize("dtype,zp", [(np.int8, -3), (np.uint8, 128)])
 def test_quantize_float_chosen_and_exact(monkeypatch, dtype, zp) -> None:
-    calls = []
-    loop = qelementwise._quantize_loop
-    monkeypatch.setattr(qelementwise, "_quantize_loop", lambda *args: (calls.append(1), loop(*args)))
+    calls = _record(monkeypatch, "_quantize_task")
     b = ModelBuilder()
     x = b.input("x", (3, 1000), np.float32)
     y = b.tensor("y", (3, 1000), dtype, scale=[0.02], zero_point=[zp])
@@ -173,7 +169,7 @@ def test_quantize_float_chosen_and_exact(monkeypatch, dtype, zp) -> None:
     values[1, :200] = (np.arange(200, dtype=np.float32) - 100) * np.float32(0.01)   # ties at half quanta
     (ours,), (theirs,) = run_both(b.build(), [values])
     np.testing.assert_array_equal(ours, theirs)
-    assert calls
+    assert calls and all(calls)
 
 
 @pytest.mark.parametrize("dtype,in_q,out_q", [

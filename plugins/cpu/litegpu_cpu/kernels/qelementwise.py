@@ -226,13 +226,23 @@ def quantized_mul(ctx: NodeContext):
                    _mul_task, _mul_broadcast, "mul")
 
 
-@njit(cache=True, nogil=True)
-def _quantize_loop(x, out, inv, zp, lo, hi):   # pragma: no cover - compiled
-    for i in range(x.size):
-        v = np.rint(x[i] * inv)
+@task_function()
+def _quantize_task(t, xp, outp, _a2, _a3, _a4, _a5, _a6, _a7, ip, fp):
+    """float32 ``x`` -> 8-bit ``out`` (int8, or uint8 when ``ip[1]`` is 0), ``ip[0]``
+    elements: ``clamp(rint(x * inv)) + zp``, NaN to the zero point as the reference;
+    ``ip``: size, signed, zp; ``fp``: inv, lo, hi (the clamp relative to the zero point)."""
+    size, signed, zp = ip[0], ip[1], np.int32(ip[2])
+    inv, lo, hi = fp[0], fp[1], fp[2]
+    signed_out, unsigned_out = int8_pointer(outp), uint8_pointer(outp)
+    for i in range(size):
+        v = np.rint(xp[i] * inv)
         if v != v:          # NaN: the zero point, as the reference
             v = np.float32(0)
-        out[i] = np.int32(min(max(v, lo), hi)) + zp
+        q = np.int32(min(max(v, lo), hi)) + zp
+        if signed:
+            signed_out[i] = np.int8(q)
+        else:
+            unsigned_out[i] = np.uint8(q)
 
 
 def _quantize_float(ctx: NodeContext):
@@ -241,12 +251,13 @@ def _quantize_float(ctx: NodeContext):
     if out is None or not out.per_tensor or np.dtype(out.dtype) not in (np.dtype(np.int8), np.dtype(np.uint8)):
         return None
     zp = int(out.zero_point)
-    args = (np.float32(1.0) / np.float32(out.scale), np.int32(zp), np.float32(out.qmin - zp),
-            np.float32(out.qmax - zp))
+    dtype = np.dtype(out.dtype)
+    floats = np.array([np.float32(1.0) / np.float32(out.scale), out.qmin - zp, out.qmax - zp], np.float32)
 
     def bind(inputs, outputs):
         x, y = inputs[0].reshape(-1), outputs[0].reshape(-1)
-        return lambda: _quantize_loop(x, y, *args)
+        params = np.array([x.size, dtype == np.int8, zp], np.int64)
+        return bind_task(_quantize_task, 1, (x,), (y,), params, floats, dtypes=(np.dtype(np.float32), dtype))
     return bindable(bind)
 
 

@@ -9,26 +9,42 @@ from __future__ import annotations
 
 import numpy as np
 
-
 from litegpu.backend import NodeContext
 from litegpu.ops.quantized import xnn_sum_constants
 from litegpu.ops.reduce import reduction_axes
 
 from ..jit import njit
 from .registry import bindable, kernel, named
+from .tasks import bind_task, int8_pointer, int32_pointer, task_function, uint8_pointer
 
 
-@njit(cache=True, nogil=True)
-def _mean_loop(x, out, acc, s, z, lo, hi):   # pragma: no cover - compiled
-    """``x`` [outer, count, inner] -> ``out`` [outer, inner]; ``acc``: inner int32 sums."""
-    for o in range(x.shape[0]):
-        acc[:] = 0
-        for r in range(x.shape[1]):
-            for i in range(x.shape[2]):
-                acc[i] += np.int32(x[o, r, i])
-        for i in range(x.shape[2]):
-            value = np.rint(np.float32(acc[i]) * s + z)
-            out[o, i] = min(max(value, lo), hi)
+@task_function()
+def _mean_task(t, xp, outp, accp, _a3, _a4, _a5, _a6, _a7, ip, fp):
+    """``x`` [outer, count, inner] (int8, or uint8 when ``ip[3]`` is 0) -> ``out`` [outer,
+    inner] of its dtype; ``acc``: inner int32 sums; ``ip``: outer, count, inner, signed;
+    ``fp``: s, z, lo, hi. One task: the sums in order, as XNNPACK's."""
+    outer, count, inner, signed = ip[0], ip[1], ip[2], ip[3]
+    s, z, lo, hi = fp[0], fp[1], fp[2], fp[3]
+    acc = int32_pointer(accp)
+    signed_x, unsigned_x = int8_pointer(xp), uint8_pointer(xp)
+    signed_out, unsigned_out = int8_pointer(outp), uint8_pointer(outp)
+    for o in range(outer):
+        for i in range(inner):
+            acc[i] = 0
+        for r in range(count):
+            row = (o * count + r) * inner
+            if signed:
+                for i in range(inner):
+                    acc[i] += np.int32(signed_x[row + i])
+            else:
+                for i in range(inner):
+                    acc[i] += np.int32(unsigned_x[row + i])
+        for i in range(inner):
+            value = min(max(np.rint(np.float32(acc[i]) * s + z), lo), hi)
+            if signed:
+                signed_out[o * inner + i] = np.int8(value)
+            else:
+                unsigned_out[o * inner + i] = np.uint8(value)
 
 
 @kernel("MEAN", "SUM", quantized=True)
@@ -52,12 +68,14 @@ def quantized_mean(ctx: NodeContext):
     if count == 0 or count * 255 >= 2 ** 31:
         return None
     s, z = xnn_sum_constants(count, m, mean)
-    bounds = (np.float32(m["qmin"]), np.float32(m["qmax"]))
+    floats = np.array([s, z, m["qmin"], m["qmax"]], np.float32)
+    dtype = np.dtype(x.dtype)
+    params = np.array([outer, count, inner, dtype == np.int8], np.int64)
     acc = np.empty(inner, np.int32)
 
     def bind(inputs, outputs):
         xs, out = inputs[0].reshape(outer, count, inner), outputs[0].reshape(outer, inner)
-        return lambda: _mean_loop(xs, out, acc, s, z, *bounds)
+        return bind_task(_mean_task, 1, (xs,), (out, acc), params, floats, dtypes=(dtype, dtype, acc.dtype))
     return bindable(bind)
 
 
