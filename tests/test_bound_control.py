@@ -48,15 +48,21 @@ def test_control_rows_branch_copy_and_count_down():
 
 # -- IF ------------------------------------------------------------------------------------------
 
-def if_model() -> bytes:
-    """y = IF(sum(x) > 0, x, w) + x: the then branch adds w, the else branch passes x
-    through unchanged (its output is its input: a copy)."""
-    mb = ModelBuilder()
+def _adding_branch(mb: ModelBuilder):
+    """The then branch of both IF models here: ``y = x + w``, [4] each."""
     then = mb.subgraph("then")
     tx, tw = then.input("x", (4,)), then.input("w", (4,))
     ty = then.tensor("y", (4,))
     then.op("ADD", [tx, tw], [ty])
     then.output(ty)
+    return then
+
+
+def if_model() -> bytes:
+    """y = IF(sum(x) > 0, x, w) + x: the then branch adds w, the else branch passes x
+    through unchanged (its output is its input: a copy)."""
+    mb = ModelBuilder()
+    then = _adding_branch(mb)
     other = mb.subgraph("else")
     ox = other.input("x", (4,))
     other.input("w", (4,))
@@ -110,11 +116,7 @@ def disagreeing_if_model() -> bytes:
     """IF(x[0] > 0, x, w) -> y, the then branch giving x + w ([4]), the else branch a
     constant [2]: y's shape is known only when the IF has run."""
     mb = ModelBuilder()
-    then = mb.subgraph("then")
-    tx, tw = then.input("x", (4,)), then.input("w", (4,))
-    ty = then.tensor("y", (4,))
-    then.op("ADD", [tx, tw], [ty])
-    then.output(ty)
+    then = _adding_branch(mb)
     other = mb.subgraph("else")
     other.input("x", (4,))
     other.input("w", (4,))

@@ -267,19 +267,32 @@ class CpuProgram(Program):
 
     def _self_bound_step(self, n: int, slots: list) -> Step | None:
         """Stateful step ``n`` with static outputs bound by its op to the arrays in
-        ``slots`` (``OpDef.bind``), when that gives a plan (an IF over plans); None
+        ``slots`` (:meth:`_op_bound_step`), when that gives a plan (an IF over plans); None
         otherwise (the program then runs through :meth:`run`)."""
         from .kernels.tasks import is_plan
-        kernel, ins, outs, _, ctx = self.steps[n]
-        args, results = [slots[i] for i in ins], [slots[o] for o in outs]
+        _, ins, outs, _, _ = self.steps[n]
+        step = self._op_bound_step(n, [slots[i] for i in ins], [slots[o] for o in outs])
+        return step if step is not None and is_plan(step.call) else None
+
+    def _op_bound_step(self, n: int, args: list, results: list) -> Step | None:
+        """Stateful step ``n`` bound by its op (``OpDef.bind``) to these arrays: a plan (an
+        IF or WHILE over plans) as it is, another call binding again from this step when it
+        raises :class:`Unbound`; None when the op does not bind here. Its part is the run
+        through the op, which the profiler takes so that it records the nodes of the
+        subgraphs a WHILE or an IF runs."""
+        from .kernels.tasks import is_plan
+        kernel, _, outs, _, ctx = self.steps[n]
         if ctx.opdef.bind is None or any(a is None for a in (*args, *results)):
             return None
         call = ctx.opdef.bind(args, results, ctx.attrs, self._runtime)
-        if call is None or not is_plan(call):
+        if call is None:
             return None
-        in_place = Step(partial(_run_in_place, self, n, kernel, args, outs, results), self.step_nodes[n],
-                        partial(_failure, ctx), self._step_kernel(n))
-        return Step(call, self.step_nodes[n], partial(_failure, ctx), "bound control flow", (in_place,))
+        nodes, fail = self.step_nodes[n], partial(_failure, ctx)
+        in_place = Step(partial(_run_in_place, self, n, kernel, args, outs, results), nodes, fail,
+                        self._step_kernel(n))
+        if is_plan(call):
+            return Step(call, nodes, fail, "bound control flow", (in_place,))
+        return Step(partial(_unless_unbound, n, call), nodes, fail, in_place.kernel, (in_place,))
 
     def _dynamic_step(self, n: int) -> Step:
         """Run-time-shaped step ``n`` bound to the arrays its slots hold after it ran.
@@ -294,23 +307,18 @@ class CpuProgram(Program):
         kernel, ins, outs, _, ctx = self.steps[n]
         slots = self.slots
         args, results = [slots[i] for i in ins], [slots[o] for o in outs]
-        nodes, fail = self.step_nodes[n], partial(_failure, ctx)
-        in_place = Step(partial(_run_in_place, self, n, kernel, args, outs, results), nodes, fail,
-                        self._step_kernel(n))
+        nodes = self.step_nodes[n]
         if not ctx.opdef.stateful:
             settled = self._settled_kernel(n, args, results)
             if settled is not None:
                 from .kernels.registry import kernel_name
                 return _named_step(_bind_step(settled, args, results), nodes, ctx, kernel_name(settled))
-        elif ctx.opdef.bind is not None and not any(a is None for a in (*args, *results)):
-            from .kernels.tasks import is_plan
-            call = ctx.opdef.bind(args, results, ctx.attrs, self._runtime)
-            if call is not None:
-                # Its part is the run through the op, which the profiler takes so that it
-                # records the nodes of the subgraphs a WHILE or an IF runs.
-                return Step(call if is_plan(call) else partial(_unless_unbound, n, call), nodes, fail,
-                            "bound control flow" if is_plan(call) else in_place.kernel, (in_place,))
-        return in_place
+        else:
+            bound = self._op_bound_step(n, args, results)
+            if bound is not None:
+                return bound
+        return Step(partial(_run_in_place, self, n, kernel, args, outs, results), nodes, partial(_failure, ctx),
+                    self._step_kernel(n))
 
     def _run_unbound(self, n: int, args: list, outs: list[int]) -> None:
         """Run run-time-shaped step ``n`` and store its results in its slots: with the

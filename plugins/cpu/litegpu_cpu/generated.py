@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import os
 import sys
-import tempfile
 import threading
 import types
 from pathlib import Path
@@ -80,7 +78,7 @@ def _source_file(path: Path, source: str) -> bool:
     """True when ``path`` holds ``source`` (written now if missing or different and the
     cache is writable); False when it cannot be made to."""
     try:
-        if path.read_text() == source:
+        if path.read_text(encoding="utf-8") == source:
             return True
     except (OSError, UnicodeDecodeError):
         pass      # missing, unreadable, truncated mid-character: (re)write it
@@ -89,23 +87,8 @@ def _source_file(path: Path, source: str) -> bool:
         return False
     try:
         path.parent.mkdir(mode=0o700, exist_ok=True)
-        _write_atomically(path, source)
+        numba_cache.write_atomically(path, source.encode())
     except OSError as exc:
         home.stop_writing(exc)
         return False
     return True
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file unique to this call, renamed into place."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise

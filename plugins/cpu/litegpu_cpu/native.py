@@ -25,6 +25,7 @@ import ctypes
 import logging
 import struct
 import threading
+from functools import lru_cache
 
 import numpy as np
 
@@ -133,8 +134,10 @@ class NativeError(RuntimeError):
     """Machine code that cannot be linked into this process (a symbol it needs is missing)."""
 
 
+@lru_cache(maxsize=None)
 def host_cpu() -> tuple[str, str]:
-    """(name, features) of the CPU machine code is generated for, as numba targets it."""
+    """(name, features) of the CPU machine code is generated for, as numba targets it
+    (asked once a process: every cache key of :mod:`.objects` holds it)."""
     import llvmlite.binding as llvm
     return llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
 

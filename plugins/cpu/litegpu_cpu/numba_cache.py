@@ -46,6 +46,7 @@ import stat
 import sys
 import tempfile
 import threading
+from functools import lru_cache
 from pathlib import Path
 
 from litegpu import env
@@ -101,10 +102,11 @@ def home_path() -> Path:
     return env.cache_root() / "numba" / tag
 
 
+@lru_cache(maxsize=None)
 def _numba_version() -> str:
     """numba's version, without importing numba where it is not imported yet (~0.2 s: a warm
     process that links its kernels from :mod:`.objects` never needs it): read from the
-    version file numba's package carries."""
+    version file numba's package carries, once a process (every cache path holds it)."""
     numba = sys.modules.get("numba")
     if numba is not None:
         return numba.__version__
@@ -298,6 +300,22 @@ def _guarded_save(original):
                         self._name, locator.get_cache_path(), type(exc).__name__, exc)
         return None
     return save_overload
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file unique to this call, renamed into
+    place: threads and processes writing the same entry at once each leave a whole file."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem[:24]}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def _keeping_objects(original):

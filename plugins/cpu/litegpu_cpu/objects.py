@@ -27,7 +27,6 @@ import hashlib
 import json
 import logging
 import os
-import tempfile
 from pathlib import Path
 
 from . import native, numba_cache
@@ -112,17 +111,7 @@ def store(entry: str, compiled) -> None:
     path = _path(entry)
     try:
         path.parent.mkdir(mode=0o700, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{entry[:16]}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(_MAGIC + header + b"\n" + code)
-            os.replace(tmp, path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
+        numba_cache.write_atomically(path, _MAGIC + header + b"\n" + code)
     except OSError as exc:
         home.stop_writing(exc)
 
