@@ -4,8 +4,10 @@ usage: python benchmarks/startup.py [MODEL] [--backend NAME]... [--repeat N]
 
 "Cold" means every cache empty: LITEGPU_CACHE_DIR (litegpu's kernel cache and the cpu
 backend's generated kernels), NUMBA_CACHE_DIR (numba's), XDG_CACHE_HOME (pyopencl's) and
-POCL_CACHE_DIR (PoCL's) point at fresh temp dirs. "Warm" is a second process with the
-same dirs; ``litert`` rows are LiteRT's own Interpreter (XNNPACK), for comparison.
+POCL_CACHE_DIR (PoCL's) point at fresh temp dirs; what ``litegpu prebuild`` built at
+install is used (run it first). "Bare" is cold without that either (LITEGPU_PREBUILT_DIR
+set empty): a machine where no one ran ``litegpu prebuild``. "Warm" is a second process
+with the cold one's dirs; ``litert`` rows are LiteRT's own Interpreter (XNNPACK), for comparison.
 Columns, per process: ``import`` (numpy + litegpu, or LiteRT), ``create`` (Interpreter
 creation + allocate_tensors: load, partition, compile), ``1st invoke`` (where numba
 compiles kernels not in its disk cache and PoCL finalizes kernels), ``first result``
@@ -69,13 +71,19 @@ def _process(model: str, backend: str, env: dict) -> dict:
 
 
 def measure(model: str, backend: str, repeat: int) -> dict[str, dict[str, float]]:
-    """Median timings of the cold and the warm process for one backend."""
-    rows: dict[str, list[dict]] = {"cold": [], "warm": []}
+    """Median timings of the bare, cold and warm processes for one backend."""
+    rows: dict[str, list[dict]] = {"bare": [], "cold": [], "warm": []}
     for _ in range(repeat):
-        with tempfile.TemporaryDirectory(prefix="litegpu-startup-") as tmp:
-            env = {**os.environ, **{var: str(Path(tmp) / var.lower()) for var in CACHE_VARS}}
-            rows["cold"].append(_process(model, backend, env))
-            rows["warm"].append(_process(model, backend, env))
+        for kind in ("bare", "cold"):
+            with tempfile.TemporaryDirectory(prefix="litegpu-startup-") as tmp:
+                env = {**os.environ, **{var: str(Path(tmp) / var.lower()) for var in CACHE_VARS}}
+                if kind == "bare":
+                    env["LITEGPU_PREBUILT_DIR"] = ""
+                rows[kind].append(_process(model, backend, env))
+                if kind == "cold":
+                    rows["warm"].append(_process(model, backend, env))
+    if backend == LITERT:       # LiteRT has nothing to prebuild
+        del rows["bare"]
     return {kind: {c: statistics.median(r[c] for r in runs) for c in COLUMNS} for kind, runs in rows.items()}
 
 

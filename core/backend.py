@@ -380,6 +380,13 @@ class Backend:
         """
         raise NotImplementedError(f"backend {self.name!r} does not implement compile(), which is required")
 
+    def prebuild(self, directory: str | None = None) -> str | None:
+        """Compile, for this machine, the kernels that depend on no model, so that a first
+        process starts like a warm one: ``litegpu prebuild`` calls it once, at install
+        (``directory``: where to keep them instead of the backend's own place). Returns one
+        line saying what was built; None (the default): nothing to build ahead of time."""
+        return None
+
     def bind_control(self, control: Branch | Loop) -> Callable[[], None] | None:
         """``control`` (its steps from this backend's programs) as one call of no
         arguments, e.g. a compiled table with jumps; None (the default) leaves it to the

@@ -715,6 +715,21 @@ def cmd_backends(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_prebuild(args: argparse.Namespace) -> int:
+    from .plugins import manager
+    pm = manager()
+    names = args.backend or sorted(pm.backends)
+    for name in names:
+        if args.backend:
+            backend = pm.available_backend(name)
+        elif (backend := pm.backend(name)).available()[0] is False:
+            continue
+        with progress(f"prebuilding {name}'s kernels (once, for this machine)"):
+            line = backend.prebuild(args.out)
+        print(line or f"{name}: nothing to build ahead of time")
+    return 0
+
+
 # -- the parser ------------------------------------------------------------------------
 def default_num_threads() -> int:
     """``--num-threads``'s default: the CPUs this process may run on.
@@ -803,6 +818,13 @@ def build_parser() -> argparse.ArgumentParser:
                    "metal), what it builds without a device (cuda: PTX), and manifest.json (launch sizes) "
                    "to DIR; with --fp16 also the F32_F16 and F16 programs")
     p.set_defaults(func=cmd_compile)
+    p = sub.add_parser("prebuild", help="compile the kernels that depend on no model, once, for this machine "
+                       "(run it after installing: a first process then starts like a warm one)")
+    logging_flags(p, argparse.SUPPRESS)
+    p.add_argument("--backend", action="append", help="backend to prebuild (repeatable; default every available one)")
+    p.add_argument("--out", metavar="DIR", help="keep them in DIR instead of the backend's own place (the cpu "
+                   "backend reads $LITEGPU_PREBUILT_DIR; default: its package's prebuilt folder)")
+    p.set_defaults(func=cmd_prebuild)
     p = sub.add_parser("backends", help="list backend plugins, availability, devices and versions")
     logging_flags(p, argparse.SUPPRESS)
     p.set_defaults(func=cmd_backends)

@@ -26,6 +26,11 @@ from litegpu.plugins import manager
 from litegpu.testing import shared_models
 from litegpu.testing.pytest_plugin import requested_backends
 
+# The suite tests what a process compiles and caches: kernels prebuilt at install
+# (``litegpu prebuild``) would turn its cold processes warm. tests/test_cpu_prebuild.py
+# prebuilds into a folder of its own and points its processes there.
+os.environ["LITEGPU_PREBUILT_DIR"] = ""
+
 REQUIRE_ENV = "LITEGPU_TEST_REQUIRE"
 KNOWN_NEEDS = ("opencl", "clang", "models", "nvrtc", "webgpu", "corpus")
 

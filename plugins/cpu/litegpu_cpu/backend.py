@@ -7,6 +7,7 @@ import os
 import platform
 from functools import lru_cache, partial
 from itertools import groupby
+from pathlib import Path
 from typing import Sequence
 
 import numpy as np
@@ -63,6 +64,12 @@ class CpuBackend(Backend):
         configure_threads(options.num_threads)
         report_numba_compiles()   # most kernels compile in the first run: say which
         return CpuProgram(partition, options)
+
+    def prebuild(self, directory: str | None = None) -> str:
+        """Every task function of the package compiled for this CPU into the prebuilt
+        entries (see :mod:`.prebuild`)."""
+        from .prebuild import prebuild
+        return prebuild(Path(directory) if directory else None).summary()
 
     def bind_control(self, control: Branch | Loop):
         """An IF or WHILE whose steps are task functions as one plan, jumps and all (see

@@ -159,7 +159,7 @@ def _tiled_rows(r0, r1):
 
 # One task function per instruction set, as in .qgemm: the VNNI one is never compiled on
 # a host without it.
-@task_function()
+@task_function(requires=("avx512vnni",))
 def _qd8_vnni(t, qp, wp, colsump, wscalep, biasp, rowscalep, rowcp, outp, ip, fp):
     """Task ``t`` of the product (``ip`` as :func:`.qgemm._qgemm_vnni`'s first eight; ``fp``:
     the clamp's lo, hi)."""
@@ -190,7 +190,7 @@ def _qd8_plain(t, qp, wp, colsump, wscalep, biasp, rowscalep, rowcp, outp, ip, f
                        p, p1 - 1, fp[0], fp[1])
 
 
-@task_function()
+@task_function(requires=("avx512vnni",))
 def _qd8_indirect_vnni(t, qp, wp, colsump, wscalep, biasp, rowscalep, rowcp, outp, ip, fp):
     """:func:`_qd8_vnni` with indirect tiles (``q``: the quantized images)."""
     r0, r1, p0, p1 = _task_share(t, ip)

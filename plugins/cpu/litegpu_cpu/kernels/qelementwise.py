@@ -346,7 +346,7 @@ def _lookup_task(t, tablep, xp, outp, _a3, _a4, _a5, _a6, _a7, ip, _fp):
     _lookup_span(tablep, xp, outp, start, min(ip[0], start + ip[1]), ip[2])
 
 
-@task_function()
+@task_function(requires=("avx512vbmi",))
 def _lookup_vbmi_task(t, tablep, xp, outp, _a3, _a4, _a5, _a6, _a7, ip, _fp):
     """:func:`_lookup_task` with byte values 64 at a time (:func:`_lookup_bytes64`)."""
     start = t * ip[1]

@@ -224,7 +224,7 @@ def _task_share(t, ip):
 
 # Two task functions, one per tile: the VNNI one must never be compiled on a CPU without
 # the instruction (LLVM cannot select it), and module-level functions stay in numba's cache.
-@task_function()
+@task_function(requires=("avx512vnni",))
 def _qgemm_vnni(t, xp, wp, initp, scalep, outp, _a5, _a6, _a7, ip, fp):
     """Task ``t`` of the quantized product with ``vpdpbusd`` (``ip``: M, K/4, N, x's row
     stride in bytes, row_chunk, row_tasks, panel_chunk, panel_tasks, output zero point,

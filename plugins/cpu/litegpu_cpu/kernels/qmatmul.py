@@ -115,7 +115,7 @@ def _block_plain(xp, wp, initp, outp, r0, r1, stride, groups, npad, p0, p1):   #
 # -- a product with a constant weight ---------------------------------------------------------------
 
 
-@task_function()
+@task_function(requires=("avx512vnni",))
 def _sums_vnni(t, xp, wp, initp, outp, _a4, _a5, _a6, _a7, ip, _fp):
     """Task ``t`` of :class:`Int32Product` (``ip``: M, K/4, N, x's row stride in bytes,
     row_chunk, row_tasks, panel_chunk, panel_tasks, the sums' row length)."""
@@ -231,7 +231,7 @@ def _bmm_layout(t, ip):   # pragma: no cover - compiled
 
 # One task function per instruction set (see _block_vnni); both share every step but the
 # tiles.
-@task_function()
+@task_function(requires=("avx512vnni",))
 def _bmm_vnni(t, ap, bp, bytesp, intsp, outp, _a5, _a6, _a7, ip, _fp):
     """Task ``t``: blocks ``t * ip[8] ..`` of the product, block ``q`` being rows ``(q %
     blocks) * chunk ..`` of batch ``q // blocks`` (``ip``: batches, M, N, K, K rounded up to

@@ -44,6 +44,7 @@ import os
 import platform
 import threading
 from functools import partial
+from pathlib import Path
 
 import numpy as np
 from llvmlite import ir
@@ -87,47 +88,78 @@ _COMPILE_LOCK = threading.RLock()    # numba compiles one function at a time any
 class TaskFunction:
     """A serial task function ``fn(task, a0, .., a7, ints, floats)`` (float32 pointers,
     int64 and float32 parameter pointers), compiled as a C callback on first use; with
-    another ``signature``, any C callback of litegpu's (the launcher's entries)."""
+    another ``signature``, any C callback of litegpu's (the launcher's entries).
+    ``requires``: the host CPU features (llvmlite's names) its instructions need; it is
+    only compiled where the host has them (LLVM aborts on an instruction it cannot select)."""
 
-    def __init__(self, fn, fastmath=False, signature=TASK_SIGNATURE) -> None:
+    def __init__(self, fn, fastmath=False, signature=TASK_SIGNATURE, requires: tuple[str, ...] = ()) -> None:
         self.fn = fn
         self.fastmath = fastmath
         self.signature = signature
+        self.requires = requires
         self._address = 0
         self._compiled = None                  # keeps the code alive
 
     @property
+    def name(self) -> str:
+        """``module.function``, as logs and progress name it."""
+        return f"{self.fn.__module__}.{self.fn.__qualname__}"
+
+    def _options(self) -> dict:
+        # error_model="numpy": a callback cannot raise, so x / 0 is inf as in numpy.
+        return {"fastmath": self.fastmath, "error_model": "numpy", "noalias": True}
+
+    def _compile(self, options: dict):
+        """numba's C callback of this function (numba's own cache too, for a function whose
+        code needs numba's runtime: :mod:`..objects` keeps only what links without it)."""
+        jit.materialize()
+        if not _register_noalias():
+            options = {k: v for k, v in options.items() if k != "noalias"}
+        report_compile(self.fn.__name__)   # a cfunc raises no numba compile event
+        return cfunc(jit.real(self.signature), cache=True, **options)(self.fn)
+
+    @property
     def address(self) -> int:
-        """The callback's address: linked from litegpu's cache of machine code (no numba
-        needed, :mod:`..objects`), else compiled by numba and kept there; once."""
+        """The callback's address: linked from litegpu's cache of machine code or its
+        prebuilt entries (no numba needed, :mod:`..objects`), else compiled by numba and
+        kept in the cache; once."""
         if not self._address:
             # One compile per function even when threads build models at once: a second
             # compile would replace ``_compiled`` and free the code at an address already
             # handed out.
             with _COMPILE_LOCK:
                 if not self._address:
-                    # error_model="numpy": a callback cannot raise, so x / 0 is inf as in numpy.
-                    options = {"fastmath": self.fastmath, "error_model": "numpy", "noalias": True}
+                    options = self._options()
                     entry = objects.key(self.fn, self.signature, options)
                     address = objects.load(entry) if entry else 0
                     if not address:
-                        jit.materialize()
-                        if not _register_noalias():
-                            del options["noalias"]
-                        # numba's own cache too, for a function whose code needs numba's runtime
-                        # (:mod:`..objects` keeps only what links without it).
-                        report_compile(self.fn.__name__)   # a cfunc raises no numba compile event
-                        self._compiled = cfunc(jit.real(self.signature), cache=True, **options)(self.fn)
+                        self._compiled = self._compile(options)
                         address = self._compiled.address
                         if entry:
                             objects.store(entry, self._compiled)
                     self._address = address
         return self._address
 
+    def prebuild(self, directory: Path) -> str:
+        """Compile this function into ``directory`` as a prebuilt entry of :mod:`..objects`:
+        ``"built"``, ``"present"`` (there already) or ``"runtime"`` (its code needs numba's
+        runtime, so it cannot be kept there). The caller checks :attr:`requires`."""
+        options = self._options()
+        entry = objects.key(self.fn, self.signature, options)
+        if entry is not None and (directory / f"{entry}.o").is_file():
+            return "present"
+        with _COMPILE_LOCK:
+            kept = entry is not None and objects.store(entry, self._compile(options), directory)
+        return "built" if kept else "runtime"
 
-def task_function(fastmath=False, signature=TASK_SIGNATURE):
-    """Decorator: the function as a :class:`TaskFunction`."""
-    return lambda fn: TaskFunction(fn, fastmath, signature)
+    def entry(self) -> str | None:
+        """Its entry name in :mod:`..objects` (None: it has none)."""
+        return objects.key(self.fn, self.signature, self._options())
+
+
+def task_function(fastmath=False, signature=TASK_SIGNATURE, requires: tuple[str, ...] = ()):
+    """Decorator: the function as a :class:`TaskFunction` (``requires``: see there)."""
+    return lambda fn: TaskFunction(fn, fastmath, signature, requires)
 
 
 @intrinsic

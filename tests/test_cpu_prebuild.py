@@ -1,0 +1,132 @@
+"""``litegpu prebuild``: the cpu backend's task functions compiled once, at install, into a
+folder every later process links them from (:mod:`litegpu_cpu.prebuild`). A first process
+then runs without numba, with the bits a process that compiled them gets; a damaged or
+untrusted folder is compiled around, never crashed on; stale entries are removed."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from litegpu.errors import InvalidArgumentError
+from litegpu_cpu import prebuild
+from litegpu_cpu.kernels import tasks
+
+# A model whose kernels are all module-level task functions (nothing generated for it).
+_CHILD = r"""
+import json, sys
+import numpy as np
+import litegpu
+from litegpu.testing.builder import ModelBuilder
+b = ModelBuilder()
+x = b.input("x", [1, 12, 12, 8])
+w = b.const("w", np.linspace(-1, 1, 3 * 3 * 8, dtype=np.float32).reshape(1, 3, 3, 8))
+bias = b.const("bias", np.linspace(-0.5, 0.5, 8, dtype=np.float32))
+y = b.tensor("y", [1, 12, 12, 8])
+b.op("DEPTHWISE_CONV_2D", [x, w, bias], [y], padding="SAME", stride_w=1, stride_h=1, depth_multiplier=1)
+z = b.tensor("z", [1, 12, 12, 8])
+b.op("LOGISTIC", [y], [z])
+b.output(z)
+it = litegpu.Interpreter(model_content=b.build(), num_threads=2)
+it.allocate_tensors()
+it.set_tensor(it.get_input_details()[0]["index"], np.linspace(-3, 3, 12 * 12 * 8, dtype=np.float32).reshape(1, 12, 12, 8))
+it.invoke()
+print(json.dumps({"out": it.get_tensor(it.get_output_details()[0]["index"]).tolist(),
+                  "numba imported": "numba" in sys.modules}))
+"""
+
+
+def _run(args: list[str], cache: Path, prebuilt: Path | str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, LITEGPU_CACHE_DIR=str(cache), LITEGPU_PREBUILT_DIR=str(prebuilt))
+    return subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True, timeout=600)
+
+
+def _child(cache: Path, prebuilt: Path | str) -> dict:
+    done = _run(["-c", _CHILD], cache, prebuilt)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return {**json.loads(done.stdout.strip().splitlines()[-1]), "stderr": done.stderr}
+
+
+@pytest.fixture(scope="module")
+def prebuilt(tmp_path_factory) -> Path:
+    """A folder ``litegpu prebuild`` filled (from a process whose caches were empty)."""
+    folder = tmp_path_factory.mktemp("prebuilt") / "kernels"
+    done = _run(["-m", "litegpu.cli", "prebuild", "--backend", "cpu", "--out", str(folder)],
+                tmp_path_factory.mktemp("cache"), "")
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert "kernels prebuilt in" in done.stdout
+    return folder
+
+
+@pytest.fixture(scope="module")
+def bare(tmp_path_factory) -> dict:
+    """A process with empty caches and nothing prebuilt: it compiles with numba."""
+    return _child(tmp_path_factory.mktemp("bare"), "")
+
+
+def test_prebuild_keeps_every_task_function_this_cpu_can_run(prebuilt):
+    entries = {path.stem for path in prebuilt.glob("*.o")}
+    functions = prebuild.task_functions()
+    assert {f.entry() for f in functions if not f.requires} <= entries   # the generic ones, all
+    assert len(entries) <= len(functions)
+
+
+def test_a_first_process_links_prebuilt_kernels_without_numba_and_gets_the_same_bits(prebuilt, bare, tmp_path):
+    first = _child(tmp_path / "cache", prebuilt)
+    assert bare["numba imported"] and not first["numba imported"]
+    assert first["out"] == bare["out"]
+    assert not list((tmp_path / "cache").glob("numba/*/objects/*.o"))   # nothing compiled, nothing cached
+
+
+def test_a_damaged_prebuilt_folder_is_compiled_around_and_left_as_it_was(prebuilt, bare, tmp_path):
+    damaged = tmp_path / "damaged"
+    shutil.copytree(prebuilt, damaged)
+    for i, path in enumerate(sorted(damaged.glob("*.o"))):
+        data = path.read_bytes()
+        path.write_bytes(data[: len(data) // 2] if i % 2 else b"garbage")
+    before = {path.name: path.read_bytes() for path in damaged.glob("*.o")}
+    run = _child(tmp_path / "cache", damaged)
+    assert run["out"] == bare["out"] and run["numba imported"]
+    assert "is damaged" in run["stderr"]
+    assert {path.name: path.read_bytes() for path in damaged.glob("*.o")} == before
+
+
+def test_a_prebuilt_folder_others_can_write_is_not_used(prebuilt, bare, tmp_path):
+    shared = tmp_path / "shared"
+    shutil.copytree(prebuilt, shared)
+    shared.chmod(0o777)
+    run = _child(tmp_path / "cache", shared)
+    assert run["out"] == bare["out"] and run["numba imported"]
+    assert "are not used: the folder is group- or world-writable" in run["stderr"]
+
+
+def test_prebuild_again_compiles_nothing_and_removes_stale_entries(prebuilt, tmp_path):
+    again = tmp_path / "again"
+    shutil.copytree(prebuilt, again)
+    (again / ("0" * 64 + ".o")).write_bytes(b"an entry no function has")
+    report = prebuild.prebuild(again)
+    assert report.built == [] and len(report.present) == len(list(prebuilt.glob("*.o")))
+    assert report.removed == 1 and not (again / ("0" * 64 + ".o")).exists()
+
+
+def test_a_function_needing_what_this_cpu_lacks_is_skipped_not_compiled(monkeypatch, tmp_path):
+    alien = tasks.TaskFunction(lambda: None, requires=("no-such-cpu-feature",))
+    monkeypatch.setattr(prebuild, "task_functions", lambda: [alien])
+    report = prebuild.prebuild(tmp_path / "kernels")
+    assert report.skipped == [alien.name] and not report.built and not alien._address
+
+
+def test_prebuild_with_nowhere_to_write_fails_with_a_clear_error(tmp_path):
+    cli = ["-m", "litegpu.cli", "prebuild", "--backend", "cpu"]
+    done = _run(cli, tmp_path / "cache", "")
+    assert done.returncode == 1 and "LITEGPU_PREBUILT_DIR is set empty" in done.stderr
+    (tmp_path / "a-file").write_text("")
+    done = _run([*cli, "--out", str(tmp_path / "a-file" / "kernels")], tmp_path / "cache", "")
+    assert done.returncode == 1 and "cannot create" in done.stderr
+    with pytest.raises(InvalidArgumentError, match="set empty"):    # the suite sets it empty (conftest.py)
+        prebuild.prebuild()
