@@ -45,6 +45,7 @@ import platform
 import threading
 from functools import partial
 from pathlib import Path
+from time import perf_counter_ns
 
 import numpy as np
 from llvmlite import ir
@@ -774,15 +775,98 @@ def plan_call(rows: np.ndarray, held: tuple, checks: tuple):
     counters = np.zeros(counter_words(rows, width), np.int64)
     block = np.array([entry.address, rows.ctypes.data, len(rows), POOL.ctypes.data, width, counters.ctypes.data],
                      np.int64)
+    run = partial(call_block, block)
+    if width > 1 and len(rows) and rows[:, 1].max() > 1:
+        run = partial(LoadAdaptiveWidth(block, width), run)
     if checks:
         def call() -> None:
-            call_block(block)
+            run()
             for check in call.checks:   # (the attribute: a caller may rename the errors)
                 check.raise_if_set()
     else:
-        call = partial(call_block, block)
+        call = run
     call.rows, call.held, call.checks, call.block, call.counters = rows, held, checks, block, counters
     return call
+
+
+class LoadAdaptiveWidth:
+    """A parallel plan's thread count while other processes load the cores: the bound width,
+    unless the plan's recent runs say one thread is faster now.
+
+    With another CPU-bound process on the cores, a worker the OS deschedules in the middle
+    of a task holds its row's barrier for up to a time slice, and a plan of many short rows
+    can run slower on two threads than on one. Called with each run
+    (``LoadAdaptiveWidth(block, width)(run)``), this times it and sets the width word
+    ``block[4]`` that :func:`run_plan` reads for the next run:
+
+    - on the full width, after :attr:`RUNS` runs in a row slower than :attr:`SLOW` times
+      the best recent one, it tries one thread: a first run slower than the full width's
+      recent mean ends the trial at once (a quiet machine: it costs that one run), else
+      :attr:`TRIAL` runs decide, by their mean;
+    - on one thread, every :attr:`PROBE_EVERY` th run starts a trial of :attr:`TRIAL` runs
+      on the full width, kept when their mean beats one thread's (one run says little: the
+      other process leaves the cores now and then, and a full-width run is then twice as fast).
+
+    Tasks compute the same outputs whichever thread runs them, so the width never changes a
+    bit of the answers, only where the time goes."""
+
+    SLOW, RUNS, TRIAL, PROBE_EVERY, BACK_OFF = 1.3, 3, 8, 32, 64
+    DECAY = 1.002           # the best time ages, so a lasting change of speed is learnt
+    FULL, TRY_ONE, ONE, TRY_FULL = range(4)
+
+    def __init__(self, block: np.ndarray, width: int) -> None:
+        self.block, self.width, self.mode = block, width, self.FULL
+        self.best = float("inf")
+        self.mean = {self.FULL: 0.0, self.ONE: 0.0}     # recent means (1/8 weight per run)
+        self.slow = self.wait = self.runs = self.trial = self.total = 0
+
+    def __call__(self, run) -> None:
+        start = perf_counter_ns()
+        run()
+        took = perf_counter_ns() - start
+        mode = self.mode
+        if mode in (self.FULL, self.ONE):
+            mean = self.mean[mode]
+            self.mean[mode] = took if not mean else mean + (took - mean) / 8
+        if mode == self.FULL:
+            self.best = min(self.best * self.DECAY, took)
+            if took <= self.SLOW * self.best:
+                self.slow = 0
+            elif self.wait:
+                self.wait -= 1
+            else:
+                self.slow += 1
+                if self.slow == self.RUNS:
+                    self._start(self.TRY_ONE, 1)
+        elif mode == self.ONE:
+            self.runs += 1
+            if self.runs % self.PROBE_EVERY == 0:
+                self._start(self.TRY_FULL, self.width)
+        else:
+            self.trial += 1
+            self.total += took
+            if mode == self.TRY_FULL:
+                self.best = min(self.best, took)
+            current = self.FULL if mode == self.TRY_ONE else self.ONE
+            if mode == self.TRY_ONE and self.trial == 1 and took > self.mean[current]:
+                self._end(current)
+            elif self.trial == self.TRIAL:
+                mean = self.total / self.trial
+                if mean < self.mean[current]:
+                    self.mean[self.ONE if current == self.FULL else self.FULL] = mean
+                    self._end(self.ONE if current == self.FULL else self.FULL)
+                else:
+                    self._end(current)
+
+    def _start(self, mode: int, width: int) -> None:
+        self.mode, self.trial, self.total, self.slow = mode, 0, 0, 0
+        self.block[4] = width
+
+    def _end(self, mode: int) -> None:
+        # Back on the full width after one thread lost: wait before trying it again.
+        self.wait = self.BACK_OFF if mode == self.FULL and self.mode == self.TRY_ONE else 0
+        self.mode, self.runs = mode, 0
+        self.block[4] = 1 if mode == self.ONE else self.width
 
 
 def is_plan(call) -> bool:
