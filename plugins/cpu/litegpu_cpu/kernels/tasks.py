@@ -847,14 +847,14 @@ class LoadAdaptiveWidth:
             self.total += took
             if mode == self.TRY_FULL:
                 self.best = min(self.best, took)
-            current = self.FULL if mode == self.TRY_ONE else self.ONE
+            current, tried = (self.FULL, self.ONE) if mode == self.TRY_ONE else (self.ONE, self.FULL)
             if mode == self.TRY_ONE and self.trial == 1 and took > self.mean[current]:
                 self._end(current)
             elif self.trial == self.TRIAL:
                 mean = self.total / self.trial
                 if mean < self.mean[current]:
-                    self.mean[self.ONE if current == self.FULL else self.FULL] = mean
-                    self._end(self.ONE if current == self.FULL else self.FULL)
+                    self.mean[tried] = mean
+                    self._end(tried)
                 else:
                     self._end(current)
 
