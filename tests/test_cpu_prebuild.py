@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -130,3 +131,56 @@ def test_prebuild_with_nowhere_to_write_fails_with_a_clear_error(tmp_path):
     assert done.returncode == 1 and "cannot create" in done.stderr
     with pytest.raises(InvalidArgumentError, match="set empty"):    # the suite sets it empty (conftest.py)
         prebuild.prebuild()
+
+
+# A chain (ADD then PRELU with per-channel slopes) that no process has compiled.
+_CHAIN_CHILD = r"""
+import json, sys
+import numpy as np
+import litegpu
+from litegpu.testing.builder import ModelBuilder
+b = ModelBuilder()
+x = b.input("x", [1, 24, 24, 16]); y = b.input("y", [1, 24, 24, 16])
+slopes = b.const("slopes", np.linspace(0.05, 0.4, 16, dtype=np.float32).reshape(1, 1, 1, 16))
+s = b.tensor("s", [1, 24, 24, 16]); b.op("ADD", [x, y], [s])
+z = b.tensor("z", [1, 24, 24, 16]); b.op("PRELU", [s, slopes], [z])
+b.output(z)
+it = litegpu.Interpreter(model_content=b.build(), num_threads=2)
+it.allocate_tensors()
+rng = np.random.default_rng(3)
+for d in it.get_input_details():
+    it.set_tensor(d["index"], rng.standard_normal(d["shape"]).astype(np.float32))
+it.invoke()
+out = it.get_tensor(it.get_output_details()[0]["index"]).tolist()
+kernels = [k for _, k in it._compiled.programs[0][0].kernels()]
+imported = "numba" in sys.modules
+# Once the background compile is done, the runs switch to the generated kernel.
+import time
+from litegpu_cpu import compile_queue
+deadline = time.monotonic() + 120
+while compile_queue._WAITING and time.monotonic() < deadline:
+    time.sleep(0.05)
+it.invoke()
+print(json.dumps({"out": out, "numba imported": imported, "kernels": kernels, "switched": not compile_queue._WAITING,
+                  "after": it.get_tensor(it.get_output_details()[0]["index"]).tolist()}))
+"""
+
+
+def test_a_first_process_runs_a_new_chain_on_the_machine_and_the_next_one_its_compiled_kernel(prebuilt, tmp_path):
+    def child(cache, folder) -> dict:
+        done = _run(["-c", _CHAIN_CHILD], cache, folder)
+        assert done.returncode == 0, done.stderr[-4000:]
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    bare = child(tmp_path / "bare", "")
+    first = child(tmp_path / "cache", prebuilt)
+    # Its generated kernel compiles in a process of its own, which may outlive the first.
+    deadline = time.monotonic() + 120
+    while not list((tmp_path / "cache").glob("numba/*/objects/*.o")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    second = child(tmp_path / "cache", prebuilt)
+    assert any("chain machine" in k for k in first["kernels"])
+    assert not any("chain machine" in k for k in second["kernels"] + bare["kernels"])
+    assert first["out"] == second["out"] == bare["out"]
+    assert first["switched"] and first["after"] == first["out"]   # this process's later runs: the same bits
+    assert not second["numba imported"]      # its generated kernel was kept by the first

@@ -396,6 +396,18 @@ def make_fused_kernel(group: FusedGroup):
         k.kernel_name = f"fused task ({len(group.nodes)} elementwise ops, 16-lane sigmoid)"
         return k
     fused = load_generated(group.source, "fused")
+    if not fused.linked():           # no process compiled it yet: the chain machine, meanwhile
+        from .chainvm import first_tier
+        k = first_tier(group, fused)
+        if k is not None:
+            return k
+    return generated_kernel(group, fused)
+
+
+def generated_kernel(group: FusedGroup, fused=None):
+    """The group's generated kernel (``fused``: its task function, loaded already), compiled
+    now when it is neither compiled in this process nor kept by an earlier one."""
+    fused = fused or load_generated(group.source, "fused")
     part = -(-group.rows // _PARALLEL_TASKS) if group.parallel else group.rows
     tasks = -(-group.rows // part) if part else 1
     params = np.array([group.rows, group.cols, part], np.int64)

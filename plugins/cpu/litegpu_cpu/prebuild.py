@@ -44,8 +44,10 @@ class PrebuildReport:
 
 
 def task_functions() -> list:
-    """Every :class:`.kernels.tasks.TaskFunction` of the package, in a stable order."""
+    """Every :class:`.kernels.tasks.TaskFunction` of the package, in a stable order, and
+    the chain machine (:mod:`.chainvm`: generated, the same for every model)."""
     from . import kernels  # noqa: F401  (imports every kernel module)
+    from .chainvm import chain_machine
     from .kernels.tasks import TaskFunction
     found = {}
     for name, module in sorted(sys.modules.items()):
@@ -53,7 +55,7 @@ def task_functions() -> list:
             for value in vars(module).values():
                 if isinstance(value, TaskFunction):
                     found.setdefault(id(value), value)
-    return list(found.values())
+    return [*found.values(), chain_machine()]
 
 
 def prebuild(directory: Path | None = None) -> PrebuildReport:

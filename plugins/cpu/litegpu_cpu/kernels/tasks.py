@@ -124,22 +124,30 @@ class TaskFunction:
         """The callback's address: linked from litegpu's cache of machine code or its
         prebuilt entries (no numba needed, :mod:`..objects`), else compiled by numba and
         kept in the cache; once."""
-        if not self._address:
+        if not self._address and not self.linked():
             # One compile per function even when threads build models at once: a second
             # compile would replace ``_compiled`` and free the code at an address already
             # handed out.
             with _COMPILE_LOCK:
                 if not self._address:
                     options = self._options()
+                    self._compiled = self._compile(options)
                     entry = objects.key(self.fn, self.signature, options)
-                    address = objects.load(entry) if entry else 0
-                    if not address:
-                        self._compiled = self._compile(options)
-                        address = self._compiled.address
-                        if entry:
-                            objects.store(entry, self._compiled)
-                    self._address = address
+                    if entry:
+                        objects.store(entry, self._compiled)
+                    self._address = self._compiled.address
         return self._address
+
+    def linked(self) -> bool:
+        """True when the function runs without a compile now: compiled or linked in this
+        process already, or linked now from the cache or the prebuilt entries (never
+        waiting for a compile another thread is making)."""
+        if not self._address:
+            entry = objects.key(self.fn, self.signature, self._options())
+            address = objects.load(entry) if entry else 0     # (links an entry once a process)
+            if address:
+                self._address = address
+        return bool(self._address)
 
     def prebuild(self, directory: Path) -> str:
         """Compile this function into ``directory`` as a prebuilt entry of :mod:`..objects`:
@@ -202,6 +210,14 @@ def advanced(typingctx, pointer, offset):
     def codegen(context, builder, signature, args):
         return builder.gep(args[0], [args[1]])
     return types.CPointer(types.float32)(types.CPointer(types.float32), types.intp), codegen
+
+
+@intrinsic
+def address_of(typingctx, pointer):
+    """The integer address of float32 pointer ``pointer`` (for :func:`_call_task`)."""
+    def codegen(context, builder, signature, args):
+        return builder.ptrtoint(args[0], ir.IntType(64))
+    return types.intp(types.CPointer(types.float32)), codegen
 
 
 int8_pointer = _pointer_cast("int8")
