@@ -35,7 +35,7 @@ import numpy as np
 
 from litegpu.backend import NodeContext
 
-from . import fusion, numba_cache
+from . import fusion, numba_cache, objects
 from .compile_queue import compile_later
 from .generated import load_generated
 from .kernels import mathfn, xnn_sigmoid
@@ -337,10 +337,12 @@ def first_tier(group: "fusion.FusedGroup", fused):
     """``group`` on the machine while ``fused``, its generated kernel that no process has
     compiled yet, compiles in a background process (:mod:`.compile_queue`); once it is
     ready, the runs of this process switch to it too, and later processes link it. None
-    where that would not help: the machine is not linked
-    without a compile (nothing prebuilt: it takes seconds), the cache cannot keep the
-    generated kernel, or the machine cannot run the chain."""
-    if numba_cache.home().mode != numba_cache.WRITABLE or not chain_machine().linked():
+    where that would not help or is not wanted: the machine is not linked without a
+    compile (nothing prebuilt: it takes seconds), prebuilt kernels are switched off
+    (``$LITEGPU_PREBUILT_DIR`` set empty: every kernel compiles when first needed), the cache
+    cannot keep the generated kernel, or the machine cannot run the chain."""
+    if objects.prebuilt_dir() is None or numba_cache.home().mode != numba_cache.WRITABLE \
+            or not chain_machine().linked():
         return None
     k = machine_kernel(group)
     if k is not None:
