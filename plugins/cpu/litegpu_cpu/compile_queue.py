@@ -7,12 +7,14 @@ a lower priority (a thread would hold the GIL the model's own first run needs) f
 generated modules' paths on its stdin, which keeps the machine code in litegpu's cache
 (:mod:`.objects`). Once one is done, this process links it and switches its runs to it (the
 same bits), and later processes link it at once. The background process finishes what it
-was handed even when this one ends first; nothing here is waited for.
+was handed even when this one ends first, and ends when nothing more comes for a few
+seconds; nothing here is waited for.
 """
 from __future__ import annotations
 
 import logging
 import os
+import select
 import subprocess
 import sys
 import threading
@@ -34,18 +36,23 @@ def compile_later(function, ready: Callable[[int], None]) -> None:
     if not os.path.isfile(path):
         return
     with _LOCK:
-        try:
-            if not _PROCESS or _PROCESS[0].poll() is not None:
-                process = subprocess.Popen([sys.executable, "-m", __name__], stdin=subprocess.PIPE,
-                                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-                _PROCESS[:] = [process]
-                threading.Thread(target=_switch_when_done, args=(process,), name="litegpu-compile",
-                                 daemon=True).start()
-            _WAITING.setdefault(path, []).append((function, ready))
-            _PROCESS[0].stdin.write(path + "\n")
-            _PROCESS[0].stdin.flush()
-        except OSError as exc:             # cannot start it, or it died: a later process compiles
-            log.warning("cannot compile %s in the background (%s)", path, exc)
+        _WAITING.setdefault(path, []).append((function, ready))
+        for attempt in range(2):          # the process may have just ended, idle: start another
+            try:
+                if not _PROCESS or _PROCESS[0].poll() is not None:
+                    process = subprocess.Popen([sys.executable, "-m", __name__], stdin=subprocess.PIPE,
+                                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                    _PROCESS[:] = [process]
+                    threading.Thread(target=_switch_when_done, args=(process,), name="litegpu-compile",
+                                     daemon=True).start()
+                _PROCESS[0].stdin.write(path + "\n")
+                _PROCESS[0].stdin.flush()
+                return
+            except OSError as exc:         # cannot start it, or it ended: a later process compiles
+                if attempt:
+                    log.warning("cannot compile %s in the background (%s)", path, exc)
+                else:
+                    _PROCESS[0].wait()
 
 
 def _switch_when_done(process: subprocess.Popen) -> None:
@@ -55,20 +62,40 @@ def _switch_when_done(process: subprocess.Popen) -> None:
         for function, ready in waiting:
             if function.linked():
                 ready(function.address)
+    process.wait()
+
+
+#: Seconds the background process waits for more work before it ends.
+IDLE = 5.0
+
+
+def _paths():
+    """The paths written to stdin, one a line, until it ends or stays silent :data:`IDLE` s."""
+    buffer = b""
+    while True:
+        while b"\n" not in buffer:
+            if os.name != "nt" and not select.select([0], [], [], IDLE)[0]:
+                return
+            chunk = os.read(0, 1 << 16)
+            if not chunk:
+                return
+            buffer += chunk
+        line, buffer = buffer.split(b"\n", 1)
+        yield line.decode()
 
 
 def main() -> int:
     """The background process: compile the task function ``fused`` of each generated module
     whose path comes on stdin, one a line, and write the path back when it is in the cache;
-    until stdin ends (the process that started it may end first: then nothing is written)."""
+    until stdin ends or stays silent :data:`IDLE` s (the process that started it may end
+    first: then nothing is written back)."""
     try:
         os.nice(10)
     except OSError:
         pass
     from pathlib import Path
     from .generated import load_generated
-    for line in sys.stdin:
-        path = line.strip()
+    for path in _paths():
         try:
             load_generated(Path(path).read_text(encoding="utf-8"), "fused").address
         except Exception as exc:          # noqa: BLE001 - the others still compile
