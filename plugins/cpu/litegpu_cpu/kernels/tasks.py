@@ -792,7 +792,9 @@ def plan_call(rows: np.ndarray, held: tuple, checks: tuple):
     block = np.array([entry.address, rows.ctypes.data, len(rows), POOL.ctypes.data, width, counters.ctypes.data],
                      np.int64)
     run = partial(call_block, block)
-    if width > 1 and len(rows) and rows[:, 1].max() > 1:
+    # Timing costs ~1 us a run from Python: only for plans with several parallel rows, whose
+    # barriers a descheduled worker can hold (a wake-word head's one split row: not worth it).
+    if width > 1 and len(rows) and int((rows[:, 1] > 1).sum()) >= LoadAdaptiveWidth.PARALLEL_ROWS:
         run = partial(LoadAdaptiveWidth(block, width), run)
     if checks:
         def call() -> None:
@@ -827,6 +829,7 @@ class LoadAdaptiveWidth:
     bit of the answers, only where the time goes."""
 
     SLOW, RUNS, TRIAL, PROBE_EVERY, BACK_OFF = 1.3, 3, 8, 32, 64
+    PARALLEL_ROWS = 4       # rows of several tasks a plan needs to be timed at all
     DECAY = 1.002           # the best time ages, so a lasting change of speed is learnt
     FULL, TRY_ONE, ONE, TRY_FULL = range(4)
 
