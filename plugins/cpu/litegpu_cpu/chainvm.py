@@ -48,9 +48,9 @@ BLOCK = 4096
 _HEADER = 10                # words of ``ip`` before the instructions
 _WORDS = 5                  # words per instruction: code, destination, three operands
 _CONSTANTS = ARRAYS - 1     # the array index that names the constants (``k``)
-# Instruction codes below _OPS: loads (register <- array or constants) and stores.
+# Instruction codes below _OPS: loads (register <- array or constants) and bool stores.
 _LOAD_WORD, _LOAD_BOOL, _STORE_BOOL = range(3)
-_OPS = 4
+_OPS = 3
 # How a load indexes its operand (fusion's modes).
 _MODES = {"full": 0, "lastdim": 1, "scalar": 2, "row": 3}
 
@@ -87,7 +87,7 @@ def machine_source() -> str:
     ops = []
     for (template, kinds), code in _instructions().items():
         operands = {name: _READ[kind].format(x=name) for name, kind in zip("abc", kinds[:-1])}
-        ops += [f"                    elif code == {code}:",
+        ops += [f"                    {'elif' if ops else 'if'} code == {code}:",
                 "                        for j in range(n):",
                 f"                            {_WRITE[kinds[-1]].format(e=template.format(**operands))}"]
     body = "\n".join(ops)
@@ -171,8 +171,6 @@ def machine_source() -> str:
         f"                    Fb = {place('rb')}",
         f"                    Fc = {place('rc')}",
         "                    Id, Ia, Ib, Ic = _i32(Fd), _i32(Fa), _i32(Fb), _i32(Fc)",
-        "                    if code < 0:",
-        "                        pass",
         body,
         "",
     ])
