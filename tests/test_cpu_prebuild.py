@@ -17,29 +17,8 @@ import pytest
 from litegpu.errors import InvalidArgumentError
 from litegpu_cpu import prebuild
 from litegpu_cpu.kernels import tasks
-
 # A model whose kernels are all module-level task functions (nothing generated for it).
-_CHILD = r"""
-import json, sys
-import numpy as np
-import litegpu
-from litegpu.testing.builder import ModelBuilder
-b = ModelBuilder()
-x = b.input("x", [1, 12, 12, 8])
-w = b.const("w", np.linspace(-1, 1, 3 * 3 * 8, dtype=np.float32).reshape(1, 3, 3, 8))
-bias = b.const("bias", np.linspace(-0.5, 0.5, 8, dtype=np.float32))
-y = b.tensor("y", [1, 12, 12, 8])
-b.op("DEPTHWISE_CONV_2D", [x, w, bias], [y], padding="SAME", stride_w=1, stride_h=1, depth_multiplier=1)
-z = b.tensor("z", [1, 12, 12, 8])
-b.op("LOGISTIC", [y], [z])
-b.output(z)
-it = litegpu.Interpreter(model_content=b.build(), num_threads=2)
-it.allocate_tensors()
-it.set_tensor(it.get_input_details()[0]["index"], np.linspace(-3, 3, 12 * 12 * 8, dtype=np.float32).reshape(1, 12, 12, 8))
-it.invoke()
-print(json.dumps({"out": it.get_tensor(it.get_output_details()[0]["index"]).tolist(),
-                  "numba imported": "numba" in sys.modules}))
-"""
+from test_cpu_native import _WARM_CHILD as _CHILD
 
 
 def _run(args: list[str], cache: Path, prebuilt: Path | str) -> subprocess.CompletedProcess:

@@ -285,27 +285,27 @@ def program(group: "fusion.FusedGroup") -> tuple[np.ndarray, np.ndarray] | None:
         else:
             regs = [place[v] for v in read]
             words += [op, place[result], *regs, *[0] * (3 - len(regs))]
-    part = -(-group.rows // fusion._PARALLEL_TASKS) if group.parallel else group.rows
+    part, _ = fusion.task_rows(group)
     # A row shorter than a block: blocks of whole rows (contiguous in every array).
     header = [group.rows, group.cols, part, len(code), BLOCK, registers, max(1, BLOCK // max(group.cols, 1)), 0, 0, 0]
     constants = np.concatenate(pool) if pool else np.zeros(1, fusion.F32)
     return np.array(header + words, np.int64), constants
 
 
-def machine_kernel(group: "fusion.FusedGroup", fused=None):
+def machine_kernel(group: "fusion.FusedGroup"):
     """The group's kernel through :func:`chain_machine` (:func:`.kernels.registry.bindable`,
-    inputs and outputs in group order), or None when the machine cannot run it. With
-    ``fused`` (its generated task function, compiling elsewhere), every run of it switches
-    to that function once :func:`switch` is called (see :func:`first_tier`)."""
+    inputs and outputs in group order), or None when the machine cannot run it. Its
+    ``switch(address)`` makes every run of it run the group's generated task function at
+    ``address`` instead (see :func:`first_tier`)."""
     made = program(group)
     if made is None:
         return None
     params, constants = made
-    tasks = -(-group.rows // int(params[2])) if params[2] else 1
+    part, tasks = fusion.task_rows(group)
     frame_words = int(params[5]) * BLOCK
     machine = chain_machine()
     # The generated kernel's parameters, kept with the program (its row holds their addresses).
-    own = np.array([group.rows, group.cols, params[2]], np.int64), group.constants
+    own = np.array([group.rows, group.cols, part], np.int64), group.constants
 
     def bind(inputs, outputs):
         frames = np.zeros(max(tasks, 1) * max(frame_words, 1), np.float32)
@@ -321,7 +321,7 @@ def machine_kernel(group: "fusion.FusedGroup", fused=None):
 
     k = bindable(bind)
     k.kernel_name = f"fused task ({len(group.nodes)} elementwise ops, chain machine)"
-    k.switch, k.held = switch, own
+    k.switch = switch            # (which holds ``own``)
     return k
 
 

@@ -404,12 +404,18 @@ def make_fused_kernel(group: FusedGroup):
     return generated_kernel(group, fused)
 
 
+def task_rows(group: FusedGroup) -> tuple[int, int]:
+    """(rows per task, tasks) of the group's ``[rows, cols]`` loop: blocks of rows shared by
+    the threads when it is big enough to run in parallel, else one task."""
+    part = -(-group.rows // _PARALLEL_TASKS) if group.parallel else group.rows
+    return part, -(-group.rows // part) if part else 1
+
+
 def generated_kernel(group: FusedGroup, fused=None):
     """The group's generated kernel (``fused``: its task function, loaded already), compiled
     now when it is neither compiled in this process nor kept by an earlier one."""
     fused = fused or load_generated(group.source, "fused")
-    part = -(-group.rows // _PARALLEL_TASKS) if group.parallel else group.rows
-    tasks = -(-group.rows // part) if part else 1
+    part, tasks = task_rows(group)
     params = np.array([group.rows, group.cols, part], np.int64)
     k = bindable(lambda inputs, outputs: bind_task(fused, tasks, inputs, outputs, params, group.constants,
                                                    group.dtypes))

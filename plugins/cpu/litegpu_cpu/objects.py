@@ -98,11 +98,13 @@ def _trusted_prebuilt() -> Path | None:
     if trusted is None:
         try:
             why = numba_cache._untrusted(os.stat(directory))
-        except OSError:
-            why = "missing"
-        if why and why != "missing":
-            log.warning("prebuilt kernels in %s are not used: the folder %s", directory, why)
-        trusted = _TRUST[directory] = not why
+        except OSError:             # no such folder: nothing prebuilt
+            trusted = False
+        else:
+            if why:
+                log.warning("prebuilt kernels in %s are not used: the folder %s", directory, why)
+            trusted = not why
+        _TRUST[directory] = trusted
     return directory if trusted else None
 
 

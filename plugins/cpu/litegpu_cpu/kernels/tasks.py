@@ -130,9 +130,8 @@ class TaskFunction:
             # handed out.
             with _COMPILE_LOCK:
                 if not self._address:
-                    options = self._options()
-                    self._compiled = self._compile(options)
-                    entry = objects.key(self.fn, self.signature, options)
+                    self._compiled = self._compile(self._options())
+                    entry = self.entry()
                     if entry:
                         objects.store(entry, self._compiled)
                     self._address = self._compiled.address
@@ -143,7 +142,7 @@ class TaskFunction:
         process already, or linked now from the cache or the prebuilt entries (never
         waiting for a compile another thread is making)."""
         if not self._address:
-            entry = objects.key(self.fn, self.signature, self._options())
+            entry = self.entry()
             address = objects.load(entry) if entry else 0     # (links an entry once a process)
             if address:
                 self._address = address
@@ -153,12 +152,11 @@ class TaskFunction:
         """Compile this function into ``directory`` as a prebuilt entry of :mod:`..objects`:
         ``"built"``, ``"present"`` (there already) or ``"runtime"`` (its code needs numba's
         runtime, so it cannot be kept there). The caller checks :attr:`requires`."""
-        options = self._options()
-        entry = objects.key(self.fn, self.signature, options)
+        entry = self.entry()
         if entry is not None and (directory / f"{entry}.o").is_file():
             return "present"
         with _COMPILE_LOCK:
-            kept = entry is not None and objects.store(entry, self._compile(options), directory)
+            kept = entry is not None and objects.store(entry, self._compile(self._options()), directory)
         return "built" if kept else "runtime"
 
     def entry(self) -> str | None:
