@@ -84,11 +84,14 @@ class Subgraph:
     # Nodes of the file the reader folded into constants (weight-only DEQUANTIZE/DENSIFY):
     # ``nodes`` keeps file indices, so these are the gaps; reports count them.
     folded_at_load: tuple[Node, ...] = ()
+    # STABLEHLO_COMPOSITE nodes of the file replaced by their decomposition's nodes at
+    # load (see litegpu.model.composites): (node, composite name, nodes it became).
+    inlined_composites: tuple[tuple[int, str, int], ...] = ()
 
     @property
     def nodes_in_file(self) -> int:
         """How many operators the file lists for this subgraph (LiteRT's node count)."""
-        return len(self.nodes) + len(self.folded_at_load)
+        return len(self.nodes) + len(self.folded_at_load) - sum(n - 1 for _, _, n in self.inlined_composites)
 
 
 @dataclass(frozen=True)

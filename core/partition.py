@@ -42,6 +42,8 @@ class DelegationReport:
     folded: list[int] = field(default_factory=list)   # nodes folded at compile time (shape arithmetic)
     # (node, op) of the nodes the reader folded into constants (weight DEQUANTIZE/DENSIFY)
     folded_at_load: list[tuple[int, str]] = field(default_factory=list)
+    # (node, name, nodes it became) of the STABLEHLO_COMPOSITE nodes replaced by their decomposition
+    inlined_composites: list[tuple[int, str, int]] = field(default_factory=list)
     arena_bytes: int = 0
     arena_naive_bytes: int = 0
     bytes_moved: int = 0          # copied between host and devices per run (host buffers in and out)
@@ -88,7 +90,8 @@ class DelegationReport:
     def nodes_in_file(self) -> int:
         """The subgraph's operator count in the file, which is LiteRT's node count:
         nodes that run plus nodes folded at load and at compile time."""
-        return len(self.assignments) + len(self.folded) + len(self.folded_at_load) - self.added_nodes
+        return (len(self.assignments) + len(self.folded) + len(self.folded_at_load) - self.added_nodes
+                - sum(n - 1 for _, _, n in self.inlined_composites))
 
     @property
     def fully_delegated(self) -> bool:
@@ -103,6 +106,11 @@ class DelegationReport:
             ops = Counter(op for _, op in self.folded_at_load)
             parts.append(f"{len(self.folded_at_load)} folded into constants at load "
                          f"({', '.join(f'{op}x{n}' for op, n in ops.most_common())} of constant weights)")
+        if self.inlined_composites:
+            names = Counter(name for _, name, _ in self.inlined_composites)
+            parts.append(f"{len(self.inlined_composites)} composites replaced by their decomposition's "
+                         f"{sum(n for _, _, n in self.inlined_composites)} nodes "
+                         f"({', '.join(f'{name}x{n}' for name, n in names.most_common())})")
         if self.folded:
             parts.append(f"{len(self.folded)} folded at compile time (values known from constants and shapes)")
         parts.append(f"{len(self.assignments)} run in {len(self.partitions)} "
@@ -227,6 +235,7 @@ def assign(nodes: list[NodeContext], model: Model, backends: list[Backend], cpu:
                               devices={b.name: device_label(b) for b in backends if b.is_gpu})
     if 0 <= subgraph < len(model.subgraphs):
         report.folded_at_load = [(n.index, n.op) for n in model.subgraphs[subgraph].folded_at_load]
+        report.inlined_composites = list(model.subgraphs[subgraph].inlined_composites)
     _explain_dynamic(nodes)
     preferred = backends[0].name if backends else CPU
     for ctx in nodes:

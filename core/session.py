@@ -243,7 +243,8 @@ class Session:
         except LiteGpuError:
             # Its shapes follow from the caller's values: list the nodes as the file has them.
             report = DelegationReport(sg_index, [], [Assignment(n.index, n.op, CPU) for n in sg.nodes],
-                                      folded_at_load=[(n.index, n.op) for n in sg.folded_at_load])
+                                      folded_at_load=[(n.index, n.op) for n in sg.folded_at_load],
+                                      inlined_composites=list(sg.inlined_composites))
             report.partitions = [(CPU, list(range(len(sg.nodes))))] if sg.nodes else []
         if self.options.precision_loss_allowed:
             _note_cpu_precision(report)

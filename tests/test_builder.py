@@ -170,11 +170,18 @@ def test_opcodes_set_both_builtin_code_fields():
     assert got.shape == (2, 3) and got[0, 0] < x_val[0, 0] + 0.1  # gelu(-3) ~ 0, plus -3
 
 
-def test_builtin_names_match_the_tflite_package():
-    for name, code in schema.BUILTIN_CODES.items():
-        if name == "PLACEHOLDER_FOR_GREATER_OP_CODES":
-            continue
-        assert getattr(tflite.BuiltinOperator, name) == code, name
+def test_builtin_names_match_litert_s_schema():
+    """Every op code and BuiltinOptions2 table of the schema LiteRT ships (ai_edge_litert's
+    generated accessors), so no op of a current model is named ``BUILTIN_<n>``."""
+    from ai_edge_litert import schema_py_generated as current
+    codes = {name: code for name, code in vars(current.BuiltinOperator).items() if not name.startswith("_")}
+    assert codes == schema.BUILTIN_CODES
+    assert schema.builtin_name(max(codes.values())) == "STABLEHLO_CASE"
+    tables = {name: code for name, code in vars(current.BuiltinOptions2).items() if isinstance(code, int) and code}
+    assert tables == {name: code for name, (code, _) in schema.OPTIONS_2_BY_NAME.items()}
+    for name, (_, fields) in schema.OPTIONS_2_BY_NAME.items():
+        accessors = {a for a in dir(getattr(current, name)) if a[0].isupper()}
+        assert {"".join(w.capitalize() for w in f.split("_")) for f, _, _ in fields} <= accessors, name
 
 
 def test_custom_op_quantization_variable_and_signature_round_trip():

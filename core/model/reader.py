@@ -16,6 +16,7 @@ import numpy as np
 from ..errors import ModelFormatError
 from ..graph import Model, Node, Quantization, Signature, Subgraph, Tensor
 from . import schema
+from .composites import lower_composites
 from .flatbuf import Buffer, Table
 from .sparse import densify
 
@@ -25,11 +26,16 @@ _SUBGRAPH_OPTION_FIELDS = {
     "IF": ("then_subgraph_index", "else_subgraph_index"),
     "WHILE": ("cond_subgraph_index", "body_subgraph_index"),
     "CALL_ONCE": ("init_subgraph_index",),
+    "STABLEHLO_COMPOSITE": ("decomposition_subgraph_index",),
 }
 
 
-def load_model(source: str | os.PathLike | bytes | bytearray | memoryview) -> Model:
-    """Read and validate a model from a path (memory-mapped) or from bytes."""
+def load_model(source: str | os.PathLike | bytes | bytearray | memoryview, fuse_composites: bool = True) -> Model:
+    """Read and validate a model from a path (memory-mapped) or from bytes.
+
+    ``fuse_composites``: a STABLEHLO_COMPOSITE litegpu has an op for (``odml.rms_norm`` ...)
+    becomes one node of that op; without it, or for any other composite, its decomposition
+    subgraph's nodes take its place (see :mod:`litegpu.model.composites`)."""
     if isinstance(source, (str, os.PathLike)):
         path = Path(source)
         try:
@@ -40,18 +46,25 @@ def load_model(source: str | os.PathLike | bytes | bytearray | memoryview) -> Mo
                 data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         except OSError as exc:
             raise ModelFormatError(f"cannot read model file {path}: {exc.strerror or exc}") from exc
-        return _Reader(data).read()
+        return _Reader(data, fuse_composites).read()
     if isinstance(source, (bytes, bytearray, memoryview)):
         if len(source) == 0:
             raise ModelFormatError("model content is empty")
-        return _Reader(bytes(source) if isinstance(source, bytearray) else source).read()
+        return _Reader(bytes(source) if isinstance(source, bytearray) else source, fuse_composites).read()
     raise ModelFormatError(f"model must be a path or bytes, got {type(source).__name__}")
 
 
 class _Reader:
-    def __init__(self, data) -> None:
+    def __init__(self, data, fuse_composites: bool = True) -> None:
         self.data = data
         self.buf = Buffer(data)
+        self.fuse_composites = fuse_composites
+
+    @staticmethod
+    def fused(name: str) -> bool:
+        """Whether litegpu runs composite ``name`` as one op of that name."""
+        from ..ops.registry import get_op     # (the ops know the model; the reader asks them late)
+        return get_op(name) is not None
 
     def read(self) -> Model:
         root = self.buf.root(schema.FILE_IDENTIFIER)
@@ -62,6 +75,7 @@ class _Reader:
             raise ModelFormatError("Model.subgraphs: the model has no subgraph")
         subgraphs = tuple(self._subgraph(i, t) for i, t in enumerate(sg_tables))
         _check_subgraph_calls(subgraphs)
+        subgraphs = lower_composites(subgraphs, self.fused if self.fuse_composites else (lambda name: False))
         signatures = tuple(self._signature(t, subgraphs) for t in root.tables(7, "signature_defs"))
         metadata = {}
         for t in root.tables(6, "metadata"):
@@ -172,18 +186,8 @@ class _Reader:
         outputs = _indices(t.array(2, "[int]", "outputs"), ntensors, f"{t.path}.outputs")
         intermediates = _indices(t.array(8, "[int]", "intermediates"), ntensors, f"{t.path}.intermediates",
                                  optional=True)
-        options = {}
-        otype = t.scalar(3, "ubyte", 0, "builtin_options_type")
-        if otype:
-            if otype > len(schema.BUILTIN_OPTIONS):
-                raise ModelFormatError(f"{t.path}.builtin_options_type: unknown options type {otype}")
-            table_name, fields = schema.BUILTIN_OPTIONS[otype - 1]
-            expected = schema.OP_OPTIONS.get(name)
-            if expected is not None and expected != table_name:
-                raise ModelFormatError(f"{t.path}.builtin_options: {name} carries {table_name}, expected {expected}")
-            ot = t.table(4, "builtin_options")
-            if ot is not None:
-                options = ot.read_fields(fields)
+        options = _options(t, name, 3, "builtin_options", schema.BUILTIN_OPTIONS, schema.OP_OPTIONS)
+        options.update(_options(t, name, 11, "builtin_options_2", schema.BUILTIN_OPTIONS_2, schema.OP_OPTIONS_2))
         custom = b""
         large_off = t.scalar(9, "ulong", 0, "large_custom_options_offset")
         if large_off > 1:
@@ -214,6 +218,22 @@ class _Reader:
 
         return Signature(key=t.string(2, "signature_key"), subgraph_index=sg,
                          inputs=tensor_map(0, "inputs"), outputs=tensor_map(1, "outputs"))
+
+
+def _options(t: Table, op: str, type_slot: int, what: str, union: list, expected_by_op: dict[str, str]) -> dict:
+    """The fields of the options table an Operator carries in the union at ``type_slot``
+    (its type) and the slot after it (the table): BuiltinOptions or BuiltinOptions2."""
+    otype = t.scalar(type_slot, "ubyte", 0, f"{what}_type")
+    if not otype:
+        return {}
+    if otype > len(union):
+        raise ModelFormatError(f"{t.path}.{what}_type: unknown options type {otype}")
+    table_name, fields = union[otype - 1]
+    expected = expected_by_op.get(op)
+    if expected is not None and expected != table_name:
+        raise ModelFormatError(f"{t.path}.{what}: {op} carries {table_name}, expected {expected}")
+    table = t.table(type_slot + 1, what)
+    return {} if table is None else table.read_fields(fields)
 
 
 def _indices(arr, n: int, what: str, optional: bool = False) -> tuple[int, ...]:

@@ -34,6 +34,10 @@ TENSOR_TYPES: dict[int, tuple[str, np.dtype | None]] = {
     16: ("UINT16", np.dtype(np.uint16)),
     17: ("INT4", None),
     18: ("BFLOAT16", None),
+    19: ("INT2", None),
+    20: ("UINT4", None),
+    21: ("FLOAT8_E4M3FN", None),
+    22: ("FLOAT8_E5M2", None),
 }
 DTYPE_TO_TENSOR_TYPE = {dt: code for code, (_, dt) in TENSOR_TYPES.items() if dt is not None}
 
@@ -65,7 +69,15 @@ REAL COMPLEX_ABS HASHTABLE HASHTABLE_FIND HASHTABLE_IMPORT HASHTABLE_SIZE REDUCE
 CONV_3D_TRANSPOSE VAR_HANDLE READ_VARIABLE ASSIGN_VARIABLE BROADCAST_ARGS RANDOM_STANDARD_NORMAL
 BUCKETIZE RANDOM_UNIFORM MULTINOMIAL GELU DYNAMIC_UPDATE_SLICE RELU_0_TO_1 UNSORTED_SEGMENT_PROD
 UNSORTED_SEGMENT_MAX UNSORTED_SEGMENT_SUM ATAN2 UNSORTED_SEGMENT_MIN SIGN BITCAST BITWISE_XOR
-RIGHT_SHIFT
+RIGHT_SHIFT STABLEHLO_LOGISTIC STABLEHLO_ADD STABLEHLO_DIVIDE STABLEHLO_MULTIPLY STABLEHLO_MAXIMUM
+STABLEHLO_RESHAPE STABLEHLO_CLAMP STABLEHLO_CONCATENATE STABLEHLO_BROADCAST_IN_DIM STABLEHLO_CONVOLUTION
+STABLEHLO_SLICE STABLEHLO_CUSTOM_CALL STABLEHLO_REDUCE STABLEHLO_ABS STABLEHLO_AND STABLEHLO_COSINE
+STABLEHLO_EXPONENTIAL STABLEHLO_FLOOR STABLEHLO_LOG STABLEHLO_MINIMUM STABLEHLO_NEGATE STABLEHLO_OR
+STABLEHLO_POWER STABLEHLO_REMAINDER STABLEHLO_RSQRT STABLEHLO_SELECT STABLEHLO_SUBTRACT STABLEHLO_TANH
+STABLEHLO_SCATTER STABLEHLO_COMPARE STABLEHLO_CONVERT STABLEHLO_DYNAMIC_SLICE STABLEHLO_DYNAMIC_UPDATE_SLICE
+STABLEHLO_PAD STABLEHLO_IOTA STABLEHLO_DOT_GENERAL STABLEHLO_REDUCE_WINDOW STABLEHLO_SORT STABLEHLO_WHILE
+STABLEHLO_GATHER STABLEHLO_TRANSPOSE DILATE STABLEHLO_RNG_BIT_GENERATOR REDUCE_WINDOW STABLEHLO_COMPOSITE
+STABLEHLO_SHIFT_LEFT STABLEHLO_CBRT STABLEHLO_CASE
 """.split()
 BUILTIN_CODES = {name: code for code, name in enumerate(BUILTIN_OPERATORS)}
 CUSTOM_CODE = BUILTIN_CODES["CUSTOM"]
@@ -242,6 +254,72 @@ BUILTIN_OPTIONS: list[tuple[str, list[tuple[str, str, object]]]] = [
     ("RightShiftOptions", []),
 ]
 OPTIONS_BY_NAME = {name: (i + 1, fields) for i, (name, fields) in enumerate(BUILTIN_OPTIONS)}
+
+_LONGS = "[long]"
+# BuiltinOptions2 union members (the StableHLO ops' options), in union order, as above.
+# An Operator carries them in slots 11 (type) and 12 (table).
+BUILTIN_OPTIONS_2: list[tuple[str, list[tuple[str, str, object]]]] = [
+    ("StablehloConcatenateOptions", [("dimension", "long", 0)]),
+    ("StablehloBroadcastInDimOptions", [("broadcast_dimensions", _LONGS, None)]),
+    ("StablehloSliceOptions", [("start_indices", _LONGS, None), ("limit_indices", _LONGS, None),
+                               ("strides", _LONGS, None)]),
+    ("StablehloConvolutionOptions", [
+        ("window_strides", _LONGS, None), ("padding", _LONGS, None), ("lhs_dilation", _LONGS, None),
+        ("rhs_dilation", _LONGS, None), ("window_reversal", "[bool]", None), ("input_batch_dimension", "long", 0),
+        ("input_feature_dimension", "long", 0), ("input_spatial_dimensions", _LONGS, None),
+        ("kernel_input_feature_dimension", "long", 0), ("kernel_output_feature_dimension", "long", 0),
+        ("kernel_spatial_dimensions", _LONGS, None), ("output_batch_dimension", "long", 0),
+        ("output_feature_dimension", "long", 0), ("output_spatial_dimensions", _LONGS, None),
+        ("feature_group_count", "long", 0), ("batch_group_count", "long", 0), ("precision_config", "[uint]", None)]),
+    ("StablehloCustomCallOptions", [("call_target_name", "string", ""), ("has_side_effect", "bool", False),
+                                    ("backend_config", "string", ""), ("api_version", "int", 0),
+                                    ("called_computations", "[int]", None), ("custom_attributes", "[ubyte]", None)]),
+    ("StablehloReduceOptions", [("dimensions", _LONGS, None), ("body_subgraph_index", "int", 0)]),
+    ("StablehloScatterOptions", [("indices_are_sorted", "bool", False), ("update_window_dims", _LONGS, None),
+                                 ("inserted_window_dims", _LONGS, None),
+                                 ("scatter_dims_to_operand_dims", _LONGS, None), ("index_vector_dim", "long", 0),
+                                 ("unique_indices", "bool", False), ("update_computation_subgraph_index", "int", 0)]),
+    ("StablehloCompareOptions", [("comparison_direction", "uint", 0), ("compare_type", "uint", 0)]),
+    ("StablehloDynamicSliceOptions", [("slice_sizes", _LONGS, None)]),
+    ("StablehloPadOptions", [("edge_padding_low", _LONGS, None), ("edge_padding_high", _LONGS, None),
+                             ("interior_padding", _LONGS, None)]),
+    ("StablehloIotaOptions", [("iota_dimension", "long", 0)]),
+    ("StablehloDotGeneralOptions", [("lhs_batching_dimensions", _LONGS, None), ("rhs_batching_dimensions", _LONGS, None),
+                                    ("lhs_contracting_dimensions", _LONGS, None),
+                                    ("rhs_contracting_dimensions", _LONGS, None), ("precision_config", "[uint]", None)]),
+    ("StablehloReduceWindowOptions", [("window_dimensions", _LONGS, None), ("window_strides", _LONGS, None),
+                                      ("base_dilations", _LONGS, None), ("window_dilations", _LONGS, None),
+                                      ("padding", _LONGS, None), ("body_subgraph_index", "int", 0)]),
+    ("StablehloSortOptions", [("dimension", "long", 0), ("is_stable", "bool", False),
+                              ("comparator_subgraph_index", "int", 0)]),
+    ("StablehloWhileOptions", [("cond_subgraph_index", "int", 0), ("body_subgraph_index", "int", 0)]),
+    ("StablehloGatherOptions", [("offset_dims", _LONGS, None), ("collapsed_slice_dims", _LONGS, None),
+                                ("start_index_map", _LONGS, None), ("index_vector_dim", "long", 0),
+                                ("slice_sizes", _LONGS, None), ("indices_are_sorted", "bool", False)]),
+    ("StablehloTransposeOptions", [("permutation", _LONGS, None)]),
+    ("DilateOptions", []),
+    ("StablehloRngBitGeneratorOptions", [("algorithm", "byte", 0)]),
+    ("ReduceWindowOptions", [("reduce_function", "int", 0)]),
+    ("StableHLOCompositeOptions", [("name", "string", ""), ("decomposition_subgraph_index", "int", 0),
+                                   ("composite_attributes", "[ubyte]", None),
+                                   ("composite_attributes_format", "byte", 0), ("version", "int", 0)]),
+    ("StablehloShiftLeftOptions", []),
+    ("StablehloCaseOptions", [("branch_subgraph_indices", "[int]", None)]),
+]
+OPTIONS_2_BY_NAME = {name: (i + 1, fields) for i, (name, fields) in enumerate(BUILTIN_OPTIONS_2)}
+
+
+def _options_2_table(op: str) -> str | None:
+    """The BuiltinOptions2 table ``op`` carries: STABLEHLO_DOT_GENERAL takes
+    StablehloDotGeneralOptions, DILATE DilateOptions; None for an op that takes none."""
+    words = op.split("_")
+    prefix, rest = ("Stablehlo", words[1:]) if words[0] == "STABLEHLO" else ("", words)
+    table = prefix + "".join(w.capitalize() for w in rest) + "Options"
+    return "StableHLOCompositeOptions" if op == "STABLEHLO_COMPOSITE" else (
+        table if table in OPTIONS_2_BY_NAME else None)
+
+
+OP_OPTIONS_2: dict[str, str] = {op: t for op in BUILTIN_OPERATORS if (t := _options_2_table(op))}
 
 # Which options table each builtin op carries (ops absent here take none).
 OP_OPTIONS: dict[str, str] = {

@@ -820,7 +820,7 @@ def _movement_attrs(node: Node, tensors: Sequence[Tensor], base: dict) -> dict:
 DATA_MOVEMENT = ("RESHAPE", "SQUEEZE", "EXPAND_DIMS", "TRANSPOSE", "PAD", "PADV2", "PACK",
                  "UNPACK", "SPLIT", "SPLIT_V", "GATHER", "GATHER_ND", "SLICE", "STRIDED_SLICE", "SPACE_TO_DEPTH",
                  "DEPTH_TO_SPACE", "BATCH_TO_SPACE_ND", "RESIZE_NEAREST_NEIGHBOR", "SPACE_TO_BATCH_ND", "TILE", "BROADCAST_TO", "SHAPE",
-                 "REVERSE_V2", "FILL")
+                 "REVERSE_V2", "FILL", "DYNAMIC_UPDATE_SLICE")
 for _op in DATA_MOVEMENT:
     if get_op(_op) is not None:
         _attach(_op, get_op(_op).reference, _movement_attrs)

@@ -700,6 +700,43 @@ _op("SLICE", _slice_attrs, _slice_infer, _slice_ref,
     "Contiguous slice from begin with the given size per dimension (-1: to the end).")
 
 
+# -- DYNAMIC_UPDATE_SLICE ----------------------------------------------------------------
+
+def update_slice_start(shape: Sequence[int], update_shape: Sequence[int], start_value: np.ndarray) -> list[int]:
+    """DYNAMIC_UPDATE_SLICE's start per dimension: the start indices clamped, as LiteRT
+    and XLA clamp them, so the update lies wholly inside the operand."""
+    start = _ints(start_value)
+    if len(start) != len(shape):
+        raise ExecutionError(f"DYNAMIC_UPDATE_SLICE start indices {start} do not match rank {len(shape)}")
+    return [min(max(b, 0), d - u) for b, d, u in zip(start, shape, update_shape)]
+
+
+def _dynamic_update_slice_infer(inputs: list[TensorSpec], attrs: dict) -> list[TensorSpec]:
+    operand, update, start = inputs
+    if np.dtype(operand.dtype) != np.dtype(update.dtype):
+        raise ModelFormatError(f"DYNAMIC_UPDATE_SLICE update is {update.dtype}, the operand {operand.dtype}")
+    if len(update.shape) != len(operand.shape) or any(u > d for u, d in zip(update.shape, operand.shape)):
+        raise ModelFormatError(f"DYNAMIC_UPDATE_SLICE update of shape {list(update.shape)} does not fit in the "
+                               f"operand of shape {list(operand.shape)}")
+    if len(start.shape) != 1 or start.shape[0] != len(operand.shape):
+        raise ModelFormatError(f"DYNAMIC_UPDATE_SLICE start indices of shape {list(start.shape)} for a rank-"
+                               f"{len(operand.shape)} operand (expected [{len(operand.shape)}])")
+    return [TensorSpec(tuple(operand.shape), operand.dtype)]
+
+
+def _dynamic_update_slice_ref(inputs: list[np.ndarray], attrs: dict) -> list[np.ndarray]:
+    operand, update, start = inputs
+    out = np.array(operand, copy=True)
+    begin = update_slice_start(operand.shape, update.shape, start)
+    out[tuple(slice(b, b + u) for b, u in zip(begin, update.shape))] = update
+    return [out]
+
+
+_op("DYNAMIC_UPDATE_SLICE", _plain_attrs(3, index_inputs={2: "start indices"}), _dynamic_update_slice_infer,
+    _dynamic_update_slice_ref, "The operand with ``update`` written at the start indices (clamped to fit): "
+    "a KV cache's write.")
+
+
 # -- PAD, PADV2, MIRROR_PAD --------------------------------------------------------------
 
 def pad_widths(shape: tuple[int, ...], value: np.ndarray, what: str) -> list[tuple[int, int]]:

@@ -52,7 +52,7 @@ _SLOT_WRITERS = {
     "float": ("PrependFloat32Slot", float), "double": ("PrependFloat64Slot", float),
 }
 _VECTOR_DTYPES = {"[int]": np.dtype("<i4"), "[float]": np.dtype("<f4"), "[long]": np.dtype("<i8"),
-                  "[ubyte]": np.dtype("u1"), "[uint]": np.dtype("<u4")}
+                  "[ubyte]": np.dtype("u1"), "[uint]": np.dtype("<u4"), "[bool]": np.dtype("u1")}
 _UPPER_TABLES = {name.upper(): name for name, _ in schema.BUILTIN_OPTIONS}
 # QuantizationDetails union members: name -> (union type, fields).
 _DETAILS_BY_NAME = {name: (i + 1, fields) for i, (name, fields) in enumerate(schema.QUANTIZATION_DETAILS)}
@@ -66,6 +66,8 @@ def options_table_for(op: str) -> str | None:
     """
     if op in schema.OP_OPTIONS:
         return schema.OP_OPTIONS[op]
+    if op in schema.OP_OPTIONS_2:
+        return schema.OP_OPTIONS_2[op]
     return _UPPER_TABLES.get(op.replace("_", "") + "OPTIONS")
 
 
@@ -198,7 +200,7 @@ class SubgraphBuilder:
         self._sg.outputs.extend(int(t) for t in tensors)
 
     # -- operators ----------------------------------------------------------------
-    def op(self, name: str, inputs: Sequence[int], outputs: Sequence[int], *, version: int = 1,
+    def op(self, name: str, inputs: Sequence[int], outputs: Sequence[int], /, *, version: int = 1,
            options_table: str | None = None, intermediates: Sequence[int] = (), **options: Any) -> int:
         """Add a builtin op; option kwargs use the schema's field names. Returns the op index.
 
@@ -211,9 +213,10 @@ class SubgraphBuilder:
         if table is None and options:
             raise InvalidArgumentError(f"{name} takes no options table; got {sorted(options)}")
         if table is not None:
-            if table not in schema.OPTIONS_BY_NAME:
+            union = schema.OPTIONS_BY_NAME.get(table) or schema.OPTIONS_2_BY_NAME.get(table)
+            if union is None:
                 raise InvalidArgumentError(f"unknown options table {table!r}")
-            fields = {f[0] for f in schema.OPTIONS_BY_NAME[table][1]}
+            fields = {f[0] for f in union[1]}
             unknown = sorted(set(options) - fields)
             if unknown:
                 raise InvalidArgumentError(f"{name}: {table} has no field {unknown}; fields: {sorted(fields)}")
@@ -378,7 +381,7 @@ class _Writer:
                             None, ("vec", sig) if sig is not None else None])
 
     def _options(self, table: str, values: dict) -> tuple[int, int]:
-        union_type, fields = schema.OPTIONS_BY_NAME[table]
+        union_type, fields = schema.OPTIONS_BY_NAME.get(table) or schema.OPTIONS_2_BY_NAME[table]
         return union_type, self._fields_table(fields, values)
 
     def _fields_table(self, fields: list[tuple[str, str, object]], values: Mapping[str, Any]) -> int:
@@ -405,10 +408,14 @@ class _Writer:
         custom = self._numbers(np.frombuffer(op.custom_options, np.uint8), np.dtype("u1")) \
             if op.custom_options else None
         inter = self._numbers(op.intermediates, np.dtype("<i4")) if op.intermediates else None
+        # BuiltinOptions2 (the StableHLO ops' tables) goes in slots 11 and 12, BuiltinOptions in 3 and 4.
+        second = op.options_table in schema.OPTIONS_2_BY_NAME
+        union = [("ubyte", opts[0]), ("table", opts[1])] if opts else [None, None]
         return self._table([("uint", op.opcode), ("vec", inputs), ("vec", outputs),
-                            ("ubyte", opts[0]) if opts else None, ("table", opts[1]) if opts else None,
+                            *([None, None] if second else union),
                             ("vec", custom) if custom is not None else None, None, None,
-                            ("vec", inter) if inter is not None else None])
+                            ("vec", inter) if inter is not None else None,
+                            *([None, None, *union] if second else [])])
 
     def _subgraph(self, sg: _Subgraph) -> int:
         tensors = self._offsets([self._tensor(t) for t in sg.tensors])

@@ -240,6 +240,22 @@ add(case("MIRROR_PAD", "symmetric-int64-paddings", [In(f32(3,)), Const(np.array(
          [((8,), F)], mode="SYMMETRIC"))
 
 # -- GATHER, GATHER_ND -------------------------------------------------------------------
+# -- DYNAMIC_UPDATE_SLICE (a decoder's KV-cache write) -------------------------------------
+add(case("DYNAMIC_UPDATE_SLICE", "const-start", [In(f32(4, 5)), In(f32(2, 3)), Const(i32(1, 2))], [((4, 5), F)]))
+add(case("DYNAMIC_UPDATE_SLICE", "kv-cache-row", [In(f32(1, 8, 2, 4)), In(f32(1, 1, 2, 4)), In(i32(0, 5, 0, 0))],
+         [((1, 8, 2, 4), F)]))
+add(case("DYNAMIC_UPDATE_SLICE", "kv-cache-prefill", [In(f32(1, 8, 2, 4)), In(f32(1, 3, 2, 4)), In(i32(0, 2, 0, 0))],
+         [((1, 8, 2, 4), F)]))
+add(case("DYNAMIC_UPDATE_SLICE", "start-clamped-high", [In(f32(6, 3)), In(f32(2, 3)), In(i32(5, 1))], [((6, 3), F)]))
+add(case("DYNAMIC_UPDATE_SLICE", "start-clamped-negative", [In(f32(6, 3)), In(f32(2, 2)), In(i32(-3, -1))],
+         [((6, 3), F)]))
+add(case("DYNAMIC_UPDATE_SLICE", "int64-start", [In(f32(3, 4, 5)), In(f32(1, 4, 2)), In(i64(2, 0, 3))],
+         [((3, 4, 5), F)]))
+add(case("DYNAMIC_UPDATE_SLICE", "whole", [In(f32(2, 3)), In(f32(2, 3)), In(i32(1, 1))], [((2, 3), F)]))
+add(case("DYNAMIC_UPDATE_SLICE", "int32", [In(ints(I32, 5, 4)), In(ints(I32, 1, 4)), In(i32(3, 0))], [((5, 4), I32)]))
+add(case("DYNAMIC_UPDATE_SLICE", "int8", [In(ints(I8, 5, 4)), In(ints(I8, 2, 1)), In(i32(1, 2))], [((5, 4), I8)]))
+add(case("DYNAMIC_UPDATE_SLICE", "bool", [In(bools(4, 4)), In(bools(2, 2)), In(i32(2, 2))], [((4, 4), B)]))
+
 add(case("GATHER", "axis0", [In(f32(5, 3)), Const(i32(4, 0, 2, 2))], [((4, 3), F)], axis=0))
 add(case("GATHER", "axis1-2d-indices", [In(f32(2, 5, 3)), Const(np.array([[0, 4], [1, 1], [3, 2]], np.int32))],
          [((2, 3, 2, 3), F)], axis=1))
