@@ -94,6 +94,75 @@ def gather(ctx: NodeContext):
     return bindable(bind)
 
 
+# -- DYNAMIC_UPDATE_SLICE -----------------------------------------------------------------------
+
+_UPDATE_RANK = 8
+
+
+@task_function()
+def _update_slice_task(t, xp, up, sp, outp, _a4, _a5, _a6, _a7, ip, _fp):
+    """``out = x`` (skipped when they are one array: the update is then in place), then the
+    update's rows written at the start indices, each clamped so the update fits, as LiteRT
+    clamps them. ``ip``: rank, index size (4 or 8 bytes), element bytes, in place (x is out),
+    then the operand's dims and the update's, ``_UPDATE_RANK`` each (leading ones padded
+    with 1)."""
+    rank, size, item = ip[0], ip[1], ip[2]
+    x, upd, out = uint8_pointer(xp), uint8_pointer(up), uint8_pointer(outp)
+    s32, s64 = int32_pointer(sp), int64_pointer(sp)
+    dims, udims = 4, 4 + _UPDATE_RANK       # where the operand's and the update's dims start in ip
+    total = item
+    for d in range(_UPDATE_RANK):
+        total *= ip[dims + d]
+    if not ip[3]:
+        for e in range(total):
+            out[e] = x[e]
+    # The start of each (padded) dimension, clamped; then the byte offset of the update's origin.
+    origin = 0
+    stride = item
+    for d in range(_UPDATE_RANK - 1, -1, -1):
+        k = d - (_UPDATE_RANK - rank)
+        start = 0
+        if k >= 0:
+            start = s64[k] if size == 8 else np.int64(s32[k])
+        start = min(max(start, 0), ip[dims + d] - ip[udims + d])
+        origin += start * stride
+        stride *= ip[dims + d]
+    row = ip[udims + _UPDATE_RANK - 1] * item
+    rows = 1
+    for d in range(_UPDATE_RANK - 1):
+        rows *= ip[udims + d]
+    for r in range(rows):
+        # The row's offset in the operand: its update coordinates (all but the last) in x's strides.
+        rest, offset, stride = r, origin, ip[dims + _UPDATE_RANK - 1] * item
+        for d in range(_UPDATE_RANK - 2, -1, -1):
+            offset += (rest % ip[udims + d]) * stride
+            rest //= ip[udims + d]
+            stride *= ip[dims + d]
+        for e in range(row):
+            out[offset + e] = upd[r * row + e]
+
+
+@kernel("DYNAMIC_UPDATE_SLICE")
+def dynamic_update_slice(ctx: NodeContext):
+    """DYNAMIC_UPDATE_SLICE (a decoder's KV-cache write): a task function reading the start
+    indices when it runs, so it chains with its neighbours; in place when the backend hands
+    it the operand as its output."""
+    x_spec, u_spec, s_spec = ctx.inputs
+    rank = len(x_spec.shape)
+    if rank > _UPDATE_RANK or np.dtype(s_spec.dtype) not in _INDEX_DTYPES[1:]:
+        return None
+    pad = (1,) * (_UPDATE_RANK - rank)
+    params = np.array([rank, np.dtype(s_spec.dtype).itemsize, np.dtype(x_spec.dtype).itemsize, 0,
+                       *pad, *x_spec.shape, *pad, *u_spec.shape], np.int64)
+    dtypes = (np.dtype(x_spec.dtype), np.dtype(u_spec.dtype), np.dtype(s_spec.dtype), np.dtype(x_spec.dtype))
+
+    def bind(inputs, outputs):
+        bound = params.copy()
+        bound[3] = inputs[0].ctypes.data == outputs[0].ctypes.data
+        return bind_task(_update_slice_task, 1, tuple(inputs), tuple(outputs), bound, dtypes=dtypes)
+    return bindable(bind)
+
+
 # -- SPLIT / SPLIT_V ----------------------------------------------------------------------------
 
 def _split_kernel(ctx: NodeContext, x_index: int, axis: int):
