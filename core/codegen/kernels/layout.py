@@ -536,6 +536,38 @@ def strided_slice(g: NodeGen) -> list[KernelSpec]:
     return _one(g, Walk(view, src, src_base=base))
 
 
+# -- DYNAMIC_UPDATE_SLICE -------------------------------------------------------------------
+
+@generator("DYNAMIC_UPDATE_SLICE")
+def dynamic_update_slice(g: NodeGen) -> list[KernelSpec]:
+    """Two kernels: the operand copied whole, then one work-item per update element writing
+    it at the start indices read when it runs, each clamped as
+    :func:`litegpu.ops.shape.update_slice_start` clamps them (a decoder's KV-cache write: its position is an input of each step)."""
+    shape, update = _in_shape(g, 0), _in_shape(g, 1)
+    if np.dtype(g.ctx.inputs[2].dtype) == np.int64 and not g.dialect.int64:
+        if g.ctx.inputs[2].value is None:
+            raise Decline(f"int64 start indices known only at run time: {g.dialect.name} has no 64-bit integers")
+    copy = g.new_kernel()
+    kernels = [walk_kernel(g, copy, Walk(list(shape), list(strides_of(shape))), g.input(copy, 0))]
+    total = _prod(update)
+    if total:
+        b = g.new_kernel()
+        starts = _indices(g, b, 2)
+        i = b.let("i", b.global_id(0))
+        offset: Expr = ir.lit(0, ir.INT)
+        rest = i
+        for d in range(len(shape) - 1, -1, -1):
+            start = b.let(f"s{d}", starts.load(d).cast(ir.INT))
+            clamped = select(start < 0, 0, select(start > shape[d] - update[d], shape[d] - update[d], start))
+            coord = rest % update[d] if d else rest
+            offset = offset + (clamped + coord) * strides_of(shape)[d]
+            if d:
+                rest = rest / update[d]
+        b.store(g.output(b), b.let("o", offset), g.input(b, 1).load(i))
+        kernels.append(g.kernel(b, (total,)))
+    return _kernels(*kernels)
+
+
 # -- joins and splits -----------------------------------------------------------------------
 
 def _join(g: NodeGen, outer: int, widths: list[int]) -> list[KernelSpec]:
