@@ -20,6 +20,9 @@ class Quantization:
     scales: np.ndarray
     zero_points: np.ndarray
     quantized_dimension: int = 0
+    # Blockwise (INT4 weights of LLMs): ``scales`` is [channels, blocks], one per block of
+    # ``block_size`` consecutive values along the last axis of each channel; 0: affine.
+    block_size: int = 0
 
     @property
     def is_set(self) -> bool:

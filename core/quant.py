@@ -35,7 +35,9 @@ from .errors import UnsupportedError
 from .graph import Tensor
 
 # Tensor types whose values are quantized integers (when the tensor carries scales).
-QUANTIZED_TYPES = ("INT8", "UINT8", "INT16")
+QUANTIZED_TYPES = ("INT8", "UINT8", "INT16", "INT4")
+# Storage ranges narrower than the numpy dtype's: INT4 values are unpacked to int8 at load.
+_RANGES = {"INT4": (-8, 7)}
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
 
 
@@ -54,6 +56,9 @@ class QuantParams:
     dtype: np.dtype
     qmin: int
     qmax: int
+    #: Blockwise (INT4 LLM weights): ``scales`` is [channels, blocks], one per ``block_size``
+    #: values along the last axis; 0 for affine params (``scales`` 1-D).
+    block_size: int = 0
 
     @classmethod
     def of(cls, tensor: Tensor) -> "QuantParams | None":
@@ -61,6 +66,10 @@ class QuantParams:
         if not is_quantized(tensor):
             return None
         q = tensor.quantization
+        low, high = _RANGES.get(tensor.type_name, (None, None))
+        if q.block_size:
+            return cls(np.asarray(q.scales, np.float32), np.zeros(1, np.int64), 0, np.dtype(tensor.dtype),
+                       low, high, q.block_size)
         scales = np.asarray(q.scales, np.float32).reshape(-1)
         zps = np.asarray(q.zero_points, np.int64).reshape(-1)
         if zps.size == 0:
@@ -70,7 +79,7 @@ class QuantParams:
             zps = np.repeat(zps, scales.size)
         info = np.iinfo(tensor.dtype)
         return cls(scales, zps, int(q.quantized_dimension) if per_channel else None, np.dtype(tensor.dtype),
-                   int(info.min), int(info.max))
+                   int(info.min) if low is None else low, int(info.max) if high is None else high)
 
     @property
     def per_tensor(self) -> bool:
@@ -108,7 +117,7 @@ class QuantParams:
 
 
 def is_quantized(tensor: Tensor | None) -> bool:
-    """True for an INT8/UINT8/INT16 tensor that carries scales (a quantized integer)."""
+    """True for an INT8/UINT8/INT16/INT4 tensor that carries scales (a quantized integer)."""
     return tensor is not None and tensor.type_name in QUANTIZED_TYPES and tensor.quantization is not None \
         and tensor.quantization.is_set
 

@@ -123,7 +123,7 @@ class _Reader:
         inputs = _indices(t.array(1, "[int]", "inputs"), n, f"{t.path}.inputs")
         outputs = _indices(t.array(2, "[int]", "outputs"), n, f"{t.path}.outputs")
         nodes = [self._node(i, ot, n, t.path) for i, ot in enumerate(t.tables(3, "operators"))]
-        tensors = _written_empties_are_activations(nodes, tensors)
+        tensors = _resolve_blockwise(t.path, _written_empties_are_activations(nodes, tensors))
         in_file = nodes
         nodes, tensors = _fold_weight_ops(nodes, tensors)
         kept = {node.index for node in nodes}
@@ -147,13 +147,11 @@ class _Reader:
         sparsity = t.table(6, "sparsity")
         buffer_index = t.scalar(2, "uint", 0, "buffer")
         raw = self._buffer_data(buffer_index, f"{t.path}.buffer")
-        if type_name == "INT4" and (q is not None or raw.size):
-            # Two values a byte: no numpy view reads it, and LiteRT's int4 kernels are not ours.
-            raise ModelFormatError(f"{t.path}.type: tensor {name!r} is INT4 with quantization or constant "
-                                   "data; 4-bit tensors are not supported")
         quant = None if q is None else _quantization(q, name, type_name, dtype, shape, constant=raw.size > 0)
         data = None
-        if buffer_index and raw.size == 0 and dtype is not None and 0 in shape:
+        if type_name == "INT4" and raw.size:
+            data = _unpack_int4(raw, shape, f"{t.path}.buffer")
+        elif buffer_index and raw.size == 0 and dtype is not None and 0 in shape:
             data = np.zeros(shape, dtype)  # a constant with no elements (e.g. empty reduction axes)
             data.flags.writeable = False
         elif raw.size and dtype is not None:
@@ -289,8 +287,10 @@ def _quantization(q: Table, name: str, type_name: str, dtype: np.dtype | None, s
     if details:
         kinds = schema.QUANTIZATION_DETAILS
         kind = kinds[details - 1][0] if details <= len(kinds) else f"unknown QuantizationDetails type {details}"
-        raise ModelFormatError(f"{q.path}.details_type: tensor {name!r} uses {kind}; only affine quantization "
-                               "(scales and zero points) is supported")
+        if kind != "BlockwiseQuantization":
+            raise ModelFormatError(f"{q.path}.details_type: tensor {name!r} uses {kind}; only affine and blockwise "
+                                   "quantization are supported")
+        return _blockwise(q, name, shape)
     scales = q.array(2, "[float]", "scale")
     zps = q.array(3, "[long]", "zero_point")
     scales = np.zeros(0, np.float32) if scales is None else np.array(scales, np.float32)
@@ -329,6 +329,58 @@ def _quantization(q: Table, name: str, type_name: str, dtype: np.dtype | None, s
         raise ModelFormatError(f"{q.path}.zero_point[{k}]: tensor {name!r} ({type_name}) has zero point "
                                f"{int(zps[k])}, outside [{lo}, {hi}]")
     return quant
+
+
+def _blockwise(q: Table, name: str, shape: tuple[int, ...]) -> Quantization:
+    """A BlockwiseQuantization, its scales still to be read from the tensor it names (see
+    :func:`_resolve_blockwise`): kept meanwhile as that tensor's index in ``scales``."""
+    table = q.table(5, "details")
+    fields = {} if table is None else table.read_fields(dict(schema.QUANTIZATION_DETAILS)["BlockwiseQuantization"])
+    block = fields.get("block_size", 0)
+    if len(shape) < 1 or block <= 0 or shape[-1] % block:
+        raise ModelFormatError(f"{q.path}.details: tensor {name!r} of shape {list(shape)} has block size {block} "
+                               "(it must divide the last dimension)")
+    if fields.get("zero_points", -1) not in (-1, 0) or q.array(3, "[long]", "zero_point") is not None:
+        raise ModelFormatError(f"{q.path}.details: tensor {name!r} has blockwise zero points; only symmetric "
+                               "blockwise quantization (no zero points) is supported")
+    return Quantization(np.array([fields.get("scales", 0)], np.int64), np.zeros(0, np.int64),
+                        q.scalar(6, "int", 0, "quantized_dimension"), block)
+
+
+def _resolve_blockwise(path: str, tensors: list[Tensor]) -> list[Tensor]:
+    """Blockwise quantizations with their scales: [channels, blocks] float32 from the
+    constant tensor each names (the quantizer writes them as FLOAT16 beside the weights)."""
+    for i, t in enumerate(tensors):
+        q = t.quantization
+        if q is None or not q.block_size:
+            continue
+        where = f"{path}.tensors[{i}].quantization.details"
+        k = int(q.scales[0])
+        if not 0 <= k < len(tensors) or tensors[k].data is None:
+            raise ModelFormatError(f"{where}: scales tensor {k} of {t.name!r} is not a constant tensor of the subgraph")
+        scales = tensors[k].data
+        expected = (int(np.prod(t.shape[:-1], dtype=np.int64)), t.shape[-1] // q.block_size)
+        if scales.dtype.kind != "f" or scales.size != expected[0] * expected[1]:
+            raise ModelFormatError(f"{where}: scales tensor {k} ({scales.dtype}, shape {list(scales.shape)}) does not "
+                                   f"hold one float per block of {t.name!r}: {expected[0]} x {expected[1]}")
+        scales = scales.astype(np.float32).reshape(expected)
+        if not np.all(np.isfinite(scales)):
+            raise ModelFormatError(f"{where}: scales of {t.name!r} must be finite")
+        tensors[i] = replace(t, quantization=replace(q, scales=scales))
+    return tensors
+
+
+def _unpack_int4(raw: np.ndarray, shape: tuple[int, ...], what: str) -> np.ndarray:
+    """INT4 constant data as int8 values in [-8, 7]: two a byte, the first in the low nibble."""
+    count = int(np.prod(shape, dtype=np.int64))
+    if raw.size != (count + 1) // 2:
+        raise ModelFormatError(f"{what}: holds {raw.size} bytes, shape {list(shape)} of INT4 needs {(count + 1) // 2}")
+    pairs = np.empty((raw.size, 2), np.int8)
+    pairs[:, 0] = (raw << 4).view(np.int8) >> 4       # sign-extend each nibble
+    pairs[:, 1] = raw.view(np.int8) >> 4
+    data = pairs.reshape(-1)[:count].reshape(shape)
+    data.flags.writeable = False
+    return data
 
 
 def _view(raw: np.ndarray, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:

@@ -32,21 +32,23 @@ TENSOR_TYPES: dict[int, tuple[str, np.dtype | None]] = {
     14: ("VARIANT", None),
     15: ("UINT32", np.dtype(np.uint32)),
     16: ("UINT16", np.dtype(np.uint16)),
-    17: ("INT4", None),
+    17: ("INT4", np.dtype(np.int8)),         # two a byte in the file; unpacked to int8 at load
     18: ("BFLOAT16", None),
     19: ("INT2", None),
     20: ("UINT4", None),
     21: ("FLOAT8_E4M3FN", None),
     22: ("FLOAT8_E5M2", None),
 }
-DTYPE_TO_TENSOR_TYPE = {dt: code for code, (_, dt) in TENSOR_TYPES.items() if dt is not None}
+DTYPE_TO_TENSOR_TYPE = {dt: code for code, (name, dt) in TENSOR_TYPES.items() if dt is not None and name != "INT4"}
 
 # QuantizationParameters: min, max, scale, zero_point, details_type, details, quantized_dimension.
 # ``details`` is the QuantizationDetails union (type = position + 1); each member as (table name,
-# fields in slot order). litegpu reads none of them: affine scales and zero points only.
+# fields in slot order). litegpu reads BlockwiseQuantization: ``scales`` names the tensor holding one
+# scale per block of ``block_size`` values along the last axis, per output channel.
 QUANTIZATION_DETAILS: list[tuple[str, list[tuple[str, str, object]]]] = [
     ("CustomQuantization", [("custom", "[ubyte]", None)]),
-    ("BlockwiseQuantization", [("scales", "int", 0), ("zero_points", "int", 0), ("block_size", "int", 0)]),
+    ("BlockwiseQuantization", [("scales", "int", 0), ("zero_points", "int", 0), ("block_size", "int", 0),
+                               ("block_shape", "[int]", None)]),
 ]
 
 BUILTIN_OPERATORS = """

@@ -232,6 +232,8 @@ def _fc_attrs(node: Node, tensors: Sequence[Tensor], base: dict) -> dict:
     w = _weights(base["quant"], 1, "the weights", 0, 2)
     data = _constant(node, tensors, 1, "the weights")
     _float_bias(node, tensors)
+    if w.block_size:
+        return {"block_scale": w.scales, "block_size": w.block_size}
     return {"weight_scale": _channel_scales(w, data.shape[0], "the weights")}
 
 
@@ -239,14 +241,35 @@ def _fc_hybrid(inputs: list, attrs: dict) -> list[np.ndarray]:
     """Hybrid FULLY_CONNECTED as XNNPACK's qd8-f32-qc8w fully connected: each input row
     quantized on the fly (:func:`xnn_quantize_rows`), exact int32 sums with the int8
     weights, scaled back per row and output channel (:func:`xnn_dequantize_sums`), then
-    clamped by the fused activation."""
+    clamped by the fused activation. Blockwise weights (INT4 LLM weights) as XNNPACK's
+    qd8-f32-qb4w: see :func:`xnn_blockwise_sums`."""
     x, w = inputs[0], inputs[1]
     bias = inputs[2] if len(inputs) > 2 else None
     units, k = w.shape
     rows, scale, _ = xnn_quantize_rows(np.asarray(x, F32).reshape(-1, k))
-    y = xnn_dequantize_sums(rows @ w.astype(np.float64).T, scale, attrs["weight_scale"], bias)
+    if attrs.get("block_size"):
+        y = xnn_blockwise_sums(rows, w, attrs["block_scale"], attrs["block_size"]) * scale[:, None]
+        if bias is not None:
+            y = y + np.asarray(bias, F32)
+    else:
+        y = xnn_dequantize_sums(rows @ w.astype(np.float64).T, scale, attrs["weight_scale"], bias)
     shape = (*x.shape[:-1], units) if attrs["keep_num_dims"] else (rows.shape[0], units)
     return [_clamp(y, attrs["activation"]).reshape(shape)]
+
+
+def xnn_blockwise_sums(rows: np.ndarray, w: np.ndarray, scales: np.ndarray, block: int) -> np.ndarray:
+    """The sums of a qd8-f32-qb4w GEMM before the input scale: per row and output channel,
+    each block's exact integer sum of ``rows`` (the quantized input less its zero point,
+    [M, K]) times ``w`` ([N, K]), made float32 and multiplied by the block's scale
+    (``scales`` [N, K / block]), accumulated in float32 block by block. (XNNPACK sums the
+    raw codes and subtracts the zero point's share once, so the last bits may differ.)"""
+    m, (n, k) = rows.shape[0], w.shape
+    sums = np.einsum("mbk,nbk->mnb", rows.reshape(m, k // block, block), w.reshape(n, k // block, block).astype(
+        np.float64)).astype(F32) * scales[None].astype(F32)
+    out = np.zeros((m, n), F32)
+    for b in range(k // block):
+        out += sums[:, :, b]
+    return out
 
 
 _attach("FULLY_CONNECTED", _fc_hybrid, _fc_attrs)
@@ -371,6 +394,8 @@ def _embedding_attrs(node: Node, tensors: Sequence[Tensor], base: dict) -> dict:
     if np.any(table.zero_points != 0):
         raise UnsupportedError("table zero points must be 0 (LiteRT's hybrid lookup is symmetric)")
     rows = tensors[node.inputs[1]].shape[0]
+    if table.block_size:
+        return {"block_scale": table.scales, "block_size": table.block_size}
     if not table.per_tensor and (table.axis != 0 or table.scales.size != rows):
         raise UnsupportedError(f"table quantized along axis {table.axis} with {table.scales.size} scales; "
                                f"LiteRT takes one scale per row (axis 0, {rows} scales)")
@@ -380,9 +405,13 @@ def _embedding_attrs(node: Node, tensors: Sequence[Tensor], base: dict) -> dict:
 def _embedding_hybrid(inputs: list, attrs: dict) -> list[np.ndarray]:
     """Hybrid EMBEDDING_LOOKUP as TFLite's ``EvalHybrid``: the selected rows of the table
     times their scale (one per row, or the tensor's), ``int8 * float32`` in float32. The
-    kernel reads every table as int8, a uint8 one too (values above 127 wrap)."""
+    kernel reads every table as int8, a uint8 one too (values above 127 wrap). A blockwise
+    table (INT4 LLM embeddings) scales each block of a row by its own scale."""
     ids, table = inputs
     found = _embedding_reference([ids, np.asarray(table).view(np.int8)], attrs)[0]
+    if attrs.get("block_size"):
+        scales = np.repeat(attrs["block_scale"][ids.astype(np.int64).reshape(-1)], attrs["block_size"], axis=-1)
+        return [found.astype(F32) * scales.reshape(found.shape)]
     scale = attrs["row_scale"][ids.astype(np.int64)]
     return [found.astype(F32) * scale.reshape(-1, *([1] * (found.ndim - 1)))]
 

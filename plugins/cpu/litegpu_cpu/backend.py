@@ -47,7 +47,9 @@ class CpuBackend(Backend):
             tensor = node.tensors[t]
             # Quantized tensors are fine: their nodes run the ops' integer references
             # (kernels.registry.make_kernel), and nodes without one fail when compiled.
-            if tensor.type_name in ("STRING", "INT4", "BFLOAT16", "VARIANT"):
+            # INT4 weights are read as int8 (their ops take them); an INT4 activation is not.
+            if tensor.type_name in ("STRING", "BFLOAT16", "VARIANT") or (tensor.type_name == "INT4"
+                                                                          and not tensor.is_constant):
                 return Support(False, f"tensor {tensor.name!r} has type {tensor.type_name}, which has no kernels")
         return Support(True)
 

@@ -454,6 +454,8 @@ def hybrid_fully_connected(ctx: NodeContext):
         return None
     if bias_spec is not None and (bias_spec.value is None or np.dtype(bias_spec.dtype) != np.float32):
         return None
+    if "block_size" in ctx.attrs:      # blockwise (INT4) weights: the hybrid reference for now
+        return None
     w = np.asarray(w_spec.value, np.int8)
     o, k = w.shape
     m = int(np.prod(ctx.inputs[0].shape)) // k

@@ -1,0 +1,31 @@
+"""Generative decoders as LiteRT-LM packages them: ``.litertlm`` bundles and their tokenizers.
+
+A ``.litertlm`` bundle holds a decoder LLM's ``.tflite`` model(s) (prefill/decode, and
+embedders or adapters beside it), its tokenizer (SentencePiece, or a zlib-compressed
+HuggingFace ``tokenizer.json``) and its ``LlmMetadata`` (start and stop tokens, prompt
+templates, default sampling, context length, model family). :class:`Bundle` reads one,
+every offset checked, the models as zero-copy views::
+
+    bundle = Bundle.open("gemma3-1b-it-int4.litertlm")
+    model = bundle.load_model("prefill_decode")      # a litegpu Model
+    tokenizer = bundle.tokenizer()
+    stop_ids = [t.resolve(tokenizer) for t in bundle.metadata.stop_tokens]
+
+The generation loop (prefill, decode with the KV cache on the device, sampling) builds on
+these; LiteRT-LM is its oracle. Tokenizers need the ``[lm]`` extra (``sentencepiece``,
+``tokenizers``), imported only when a tokenizer is made.
+"""
+from __future__ import annotations
+
+from .bundle import (BLOCK_SIZE, MAGIC, MAJOR_VERSION, SECTION_TYPES, Bundle, LlmMetadata, LlmModelType,
+                     PromptAffixes, PromptTemplates, SamplerParams, Section, TokenUnion, normalize_model_type)
+from .protobuf import Message
+from .tokenizer import (HuggingFaceTokenizer, SentencePieceTokenizer, Tokenizer, TokenizerUnavailableError,
+                        load_tokenizer)
+
+__all__ = [
+    "Bundle", "Section", "LlmMetadata", "TokenUnion", "PromptAffixes", "PromptTemplates", "SamplerParams",
+    "LlmModelType", "normalize_model_type", "MAGIC", "MAJOR_VERSION", "BLOCK_SIZE", "SECTION_TYPES",
+    "Message", "Tokenizer", "SentencePieceTokenizer", "HuggingFaceTokenizer", "TokenizerUnavailableError",
+    "load_tokenizer",
+]
