@@ -373,9 +373,21 @@ def quantize(x: np.ndarray, params: QuantParams, rounding: str = "even") -> np.n
     return (q.astype(np.int64) + zps).astype(params.dtype)
 
 
-def dequantize(q: np.ndarray, params: QuantParams) -> np.ndarray:
-    """``scale * (q - zero_point)`` in float32 (per channel along ``params.axis``)."""
+def dequantize_blocks(q: np.ndarray, scales: np.ndarray, block: int) -> np.ndarray:
+    """Blockwise ``scale * q`` in float32: ``scales`` [channels, blocks], one per ``block``
+    consecutive values along the last axis (symmetric: no zero points)."""
     q = np.asarray(q)
+    values = q.reshape(scales.shape[0], scales.shape[1], block).astype(np.float32) * \
+        np.asarray(scales, np.float32)[:, :, None]
+    return values.reshape(q.shape)
+
+
+def dequantize(q: np.ndarray, params: QuantParams) -> np.ndarray:
+    """``scale * (q - zero_point)`` in float32 (per channel along ``params.axis``, or per
+    block: :func:`dequantize_blocks`)."""
+    q = np.asarray(q)
+    if params.block_size:
+        return dequantize_blocks(q, params.scales, params.block_size)
     scales = params.along(params.scales, q.ndim)
     zps = params.along(params.zero_points, q.ndim)
     return (q.astype(np.int64) - zps).astype(np.float32) * scales

@@ -15,6 +15,7 @@ import numpy as np
 
 from ..errors import ModelFormatError
 from ..graph import Model, Node, Quantization, Signature, Subgraph, Tensor
+from ..quant import dequantize_blocks
 from . import schema
 from .composites import lower_composites
 from .flatbuf import Buffer, Table
@@ -399,6 +400,8 @@ def _dequantize(t: Tensor) -> np.ndarray:
     q = t.quantization
     if q is None or not q.is_set:
         raise ModelFormatError(f"tensor {t.name!r}: DEQUANTIZE of {t.type_name} without quantization")
+    if q.block_size:
+        return dequantize_blocks(data, q.scales, q.block_size)
     shape = [1] * data.ndim
     scales = q.scales.astype(np.float32)
     # One zero point may serve every channel (_quantization allows 1 or one per scale).
