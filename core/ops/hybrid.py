@@ -233,8 +233,16 @@ def _fc_attrs(node: Node, tensors: Sequence[Tensor], base: dict) -> dict:
     data = _constant(node, tensors, 1, "the weights")
     _float_bias(node, tensors)
     if w.block_size:
-        return {"block_scale": w.scales, "block_size": w.block_size}
+        return {"block_scale": bfloat16_rounded(w.scales), "block_size": w.block_size}
     return {"weight_scale": _channel_scales(w, data.shape[0], "the weights")}
+
+
+def bfloat16_rounded(values: np.ndarray) -> np.ndarray:
+    """float32 ``values`` rounded to bfloat16 (to nearest, ties to even), as XNNPACK packs
+    the block scales of qb4w weights (ai-edge-quantizer writes them bf16-exact already)."""
+    bits = np.asarray(values, F32).view(np.uint32)
+    rounded = (bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) & np.uint32(0xFFFF0000)
+    return rounded.view(F32)
 
 
 def _fc_hybrid(inputs: list, attrs: dict) -> list[np.ndarray]:

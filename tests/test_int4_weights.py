@@ -1,0 +1,138 @@
+"""INT4 weights with blockwise quantization, as LLM exporters write them (ai-edge-quantizer's
+``dynamic_wi4_afp32`` and weight-only int4): read at load, run as LiteRT runs them. Models
+come from the test builder; LiteRT is the oracle."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from ai_edge_litert.interpreter import Interpreter as LiteRT
+
+import litegpu
+from litegpu.errors import ModelFormatError
+from litegpu.model import load_model
+from litegpu.testing.builder import ModelBuilder
+
+RNG = np.random.default_rng(4)
+UNITS, DEPTH = 24, 128
+
+
+def _blockwise_weights(b: ModelBuilder, shape: tuple[int, int], block: int, name: str = "w",
+                       drawn: list | None = None) -> int:
+    """INT4 values with one fp16 scale per block (not all bf16-exact: XNNPACK rounds them to
+    bf16, which the hybrid path must too); ``drawn`` gets the dequantized weights."""
+    values = RNG.integers(-8, 8, size=shape).astype(np.int8)
+    scales = (RNG.uniform(0.01, 0.05, size=(shape[0], shape[1] // block))).astype(np.float16)
+    if drawn is not None:
+        drawn.append(values.astype(np.float32) * np.repeat(scales.astype(np.float32), block, axis=1))
+    s = b.const(f"{name}_scales", scales)
+    return b.const(name, values, "INT4", quantized_dimension=0,
+                   details=("BlockwiseQuantization", {"scales": s, "zero_points": -1, "block_size": block}))
+
+
+def hybrid_fc(rows: int, block: int, bias: bool = True) -> bytes:
+    b = ModelBuilder()
+    x = b.input("x", (rows, DEPTH), np.float32)
+    w = _blockwise_weights(b, (UNITS, DEPTH), block)
+    bias_t = b.const("bias", RNG.standard_normal(UNITS).astype(np.float32)) if bias else -1
+    y = b.tensor("y", (rows, UNITS), np.float32)
+    b.op("FULLY_CONNECTED", [x, w, bias_t], [y], version=5, keep_num_dims=True)
+    b.output(y)
+    return b.build()
+
+
+def weight_only_fc(block: int, drawn: list) -> bytes:
+    b = ModelBuilder()
+    x = b.input("x", (3, DEPTH), np.float32)
+    w = _blockwise_weights(b, (UNITS, DEPTH), block, drawn=drawn)
+    wf = b.tensor("w_float", (UNITS, DEPTH), np.float32)
+    b.op("DEQUANTIZE", [w], [wf])
+    y = b.tensor("y", (3, UNITS), np.float32)
+    b.op("FULLY_CONNECTED", [x, wf, -1], [y])
+    b.output(y)
+    return b.build()
+
+
+def embedding(block: int) -> bytes:
+    b = ModelBuilder()
+    ids = b.input("ids", (5,), np.int32)
+    table = _blockwise_weights(b, (40, 64), block, "table")
+    y = b.tensor("y", (5, 64), np.float32)
+    b.op("EMBEDDING_LOOKUP", [ids, table], [y])
+    b.output(y)
+    return b.build()
+
+
+def _run(make, data: bytes, feeds: list[np.ndarray]) -> np.ndarray:
+    it = make(data)
+    it.allocate_tensors()
+    for d, v in zip(it.get_input_details(), feeds):
+        it.set_tensor(d["index"], v)
+    it.invoke()
+    return it.get_tensor(it.get_output_details()[0]["index"])
+
+
+def _compare(data: bytes, feeds: list[np.ndarray], atol: float) -> None:
+    want = _run(lambda d: LiteRT(model_content=d), data, feeds)
+    got = _run(lambda d: litegpu.Interpreter(model_content=d), data, feeds)
+    np.testing.assert_allclose(got, want, rtol=0, atol=atol)
+
+
+@pytest.mark.parametrize("rows", [1, 5])
+@pytest.mark.parametrize("block", [32, 128])
+def test_hybrid_fully_connected_with_blockwise_int4_weights(rows, block):
+    """Each input row quantized on the fly (XNNPACK's qd8), sums per block scaled by the
+    block's scale: the same numbers as LiteRT but for float32 rounding order."""
+    x = RNG.standard_normal((rows, DEPTH)).astype(np.float32)
+    _compare(hybrid_fc(rows, block), [x], atol=2e-5)
+
+
+def test_weight_only_int4_is_dequantized_at_load():
+    """LiteRT 2.3's DEQUANTIZE gives zeros for blockwise INT4 (it has no such kernel), so
+    the oracle here is the float product with the weights dequantized by hand."""
+    drawn: list = []
+    data = weight_only_fc(32, drawn)
+    sg = load_model(data).subgraphs[0]
+    assert [n.op for n in sg.nodes] == ["FULLY_CONNECTED"] and sg.nodes_in_file == 2
+    x = RNG.standard_normal((3, DEPTH)).astype(np.float32)
+    got = _run(lambda d: litegpu.Interpreter(model_content=d), data, [x])
+    np.testing.assert_allclose(got, x.astype(np.float64) @ drawn[0].T.astype(np.float64), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("block", [32, 64])
+def test_embedding_lookup_of_a_blockwise_int4_table(block):
+    _compare(embedding(block), [np.array([0, 39, 7, 7, 12], np.int32)], atol=0)
+
+
+def test_int4_values_and_scales_as_read():
+    sg = load_model(hybrid_fc(1, 32)).subgraphs[0]
+    w = next(t for t in sg.tensors if t.name == "w")
+    assert w.type_name == "INT4" and w.data.dtype == np.int8 and w.data.shape == (UNITS, DEPTH)
+    assert w.data.min() >= -8 and w.data.max() <= 7
+    assert w.quantization.block_size == 32 and w.quantization.scales.shape == (UNITS, DEPTH // 32)
+
+
+def _bad_blockwise(block: int = 32, scales_shape=(UNITS, DEPTH // 32), scales_index: int | None = None,
+                   zero_points: int = -1) -> bytes:
+    b = ModelBuilder()
+    x = b.input("x", (1, DEPTH), np.float32)
+    s = b.const("s", np.full(scales_shape, 0.02, np.float16))
+    w = b.const("w", np.zeros((UNITS, DEPTH), np.int8), "INT4", quantized_dimension=0,
+                details=("BlockwiseQuantization", {"scales": s if scales_index is None else scales_index,
+                                                   "zero_points": zero_points, "block_size": block}))
+    y = b.tensor("y", (1, UNITS), np.float32)
+    b.op("FULLY_CONNECTED", [x, w, -1], [y])
+    b.output(y)
+    return b.build()
+
+
+@pytest.mark.parametrize("kwargs, why", [
+    ({"block": 48}, "block size 48"),
+    ({"block": 0}, "block size 0"),
+    ({"scales_shape": (UNITS, 3)}, "does not hold one float per block"),
+    ({"scales_index": 99}, "scales tensor 99"),
+    ({"scales_index": 0}, "scales tensor 0"),          # the input: not a constant
+    ({"zero_points": 3}, "blockwise zero points"),
+])
+def test_damaged_blockwise_quantization_is_refused_naming_the_tensor(kwargs, why):
+    with pytest.raises(ModelFormatError, match=why):
+        load_model(_bad_blockwise(**kwargs))
