@@ -11,14 +11,22 @@ every offset checked, the models as zero-copy views::
     tokenizer = bundle.tokenizer()
     stop_ids = [t.resolve(tokenizer) for t in bundle.metadata.stop_tokens]
 
-The generation loop (prefill, decode with the KV cache on the device, sampling) builds on
-these; LiteRT-LM is its oracle. Tokenizers need the ``[lm]`` extra (``sentencepiece``,
+:class:`Engine` and :class:`Session` generate with one (or with a bare ``.tflite`` decoder),
+mirroring LiteRT-LM's Python API::
+
+    with Engine("model.litertlm", backend="cpu") as engine:
+        session = engine.create_session()
+        print(session.generate("Why is the sky blue?"))
+        print(session.get_benchmark_info().decode_tokens_per_second)
+
+LiteRT-LM is the oracle. Tokenizers need the ``[lm]`` extra (``sentencepiece``,
 ``tokenizers``), imported only when a tokenizer is made.
 """
 from __future__ import annotations
 
 from .bundle import (BLOCK_SIZE, MAGIC, MAJOR_VERSION, SECTION_TYPES, Bundle, LlmMetadata, LlmModelType,
                      PromptAffixes, PromptTemplates, SamplerParams, Section, TokenUnion, normalize_model_type)
+from .engine import BenchmarkInfo, Engine, Responses, SamplerConfig, Session
 from .protobuf import Message
 from .tokenizer import (HuggingFaceTokenizer, SentencePieceTokenizer, Tokenizer, TokenizerUnavailableError,
                         load_tokenizer)
@@ -27,5 +35,5 @@ __all__ = [
     "Bundle", "Section", "LlmMetadata", "TokenUnion", "PromptAffixes", "PromptTemplates", "SamplerParams",
     "LlmModelType", "normalize_model_type", "MAGIC", "MAJOR_VERSION", "BLOCK_SIZE", "SECTION_TYPES",
     "Message", "Tokenizer", "SentencePieceTokenizer", "HuggingFaceTokenizer", "TokenizerUnavailableError",
-    "load_tokenizer",
+    "load_tokenizer", "Engine", "Session", "SamplerConfig", "Responses", "BenchmarkInfo",
 ]

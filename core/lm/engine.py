@@ -1,0 +1,382 @@
+"""Generation: prefill and decode of a decoder LLM exported with an external KV cache, as
+LiteRT-LM runs it, on any litegpu backend.
+
+A decoder exported by litert-torch has ``prefill_<N>`` signatures (N prompt tokens at once)
+and a ``decode`` signature (one token); each takes ``tokens``, ``input_pos``, the KV cache
+(``kv_cache_k_<i>`` / ``kv_cache_v_<i>``) and maybe an attention ``mask``, and returns the
+cache written at ``input_pos`` (and ``logits``: decode always, prefill where exported). The
+cache outputs of one step are the cache inputs of the next.
+
+:class:`Engine` mirrors ``litert_lm.Engine`` (``create_session``) and :class:`Session`
+``litert_lm.Session`` (``run_prefill``, ``run_decode``, ``run_decode_async``,
+``get_benchmark_info``), with token-level calls beside them (:meth:`Session.prefill_tokens`,
+:meth:`Session.decode_token`) and :meth:`Session.generate` for a prompt in, text out.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import re
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import InvalidArgumentError, ModelFormatError, ResourceLimitError
+from .bundle import Bundle, LlmMetadata
+from .tokenizer import Tokenizer
+
+log = logging.getLogger(__name__)
+
+_PREFILL = re.compile(r"^prefill(?:_(\d+))?$")
+_KV = "kv_cache_"
+_MASKED = np.float32(-np.inf)   # litert-torch's causal mask value
+
+
+@dataclass(frozen=True)
+class SamplerConfig:
+    """How the next token is picked (LiteRT-LM's ``SamplerConfig``): ``top_k`` 1 (or
+    ``temperature`` 0) is greedy; otherwise the ``top_k`` most likely tokens, cut to the
+    smallest set whose probability reaches ``top_p``, drawn at ``temperature`` from a
+    generator seeded with ``seed``."""
+
+    top_k: int | None = None
+    top_p: float | None = None
+    temperature: float | None = None
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.top_k is not None and self.top_k <= 0:
+            raise InvalidArgumentError(f"top_k must be positive, got {self.top_k}")
+        if self.top_p is not None and not 0 <= self.top_p <= 1:
+            raise InvalidArgumentError(f"top_p must be within [0, 1], got {self.top_p}")
+        if self.temperature is not None and self.temperature < 0:
+            raise InvalidArgumentError(f"temperature must not be negative, got {self.temperature}")
+
+    @property
+    def greedy(self) -> bool:
+        """True when the most likely token is always taken."""
+        return self.temperature == 0 or self.top_k == 1 or (self.top_k, self.top_p, self.temperature) == (None,) * 3
+
+
+GREEDY = SamplerConfig(top_k=1)
+
+
+class Sampler:
+    """Picks tokens from logits as a :class:`SamplerConfig` says."""
+
+    def __init__(self, config: SamplerConfig) -> None:
+        self.config = config
+        self.rng = np.random.default_rng(config.seed)
+
+    def __call__(self, logits: np.ndarray) -> int:
+        logits = np.asarray(logits, np.float64).reshape(-1)
+        c = self.config
+        if c.greedy:
+            return int(np.argmax(logits))
+        k = min(c.top_k or logits.size, logits.size)
+        top = np.argpartition(-logits, k - 1)[:k]
+        top = top[np.argsort(-logits[top], kind="stable")]
+        scaled = logits[top] / (c.temperature if c.temperature else 1.0)
+        p = np.exp(scaled - scaled.max())
+        p /= p.sum()
+        if c.top_p is not None and c.top_p < 1:
+            keep = int(np.searchsorted(np.cumsum(p), c.top_p) + 1)
+            top, p = top[:keep], p[:keep] / p[:keep].sum()
+        return int(top[self.rng.choice(top.size, p=p)])
+
+
+@dataclass
+class BenchmarkInfo:
+    """Token counts and times of a session's prefill and decode (``litert_lm.BenchmarkInfo``)."""
+
+    prefill_tokens: int = 0
+    prefill_seconds: float = 0.0
+    decode_tokens: int = 0
+    decode_seconds: float = 0.0
+
+    @property
+    def prefill_tokens_per_second(self) -> float:
+        return self.prefill_tokens / self.prefill_seconds if self.prefill_seconds else 0.0
+
+    @property
+    def decode_tokens_per_second(self) -> float:
+        return self.decode_tokens / self.decode_seconds if self.decode_seconds else 0.0
+
+
+@dataclass
+class Responses:
+    """Generated texts, one per batch entry (``litert_lm.Responses``); ``tokens`` the ids."""
+
+    texts: list[str] = field(default_factory=list)
+    tokens: list[list[int]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _Signature:
+    """One prefill or decode signature: its key, tokens per call, and input names."""
+
+    key: str
+    length: int
+    kv_names: tuple[str, ...]
+    has_mask: bool
+    mask_shape: tuple[int, ...] | None
+    logits: bool
+
+
+class Engine:
+    """A decoder LLM ready to generate: a ``.litertlm`` bundle (model, tokenizer, metadata)
+    or a bare ``.tflite`` decoder (token ids in and out, no tokenizer).
+
+    ``backend``: ``"cpu"``, ``"GPU"`` (the best GPU backend, cpu for what it cannot run)
+    or a backend's name. ``max_num_tokens`` caps prompt plus output (default: the KV cache's
+    length, or the bundle's own cap when smaller). ``runtime``: a class with
+    ``ai_edge_litert``'s ``Interpreter`` API to run the model with instead of litegpu's
+    (LiteRT's own, to compare both under one generation loop); ``backend`` is then unused.
+    """
+
+    def __init__(self, model_path: str | os.PathLike, backend: str = "cpu", num_threads: int = 0,
+                 max_num_tokens: int | None = None, tokenizer: Tokenizer | None = None, runtime=None) -> None:
+        path = Path(model_path)
+        self.bundle: Bundle | None = None
+        self.metadata: LlmMetadata | None = None
+        self.tokenizer = tokenizer
+        if path.suffix == ".litertlm":
+            self.bundle = Bundle.open(path)
+            self.metadata = self.bundle.metadata
+            source = {"model_content": bytes(self.bundle.model_bytes())}
+            if self.tokenizer is None:
+                self.tokenizer = self.bundle.tokenizer()
+        else:
+            source = {"model_path": str(path)}
+        if runtime is None:
+            from ..interpreter import Interpreter   # (it imports the backends: only when used)
+            from ..session import load_delegate
+            delegates = [] if backend.lower() == "cpu" else [load_delegate(backend)]
+            self.interpreter = Interpreter(**source, num_threads=num_threads, experimental_delegates=delegates)
+        else:
+            self.interpreter = runtime(**source, num_threads=num_threads or None)
+        self.backend = backend
+        self.prefills, self.decode = self._signatures()
+        self.kv_length = self._kv_length()
+        limit = self.kv_length if not (self.metadata and self.metadata.max_num_tokens) else \
+            min(self.kv_length, self.metadata.max_num_tokens)
+        self.max_num_tokens = min(limit, max_num_tokens) if max_num_tokens else limit
+        self._runners = {s.key: self.interpreter.get_signature_runner(s.key) for s in (*self.prefills, self.decode)}
+
+    def __enter__(self) -> "Engine":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Drop the model and the bundle (its memory map goes with its last view)."""
+        self._runners, self.interpreter, self.bundle = {}, None, None
+
+    # -- what the model is ----------------------------------------------------------------
+    def _signatures(self) -> tuple[list[_Signature], _Signature]:
+        listing = self.interpreter.get_signature_list()
+        prefills, decode = [], None
+        for key in listing:
+            runner = self.interpreter.get_signature_runner(key)
+            ins, outs = runner.get_input_details(), runner.get_output_details()
+            if "tokens" not in ins or "input_pos" not in ins:
+                continue
+            kv = tuple(sorted(n for n in ins if n.startswith(_KV)))
+            missing = [n for n in kv if n not in outs]
+            if missing:
+                raise ModelFormatError(f"signature {key!r} takes KV cache inputs {missing} it does not return: "
+                                       "not a decoder with an external KV cache")
+            length = int(np.prod(ins["tokens"]["shape"]))
+            mask = ins.get("mask")
+            sig = _Signature(key, length, kv, mask is not None, None if mask is None else tuple(mask["shape"]),
+                             "logits" in outs)
+            if key == "decode":
+                decode = sig
+            elif _PREFILL.match(key):
+                prefills.append(sig)
+        if decode is None or not decode.logits:
+            raise ModelFormatError(f"no 'decode' signature returning logits among {sorted(listing)}: not a decoder "
+                                   "exported with prefill/decode signatures")
+        if not prefills:
+            prefills = [decode]        # a model without prefill signatures takes the prompt a token at a time
+        if {s.kv_names for s in prefills} != {decode.kv_names}:
+            raise ModelFormatError("the prefill and decode signatures take different KV caches")
+        return sorted(prefills, key=lambda s: s.length), decode
+
+    def _kv_length(self) -> int:
+        """The cache's positions: a mask's last dimension, else the cache's longest axis
+        (litert-torch lays K out [batch, heads, positions, dim] and V [batch, heads, dim, positions])."""
+        if self.decode.mask_shape:
+            return int(self.decode.mask_shape[-1])
+        details = self._runners_details()
+        return max(int(d) for name in self.decode.kv_names for d in details[name]["shape"][1:])
+
+    def _runners_details(self) -> dict:
+        return self.interpreter.get_signature_runner(self.decode.key).get_input_details()
+
+    def create_session(self, apply_prompt_template: bool = True,
+                       sampler_config: SamplerConfig | None = None) -> "Session":
+        """A new conversation state: an empty KV cache at position 0."""
+        if sampler_config is None and self.metadata and self.metadata.sampler_params:
+            p = self.metadata.sampler_params
+            sampler_config = SamplerConfig(top_k=p.k or None, top_p=p.p or None,
+                                           temperature=p.temperature or None, seed=p.seed) \
+                if p.type != "GREEDY" else GREEDY
+        return Session(self, apply_prompt_template, sampler_config or GREEDY)
+
+
+class Session:
+    """One conversation with an :class:`Engine`'s model: the KV cache and the position."""
+
+    def __init__(self, engine: Engine, apply_prompt_template: bool = True,
+                 sampler_config: SamplerConfig = GREEDY) -> None:
+        self.engine = engine
+        self.apply_prompt_template = apply_prompt_template
+        self.sampler = Sampler(sampler_config)
+        details = engine._runners_details()
+        self.kv = {n: np.zeros(details[n]["shape"], details[n]["dtype"]) for n in engine.decode.kv_names}
+        self.position = 0
+        self.last_token: int | None = None
+        self.logits: np.ndarray | None = None
+        self.info = BenchmarkInfo()
+        self._pending: list[int] = []
+        self._cancelled = False
+
+    # -- tokens ---------------------------------------------------------------------------
+    def prefill_tokens(self, ids: Sequence[int]) -> None:
+        """Feed ``ids`` to the model, in chunks of the prefill signatures' lengths; the next
+        decode starts after them. The last id is held back when no prefill returns logits:
+        the first decode step feeds it and gives the next token's logits."""
+        ids = [int(i) for i in ids]
+        if not ids:
+            return
+        self._check_room(len(ids))
+        start = time.perf_counter()
+        engine = self.engine
+        head, self.last_token = ids[:-1], ids[-1]
+        while head:
+            sig = next((s for s in engine.prefills if s.length >= len(head)), engine.prefills[-1])
+            chunk, head = head[:sig.length], head[sig.length:]
+            self._run(sig, chunk)
+        self.info.prefill_tokens += len(ids)
+        self.info.prefill_seconds += time.perf_counter() - start
+
+    def decode_token(self) -> int:
+        """One decode step: feed the last token, sample the next; returns it."""
+        if self.last_token is None:
+            raise InvalidArgumentError("decode before any prefill: there is no token to continue from")
+        self._check_room(1)
+        start = time.perf_counter()
+        out = self._run(self.engine.decode, [self.last_token])
+        self.logits = np.asarray(out["logits"]).reshape(-1)
+        token = self.sampler(self.logits)
+        self.last_token = token
+        self.info.decode_tokens += 1
+        self.info.decode_seconds += time.perf_counter() - start
+        return token
+
+    def _check_room(self, count: int) -> None:
+        if self.position + count > self.engine.max_num_tokens:
+            raise ResourceLimitError(f"{self.position} tokens in the cache and {count} more exceed the model's "
+                                     f"{self.engine.max_num_tokens} (its KV cache length"
+                                     + (" or the bundle's max_num_tokens)" if self.engine.metadata else ")"))
+
+    def _run(self, sig: _Signature, ids: list[int]) -> dict:
+        n = len(ids)
+        tokens = np.zeros((1, sig.length), np.int32)
+        tokens[0, :n] = ids
+        # Padding positions continue the prompt: what they write in the cache lies beyond
+        # the position, where the mask hides it until a later step overwrites it.
+        positions = np.minimum(np.arange(self.position, self.position + sig.length, dtype=np.int32),
+                               self.engine.kv_length - 1)
+        feeds = dict(self.kv, tokens=tokens, input_pos=positions)
+        if sig.has_mask:
+            mask = np.zeros(sig.mask_shape, np.float32)
+            rows = np.arange(sig.mask_shape[-2])[:, None] + self.position
+            mask[...] = np.where(np.arange(sig.mask_shape[-1])[None, :] > rows, _MASKED, np.float32(0))
+            feeds["mask"] = mask
+        out = self.engine._runners[sig.key](**feeds)
+        self.kv = {name: out[name] for name in sig.kv_names}
+        self.position += n
+        return out
+
+    # -- text -----------------------------------------------------------------------------
+    def encode_prompt(self, text: str, first: bool) -> list[int]:
+        """The prompt's ids as LiteRT-LM feeds them: the start token first in a session, the
+        user turn's prefix and suffix and the model turn's prefix around it when templated."""
+        tok = self._tokenizer()
+        meta = self.engine.metadata
+        templates = meta.prompt_templates if meta and self.apply_prompt_template else None
+        if templates is not None:
+            user = templates.user
+            model = templates.model
+            text = (user.prefix if user else "") + text + (user.suffix if user else "") + \
+                (model.prefix if model else "")
+        ids = list(tok.encode(text))
+        if first and meta is not None and meta.start_token is not None:
+            ids = list(meta.start_token.resolve(tok)) + ids
+        elif first and meta is None and tok.bos_id is not None:
+            ids = [tok.bos_id] + ids
+        return ids
+
+    def _tokenizer(self) -> Tokenizer:
+        if self.engine.tokenizer is None:
+            raise InvalidArgumentError("this model has no tokenizer (a bare .tflite): use prefill_tokens and "
+                                       "decode_token, or open a .litertlm bundle")
+        return self.engine.tokenizer
+
+    def _stop_ids(self) -> set[int]:
+        meta, tok = self.engine.metadata, self.engine.tokenizer
+        stops: set[int] = set()
+        if meta is not None and tok is not None:
+            for t in meta.stop_tokens:
+                ids = t.resolve(tok)
+                if len(ids) == 1:
+                    stops.add(ids[0])
+        elif tok is not None and tok.eos_id is not None:
+            stops.add(tok.eos_id)
+        return stops
+
+    def run_prefill(self, contents: list[str]) -> None:
+        """Feed prompt text (LiteRT-LM's ``run_prefill``); several calls append."""
+        for text in contents:
+            self.prefill_tokens(self.encode_prompt(text, first=self.position == 0 and self.last_token is None))
+
+    def run_decode(self, max_tokens: int | None = None) -> Responses:
+        """Decode until a stop token or the cache is full (LiteRT-LM's ``run_decode``)."""
+        tokens: list[int] = []
+        for chunk in self.run_decode_async(max_tokens):
+            tokens += chunk.tokens[0]
+        return Responses([self._tokenizer().decode(tokens)], [tokens])
+
+    def run_decode_async(self, max_tokens: int | None = None) -> Iterator[Responses]:
+        """Decode, yielding each token as a :class:`Responses` of its text as it arrives."""
+        stops = self._stop_ids()
+        room = self.engine.max_num_tokens - self.position
+        limit = room if max_tokens is None else min(room, max_tokens)
+        tok = self.engine.tokenizer
+        self._cancelled = False
+        for _ in range(limit):
+            if self._cancelled:
+                return
+            token = self.decode_token()
+            if token in stops:
+                return
+            yield Responses([tok.decode([token]) if tok else ""], [[token]])
+
+    def generate(self, prompt: str, max_tokens: int | None = None) -> str:
+        """The model's answer to ``prompt``: prefill, then decode to a stop token."""
+        self.run_prefill([prompt])
+        return self.run_decode(max_tokens).texts[0]
+
+    def cancel_process(self) -> None:
+        """Stop a running :meth:`run_decode_async` after its current token."""
+        self._cancelled = True
+
+    def get_benchmark_info(self) -> BenchmarkInfo:
+        """Tokens and seconds of this session's prefill and decode."""
+        return self.info
