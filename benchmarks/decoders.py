@@ -1,0 +1,135 @@
+"""Decoders: litegpu against LiteRT under one generation loop, for agreement and speed.
+
+For each decoder (``.tflite`` with prefill/decode signatures, or ``.litertlm``) it runs
+:class:`litegpu.lm.Engine` twice, once on LiteRT's ``Interpreter`` and once on a litegpu
+backend, from the same prompt ids:
+
+- agreement: greedy tokens for ``--steps`` decode steps, and the largest logit error
+  (absolute, and relative to LiteRT's largest logit);
+- speed, in one process, alternating blocks (each warmed first, ``--rounds`` rounds, the
+  best block): prefill tokens/s (one prefill chunk of the longest prefill signature) and
+  decode tokens/s (``--block`` decode steps from the same position).
+
+Usage::
+
+    python benchmarks/decoders.py [MODEL ...] [--dir ~/.cache/litegpu/decoders] [--backend cpu]
+        [--threads 2] [--steps 32] [--markdown]
+
+With no MODEL, every ``*.tflite`` and ``*.litertlm`` in ``--dir`` (where
+``benchmarks/export_decoders.py`` writes them).
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+log = logging.getLogger("benchmarks.decoders")
+DEFAULT_DIR = Path(os.environ.get("LITEGPU_DECODERS_DIR", Path.home() / ".cache" / "litegpu" / "decoders"))
+
+
+def prompt_ids(vocab: int, count: int) -> list[int]:
+    """A fixed prompt of ``count`` ids below ``vocab`` (no tokenizer needed)."""
+    return [int(i) for i in np.random.default_rng(1234).integers(1, vocab, size=count)]
+
+
+def agreement(path: Path, backend: str, threads: int, steps: int) -> dict:
+    """Greedy tokens and logits of LiteRT and litegpu from one prompt."""
+    from ai_edge_litert.interpreter import Interpreter as LiteRT
+
+    from litegpu.lm import Engine
+    results = []
+    for runtime in (LiteRT, None):
+        engine = Engine(path, backend=backend, num_threads=threads, runtime=runtime)
+        session = engine.create_session()
+        vocab = engine.interpreter.get_signature_runner("decode").get_output_details()["logits"]["shape"][-1]
+        session.prefill_tokens(prompt_ids(int(vocab), min(12, engine.max_num_tokens // 4)))
+        tokens, logits = [], []
+        for _ in range(min(steps, engine.max_num_tokens - session.position - 1)):
+            tokens.append(session.decode_token())
+            logits.append(session.logits.copy())
+        results.append((tokens, np.array(logits)))
+    (want_tokens, want), (got_tokens, got) = results
+    same = next((i for i, (a, b) in enumerate(zip(want_tokens, got_tokens)) if a != b), len(want_tokens))
+    err = float(np.abs(got - want).max())
+    return {"agree": same, "steps": len(want_tokens), "max_abs": err, "max_rel": err / float(np.abs(want).max())}
+
+
+def speed(path: Path, backend: str, threads: int, block: int, rounds: int) -> dict:
+    """Prefill and decode tokens/s of LiteRT and litegpu, alternating blocks, best block."""
+    from ai_edge_litert.interpreter import Interpreter as LiteRT
+
+    from litegpu.lm import Engine
+    engines = {"litert": Engine(path, num_threads=threads, runtime=LiteRT),
+               "litegpu": Engine(path, backend=backend, num_threads=threads)}
+    best = {(name, what): 0.0 for name in engines for what in ("prefill", "decode")}
+    for r in range(rounds + 1):        # round 0 warms both
+        for name, engine in engines.items():
+            session = engine.create_session()
+            length = engine.prefills[-1].length
+            vocab = engine.interpreter.get_signature_runner("decode").get_output_details()["logits"]["shape"][-1]
+            ids = prompt_ids(int(vocab), length + 1)
+            start = time.perf_counter()
+            session.prefill_tokens(ids)
+            prefill = length / (time.perf_counter() - start)
+            at = session.position
+            steps = min(block, engine.max_num_tokens - at - 1)
+            start = time.perf_counter()
+            for _ in range(steps):
+                session.position = at           # the same position every step: the same work
+                session.decode_token()
+            decode = steps / (time.perf_counter() - start)
+            if r:
+                best[name, "prefill"] = max(best[name, "prefill"], prefill)
+                best[name, "decode"] = max(best[name, "decode"], decode)
+    return {f"{name}_{what}": value for (name, what), value in best.items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("models", nargs="*", type=Path, help="decoders (default: every one in --dir)")
+    parser.add_argument("--dir", type=Path, default=DEFAULT_DIR, help="where exported decoders are")
+    parser.add_argument("--backend", default="cpu", help="litegpu backend (default cpu)")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=32, help="greedy steps compared")
+    parser.add_argument("--block", type=int, default=50, help="decode steps per timed block")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--no-speed", action="store_true", help="agreement only")
+    parser.add_argument("--markdown", action="store_true", help="print a markdown table")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    models = args.models or sorted([*args.dir.glob("*.tflite"), *args.dir.glob("*.litertlm")])
+    if not models:
+        log.error("no decoders given or found in %s (make them with benchmarks/export_decoders.py)", args.dir)
+        return 2
+    rows = []
+    for i, path in enumerate(models, 1):
+        log.info("[%d/%d] %s", i, len(models), path.name)
+        row = {"model": path.stem, **agreement(path, args.backend, args.threads, args.steps)}
+        if not args.no_speed:
+            row.update(speed(path, args.backend, args.threads, args.block, args.rounds))
+        rows.append(row)
+        log.info("  %s", {k: round(v, 6) if isinstance(v, float) else v for k, v in row.items()})
+    if args.markdown:
+        head = "| model | greedy agree | max abs logit err | max rel |"
+        if not args.no_speed:
+            head += " prefill tok/s LiteRT | litegpu | ratio | decode tok/s LiteRT | litegpu | ratio |"
+        print(head)
+        print("|" + "---|" * (head.count("|") - 1))
+        for r in rows:
+            line = f"| {r['model']} | {r['agree']}/{r['steps']} | {r['max_abs']:.2e} | {r['max_rel']:.2e} |"
+            if not args.no_speed:
+                line += (f" {r['litert_prefill']:.0f} | {r['litegpu_prefill']:.0f} | "
+                         f"{r['litegpu_prefill'] / r['litert_prefill']:.2f} | {r['litert_decode']:.0f} | "
+                         f"{r['litegpu_decode']:.0f} | {r['litegpu_decode'] / r['litert_decode']:.2f} |")
+            print(line)
+    return 0 if all(r["agree"] == r["steps"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
