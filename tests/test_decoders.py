@@ -1,0 +1,148 @@
+"""Decoder LLMs exported by litert-torch (prefill/decode signatures, external KV cache):
+litegpu's greedy tokens and logits against LiteRT's under one generation loop, on cpu and
+on a GPU backend; and litegpu.lm's Engine over a .litertlm bundle.
+
+The models are made by ``benchmarks/export_decoders.py`` (litert-torch and torch in their
+own virtual environment) into ``$LITEGPU_DECODERS_DIR`` or ``~/.cache/litegpu/decoders``;
+``.ci/run`` makes the ones named in :data:`MODELS` before the suite. Without them these
+tests skip, saying so (``LITEGPU_TEST_REQUIRE=decoders`` turns the skip into a failure).
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from ai_edge_litert.interpreter import Interpreter as LiteRT
+
+from litegpu.errors import InvalidArgumentError, ModelFormatError, ResourceLimitError
+from litegpu.lm import Engine, SamplerConfig
+from litegpu.testing.lm_bundle import BundleWriter
+
+DIR = Path(os.environ.get("LITEGPU_DECODERS_DIR", Path.home() / ".cache" / "litegpu" / "decoders"))
+# (file, tolerance of the largest logit error relative to LiteRT's largest logit)
+MODELS = [("llama_f32_comp", 1e-4), ("llama_int8_dynamic_nocomp", 5e-3), ("llama_int4_block32_comp", 5e-3)]
+PROMPT = [5, 17, 99, 3, 250, 7, 64, 128, 9, 11, 300, 42]
+
+
+def _model(name: str) -> Path:
+    path = DIR / f"{name}.tflite"
+    if not path.exists():
+        if "decoders" in os.environ.get("LITEGPU_TEST_REQUIRE", "").split(","):
+            pytest.fail(f"{path} is missing (LITEGPU_TEST_REQUIRE=decoders): run benchmarks/export_decoders.py")
+        pytest.skip(f"{path} is missing: make it with benchmarks/export_decoders.py (CI does)")
+    return path
+
+
+def _greedy(engine: Engine, steps: int) -> tuple[list[int], np.ndarray]:
+    session = engine.create_session()
+    session.prefill_tokens(PROMPT)
+    tokens, logits = [], []
+    for _ in range(steps):
+        tokens.append(session.decode_token())
+        logits.append(session.logits.copy())
+    return tokens, np.array(logits)
+
+
+@pytest.mark.parametrize("name, tol", MODELS, ids=[m for m, _ in MODELS])
+def test_greedy_decoding_matches_litert_on_cpu(name, tol):
+    path = _model(name)
+    want_tokens, want = _greedy(Engine(path, runtime=LiteRT), 32)
+    got_tokens, got = _greedy(Engine(path), 32)
+    assert got_tokens == want_tokens
+    assert np.abs(got - want).max() <= tol * np.abs(want).max()
+
+
+def test_greedy_decoding_matches_litert_on_each_backend(backend):
+    """The float model on each backend the suite tests (PoCL and lavapipe in CI): on a GPU
+    API, EMBEDDING_LOOKUP of run-time ids stays on cpu and the rest runs on the device."""
+    path = _model("llama_f32_comp")
+    want_tokens, want = _greedy(Engine(path, runtime=LiteRT), 8)
+    engine = Engine(path, backend=backend)
+    got_tokens, got = _greedy(engine, 8)
+    assert got_tokens == want_tokens
+    assert np.abs(got - want).max() <= 1e-4 * np.abs(want).max()
+    report = engine.interpreter.get_signature_runner("decode").get_delegation_report()
+    assert report.nodes_on(backend) >= len(report.assignments) - 1
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory) -> Path:
+    """The f32 llama with a SentencePiece tokenizer trained here (the model's vocabulary: 512)
+    and metadata: start token, a stop token, a prompt template."""
+    spm = pytest.importorskip("sentencepiece")
+    path = _model("llama_f32_comp")
+    text = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
+    sentences = tmp_path_factory.mktemp("spm") / "text.txt"
+    sentences.write_text("\n".join(line for line in text.splitlines() if line.strip()), encoding="utf-8")
+    prefix = sentences.parent / "tok"
+    spm.SentencePieceTrainer.train(input=str(sentences), model_prefix=str(prefix), vocab_size=512,
+                                   model_type="bpe", bos_id=1, eos_id=2, pad_id=0, unk_id=3,
+                                   minloglevel=2)
+    from litegpu.lm import LlmMetadata, PromptAffixes, PromptTemplates, TokenUnion
+    writer = BundleWriter()
+    writer.model(path.read_bytes())
+    writer.sentencepiece((prefix.with_suffix(".model")).read_bytes())
+    writer.llm_metadata(LlmMetadata(start_token=TokenUnion(ids=(1,)), stop_tokens=(TokenUnion(ids=(2,)),),
+                                    prompt_templates=PromptTemplates(user=PromptAffixes("<u>", "</u>")),
+                                    max_num_tokens=96))
+    out = tmp_path_factory.mktemp("bundle") / "llama.litertlm"
+    writer.write(out)
+    return out
+
+
+def test_an_engine_over_a_bundle_generates_what_litert_generates(bundle):
+    runs = []
+    for runtime in (LiteRT, None):
+        with Engine(bundle, runtime=runtime) as engine:
+            assert engine.max_num_tokens == 96
+            session = engine.create_session(sampler_config=SamplerConfig(top_k=1))
+            text = session.generate("the cpu backend", max_tokens=20)
+            runs.append((text, session.position, session.get_benchmark_info()))
+    (want, at_want, _), (got, at_got, info) = runs
+    assert got == want and at_got == at_want
+    assert info.decode_tokens >= 1 and info.decode_tokens_per_second > 0
+    # The prompt went in wrapped in the template, after the start token.
+    with Engine(bundle) as engine:
+        ids = engine.create_session().encode_prompt("hi", first=True)
+        assert ids[0] == 1 and ids[1:] == engine.tokenizer.encode("<u>hi</u>")
+
+
+def test_sampling_is_seeded_and_stays_within_top_k(bundle):
+    with Engine(bundle) as engine:
+        draws = []
+        for _ in range(2):
+            session = engine.create_session(sampler_config=SamplerConfig(top_k=5, temperature=1.0, seed=7))
+            session.run_prefill(["sampling"])
+            tokens = []
+            for _ in range(6):
+                tokens.append(session.decode_token())
+                assert tokens[-1] in np.argsort(-session.logits)[:5]
+            draws.append(tokens)
+        assert draws[0] == draws[1]
+
+
+def test_a_prompt_longer_than_the_cache_is_refused(bundle):
+    with Engine(bundle) as engine:
+        session = engine.create_session()
+        with pytest.raises(ResourceLimitError, match="exceed the model's 96"):
+            session.prefill_tokens(list(range(3, 200)))
+        assert session.position == 0       # nothing was fed
+
+
+def test_decoding_before_prefill_and_text_without_a_tokenizer_are_refused():
+    path = _model("llama_f32_comp")
+    session = Engine(path).create_session()
+    with pytest.raises(InvalidArgumentError, match="decode before any prefill"):
+        session.decode_token()
+    with pytest.raises(InvalidArgumentError, match="no tokenizer"):
+        session.run_prefill(["hello"])
+
+
+def test_a_model_that_is_not_a_decoder_is_named_so():
+    shared = Path(__file__).parents[2] / "shared" / "models" / "mobilenet_v2.tflite"
+    if not shared.exists():
+        pytest.skip(f"{shared} is missing")
+    with pytest.raises(ModelFormatError, match="no 'decode' signature"):
+        Engine(shared)
