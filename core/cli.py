@@ -730,6 +730,31 @@ def cmd_prebuild(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_generate(args: argparse.Namespace) -> int:
+    from .lm import Engine, SamplerConfig
+    sampler = SamplerConfig(top_k=args.top_k, top_p=args.top_p, temperature=args.temperature, seed=args.seed)
+    with progress(f"loading {args.model} on {args.backend}", done_line=False):   # stdout: the text alone
+        engine = Engine(args.model, backend=args.backend, num_threads=args.num_threads,
+                        max_num_tokens=args.max_num_tokens)
+    session = engine.create_session(apply_prompt_template=not args.no_template, sampler_config=sampler)
+    if args.prompt is None:
+        ids = [int(t) for t in args.tokens.split(",") if t.strip()]
+        session.prefill_tokens(ids)
+        out = []
+        for _ in range(args.max_tokens):
+            out.append(session.decode_token())
+        print(" ".join(map(str, out)))
+    else:
+        session.run_prefill([args.prompt])
+        for chunk in session.run_decode_async(args.max_tokens):
+            print(chunk.texts[0], end="", flush=True)
+        print()
+    info = session.get_benchmark_info()
+    print(f"prefill: {info.prefill_tokens} tokens, {info.prefill_tokens_per_second:.1f} tokens/s; "
+          f"decode: {info.decode_tokens} tokens, {info.decode_tokens_per_second:.1f} tokens/s", file=sys.stderr)
+    return 0
+
+
 # -- the parser ------------------------------------------------------------------------
 def default_num_threads() -> int:
     """``--num-threads``'s default: the CPUs this process may run on.
@@ -825,6 +850,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", metavar="DIR", help="keep them in DIR instead of the backend's own place (the cpu "
                    "backend reads $LITEGPU_PREBUILT_DIR; default: its package's prebuilt folder)")
     p.set_defaults(func=cmd_prebuild)
+    p = sub.add_parser("generate", help="generate text with a decoder LLM (.litertlm bundle, or a .tflite "
+                       "decoder with token ids), printing it as it comes and the prefill and decode tokens/s")
+    logging_flags(p, argparse.SUPPRESS)
+    p.add_argument("model", help="a .litertlm bundle, or a .tflite decoder with prefill/decode signatures")
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--prompt", help="the prompt text (a bundle: its tokenizer and prompt template apply)")
+    what.add_argument("--tokens", help="comma-separated prompt token ids (a .tflite without a tokenizer)")
+    p.add_argument("--backend", default="cpu", help="cpu (default), GPU, or a backend's name")
+    p.add_argument("--num-threads", type=_int_at_least(1, also=(-1,)), default=threads, help="cpu threads")
+    p.add_argument("--max-tokens", type=_int_at_least(1), default=64, help="tokens to generate at most (default 64)")
+    p.add_argument("--max-num-tokens", type=_int_at_least(1), help="cap on prompt plus output (default: the KV "
+                   "cache's length)")
+    p.add_argument("--top-k", type=_int_at_least(1), default=1, help="sample among the k likeliest (default 1: greedy)")
+    p.add_argument("--top-p", type=float, help="nucleus sampling threshold")
+    p.add_argument("--temperature", type=float, help="sampling temperature")
+    p.add_argument("--seed", type=int, help="sampling seed")
+    p.add_argument("--no-template", action="store_true", help="feed the prompt without the bundle's template")
+    p.set_defaults(func=cmd_generate)
     p = sub.add_parser("backends", help="list backend plugins, availability, devices and versions")
     logging_flags(p, argparse.SUPPRESS)
     p.set_defaults(func=cmd_backends)

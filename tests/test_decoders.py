@@ -146,3 +146,24 @@ def test_a_model_that_is_not_a_decoder_is_named_so():
         pytest.skip(f"{shared} is missing")
     with pytest.raises(ModelFormatError, match="no 'decode' signature"):
         Engine(shared)
+
+
+def test_the_generate_command_prints_the_text_and_the_speeds(bundle, capsys):
+    from litegpu.cli import main
+    assert main(["generate", str(bundle), "--prompt", "the cpu backend", "--max-tokens", "6"]) == 0
+    out, err = capsys.readouterr()
+    with Engine(bundle) as engine:
+        session = engine.create_session()
+        assert out.strip() == session.generate("the cpu backend", max_tokens=6).strip()
+    assert "decode:" in err and "tokens/s" in err
+
+
+def test_the_generate_command_names_a_damaged_bundle_in_one_line(bundle, tmp_path, capsys):
+    from litegpu.cli import main
+    damaged = tmp_path / "damaged.litertlm"
+    data = bytearray(bundle.read_bytes())
+    data[24:32] = (len(data) * 4).to_bytes(8, "little")     # the header would end past the file
+    damaged.write_bytes(bytes(data))
+    assert main(["generate", str(damaged), "--prompt", "x"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("litegpu: error:") and "damaged.litertlm" in err[0]

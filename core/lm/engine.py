@@ -349,24 +349,34 @@ class Session:
     def run_decode(self, max_tokens: int | None = None) -> Responses:
         """Decode until a stop token or the cache is full (LiteRT-LM's ``run_decode``)."""
         tokens: list[int] = []
+        tok = self._tokenizer()
         for chunk in self.run_decode_async(max_tokens):
             tokens += chunk.tokens[0]
-        return Responses([self._tokenizer().decode(tokens)], [tokens])
+        return Responses([tok.decode(tokens)], [tokens])
 
     def run_decode_async(self, max_tokens: int | None = None) -> Iterator[Responses]:
-        """Decode, yielding each token as a :class:`Responses` of its text as it arrives."""
+        """Decode, yielding each token as a :class:`Responses` of the text it adds. The
+        text is the decoding of every token so far less what was already yielded: a piece
+        alone would lose the space SentencePiece marks on it, and a character split across
+        tokens waits for its last byte."""
         stops = self._stop_ids()
         room = self.engine.max_num_tokens - self.position
         limit = room if max_tokens is None else min(room, max_tokens)
         tok = self.engine.tokenizer
         self._cancelled = False
+        ids: list[int] = []
+        shown = ""
         for _ in range(limit):
             if self._cancelled:
                 return
             token = self.decode_token()
             if token in stops:
                 return
-            yield Responses([tok.decode([token]) if tok else ""], [[token]])
+            ids.append(token)
+            text = tok.decode(ids) if tok else ""
+            new = text[len(shown):] if text.startswith(shown) and not text.endswith("\ufffd") else ""
+            shown += new
+            yield Responses([new], [[token]])
 
     def generate(self, prompt: str, max_tokens: int | None = None) -> str:
         """The model's answer to ``prompt``: prefill, then decode to a stop token."""
