@@ -47,8 +47,7 @@ def agreement(path: Path, backend: str, threads: int, steps: int) -> dict:
     for runtime in (LiteRT, None):
         engine = Engine(path, backend=backend, num_threads=threads, runtime=runtime)
         session = engine.create_session()
-        vocab = engine.interpreter.get_signature_runner("decode").get_output_details()["logits"]["shape"][-1]
-        session.prefill_tokens(prompt_ids(int(vocab), min(12, engine.max_num_tokens // 4)))
+        session.prefill_tokens(prompt_ids(engine.vocab_size, min(12, engine.max_num_tokens // 4)))
         tokens, logits = [], []
         for _ in range(min(steps, engine.max_num_tokens - session.position - 1)):
             tokens.append(session.decode_token())
@@ -72,8 +71,7 @@ def speed(path: Path, backend: str, threads: int, block: int, rounds: int) -> di
         for name, engine in engines.items():
             session = engine.create_session()
             length = engine.prefills[-1].length
-            vocab = engine.interpreter.get_signature_runner("decode").get_output_details()["logits"]["shape"][-1]
-            ids = prompt_ids(int(vocab), length + 1)
+            ids = prompt_ids(engine.vocab_size, length + 1)
             start = time.perf_counter()
             session.prefill_tokens(ids)
             prefill = length / (time.perf_counter() - start)

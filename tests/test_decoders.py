@@ -63,8 +63,11 @@ def test_greedy_decoding_matches_litert_on_each_backend(backend):
     got_tokens, got = _greedy(engine, 8)
     assert got_tokens == want_tokens
     assert np.abs(got - want).max() <= 1e-4 * np.abs(want).max()
-    report = engine.interpreter.get_signature_runner("decode").get_delegation_report()
+    report = engine.delegation_report("decode")
     assert report.nodes_on(backend) >= len(report.assignments) - 1
+    if backend != "cpu":       # the KV cache lives in device memory, in and out
+        session = engine.create_session()
+        assert all(buf.is_device for kv in session.state for buf in kv.values())
 
 
 @pytest.fixture(scope="module")

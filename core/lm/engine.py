@@ -126,6 +126,97 @@ class _Signature:
     logits: bool
 
 
+class _InterpreterIO:
+    """Signatures run through an ``Interpreter``-API runtime's signature runners (litegpu's
+    on cpu, or LiteRT's, to compare under one loop): the KV cache goes in and comes back as
+    host arrays each step."""
+
+    def __init__(self, interpreter) -> None:
+        self.interpreter = interpreter
+        self._runners: dict = {}
+
+    def signatures(self) -> dict[str, tuple[dict, dict]]:
+        out = {}
+        for key in self.interpreter.get_signature_list():
+            runner = self.interpreter.get_signature_runner(key)
+            out[key] = (runner.get_input_details(), runner.get_output_details())
+        return out
+
+    def new_state(self, decode: _Signature) -> dict[str, np.ndarray]:
+        details = self.signatures()[decode.key][0]
+        return {n: np.zeros(details[n]["shape"], details[n]["dtype"]) for n in decode.kv_names}
+
+    def run(self, state: dict, sig: _Signature, feeds: dict[str, np.ndarray]) -> dict:
+        runner = self._runners.get(sig.key)
+        if runner is None:
+            runner = self._runners[sig.key] = self.interpreter.get_signature_runner(sig.key)
+        out = runner(**feeds, **state)
+        state.update((name, out[name]) for name in sig.kv_names)
+        return out
+
+    def report(self, key: str):
+        """The signature's delegation report (litegpu's interpreter only)."""
+        return self.interpreter.get_signature_runner(key).get_delegation_report()
+
+    def close(self) -> None:
+        self._runners, self.interpreter = {}, None
+
+
+class _CompiledIO:
+    """Signatures run through a litegpu ``CompiledModel`` on tensor buffers. The KV cache
+    is two sets of buffers, in device memory where its readers and writers run on a device:
+    a step reads one set and writes the other, then they swap, so the cache never comes
+    back to the host between steps and no buffer is read and written by one run."""
+
+    def __init__(self, model) -> None:
+        self.model = model
+        self._buffers: dict[str, tuple[dict, dict]] = {}
+
+    @classmethod
+    def create(cls, source: dict, backend: str, num_threads: int) -> "_CompiledIO":
+        """A model compiled for ``backend`` (``"GPU"``: the best GPU backend), cpu taking what it cannot run."""
+        from ..compiled_model import CompiledModel, CpuOptions, HardwareAccelerator, Options
+        options = Options(hardware_accelerators=HardwareAccelerator.GPU | HardwareAccelerator.CPU,
+                          cpu_options=CpuOptions(num_threads=max(num_threads, 0)))
+        named = None if backend.upper() == "GPU" else backend
+        if "model_path" in source:
+            return cls(CompiledModel.from_file(source["model_path"], options=options, backend=named))
+        return cls(CompiledModel.from_buffer(source["model_content"], options=options, backend=named))
+
+    def signatures(self) -> dict[str, tuple[dict, dict]]:
+        return {key: (self.model.get_input_tensor_details(key), self.model.get_output_tensor_details(key))
+                for key in self.model.get_signature_list()}
+
+    def new_state(self, decode: _Signature) -> list[dict]:
+        """The two sets of KV buffers, zeros, of the kind the decode signature prefers."""
+        return [{n: self.model.create_input_buffer_by_name(decode.key, n) for n in decode.kv_names}
+                for _ in range(2)]
+
+    def run(self, state: list[dict], sig: _Signature, feeds: dict[str, np.ndarray]) -> dict:
+        buffers = self._buffers.get(sig.key)
+        if buffers is None:
+            listing = self.model.get_signature_list()[sig.key]
+            buffers = self._buffers[sig.key] = (
+                {n: self.model.create_input_buffer_by_name(sig.key, n) for n in listing["inputs"] if n in feeds},
+                {n: self.model.create_output_buffer_by_name(sig.key, n) for n in listing["outputs"]
+                 if n not in sig.kv_names})
+        inputs, outputs = buffers
+        for name, value in feeds.items():
+            inputs[name].write(value)
+        current, other = state
+        self.model.run_by_name(sig.key, {**inputs, **current}, {**outputs, **other})
+        state.reverse()
+        return {name: buf.array for name, buf in outputs.items()}
+
+    def report(self, key: str):
+        """The signature's delegation report."""
+        return self.model.delegation_reports()[self.model.get_signature_index(key)]
+
+    def close(self) -> None:
+        self.model.close()
+        self._buffers = {}
+
+
 class Engine:
     """A decoder LLM ready to generate: a ``.litertlm`` bundle (model, tokenizer, metadata)
     or a bare ``.tflite`` decoder (token ids in and out, no tokenizer).
@@ -151,20 +242,19 @@ class Engine:
                 self.tokenizer = self.bundle.tokenizer()
         else:
             source = {"model_path": str(path)}
-        if runtime is None:
+        if runtime is not None:
+            self.io = _InterpreterIO(runtime(**source, num_threads=num_threads or None))
+        elif backend.lower() == "cpu":     # host arrays: the signature runners' path is the shortest
             from ..interpreter import Interpreter   # (it imports the backends: only when used)
-            from ..session import load_delegate
-            delegates = [] if backend.lower() == "cpu" else [load_delegate(backend)]
-            self.interpreter = Interpreter(**source, num_threads=num_threads, experimental_delegates=delegates)
+            self.io = _InterpreterIO(Interpreter(**source, num_threads=num_threads))
         else:
-            self.interpreter = runtime(**source, num_threads=num_threads or None)
+            self.io = _CompiledIO.create(source, backend, num_threads)
         self.backend = backend
         self.prefills, self.decode = self._signatures()
         self.kv_length = self._kv_length()
         limit = self.kv_length if not (self.metadata and self.metadata.max_num_tokens) else \
             min(self.kv_length, self.metadata.max_num_tokens)
         self.max_num_tokens = min(limit, max_num_tokens) if max_num_tokens else limit
-        self._runners = {s.key: self.interpreter.get_signature_runner(s.key) for s in (*self.prefills, self.decode)}
 
     def __enter__(self) -> "Engine":
         return self
@@ -173,16 +263,15 @@ class Engine:
         self.close()
 
     def close(self) -> None:
-        """Drop the model and the bundle (its memory map goes with its last view)."""
-        self._runners, self.interpreter, self.bundle = {}, None, None
+        """Release the model and the bundle (its memory map goes with its last view)."""
+        self.io.close()
+        self.bundle = None
 
     # -- what the model is ----------------------------------------------------------------
     def _signatures(self) -> tuple[list[_Signature], _Signature]:
-        listing = self.interpreter.get_signature_list()
+        listing = self.io.signatures()
         prefills, decode = [], None
-        for key in listing:
-            runner = self.interpreter.get_signature_runner(key)
-            ins, outs = runner.get_input_details(), runner.get_output_details()
+        for key, (ins, outs) in listing.items():
             if "tokens" not in ins or "input_pos" not in ins:
                 continue
             kv = tuple(sorted(n for n in ins if n.startswith(_KV)))
@@ -212,11 +301,17 @@ class Engine:
         (litert-torch lays K out [batch, heads, positions, dim] and V [batch, heads, dim, positions])."""
         if self.decode.mask_shape:
             return int(self.decode.mask_shape[-1])
-        details = self._runners_details()
+        details = self.io.signatures()[self.decode.key][0]
         return max(int(d) for name in self.decode.kv_names for d in details[name]["shape"][1:])
 
-    def _runners_details(self) -> dict:
-        return self.interpreter.get_signature_runner(self.decode.key).get_input_details()
+    def delegation_report(self, signature: str = "decode"):
+        """Where each node of a signature runs (see ``Interpreter.get_delegation_report``)."""
+        return self.io.report(signature)
+
+    @property
+    def vocab_size(self) -> int:
+        """The length of the decode signature's logits."""
+        return int(self.io.signatures()[self.decode.key][1]["logits"]["shape"][-1])
 
     def create_session(self, apply_prompt_template: bool = True,
                        sampler_config: SamplerConfig | None = None) -> "Session":
@@ -237,8 +332,7 @@ class Session:
         self.engine = engine
         self.apply_prompt_template = apply_prompt_template
         self.sampler = Sampler(sampler_config)
-        details = engine._runners_details()
-        self.kv = {n: np.zeros(details[n]["shape"], details[n]["dtype"]) for n in engine.decode.kv_names}
+        self.state = engine.io.new_state(engine.decode)
         self.position = 0
         self.last_token: int | None = None
         self.logits: np.ndarray | None = None
@@ -293,14 +387,12 @@ class Session:
         # the position, where the mask hides it until a later step overwrites it.
         positions = np.minimum(np.arange(self.position, self.position + sig.length, dtype=np.int32),
                                self.engine.kv_length - 1)
-        feeds = dict(self.kv, tokens=tokens, input_pos=positions)
+        feeds = {"tokens": tokens, "input_pos": positions}
         if sig.has_mask:
-            mask = np.zeros(sig.mask_shape, np.float32)
             rows = np.arange(sig.mask_shape[-2])[:, None] + self.position
-            mask[...] = np.where(np.arange(sig.mask_shape[-1])[None, :] > rows, _MASKED, np.float32(0))
-            feeds["mask"] = mask
-        out = self.engine._runners[sig.key](**feeds)
-        self.kv = {name: out[name] for name in sig.kv_names}
+            mask = np.where(np.arange(sig.mask_shape[-1])[None, :] > rows, _MASKED, np.float32(0))
+            feeds["mask"] = np.broadcast_to(mask, sig.mask_shape).astype(np.float32)
+        out = self.engine.io.run(self.state, sig, feeds)
         self.position += n
         return out
 
