@@ -748,7 +748,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         session.run_prefill([args.prompt])
         for chunk in session.run_decode_async(args.max_tokens):
             print(chunk.texts[0], end="", flush=True)
-        print()
+        print(flush=True)
     info = session.get_benchmark_info()
     print(f"prefill: {info.prefill_tokens} tokens, {info.prefill_tokens_per_second:.1f} tokens/s; "
           f"decode: {info.decode_tokens} tokens, {info.decode_tokens_per_second:.1f} tokens/s", file=sys.stderr)

@@ -109,7 +109,8 @@ def test_an_engine_over_a_bundle_generates_what_litert_generates(bundle):
     # The prompt went in wrapped in the template, after the start token.
     with Engine(bundle) as engine:
         ids = engine.create_session().encode_prompt("hi", first=True)
-        assert ids[0] == 1 and ids[1:] == engine.tokenizer.encode("<u>hi</u>")
+        tok = engine.tokenizer
+        assert ids == [1, *tok.encode("<u>"), *tok.encode("hi"), *tok.encode("</u>")]
 
 
 def test_sampling_is_seeded_and_stays_within_top_k(bundle):

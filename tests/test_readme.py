@@ -58,11 +58,27 @@ def test_python_block_runs_as_written(index, real_model, tmp_path):
             pytest.skip(f"the README's block under '{heading}' needs {module}, which is not installed")
     for name in re.findall(r'fetch\("(\w+)"\)', code):
         real_model(name)
+    for name in re.findall(r'"([\w.-]+\.litertlm)"', code):
+        _decoder_bundle(tmp_path / name)
     script = tmp_path / "block.py"
     script.write_text(code)
     run = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, f"the block under '{heading}' failed:\n{code}\n{run.stderr[-3000:]}"
     assert run.stdout.strip(), f"the block under '{heading}' printed nothing"
+
+
+def _decoder_bundle(path: Path) -> None:
+    """A block's ``.litertlm`` in its folder: the tiny llama benchmarks/export_decoders.py
+    makes (CI does), bundled with its tokenizer; without them the block skips, saying so."""
+    from test_decoders import DIR   # where the exported decoders are
+    model, tokenizer = DIR / "llama_f32_comp.tflite", DIR / "tokenizer.model"
+    if not (model.exists() and tokenizer.exists()):
+        pytest.skip(f"{model} or {tokenizer} is missing: make them with benchmarks/export_decoders.py (CI does)")
+    from litegpu.lm import LlmMetadata, TokenUnion
+    from litegpu.testing.lm_bundle import BundleWriter
+    writer = BundleWriter().model(model.read_bytes()).sentencepiece(tokenizer.read_bytes())
+    writer.llm_metadata(LlmMetadata(start_token=TokenUnion(ids=(1,)), stop_tokens=(TokenUnion(ids=(2,)),)))
+    writer.write(path)
 
 
 def test_the_quick_start_commands_run_as_written(real_model, tmp_path):

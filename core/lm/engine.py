@@ -398,17 +398,18 @@ class Session:
 
     # -- text -----------------------------------------------------------------------------
     def encode_prompt(self, text: str, first: bool) -> list[int]:
-        """The prompt's ids as LiteRT-LM feeds them: the start token first in a session, the
-        user turn's prefix and suffix and the model turn's prefix around it when templated."""
+        """The prompt's ids as LiteRT-LM feeds them: the start token first in a session, then,
+        when templated, the user turn's prefix, the text, the user turn's suffix and the
+        model turn's prefix, each encoded on its own (as LiteRT-LM does: encoding them joined
+        can merge pieces across the seams)."""
         tok = self._tokenizer()
         meta = self.engine.metadata
         templates = meta.prompt_templates if meta and self.apply_prompt_template else None
+        parts = [text]
         if templates is not None:
-            user = templates.user
-            model = templates.model
-            text = (user.prefix if user else "") + text + (user.suffix if user else "") + \
-                (model.prefix if model else "")
-        ids = list(tok.encode(text))
+            user, model = templates.user, templates.model
+            parts = [user.prefix if user else "", text, user.suffix if user else "", model.prefix if model else ""]
+        ids = [i for part in parts if part for i in tok.encode(part)]
         if first and meta is not None and meta.start_token is not None:
             ids = list(meta.start_token.resolve(tok)) + ids
         elif first and meta is None and tok.bos_id is not None:
@@ -452,7 +453,9 @@ class Session:
         alone would lose the space SentencePiece marks on it, and a character split across
         tokens waits for its last byte."""
         stops = self._stop_ids()
-        room = self.engine.max_num_tokens - self.position
+        # Prompt and output together fit in max_num_tokens, as LiteRT-LM counts: the last
+        # prompt token is not in the cache yet (the first step feeds it), so one less.
+        room = self.engine.max_num_tokens - self.position - (self.last_token is not None)
         limit = room if max_tokens is None else min(room, max_tokens)
         tok = self.engine.tokenizer
         self._cancelled = False
