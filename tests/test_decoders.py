@@ -171,3 +171,33 @@ def test_the_generate_command_names_a_damaged_bundle_in_one_line(bundle, tmp_pat
     assert main(["generate", str(damaged), "--prompt", "x"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("litegpu: error:") and "damaged.litertlm" in err[0]
+
+
+LITERT_LM = '''
+import sys
+import litert_lm
+with litert_lm.Engine(sys.argv[1], backend=litert_lm.Backend.CPU) as engine:
+    config = litert_lm.SamplerConfig(top_k=1, top_p=1.0, temperature=1.0, seed=0)
+    with engine.create_session(sampler_config=config) as session:
+        session.run_prefill([sys.argv[2]])
+        sys.stdout.write(repr(session.run_decode().texts[0]))
+'''
+
+
+@pytest.mark.parametrize("name", ["llama_f32_comp", "gemma_int4_block32_comp"])
+def test_a_bundle_generates_litert_lm_s_text(name, tmp_path):
+    """LiteRT-LM itself (litert-lm-api, in the exporter's environment: it is not a
+    dependency of litegpu) on the exported bundle: greedy, to the end of the cache."""
+    import subprocess
+    bundle = DIR / f"{name}.litertlm"
+    python = Path(os.environ.get("LITEGPU_EXPORT_VENV", Path.home() / ".cache" / "litegpu" / "export-venv")) / \
+        "bin" / "python"
+    if not bundle.exists() or not python.exists():
+        pytest.skip(f"{bundle} or {python} is missing: benchmarks/export_decoders.py makes both (CI does)")
+    script = tmp_path / "litert_lm_generate.py"
+    script.write_text(LITERT_LM)
+    run = subprocess.run([str(python), str(script), str(bundle), "Why is the sky blue?"], capture_output=True,
+                         text=True, timeout=300, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+    assert run.returncode == 0, run.stderr[-2000:]
+    with Engine(bundle) as engine:
+        assert engine.create_session().generate("Why is the sky blue?") == eval(run.stdout)
