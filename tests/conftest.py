@@ -8,7 +8,8 @@ declares it needs must fail instead of skipping when absent:
   (``--litegpu-backend`` or ``LITEGPU_TEST_BACKENDS``), as CI names it;
 - any need listed in ``LITEGPU_TEST_REQUIRE`` (comma-separated: ``opencl``, ``clang``,
   ``models`` for the shared .tflite models, ``corpus`` for tests/test_quant_corpus.py's
-  part of the quantized corpus) is required.
+  part of the quantized corpus, ``decoders`` for the decoder LLMs and LiteRT-LM environment
+  benchmarks/export_decoders.py makes) is required.
 
 The shared models are reached only through the ``shared_model`` fixture, which finds them
 where :mod:`litegpu.testing.shared_models` says (``$LITEGPU_SHARED_MODELS``). A test that
@@ -32,7 +33,7 @@ from litegpu.testing.pytest_plugin import requested_backends
 os.environ["LITEGPU_PREBUILT_DIR"] = ""
 
 REQUIRE_ENV = "LITEGPU_TEST_REQUIRE"
-KNOWN_NEEDS = ("opencl", "clang", "models", "nvrtc", "webgpu", "corpus")
+KNOWN_NEEDS = ("opencl", "clang", "models", "nvrtc", "webgpu", "corpus", "decoders")
 
 
 def required(config: pytest.Config) -> set[str]:

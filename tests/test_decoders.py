@@ -5,7 +5,7 @@ on a GPU backend; and litegpu.lm's Engine over a .litertlm bundle.
 The models are made by ``benchmarks/export_decoders.py`` (litert-torch and torch in their
 own virtual environment) into ``$LITEGPU_DECODERS_DIR`` or ``~/.cache/litegpu/decoders``;
 ``.ci/run`` makes the ones named in :data:`MODELS` before the suite. Without them these
-tests skip, saying so (``LITEGPU_TEST_REQUIRE=decoders`` turns the skip into a failure).
+tests skip, saying so (``LITEGPU_TEST_REQUIRE=decoders`` turns the skip into a failure: tests/conftest.py).
 """
 from __future__ import annotations
 
@@ -26,13 +26,17 @@ MODELS = [("llama_f32_comp", 1e-4), ("llama_int8_dynamic_nocomp", 5e-3), ("llama
 PROMPT = [5, 17, 99, 3, 250, 7, 64, 128, 9, 11, 300, 42]
 
 
-def _model(name: str) -> Path:
-    path = DIR / f"{name}.tflite"
-    if not path.exists():
-        if "decoders" in os.environ.get("LITEGPU_TEST_REQUIRE", "").split(","):
-            pytest.fail(f"{path} is missing (LITEGPU_TEST_REQUIRE=decoders): run benchmarks/export_decoders.py")
-        pytest.skip(f"{path} is missing: make it with benchmarks/export_decoders.py (CI does)")
-    return path
+@pytest.fixture
+def decoder(skip_unless_required):
+    """``decoder(name)``: the path of an exported decoder; skips, saying how to make it
+    (fails where the run requires ``decoders``), when it is missing."""
+    def find(name: str, suffix: str = ".tflite") -> Path:
+        path = DIR / f"{name}{suffix}"
+        if not path.exists():
+            skip_unless_required("decoders", f"{path} is missing: make it with benchmarks/export_decoders.py "
+                                 "(CI does)")
+        return path
+    return find
 
 
 def _greedy(engine: Engine, steps: int) -> tuple[list[int], np.ndarray]:
@@ -46,18 +50,18 @@ def _greedy(engine: Engine, steps: int) -> tuple[list[int], np.ndarray]:
 
 
 @pytest.mark.parametrize("name, tol", MODELS, ids=[m for m, _ in MODELS])
-def test_greedy_decoding_matches_litert_on_cpu(name, tol):
-    path = _model(name)
+def test_greedy_decoding_matches_litert_on_cpu(name, tol, decoder):
+    path = decoder(name)
     want_tokens, want = _greedy(Engine(path, runtime=LiteRT), 32)
     got_tokens, got = _greedy(Engine(path), 32)
     assert got_tokens == want_tokens
     assert np.abs(got - want).max() <= tol * np.abs(want).max()
 
 
-def test_greedy_decoding_matches_litert_on_each_backend(backend):
+def test_greedy_decoding_matches_litert_on_each_backend(backend, decoder):
     """The float model on each backend the suite tests (PoCL and lavapipe in CI): on a GPU
     API, EMBEDDING_LOOKUP of run-time ids stays on cpu and the rest runs on the device."""
-    path = _model("llama_f32_comp")
+    path = decoder("llama_f32_comp")
     want_tokens, want = _greedy(Engine(path, runtime=LiteRT), 8)
     engine = Engine(path, backend=backend)
     got_tokens, got = _greedy(engine, 8)
@@ -70,12 +74,12 @@ def test_greedy_decoding_matches_litert_on_each_backend(backend):
         assert all(buf.is_device for kv in session.state for buf in kv.values())
 
 
-@pytest.fixture(scope="module")
-def bundle(tmp_path_factory) -> Path:
+@pytest.fixture
+def bundle(tmp_path_factory, decoder) -> Path:
     """The f32 llama with a SentencePiece tokenizer trained here (the model's vocabulary: 512)
     and metadata: start token, a stop token, a prompt template."""
-    spm = pytest.importorskip("sentencepiece")
-    path = _model("llama_f32_comp")
+    import sentencepiece as spm
+    path = decoder("llama_f32_comp")
     text = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
     sentences = tmp_path_factory.mktemp("spm") / "text.txt"
     sentences.write_text("\n".join(line for line in text.splitlines() if line.strip()), encoding="utf-8")
@@ -135,8 +139,8 @@ def test_a_prompt_longer_than_the_cache_is_refused(bundle):
         assert session.position == 0       # nothing was fed
 
 
-def test_decoding_before_prefill_and_text_without_a_tokenizer_are_refused():
-    path = _model("llama_f32_comp")
+def test_decoding_before_prefill_and_text_without_a_tokenizer_are_refused(decoder):
+    path = decoder("llama_f32_comp")
     session = Engine(path).create_session()
     with pytest.raises(InvalidArgumentError, match="decode before any prefill"):
         session.decode_token()
@@ -185,15 +189,16 @@ with litert_lm.Engine(sys.argv[1], backend=litert_lm.Backend.CPU) as engine:
 
 
 @pytest.mark.parametrize("name", ["llama_f32_comp", "gemma_int4_block32_comp"])
-def test_a_bundle_generates_litert_lm_s_text(name, tmp_path):
+def test_a_bundle_generates_litert_lm_s_text(name, tmp_path, decoder, skip_unless_required):
     """LiteRT-LM itself (litert-lm-api, in the exporter's environment: it is not a
     dependency of litegpu) on the exported bundle: greedy, to the end of the cache."""
     import subprocess
-    bundle = DIR / f"{name}.litertlm"
+    bundle = decoder(name, ".litertlm")
     python = Path(os.environ.get("LITEGPU_EXPORT_VENV", Path.home() / ".cache" / "litegpu" / "export-venv")) / \
         "bin" / "python"
-    if not bundle.exists() or not python.exists():
-        pytest.skip(f"{bundle} or {python} is missing: benchmarks/export_decoders.py makes both (CI does)")
+    if not python.exists():
+        skip_unless_required("decoders", f"{python} is missing: the environment benchmarks/export_decoders.py "
+                             "runs in (CI makes it)")
     script = tmp_path / "litert_lm_generate.py"
     script.write_text(LITERT_LM)
     run = subprocess.run([str(python), str(script), str(bundle), "Why is the sky blue?"], capture_output=True,

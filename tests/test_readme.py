@@ -51,7 +51,7 @@ def test_the_readme_has_python_blocks():
 
 
 @pytest.mark.parametrize("index", range(len(PYTHON)), ids=_ids())
-def test_python_block_runs_as_written(index, real_model, tmp_path):
+def test_python_block_runs_as_written(index, real_model, tmp_path, skip_unless_required):
     heading, code = PYTHON[index]
     for module in re.findall(r"^\s*(?:import|from)\s+(\w+)", code, re.M):
         if module in ENGINES and importlib.util.find_spec(ENGINES[module]) is None:
@@ -59,7 +59,7 @@ def test_python_block_runs_as_written(index, real_model, tmp_path):
     for name in re.findall(r'fetch\("(\w+)"\)', code):
         real_model(name)
     for name in re.findall(r'"([\w.-]+\.litertlm)"', code):
-        _decoder_bundle(tmp_path / name)
+        _decoder_bundle(tmp_path / name, skip_unless_required)
     script = tmp_path / "block.py"
     script.write_text(code)
     run = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=600)
@@ -67,13 +67,15 @@ def test_python_block_runs_as_written(index, real_model, tmp_path):
     assert run.stdout.strip(), f"the block under '{heading}' printed nothing"
 
 
-def _decoder_bundle(path: Path) -> None:
+def _decoder_bundle(path: Path, skip_unless_required) -> None:
     """A block's ``.litertlm`` in its folder: the tiny llama benchmarks/export_decoders.py
-    makes (CI does), bundled with its tokenizer; without them the block skips, saying so."""
+    makes (CI does), bundled with its tokenizer; without them the block skips, saying so
+    (fails where the run requires ``decoders``)."""
     from test_decoders import DIR   # where the exported decoders are
     model, tokenizer = DIR / "llama_f32_comp.tflite", DIR / "tokenizer.model"
     if not (model.exists() and tokenizer.exists()):
-        pytest.skip(f"{model} or {tokenizer} is missing: make them with benchmarks/export_decoders.py (CI does)")
+        skip_unless_required("decoders", f"{model} or {tokenizer} is missing: make them with "
+                             "benchmarks/export_decoders.py (CI does)")
     from litegpu.lm import LlmMetadata, TokenUnion
     from litegpu.testing.lm_bundle import BundleWriter
     writer = BundleWriter().model(model.read_bytes()).sentencepiece(tokenizer.read_bytes())
