@@ -1,4 +1,4 @@
-"""Indexing kernels: GATHER (a bounds-checked task function), SPLIT / SPLIT_V / UNPACK and STRIDED_SLICE / SLICE
+"""Indexing kernels: GATHER and EMBEDDING_LOOKUP (a bounds-checked task function), DYNAMIC_UPDATE_SLICE, SPLIT / SPLIT_V / UNPACK and STRIDED_SLICE / SLICE
 with constant parameters (precomputed strided copies), SELECT / SELECT_V2 (np.where into the output).
 
 Each factory works out the shapes, axes and slice objects when the model is compiled, so
@@ -90,6 +90,30 @@ def gather(ctx: NodeContext):
     def bind(inputs, outputs):
         params = np.array([outer, limit, inner, n, dtypes[1].itemsize, 0, 0], np.int64)
         return bind_task(_gather_task, 1, tuple(inputs[:2]), tuple(outputs), params, dtypes=dtypes,
+                         checks=((5, error),))
+    return bindable(bind)
+
+
+@kernel("EMBEDDING_LOOKUP")
+def embedding_lookup(ctx: NodeContext):
+    """EMBEDDING_LOOKUP of a table in the ids' dtype-independent bytes: GATHER's task along
+    axis 0 (a decoder's token embedding, once a step), with LiteRT's out-of-range error. A
+    hybrid lookup (an int8 or int4 table with scales) takes its own reference."""
+    ids_spec, table_spec, out_spec = ctx.inputs[0], ctx.inputs[1], ctx.outputs[0]
+    if "quant" in ctx.attrs or np.dtype(table_spec.dtype) != np.dtype(out_spec.dtype) \
+            or np.dtype(ids_spec.dtype) not in _INDEX_DTYPES:
+        return None
+    rows = int(table_spec.shape[0])
+    inner = int(np.prod(table_spec.shape[1:], dtype=np.int64)) * np.dtype(table_spec.dtype).itemsize
+    n = int(np.prod(ids_spec.shape, dtype=np.int64))
+    dtypes = (np.dtype(table_spec.dtype), np.dtype(ids_spec.dtype), np.dtype(out_spec.dtype))
+
+    def error(params: np.ndarray) -> ExecutionError:
+        return ExecutionError(f"EMBEDDING_LOOKUP: id {int(params[6])} out of range [0, {rows})")
+
+    def bind(inputs, outputs):
+        params = np.array([1, rows, inner, n, dtypes[1].itemsize, 0, 0], np.int64)
+        return bind_task(_gather_task, 1, (inputs[1], inputs[0]), tuple(outputs), params, dtypes=dtypes,
                          checks=((5, error),))
     return bindable(bind)
 
