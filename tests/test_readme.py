@@ -79,7 +79,7 @@ def _decoder_bundle(path: Path, skip_unless_required) -> None:
     from litegpu.lm import LlmMetadata, TokenUnion
     from litegpu.testing.lm_bundle import BundleWriter
     writer = BundleWriter().model(model.read_bytes()).sentencepiece(tokenizer.read_bytes())
-    writer.llm_metadata(LlmMetadata(start_token=TokenUnion(ids=(1,)), stop_tokens=(TokenUnion(ids=(2,)),)))
+    writer.llm_metadata(LlmMetadata(start_token=TokenUnion(ids=(2,)), stop_tokens=(TokenUnion(ids=(1,)),)))   # its bos, eos
     writer.write(path)
 
 
