@@ -2,12 +2,15 @@
 
 A composite (``odml.rms_norm``, ``odml.scaled_dot_product_attention`` ...) names a
 decomposition subgraph that computes it from ordinary ops; LiteRT's interpreter calls that
-subgraph, and its GPU path recognizes some composites by name and runs its own kernel.
+subgraph, and its delegates recognize some composites by name and run their own kernels
+(its GPU path; on the CPU, XNNPACK lowers ``odml.scaled_dot_product_attention`` itself).
 litegpu does both at load time:
 
 - a composite whose name is a registered op (see ``litegpu.ops.composite``) becomes one node
-  of that op, its attributes (a FlexBuffer map) decoded into the node's options, so every
-  backend may give it a fused kernel;
+  of that op (:func:`as_op_node`: its attributes, a FlexBuffer map, decoded into the node's
+  options), so every backend may give it a fused kernel, when the op accepts the node:
+  its attributes, operands and decomposition (the reader decides, see
+  :func:`lower_composites`);
 - any other composite is replaced by the nodes of its decomposition (its own composites
   lowered first), so every backend runs ordinary ops, fused and scheduled with the rest.
 
@@ -18,7 +21,7 @@ calling subgraph under ``<composite name>/<tensor name>``.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Callable
+from typing import Callable, Sequence
 
 from ..errors import ModelFormatError
 from ..graph import Node, Subgraph, Tensor
@@ -43,10 +46,25 @@ def composite_attributes(node: Node) -> dict:
     return value
 
 
-def lower_composites(subgraphs: tuple[Subgraph, ...], fused: Callable[[str], bool]) -> tuple[Subgraph, ...]:
-    """``subgraphs`` with every composite lowered: to a node of op ``name`` where
-    ``fused(name)``, else to its decomposition's nodes. Subgraph calls were checked for
-    range and cycles before (the reader's ``_check_subgraph_calls``)."""
+def as_op_node(node: Node) -> Node:
+    """Composite ``node`` as one node of the op of its name: its options are the composite's
+    attributes and its ``decomposition_subgraph_index``."""
+    options = {**composite_attributes(node),
+               "decomposition_subgraph_index": node.options.get("decomposition_subgraph_index", 0)}
+    return replace(node, op=node.options["name"], options=options)
+
+
+#: ``fused(composite, tensors, decomposition)``: the node to run instead of a composite
+#: (:func:`as_op_node`), or None to inline its decomposition.
+Fused = Callable[[Node, Sequence[Tensor], Subgraph], "Node | None"]
+
+
+def lower_composites(subgraphs: tuple[Subgraph, ...], fused: Fused) -> tuple[Subgraph, ...]:
+    """``subgraphs`` with every composite lowered: to the node ``fused(node, tensors,
+    decomposition)`` gives (``tensors``: the calling subgraph's; ``decomposition``: the
+    subgraph the composite calls, its own composites lowered), else to its decomposition's
+    nodes. Subgraph calls were checked for range and cycles before (the reader's
+    ``_check_subgraph_calls``)."""
     if not any(node.op == COMPOSITE for sg in subgraphs for node in sg.nodes):
         return subgraphs
     lowered: dict[int, Subgraph] = {}
@@ -84,7 +102,7 @@ def _callees_first(subgraphs: tuple[Subgraph, ...]) -> list[int]:
 class _Inliner:
     """One subgraph with its composites lowered (their decompositions already are)."""
 
-    def __init__(self, sg: Subgraph, lowered: Callable[[int], Subgraph], fused: Callable[[str], bool]) -> None:
+    def __init__(self, sg: Subgraph, lowered: Callable[[int], Subgraph], fused: Fused) -> None:
         self.sg, self.lowered, self.fused = sg, lowered, fused
         self.tensors: list[Tensor] = list(sg.tensors)
         self.nodes: list[Node] = []
@@ -95,10 +113,10 @@ class _Inliner:
         for node in self.sg.nodes:
             if node.op != COMPOSITE:
                 self.nodes.append(node)
-            elif self.fused(node.options.get("name", "")):
-                options = {**composite_attributes(node),
-                           "decomposition_subgraph_index": node.options.get("decomposition_subgraph_index", 0)}
-                self.nodes.append(replace(node, op=node.options["name"], options=options))
+                continue
+            one = self.fused(node, self.tensors, self.lowered(node.options.get("decomposition_subgraph_index", 0)))
+            if one is not None:
+                self.nodes.append(one)
             else:
                 self._inline(node)
         return replace(self.sg, tensors=tuple(self.tensors), nodes=tuple(self.nodes),

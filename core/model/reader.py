@@ -6,20 +6,24 @@ int8 weights) and DENSIFY (sparse weights) are folded into constants here.
 """
 from __future__ import annotations
 
+import logging
 import mmap
 import os
 from dataclasses import replace
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 
-from ..errors import ModelFormatError
+from ..errors import ModelFormatError, UnsupportedError
 from ..graph import Model, Node, Quantization, Signature, Subgraph, Tensor
 from ..quant import dequantize_blocks
 from . import schema
-from .composites import lower_composites
+from .composites import as_op_node, lower_composites
 from .flatbuf import Buffer, Table
 from .sparse import densify
+
+log = logging.getLogger(__name__)
 
 MAX_RANK = 16
 MAX_ELEMENTS = 1 << 40  # per tensor; real limits on allocation are applied when planning memory
@@ -29,6 +33,11 @@ _SUBGRAPH_OPTION_FIELDS = {
     "CALL_ONCE": ("init_subgraph_index",),
     "STABLEHLO_COMPOSITE": ("decomposition_subgraph_index",),
 }
+
+
+def _never_fused(composite: Node, tensors: Sequence[Tensor], decomposition: Subgraph) -> None:
+    """``load_model(fuse_composites=False)``: every composite runs its decomposition."""
+    return None
 
 
 def load_model(source: str | os.PathLike | bytes | bytearray | memoryview, fuse_composites: bool = True) -> Model:
@@ -62,10 +71,24 @@ class _Reader:
         self.fuse_composites = fuse_composites
 
     @staticmethod
-    def fused(name: str) -> bool:
-        """Whether litegpu runs composite ``name`` as one op of that name."""
+    def fused(composite: Node, tensors: Sequence[Tensor], decomposition: Subgraph) -> Node | None:
+        """The node of op ``name`` that ``composite`` becomes (see :func:`.composites.lower_composites`)
+        when litegpu has that op and the op takes the node (its attributes and, where the op
+        has one, its composite check); else None, saying why in the log, and the
+        decomposition runs."""
         from ..ops.registry import get_op     # (the ops know the model; the reader asks them late)
-        return get_op(name) is not None
+        op = get_op(composite.options.get("name", ""))
+        if op is None:
+            return None
+        node = as_op_node(composite)
+        try:
+            op.node_attrs(node, tensors)
+            if op.composite_check is not None:
+                op.composite_check(node, tensors, decomposition)
+        except (ModelFormatError, UnsupportedError) as exc:
+            log.info("STABLEHLO_COMPOSITE %s (operator %d) runs its decomposition: %s", op.name, node.index, exc)
+            return None
+        return node
 
     def read(self) -> Model:
         root = self.buf.root(schema.FILE_IDENTIFIER)
@@ -76,7 +99,7 @@ class _Reader:
             raise ModelFormatError("Model.subgraphs: the model has no subgraph")
         subgraphs = tuple(self._subgraph(i, t) for i, t in enumerate(sg_tables))
         _check_subgraph_calls(subgraphs)
-        subgraphs = lower_composites(subgraphs, self.fused if self.fuse_composites else (lambda name: False))
+        subgraphs = lower_composites(subgraphs, self.fused if self.fuse_composites else _never_fused)
         signatures = tuple(self._signature(t, subgraphs) for t in root.tables(7, "signature_defs"))
         metadata = {}
         for t in root.tables(6, "metadata"):

@@ -11,6 +11,10 @@ An OpDef holds, for one op:
   known, ``infer`` raises :class:`DynamicShape`; the planner then re-infers at run
   time with concrete values.
 - ``reference(inputs, attrs)``: a readable numpy implementation returning the outputs.
+- ``composite_check(node, tensors, decomposition)``: optional, for an op named after a
+  STABLEHLO_COMPOSITE (see :mod:`litegpu.model.composites`): raises
+  :class:`UnsupportedError` when the composite's decomposition subgraph computes something
+  the op does not; the reader then inlines the decomposition instead of fusing it.
 - ``quantized(inputs, attrs)``: optional, the integer reference for a node whose operands
   are quantized integers (see :mod:`litegpu.quant`): such a node's attrs carry
   ``attrs["quant"]``, a :class:`~litegpu.quant.NodeQuant` computed once here, and
@@ -30,7 +34,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ..errors import ModelFormatError, UnsupportedError
-from ..graph import Node, Tensor
+from ..graph import Node, Subgraph, Tensor
 from ..quant import is_quantized, node_quantization
 
 
@@ -94,6 +98,8 @@ class OpDef:
     # constant weights (``NodeQuant.hybrid``); such a node carries ``attrs["hybrid"]``.
     hybrid: ReferenceFn | None = None
     hybrid_attrs: Callable[[Node, Sequence[Tensor], dict], dict] | None = None
+    # For an op that a STABLEHLO_COMPOSITE of its name becomes (see the module docstring).
+    composite_check: Callable[[Node, Sequence[Tensor], Subgraph], None] | None = None
 
     def node_attrs(self, node: Node, tensors: Sequence[Tensor]) -> dict:
         """Normalized attributes of ``node`` (with ``"quant"`` when its operands are
