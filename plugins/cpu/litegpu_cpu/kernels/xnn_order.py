@@ -36,6 +36,9 @@ LiteRT, single ops and every node of efficientnet_b0 and nasnet_mobile (tests:
   accumulates into the zeroed output); where it does, ``xnn_f32_rsum_ukernel``, on
   AVX-512F ``avx512f_u32_acc2``: :func:`rsum_avx512f`. (Axes that are not one run are
   not covered here.)
+- RSQRT, on AVX-512F ``xnn_f32_vrsqrt_ukernel__avx512f_rsqrt``: the instruction's 14-bit
+  estimate and one Newton-Raphson step, :func:`rsqrt_avx512f` (used by the fused rms norm,
+  :mod:`.composite`; checked against LiteRT's rms norms).
 
 The multiply-add of a depthwise tap is :func:`madd`: ``fma32`` on hosts with a fused
 multiply-add (where XNNPACK picks its FMA3 or AVX-512F kernels), else a product rounded
@@ -294,3 +297,26 @@ def rsum_avx512f(x, start, n):
     if i < end:
         acc0 = add16(acc0, load16_head(x, i, end - i))
     return halves_sum16(acc0)
+
+
+@intrinsic
+def _rsqrt14(typingctx, x):
+    """AVX-512F's ``vrsqrt14ss``: ``1 / sqrt(x)`` to 14 bits, from the instruction's own table
+    (only in code that requires ``avx512f``: LLVM cannot select it elsewhere)."""
+    def codegen(context, builder, signature, args):
+        v4 = ir.VectorType(ir.FloatType(), 4)
+        rsqrt14 = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(v4, [v4, v4, v4, ir.IntType(8)]), "llvm.x86.avx512.rsqrt14.ss")
+        vector = builder.insert_element(ir.Constant(v4, None), args[0], ir.Constant(_I32, 0))
+        estimate = builder.call(rsqrt14, [vector, vector, vector, ir.Constant(ir.IntType(8), -1)])
+        return builder.extract_element(estimate, ir.Constant(_I32, 0))
+    return types.float32(types.float32), codegen
+
+
+@njit(cache=True, inline="always")
+def rsqrt_avx512f(x):
+    """``1 / sqrt(x)`` as ``xnn_f32_vrsqrt_ukernel__avx512f_rsqrt`` computes it: the 14-bit
+    estimate ``y``, then ``y - (x * (y * y) - 1) * (0.5 * y)``, every operation rounded
+    (no fused multiply-add). Only in task functions that require ``avx512f``."""
+    y = _rsqrt14(x)
+    return y - (x * (y * y) - F32(1)) * (F32(0.5) * y)
