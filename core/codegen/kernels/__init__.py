@@ -40,7 +40,7 @@ def generator(*ops: str, epilogue: bool = False):
     return wrap
 
 
-_MODULES = ("elementwise", "conv", "pool", "layout", "lstm")
+_MODULES = ("elementwise", "conv", "pool", "layout", "lstm", "composite")
 
 
 def load_all() -> dict[str, Generator]:

@@ -1,0 +1,156 @@
+"""litert-torch's composites as fused kernels: ``odml.rms_norm`` and
+``odml.scaled_dot_product_attention`` (:mod:`litegpu.ops.composite` says what they
+compute), written as :mod:`litegpu.codegen.ir` kernels so every dialect renders them.
+
+Sums, scores and the softmax are ``float`` whatever the storage or arithmetic precision
+(as in :mod:`.pool`); only the stored values are ``real``.
+
+- rms norm: one work-item per row of the last axis, read four at a time where the row
+  allows: the sum of squares, ``rsqrt(sum / D + epsilon)``, then ``(x * r) * w`` stored
+  through the epilogue.
+- attention: one work-group per (batch, query position, head) row, of :data:`LANES`
+  work-items, with the row's scaled query and its S scores in local memory: the scores
+  (a dot product per key, the logit cap, the mask) and their maximum, then the
+  exponentials and their sum, then each output element ``sum_s p_s v_s / sum``. The
+  local memory (D + S + 2 * LANES floats) must fit the dialect's ``max_local_bytes``,
+  else the node declines (and runs on cpu): 16 KiB in WebGPU holds about 4000 keys.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import ir
+from ..ir import FLOAT, Expr, call
+from ..nodegen import KernelSpec, NodeGen
+from . import Decline, generator
+
+_F32 = np.dtype(np.float32)
+_INT_MAX = 2**31 - 1
+
+#: Work-items per attention row. On PoCL's CPU device a work-group runs on one core and
+#: its barriers are expensive (see :mod:`.lstm`), so one work-item walking the row is
+#: fastest there; a GPU wants more. Any value is correct.
+LANES = 1
+
+
+def _float_operands(g: NodeGen, count: int) -> None:
+    """Inputs ``0 .. count-1`` and the output float32, and every tensor indexable by ``int``."""
+    specs = [*g.ctx.inputs[:count], *g.ctx.outputs]
+    if any(spec is None or np.dtype(spec.dtype) != _F32 for spec in specs):
+        raise Decline(f"{g.ctx.node.op} on tensors that are not all float32")
+    if any(int(np.prod(spec.shape, dtype=np.int64)) > _INT_MAX for spec in specs):
+        raise Decline("tensor has more than 2**31-1 elements")
+
+
+def _lane_sum(b: ir.KernelBuilder, name: str, v: Expr) -> Expr:
+    """The lanes of float vector ``v`` added: (0 + 1) + (2 + 3)."""
+    if v.type.lanes == 1:
+        return v
+    return b.let(name, (v.lane(0) + v.lane(1)) + (v.lane(2) + v.lane(3)))
+
+
+@generator("odml.rms_norm", epilogue=True)
+def rms_norm(g: NodeGen) -> list[KernelSpec]:
+    """``(x * rsqrt(mean(x * x) + epsilon)) * w`` per row of the last axis."""
+    _float_operands(g, 2)
+    shape = tuple(int(n) for n in g.ctx.inputs[0].shape)
+    d = shape[-1]
+    rows = int(np.prod(shape[:-1], dtype=np.int64))
+    b = g.new_kernel()
+    x, w = g.input(b, 0), g.input(b, 1)
+    if rows == 0 or d == 0:
+        return [g.kernel(b, (0,))]
+    lanes = 4 if d % 4 == 0 and g.dialect.max_lanes >= 4 else 1
+    vector = FLOAT.with_lanes(lanes)
+    base = b.let("base", b.global_id(0) * d)
+    acc = b.var("acc", ir.lit(0.0, vector))
+    with b.for_("k", 0, d, lanes) as k:
+        v = b.let("v", x.load(base + k, lanes, as_float=True))
+        b.assign(acc, v * v, "+")
+    total = _lane_sum(b, "total", acc)
+    r = b.let("r", call("rsqrt", total / float(d) + float(np.float32(g.attrs["epsilon"]))))
+    with b.for_("k", 0, d, lanes) as k:
+        y = b.let("y", (x.load(base + k, lanes, as_float=True) * r) * w.load(k, lanes, as_float=True))
+        g.store_output(b, base + k, y.cast(ir.REAL.with_lanes(lanes)))
+    return [g.kernel(b, (rows,))]
+
+
+def _mask_strides(mask_shape: tuple[int, ...]) -> tuple[int, int, int]:
+    """The mask's element strides for batch, head and query position, right-aligned to
+    ``[B, H, T, S]``, 0 along each axis it broadcasts (its stride over S is 1)."""
+    shape = (1,) * (4 - len(mask_shape)) + tuple(int(n) for n in mask_shape)
+    strides, step = [0, 0, 0], shape[3]
+    for axis in (2, 1, 0):
+        strides[axis] = step if shape[axis] > 1 else 0
+        step *= shape[axis]
+    return strides[0], strides[1], strides[2]
+
+
+@generator("odml.scaled_dot_product_attention", epilogue=True)
+def attention(g: NodeGen) -> list[KernelSpec]:
+    """``softmax(mask + cap(q * scale @ k^T)) @ v`` per (batch, query, head) row, a work-group
+    each (see the module docstring)."""
+    _float_operands(g, 4)
+    batch, t_size, heads, d = (int(n) for n in g.ctx.inputs[0].shape)
+    s_size, kv_heads = int(g.ctx.inputs[1].shape[1]), int(g.ctx.inputs[1].shape[2])
+    rows = batch * t_size * heads
+    local_bytes = 4 * (d + s_size + 2 * LANES)
+    if local_bytes > g.dialect.max_local_bytes:
+        raise Decline(f"attention over {s_size} keys of {d} needs {local_bytes} bytes of local memory per row; "
+                      f"{g.dialect.name} gives a work-group {g.dialect.max_local_bytes}")
+    b = g.new_kernel()
+    q, k, v, mask = (g.input(b, i) for i in range(4))
+    if rows == 0 or s_size == 0 or d == 0:
+        return [g.kernel(b, (0,))]
+    scale, cap = float(np.float32(g.attrs["scale"])), float(np.float32(g.attrs.get("logit_cap", 0.0)))
+    mask_b, mask_h, mask_t = _mask_strides(tuple(g.ctx.inputs[3].shape))
+    group = heads // kv_heads
+    qs = b.local_array("qs", FLOAT, d)
+    scores = b.local_array("scores", FLOAT, s_size)
+    partial = b.local_array("partial", FLOAT, 2 * LANES)
+    lid = b.let("lid", b.local_id(0))
+    row = b.let("row", b.group_id(1))
+    h = b.let("h", row % heads)
+    position = b.let("position", (row / heads) % t_size)
+    n = b.let("n", row / (heads * t_size))
+    kv_base = b.let("kv_base", n * (s_size * kv_heads * d) + (h / group) * d)
+    terms = [ir.times(index, stride) for index, stride in ((n, mask_b), (h, mask_h), (position, mask_t)) if stride]
+    mask_row = b.let("mask_row", ir.total(terms) if terms else 0)
+    with b.for_("j", lid, d, LANES) as j:
+        b.local_store(qs, j, q.load(row * d + j, as_float=True) * scale)
+    b.barrier()
+    # The scores and this work-item's largest.
+    top = b.var("top", ir.lit(-np.inf, FLOAT))
+    with b.for_("s", lid, s_size, LANES) as s:
+        key = b.let("key", kv_base + s * (kv_heads * d))
+        dot = b.var("dot", 0.0, FLOAT)
+        with b.for_("j", 0, d) as j:
+            b.assign(dot, qs.load(j) * k.load(key + j, as_float=True), "+")
+        logit = dot if not cap else b.let("capped", call("tanh", dot / cap) * cap)
+        score = b.let("score", mask.load(mask_row + s, as_float=True) + logit)
+        b.local_store(scores, s, score)
+        b.assign(top, call("fmax", top, score))
+    b.local_store(partial, lid, top)
+    b.barrier()
+    m = b.var("m", ir.lit(-np.inf, FLOAT))
+    with b.for_("i", 0, LANES) as i:
+        b.assign(m, call("fmax", m, partial.load(i)))
+    # The exponentials (in place of the scores) and their sum.
+    z = b.var("z", 0.0, FLOAT)
+    with b.for_("s", lid, s_size, LANES) as s:
+        e = b.let("e", call("exp", scores.load(s) - m))
+        b.local_store(scores, s, e)
+        b.assign(z, e, "+")
+    b.local_store(partial, lid + LANES, z)
+    b.barrier()
+    total = b.var("total", 0.0, FLOAT)
+    with b.for_("i", 0, LANES) as i:
+        b.assign(total, partial.load(i + LANES), "+")
+    inverse = b.let("inverse", 1.0 / total)
+    # The outputs: this row's D values, each the probabilities' sum over the values.
+    with b.for_("j", lid, d, LANES) as j:
+        acc = b.var("acc", 0.0, FLOAT)
+        with b.for_("s", 0, s_size) as s:
+            b.assign(acc, scores.load(s) * v.load(kv_base + s * (kv_heads * d) + j, as_float=True), "+")
+        g.store_output(b, row * d + j, (acc * inverse).cast(ir.REAL))
+    return [g.kernel(b, (LANES, rows), (LANES, 1))]
