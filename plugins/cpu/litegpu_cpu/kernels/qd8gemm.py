@@ -455,7 +455,7 @@ def hybrid_fully_connected(ctx: NodeContext):
     if bias_spec is not None and (bias_spec.value is None or np.dtype(bias_spec.dtype) != np.float32):
         return None
     if "block_size" in ctx.attrs:      # blockwise (INT4) weights
-        from .qb4w import blockwise_fully_connected
+        from .qb4w import blockwise_fully_connected   # (it builds on this module's row quantization)
         return blockwise_fully_connected(ctx)
     w = np.asarray(w_spec.value, np.int8)
     o, k = w.shape
