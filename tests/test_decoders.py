@@ -148,12 +148,12 @@ def test_decoding_before_prefill_and_text_without_a_tokenizer_are_refused(decode
         session.run_prefill(["hello"])
 
 
-def test_a_model_that_is_not_a_decoder_is_named_so():
-    shared = Path(__file__).parents[2] / "shared" / "models" / "mobilenet_v2.tflite"
-    if not shared.exists():
-        pytest.skip(f"{shared} is missing")
+def test_a_model_that_is_not_a_decoder_is_named_so(tmp_path):
+    from litegpu.testing.builder import two_layer_mlp
+    path = tmp_path / "mlp.tflite"
+    path.write_bytes(two_layer_mlp())
     with pytest.raises(ModelFormatError, match="no 'decode' signature"):
-        Engine(shared)
+        Engine(path)
 
 
 def test_the_generate_command_prints_the_text_and_the_speeds(bundle, capsys):
