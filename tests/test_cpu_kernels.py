@@ -819,3 +819,17 @@ def test_transpose_any_rank_and_element_size(shape, perm, dtype):
     out = np.zeros(want.shape, dtype)
     KERNELS["TRANSPOSE"](ctx)([x, p], [out])
     np.testing.assert_array_equal(out, want)
+
+
+def test_cast_between_int32_and_float32_converts_as_litert_does():
+    """The CAST task (a decoder's positions to float and back) on the values where
+    conversions differ: NaN and the infinities, truncation toward zero, the saturation
+    limits, and int32 values float32 cannot hold exactly."""
+    from litegpu.ops.elementwise import cast_like_litert
+    floats = np.array([np.nan, np.inf, -np.inf, 2.5, -2.5, -0.7, 0.7, 2147483520.0, 2147483648.0, -2147483648.0,
+                       -2147483904.0, 1e20, -1e20, 0.0, -0.0], np.float32)
+    ints = np.array([0, 1, -1, 16777217, -16777217, 2147483647, -2147483648, 123456789], np.int32)
+    for x, dtype in ((floats, np.int32), (ints, np.float32)):
+        got, = run_kernel("CAST", {"out_dtype": np.dtype(dtype)}, [x], [x.shape], out_dtype=dtype)
+        want = cast_like_litert(x, np.dtype(dtype))
+        assert got.dtype == want.dtype and np.array_equal(got, want)

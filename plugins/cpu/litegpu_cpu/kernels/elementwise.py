@@ -14,7 +14,7 @@ from . import xnn_sigmoid
 from .common import activation_in_place
 from .mathfn import fma32, gelu32, gelu_tanh32
 from .registry import bindable, kernel
-from .tasks import bind_task, row_tasks, task_function
+from .tasks import bind_task, int32_pointer, row_tasks, task_function
 
 _FLOATS = (np.dtype(np.float32),)
 _NUMERIC = (np.dtype(np.float32), np.dtype(np.int32), np.dtype(np.int64))
@@ -282,6 +282,55 @@ def float_unary(ctx: NodeContext, which: int):
 
     def bind(inputs, outputs):
         return bind_task(_float_unary_task, tasks, (inputs[0],), (outputs[0],), params)
+    return bindable(bind)
+
+
+_INT_TO_FLOAT, _FLOAT_TO_INT = 0, 1
+_I32 = np.dtype(np.int32)
+_INT32_LIMIT = np.float32(2147483648.0)     # 2^31: the first float32 above int32's range
+
+
+@task_function()
+def _cast_task(t, xp, outp, _a2, _a3, _a4, _a5, _a6, _a7, ip, _fp):
+    """Elements ``t * chunk ..`` of a CAST between int32 and float32 (``ip``: size, chunk,
+    which), as LiteRT converts: int32 to the nearest float32; float32 truncated toward
+    zero, saturated, NaN to the maximum (:func:`litegpu.ops.elementwise.cast_like_litert`)."""
+    n, chunk, which = ip[0], ip[1], ip[2]
+    start = t * chunk
+    end = min(n, start + chunk)
+    if which == _INT_TO_FLOAT:
+        ints = int32_pointer(xp)
+        for i in range(start, end):
+            outp[i] = np.float32(ints[i])
+    else:
+        ints = int32_pointer(outp)
+        for i in range(start, end):
+            v = xp[i]
+            if not v < _INT32_LIMIT:          # NaN too
+                ints[i] = np.int32(2147483647)
+            elif v <= -_INT32_LIMIT:
+                ints[i] = np.int32(-2147483648)
+            else:
+                ints[i] = np.int32(np.trunc(v))
+
+
+@kernel("CAST")
+def cast_kernel(ctx: NodeContext):
+    """CAST between int32 and float32 (a decoder casts its positions for the rotary
+    embedding, and back) through one task function; other pairs take the reference."""
+    src, dst = np.dtype(ctx.inputs[0].dtype), np.dtype(ctx.outputs[0].dtype)
+    if (src, dst) == (_I32, _FLOATS[0]):
+        which = _INT_TO_FLOAT
+    elif (src, dst) == (_FLOATS[0], _I32):
+        which = _FLOAT_TO_INT
+    else:
+        return None
+    size = int(np.prod(ctx.inputs[0].shape, dtype=np.int64))
+    tasks, chunk = row_tasks(size, size, _UNARY_PARALLEL)
+    params = np.array([size, chunk, which], np.int64)
+
+    def bind(inputs, outputs):
+        return bind_task(_cast_task, tasks, (inputs[0],), (outputs[0],), params, dtypes=(src, dst))
     return bindable(bind)
 
 
