@@ -112,17 +112,23 @@ def _rms_norm_model(attributes: dict, decomposition) -> tuple[bytes, list[np.nda
     return data, [RNG.standard_normal(SHAPE).astype(F32)]
 
 
+def _op_adder(d):
+    """``op(name, inputs, shape, **options)``: adds one op to ``d`` with a new float32 output
+    of ``shape`` (named after the op and its position), and returns that output."""
+    def op(name, inputs, shape, **options):
+        out = d.tensor(f"{name.lower()}{len(d._sg.ops)}", shape, F32)
+        d.op(name, inputs, [out], **options)
+        return out
+    return op
+
+
 def _sdpa_unmasked_decomposition(d, q_shape, kv_shape, scale):
     """Attention of q [1, T, H, D] over k, v [1, S, H, D] without a mask input."""
     _, t, h, dim = q_shape
     s = kv_shape[1]
     q, k, v = (d.input(n, shape, F32) for n, shape in (("q", q_shape), ("k", kv_shape), ("v", kv_shape)))
     perm = d.const("perm", np.array([0, 2, 1, 3], np.int32))
-
-    def op(name, inputs, shape, **options):
-        out = d.tensor(f"{name.lower()}{len(d._sg.ops)}", shape, F32)
-        d.op(name, inputs, [out], **options)
-        return out
+    op = _op_adder(d)
     qs = op("MUL", [q, d.const("scale", np.array(scale, F32))], q_shape)
     qs = op("TRANSPOSE", [qs, perm], (1, h, t, dim))
     kt = op("TRANSPOSE", [k, perm], (1, h, s, dim))
@@ -140,11 +146,7 @@ def _sdpa_transposed_v_decomposition(d, q_shape, v_shape, scale):
     q, k = d.input("q", q_shape, F32), d.input("k", (1, s, h, dim), F32)
     v, mask = d.input("v", v_shape, F32), d.input("mask", (1, 1, t, s), F32)
     perm = d.const("perm", np.array([0, 2, 1, 3], np.int32))
-
-    def op(name, inputs, shape, **options):
-        out = d.tensor(f"{name.lower()}{len(d._sg.ops)}", shape, F32)
-        d.op(name, inputs, [out], **options)
-        return out
+    op = _op_adder(d)
     qs = op("MUL", [q, d.const("scale", np.array(scale, F32))], q_shape)
     qs = op("TRANSPOSE", [qs, perm], (1, h, t, dim))
     kt = op("TRANSPOSE", [k, perm], (1, h, s, dim))

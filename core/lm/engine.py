@@ -134,13 +134,16 @@ class _InterpreterIO:
     def __init__(self, interpreter) -> None:
         self.interpreter = interpreter
         self._runners: dict = {}
+        self._signatures: dict[str, tuple[dict, dict]] | None = None
 
     def signatures(self) -> dict[str, tuple[dict, dict]]:
-        out = {}
-        for key in self.interpreter.get_signature_list():
-            runner = self.interpreter.get_signature_runner(key)
-            out[key] = (runner.get_input_details(), runner.get_output_details())
-        return out
+        """``{key: (input details, output details)}`` by name, read once (the engine never resizes)."""
+        if self._signatures is None:
+            self._signatures = {}
+            for key in self.interpreter.get_signature_list():
+                runner = self.interpreter.get_signature_runner(key)
+                self._signatures[key] = (runner.get_input_details(), runner.get_output_details())
+        return self._signatures
 
     def new_state(self, decode: _Signature) -> dict[str, np.ndarray]:
         details = self.signatures()[decode.key][0]
@@ -171,6 +174,7 @@ class _CompiledIO:
     def __init__(self, model) -> None:
         self.model = model
         self._buffers: dict[str, tuple[dict, dict]] = {}
+        self._signatures: dict[str, tuple[dict, dict]] | None = None
 
     @classmethod
     def create(cls, source: dict, backend: str, num_threads: int) -> "_CompiledIO":
@@ -184,8 +188,12 @@ class _CompiledIO:
         return cls(CompiledModel.from_buffer(source["model_content"], options=options, backend=named))
 
     def signatures(self) -> dict[str, tuple[dict, dict]]:
-        return {key: (self.model.get_input_tensor_details(key), self.model.get_output_tensor_details(key))
-                for key in self.model.get_signature_list()}
+        """``{key: (input details, output details)}`` by name, read once (the engine never resizes)."""
+        if self._signatures is None:
+            self._signatures = {key: (self.model.get_input_tensor_details(key),
+                                      self.model.get_output_tensor_details(key))
+                                for key in self.model.get_signature_list()}
+        return self._signatures
 
     def new_state(self, decode: _Signature) -> list[dict]:
         """The two sets of KV buffers, zeros, of the kind the decode signature prefers."""

@@ -81,33 +81,12 @@ class Message:
         view = memoryview(data).cast("B") if not isinstance(data, memoryview) else data.cast("B")
         pos, n, index = 0, len(view), 0
         while pos < n:
-            key_at = pos
-            key, pos = _varint(view, pos, f"{path}: field key")
-            number, wire = key >> 3, key & 7
-            if not 1 <= number <= _MAX_FIELD_NUMBER:
-                raise ModelFormatError(f"{path}: field number {number} at byte {key_at} is invalid")
-            if wire == VARINT:
-                value, pos = _varint(view, pos, f"{path}: field {number}")
-            elif wire in (I64, I32):
-                size = 8 if wire == I64 else 4
-                if pos + size > n:
-                    raise ModelFormatError(f"{path}: field {number} at byte {key_at} needs {size} bytes, "
-                                           f"{n - pos} remain")
-                value = int.from_bytes(view[pos:pos + size], "little")
-                pos += size
-            elif wire == LEN:
-                size, pos = _varint(view, pos, f"{path}: field {number} length")
-                if size > n - pos:
-                    raise ModelFormatError(f"{path}: field {number} at byte {key_at} declares {size} bytes, "
-                                           f"{n - pos} remain")
-                value = view[pos:pos + size]
-                pos += size
-            elif wire == SGROUP:
+            number, wire, value, pos, key_at = _field(view, pos, path)
+            if wire == SGROUP:
                 pos = _skip_group(view, pos, number, path)
                 continue
-            else:
-                raise ModelFormatError(f"{path}: field {number} at byte {key_at} has "
-                                       f"{'an unmatched end-group' if wire == EGROUP else f'invalid wire type {wire}'}")
+            if wire == EGROUP:
+                raise ModelFormatError(f"{path}: field {number} at byte {key_at} has an unmatched end-group")
             msg._fields.setdefault(number, []).append((wire, value))
             msg._last[number] = index
             index += 1
@@ -235,31 +214,45 @@ class Message:
         return f"Message({self.path!r}, fields={sorted(self._fields)})"
 
 
+def _field(view: memoryview, pos: int, path: str, where: str = "") -> tuple[int, int, object, int, int]:
+    """The field whose key is at ``pos``: ``(number, wire type, value, position after it,
+    position of its key)``; the value is an int (varint, 64- and 32-bit), a memoryview
+    (length-delimited) or None (a group's start or end, which the caller follows).
+    ``where`` says where in the message the key lies, for errors."""
+    n, key_at = len(view), pos
+    key, pos = _varint(view, pos, f"{path}: field key{where}")
+    number, wire = key >> 3, key & 7
+    if not 1 <= number <= _MAX_FIELD_NUMBER:
+        raise ModelFormatError(f"{path}: field number {number} at byte {key_at} is invalid")
+    value = None
+    if wire == VARINT:
+        value, pos = _varint(view, pos, f"{path}: field {number}")
+    elif wire in (I64, I32):
+        size = 8 if wire == I64 else 4
+        if pos + size > n:
+            raise ModelFormatError(f"{path}: field {number} at byte {key_at} needs {size} bytes, {n - pos} remain")
+        value = int.from_bytes(view[pos:pos + size], "little")
+        pos += size
+    elif wire == LEN:
+        size, pos = _varint(view, pos, f"{path}: field {number} length")
+        if size > n - pos:
+            raise ModelFormatError(f"{path}: field {number} at byte {key_at} declares {size} bytes, "
+                                   f"{n - pos} remain")
+        value = view[pos:pos + size]
+        pos += size
+    elif wire not in (SGROUP, EGROUP):
+        raise ModelFormatError(f"{path}: field {number} at byte {key_at} has invalid wire type {wire}")
+    return number, wire, value, pos, key_at
+
+
 def _skip_group(view: memoryview, pos: int, number: int, path: str) -> int:
     """The position after the group that started just before ``pos`` (field ``number``)."""
     stack = [number]
-    n = len(view)
     while stack:
-        if pos >= n:
+        if pos >= len(view):
             raise ModelFormatError(f"{path}: group of field {stack[-1]} is not closed before the end")
-        key_at = pos
-        key, pos = _varint(view, pos, f"{path}: field key in a group")
-        inner, wire = key >> 3, key & 7
-        if not 1 <= inner <= _MAX_FIELD_NUMBER:
-            raise ModelFormatError(f"{path}: field number {inner} at byte {key_at} is invalid")
-        if wire == VARINT:
-            _, pos = _varint(view, pos, f"{path}: field {inner}")
-        elif wire in (I64, I32):
-            pos += 8 if wire == I64 else 4
-            if pos > n:
-                raise ModelFormatError(f"{path}: field {inner} at byte {key_at} is cut off by the end")
-        elif wire == LEN:
-            size, pos = _varint(view, pos, f"{path}: field {inner} length")
-            if size > n - pos:
-                raise ModelFormatError(f"{path}: field {inner} at byte {key_at} declares {size} bytes, "
-                                       f"{n - pos} remain")
-            pos += size
-        elif wire == SGROUP:
+        inner, wire, _, pos, key_at = _field(view, pos, path, " in a group")
+        if wire == SGROUP:
             if len(stack) >= _MAX_GROUP_DEPTH:
                 raise ModelFormatError(f"{path}: groups nested deeper than {_MAX_GROUP_DEPTH} at byte {key_at}")
             stack.append(inner)
@@ -268,6 +261,4 @@ def _skip_group(view: memoryview, pos: int, number: int, path: str) -> int:
                 raise ModelFormatError(f"{path}: end-group of field {inner} at byte {key_at} closes the group "
                                        f"of field {stack[-1]}")
             stack.pop()
-        else:
-            raise ModelFormatError(f"{path}: field {inner} at byte {key_at} has invalid wire type {wire}")
     return pos
