@@ -1,7 +1,7 @@
 """Tiny random-weight decoder LLMs exported with litert-torch: our own generative test models.
 
 usage:
-    python benchmarks/export_decoders.py [--out DIR] [--family F ...] [--variant V ...]
+    python benchmarks/export_decoders.py [--out DIR] [--size {tiny,small}] [--family F ...] [--variant V ...]
                                          [--composites {both,on,off}] [--layout L ...]
                                          [--list] [--force] [--no-check] [--no-bundle]
 
@@ -117,6 +117,16 @@ class TinyShape:
 
 
 TINY = TinyShape()
+# --size: ``tiny`` for the tests; ``small``, about 100M parameters (12 layers, hidden 768, 12
+# heads of 64 over 4 KV groups, FFN 2048, vocab 32000), the size of a real small LLM's compute
+# per token, for speed. Its tokenizer trained on the docs would not reach 32000 pieces, so
+# it is never bundled.
+SIZES = {
+    "tiny": TINY,
+    "small": TinyShape(num_layers=12, embedding_dim=768, num_heads=12, head_dim=64, num_query_groups=4,
+                       intermediate_size=2048, vocab_size=32000, kv_cache_max_len=512, prefill_len=64,
+                       sliding_window=32),
+}
 
 # Weight variant -> litert-torch's quantization flag (converter.QuantizationName values).
 VARIANTS = {
@@ -729,7 +739,8 @@ def check_litertlm_here(path: Path) -> dict:
 def run_check(kind: str, path: Path, timeout: float = 300) -> dict:
     """Runs one check in a fresh interpreter so a crash in native code is a result, not the
     end of the run; the child prints one JSON line last."""
-    cmd = [sys.executable, str(Path(__file__).resolve()), f"--check-{kind}", str(path)]
+    cmd = [sys.executable, str(Path(__file__).resolve()), f"--check-{kind}", str(path),
+           "--size", next(name for name, shape in SIZES.items() if shape == TINY)]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -774,9 +785,12 @@ def python_output_to_log(verbose: bool):
         log.debug("%s", buffer.getvalue())
 
 
-def default_out_dir() -> Path:
-    return Path(os.environ.get("LITEGPU_DECODERS_DIR",
-                               Path.home() / ".cache" / "litegpu" / "decoders"))
+def default_out_dir(size: str = "tiny") -> Path:
+    """``$LITEGPU_DECODERS_DIR`` for the tiny models, else ``~/.cache/litegpu/decoders``
+    (``decoders-<size>`` for the others)."""
+    if size == "tiny" and "LITEGPU_DECODERS_DIR" in os.environ:
+        return Path(os.environ["LITEGPU_DECODERS_DIR"])
+    return Path.home() / ".cache" / "litegpu" / ("decoders" if size == "tiny" else f"decoders-{size}")
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
@@ -916,6 +930,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=None,
                         help="output folder (default $LITEGPU_DECODERS_DIR or "
                              "~/.cache/litegpu/decoders)")
+    parser.add_argument("--size", choices=list(SIZES), default="tiny",
+                        help="tiny (the tests' models) or small (about 100M parameters, not bundled; "
+                             "default --out ~/.cache/litegpu/decoders-small)")
     parser.add_argument("--family", nargs="+", choices=list(FAMILIES), default=list(FAMILIES))
     parser.add_argument("--variant", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
     parser.add_argument("--composites", choices=("both", "on", "off"), default="both",
@@ -962,11 +979,13 @@ def main(argv: list[str] | None = None) -> int:
     if not args.verbose:
         for handler in logging.getLogger().handlers:
             handler.addFilter(_OwnOrErrors())
+    global TINY
+    TINY = SIZES[args.size]
     if args.check_tflite or args.check_litertlm:
         return _child_check(args)
-    out_dir = (args.out or default_out_dir()).expanduser()
+    out_dir = (args.out or default_out_dir(args.size)).expanduser()
     jobs = plan(args.family, args.variant, args.composites, args.layout)
-    bundles = [] if args.no_bundle else [job for job in jobs if job.bundled]
+    bundles = [] if args.no_bundle or args.size != "tiny" else [job for job in jobs if job.bundled]
     if args.list:
         print_plan(jobs, bundles, out_dir)
         return 0

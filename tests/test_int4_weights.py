@@ -29,12 +29,12 @@ def _blockwise_weights(b: ModelBuilder, shape: tuple[int, int], block: int, name
                    details=("BlockwiseQuantization", {"scales": s, "zero_points": -1, "block_size": block}))
 
 
-def hybrid_fc(rows: int, block: int, bias: bool = True) -> bytes:
+def hybrid_fc(rows: int, block: int, bias: bool = True, units: int = UNITS, depth: int = DEPTH) -> bytes:
     b = ModelBuilder()
-    x = b.input("x", (rows, DEPTH), np.float32)
-    w = _blockwise_weights(b, (UNITS, DEPTH), block)
-    bias_t = b.const("bias", RNG.standard_normal(UNITS).astype(np.float32)) if bias else -1
-    y = b.tensor("y", (rows, UNITS), np.float32)
+    x = b.input("x", (rows, depth), np.float32)
+    w = _blockwise_weights(b, (units, depth), block)
+    bias_t = b.const("bias", RNG.standard_normal(units).astype(np.float32)) if bias else -1
+    y = b.tensor("y", (rows, units), np.float32)
     b.op("FULLY_CONNECTED", [x, w, bias_t], [y], version=5, keep_num_dims=True)
     b.output(y)
     return b.build()
@@ -77,13 +77,38 @@ def _compare(data: bytes, feeds: list[np.ndarray], atol: float) -> None:
     np.testing.assert_allclose(got, want, rtol=0, atol=atol)
 
 
-@pytest.mark.parametrize("rows", [1, 5])
+@pytest.mark.parametrize("rows", [1, 5, 70])
 @pytest.mark.parametrize("block", [32, 128])
 def test_hybrid_fully_connected_with_blockwise_int4_weights(rows, block):
-    """Each input row quantized on the fly (XNNPACK's qd8), sums per block scaled by the
-    block's scale: the same numbers as LiteRT but for float32 rounding order."""
-    x = RNG.standard_normal((rows, DEPTH)).astype(np.float32)
-    _compare(hybrid_fc(rows, block), [x], atol=2e-5)
+    """Each input row quantized on the fly (XNNPACK's qd8), sums per block fused
+    multiply-added with the block's scale in XNNPACK's order: LiteRT's numbers to the bit,
+    for one row (a decode step), a few, and whole tiles with rows and columns left over."""
+    x = (3 * RNG.standard_normal((rows, 256))).astype(np.float32)
+    _compare(hybrid_fc(rows, block, units=37, depth=256), [x], atol=0)
+
+
+@pytest.mark.parametrize("block", [32, 128])
+def test_blockwise_reference_and_both_cpu_kernels_are_litert_to_the_bit(block):
+    """The op's hybrid reference and the cpu kernel with and without VNNI give LiteRT's
+    numbers; a host without VNNI runs the plain kernel only (there is nothing else to run)."""
+    from litegpu.ops.hybrid import _fc_hybrid
+    from litegpu.ops.registry import get_op
+    from litegpu_cpu.kernels.qb4w import BlockwiseQuantizedMatmul
+    from litegpu_cpu.kernels.qgemm import VNNI
+    rows, units, depth = 9, 40, 384
+    data = hybrid_fc(rows, block, units=units, depth=depth)
+    x = (2 * RNG.standard_normal((rows, depth))).astype(np.float32)
+    want = _run(lambda d: LiteRT(model_content=d), data, [x])
+    sg = load_model(data).subgraphs[0]
+    (fc,) = sg.nodes
+    attrs = get_op(fc.op).node_attrs(fc, sg.tensors)
+    w, bias = (sg.tensors[i].data for i in fc.inputs[1:3])
+    np.testing.assert_array_equal(_fc_hybrid([x, w, bias], attrs)[0], want)
+    for vnni in [False] + [True] * VNNI:
+        product = BlockwiseQuantizedMatmul(w, attrs["block_scale"], block, bias, -np.inf, np.inf, 2, vnni=vnni)
+        got = np.full((rows, units), 7.5, np.float32)
+        product.bind(x, got)()
+        np.testing.assert_array_equal(got, want, err_msg=f"vnni={vnni}")
 
 
 def test_weight_only_int4_is_dequantized_at_load():

@@ -250,34 +250,51 @@ def _fc_hybrid(inputs: list, attrs: dict) -> list[np.ndarray]:
     quantized on the fly (:func:`xnn_quantize_rows`), exact int32 sums with the int8
     weights, scaled back per row and output channel (:func:`xnn_dequantize_sums`), then
     clamped by the fused activation. Blockwise weights (INT4 LLM weights) as XNNPACK's
-    qd8-f32-qb4w: see :func:`xnn_blockwise_sums`."""
+    qd8-f32-qb4w: see :func:`xnn_blockwise_product`."""
     x, w = inputs[0], inputs[1]
     bias = inputs[2] if len(inputs) > 2 else None
     units, k = w.shape
-    rows, scale, _ = xnn_quantize_rows(np.asarray(x, F32).reshape(-1, k))
+    flat = np.asarray(x, F32).reshape(-1, k)
     if attrs.get("block_size"):
-        y = xnn_blockwise_sums(rows, w, attrs["block_scale"], attrs["block_size"]) * scale[:, None]
+        y = xnn_blockwise_product(flat, w, attrs["block_scale"], attrs["block_size"])
         if bias is not None:
             y = y + np.asarray(bias, F32)
     else:
+        rows, scale, _ = xnn_quantize_rows(flat)
         y = xnn_dequantize_sums(rows @ w.astype(np.float64).T, scale, attrs["weight_scale"], bias)
-    shape = (*x.shape[:-1], units) if attrs["keep_num_dims"] else (rows.shape[0], units)
+    shape = (*x.shape[:-1], units) if attrs["keep_num_dims"] else (flat.shape[0], units)
     return [_clamp(y, attrs["activation"]).reshape(shape)]
 
 
-def xnn_blockwise_sums(rows: np.ndarray, w: np.ndarray, scales: np.ndarray, block: int) -> np.ndarray:
-    """The sums of a qd8-f32-qb4w GEMM before the input scale: per row and output channel,
-    each block's exact integer sum of ``rows`` (the quantized input less its zero point,
-    [M, K]) times ``w`` ([N, K]), made float32 and multiplied by the block's scale
-    (``scales`` [N, K / block]), accumulated in float32 block by block. (XNNPACK sums the
-    raw codes and subtracts the zero point's share once, so the last bits may differ.)"""
-    m, (n, k) = rows.shape[0], w.shape
-    sums = np.einsum("mbk,nbk->mnb", rows.reshape(m, k // block, block), w.reshape(n, k // block, block).astype(
-        np.float64)).astype(F32) * scales[None].astype(F32)
-    out = np.zeros((m, n), F32)
+def blockwise_zero_point_sums(w: np.ndarray, scales: np.ndarray, block: int) -> np.ndarray:
+    """Each output channel's ``-sum_b scale_b sum w_b`` over the blocks of ``w`` ([N, K],
+    ``scales`` [N, K / block]) as XNNPACK's qb4w packing computes it: each block's product
+    rounded to float32, taken off a float32 running value block by block. A row's zero
+    point multiplies it to start the row's accumulators."""
+    n, k = w.shape
+    sums = w.reshape(n, k // block, block).sum(axis=2, dtype=np.int64).astype(F32)
+    out = np.zeros(n, F32)
     for b in range(k // block):
-        out += sums[:, :, b]
+        out = out - sums[:, b] * np.asarray(scales[:, b], F32)
     return out
+
+
+def xnn_blockwise_product(x: np.ndarray, w: np.ndarray, scales: np.ndarray, block: int) -> np.ndarray:
+    """XNNPACK's qd8-f32-qb4w GEMM of float rows ``x`` [M, K] with int4 ``w`` [N, K] scaled
+    per block (``scales`` [N, K / block], bf16-rounded), before the bias: each row quantized
+    (:func:`xnn_quantize_rows`); per row and channel a float32 accumulator starting at
+    :func:`blockwise_zero_point_sums` times ``128 + zp``; per block, the exact integer sum
+    of ``(q + 128) w`` fused multiply-added with the block's scale; times the row's scale.
+    (The fused multiply-add is the float64 product, exact, plus the accumulator, rounded
+    once to float32; only a float64 sum that lands on a float32 tie could differ.)"""
+    rows, scale, zp = xnn_quantize_rows(x)
+    m, (n, k) = rows.shape[0], w.shape
+    codes = (rows + (zp + 128)[:, None]).reshape(m, k // block, block)
+    sums = np.einsum("mbk,nbk->mnb", codes, w.reshape(n, k // block, block).astype(np.float64))
+    acc = blockwise_zero_point_sums(w, scales, block)[None, :] * (zp + 128).astype(F32)[:, None]
+    for b in range(k // block):
+        acc = (sums[:, :, b] * np.asarray(scales[:, b], np.float64) + acc).astype(F32)
+    return acc * scale[:, None]
 
 
 _attach("FULLY_CONNECTED", _fc_hybrid, _fc_attrs)

@@ -2,89 +2,180 @@
 weight scaled per block of K, float results (an LLM's INT4 FULLY_CONNECTED).
 
 XNNPACK's qd8-f32-qb4w arithmetic, as the op's hybrid reference has it
-(:func:`litegpu.ops.hybrid.xnn_blockwise_sums`): each input row quantized to int8 as for
-qc8w weights (:func:`.qd8gemm.bind_quantize_rows`, shared), then per row and output column,
-block by block, the exact integer sum of ``(q - zp) w`` over the block made float32 and
-multiplied by the block's scale, accumulated in float32; times the row's scale, plus the
-bias, clamped. The int4 values are kept as int8 (the reader unpacks them), one row of K per
-output column, so a block's 32 or 128 products are one vectorized loop over contiguous bytes.
+(:func:`litegpu.ops.hybrid.xnn_blockwise_product`), step for step so the results are
+LiteRT's to the bit:
+
+1. each input row quantized to int8 as for qc8w weights (:func:`.qd8gemm.bind_quantize_rows`,
+   shared with the other products that read the same tensor);
+2. per row and output column, a float32 accumulator starting at the column's packed
+   ``-sum_b scale_b sum w_b`` times the row's ``128 + zp``;
+3. per block of K: the integer sum of ``(q + 128) w`` over the block (the K loop of
+   :mod:`.qgemm`'s tiles, ``vpdpbusd`` where the host has it), made float32 and fused
+   multiply-added with the block's bf16-rounded scale into the accumulator;
+4. times the row's scale, plus the bias, clamped, stored.
+
+The int4 values are kept as int8 (the reader unpacks them), packed as :func:`.qgemm.pack`
+packs any int8 weight: a block of 32 or 128 K values is 8 or 32 of its K steps.
 """
 from __future__ import annotations
 
 import numpy as np
+from llvmlite import ir
 
 from litegpu.backend import NodeContext
+from litegpu.ops.hybrid import blockwise_zero_point_sums
 
+from ..jit import intrinsic, types
 from .common import clamp_bounds, optional_input
-from .qd8gemm import bind_quantize_rows
+from .packed import NR, VECTOR, carried_loop, clamp_vector, fma_function, load_vector, splat_vector, store_panel
+from .qd8gemm import SharedRowsProduct, tiled_rows
+from .qgemm import _ROW_PANELS, _SUMS, _TILE_PANELS, MR, VNNI, _task_share, k_steps, pack, split, tile_geometry
 from .registry import bindable
-from .tasks import bind_task, in_sequence, int8_pointer, int32_pointer, task_function
+from .tasks import bind_task, task_function
 from .threads import current as current_threads
 
-# Columns per task: enough work to be worth a task, few enough to share among threads.
-_COLUMNS_PER_TASK = 64
+_I64 = ir.IntType(64)
+_I32 = ir.IntType(32)
+
+
+def _tile_codegen(vnni: bool, rows: int, panels: int):
+    """The IR of a tile of ``rows`` rows x ``panels`` panels of 16 columns (the module
+    docstring's steps 2-4): float32 accumulators carried over the blocks, each block's
+    int32 sums carried over its K steps."""
+    def codegen(context, builder, signature, args):
+        (x_ptr, w_ptr, ksum_ptr, scale_ptr, bias_ptr, rowscale_ptr, rowc_ptr, out_ptr,
+         r_, last_, stride_, groups_, n_, p_, plast_, block_groups_, blocks_, lo_, hi_) = args
+        row_of, jbs, w_panels = tile_geometry(builder, rows, panels, r_, last_, p_, plast_, groups_)
+        x_rows = [builder.mul(row, stride_) for row in row_of]
+        row_cs = builder.bitcast(rowc_ptr, _I32.as_pointer())
+        fma = fma_function(builder)
+        ksums = [load_vector(builder, ksum_ptr, jb) for jb in jbs]
+        starts = []
+        for r in row_of:
+            c = splat_vector(builder, builder.sitofp(builder.load(builder.gep(row_cs, [r])), ir.FloatType()))
+            starts += [builder.fmul(ksum, c) for ksum in ksums]
+        # A panel's block scales are [blocks][16] floats from its column jb * blocks.
+        scale_rows = [builder.mul(jb, blocks_) for jb in jbs]
+        zeros = [ir.Constant(_SUMS, [0] * NR)] * (rows * panels)
+
+        def block(b, accs):
+            first = builder.mul(b, block_groups_)
+            x_block = [builder.add(x, builder.mul(first, ir.Constant(_I64, 4))) for x in x_rows]
+            step = k_steps(builder, vnni, panels, w_ptr, w_panels, x_ptr, x_block, first)
+            sums = carried_loop(builder, block_groups_, zeros, step, "qb4w.k")
+            at = builder.mul(b, ir.Constant(_I64, NR))
+            scales = [load_vector(builder, scale_ptr, builder.add(s, at)) for s in scale_rows]
+            return [builder.call(fma, [builder.sitofp(s, VECTOR), scales[i % panels], a])
+                    for i, (s, a) in enumerate(zip(sums, accs))]
+
+        accs = carried_loop(builder, blocks_, starts, block, "qb4w.block")
+        lo, hi = splat_vector(builder, lo_), splat_vector(builder, hi_)
+        for j, jb in enumerate(jbs):
+            bias = load_vector(builder, bias_ptr, jb)
+            left = builder.sub(n_, jb)
+            whole = builder.icmp_signed(">=", left, ir.Constant(_I64, NR))
+            for i, r in enumerate(row_of):
+                scale = splat_vector(builder, builder.load(builder.gep(rowscale_ptr, [r])))
+                value = builder.fadd(builder.fmul(accs[i * panels + j], scale), bias)
+                store_panel(builder, clamp_vector(builder, value, lo, hi), out_ptr,
+                            builder.add(builder.mul(r, n_), jb), whole, left)
+        return context.get_dummy_value()
+    return codegen
+
+
+def _make_tile(vnni: bool, rows: int, panels: int):
+    @intrinsic
+    def tile(typingctx, xp, wp, ksump, scalep, biasp, rowscalep, rowcp, outp, r, last, stride, groups, n, p,
+             plast, block_groups, blocks, lo, hi):
+        """``rows`` rows from ``r`` (clamped to ``last``) x ``panels`` panels from ``p``
+        (clamped to ``plast``) of the blockwise product, ``blocks`` blocks of
+        ``block_groups`` K steps of four, clamped to [lo, hi]."""
+        sig = types.void(xp, wp, ksump, scalep, biasp, rowscalep, rowcp, outp, *[types.int64] * 9,
+                         types.float32, types.float32)
+        return sig, _tile_codegen(vnni, rows, panels)
+    return tile
+
+
+_tile_vnni, _row_vnni = _make_tile(True, MR, _TILE_PANELS), _make_tile(True, 1, _ROW_PANELS)
+_tile_plain, _row_plain = _make_tile(False, MR, _TILE_PANELS), _make_tile(False, 1, _ROW_PANELS)
+
+
+# One task function per instruction set, as in .qgemm: the VNNI one is never compiled on
+# a host without it. ``ip``: .qgemm._qgemm_vnni's first eight, then K steps per block and
+# blocks; ``fp``: the clamp's lo, hi.
+@task_function(requires=("avx512vnni",))
+def _qb4w_vnni(t, qp, wp, ksump, scalep, biasp, rowscalep, rowcp, outp, ip, fp):
+    """Task ``t`` of the blockwise product with ``vpdpbusd``."""
+    r0, r1, p0, p1 = _task_share(t, ip)
+    tiled = tiled_rows(r0, r1)
+    for p in range(p0, p1, _TILE_PANELS):
+        for r in range(r0, tiled, MR):
+            _tile_vnni(qp, wp, ksump, scalep, biasp, rowscalep, rowcp, outp, r, r1 - 1, ip[3], ip[1], ip[2],
+                       p, p1 - 1, ip[8], ip[9], fp[0], fp[1])
+    for r in range(tiled, r1):
+        for p in range(p0, p1, _ROW_PANELS):
+            _row_vnni(qp, wp, ksump, scalep, biasp, rowscalep, rowcp, outp, r, r, ip[3], ip[1], ip[2],
+                      p, p1 - 1, ip[8], ip[9], fp[0], fp[1])
 
 
 @task_function()
-def _qb4w_task(t, qp, wp, wsump, scalep, biasp, rowscalep, rowcp, outp, ip, fp):
-    """Columns ``[t * chunk, (t + 1) * chunk)`` of every row. ``ip``: M, K4 (q's row stride),
-    N, K, block, blocks, chunk; ``fp``: the clamp's low and high. ``wsump``: each column's
-    sum of w per block (int32 [N, blocks]), so ``sum (q - zp) w = sum q w - zp * sum w``."""
-    m, k4, n, k, block, blocks, chunk = ip[0], ip[1], ip[2], ip[3], ip[4], ip[5], ip[6]
-    q, w, wsum, c = int8_pointer(qp), int8_pointer(wp), int32_pointer(wsump), int32_pointer(rowcp)
-    lo, hi = fp[0], fp[1]
-    for col in range(t * chunk, min((t + 1) * chunk, n)):
-        for r in range(m):
-            zp = np.int32(c[r] - 128)
-            acc = np.float32(0)
-            for b in range(blocks):
-                s = np.int32(0)
-                for i in range(b * block, (b + 1) * block):
-                    s += np.int32(q[r * k4 + i]) * np.int32(w[col * k + i])
-                acc += np.float32(s - zp * wsum[col * blocks + b]) * scalep[col * blocks + b]
-            y = acc * rowscalep[r] + biasp[col]
-            outp[r * n + col] = min(max(y, lo), hi)
+def _qb4w_plain(t, qp, wp, ksump, scalep, biasp, rowscalep, rowcp, outp, ip, fp):
+    """:func:`_qb4w_vnni` in plain LLVM vector arithmetic."""
+    r0, r1, p0, p1 = _task_share(t, ip)
+    tiled = tiled_rows(r0, r1)
+    for p in range(p0, p1, _TILE_PANELS):
+        for r in range(r0, tiled, MR):
+            _tile_plain(qp, wp, ksump, scalep, biasp, rowscalep, rowcp, outp, r, r1 - 1, ip[3], ip[1], ip[2],
+                        p, p1 - 1, ip[8], ip[9], fp[0], fp[1])
+    for r in range(tiled, r1):
+        for p in range(p0, p1, _ROW_PANELS):
+            _row_plain(qp, wp, ksump, scalep, biasp, rowscalep, rowcp, outp, r, r, ip[3], ip[1], ip[2],
+                       p, p1 - 1, ip[8], ip[9], fp[0], fp[1])
 
 
-class BlockwiseQuantizedMatmul:
+class BlockwiseQuantizedMatmul(SharedRowsProduct):
     """``bind(x [M, K] float32, out [M, N] float32) -> call``: x times the int8-held int4
     ``w_nk`` [N, K] with float32 ``scales`` [N, K / block] (already bf16-rounded, as XNNPACK
-    packs them), ``bias`` (or None), clamped to ``[lo, hi]``."""
+    packs them), ``bias`` (or None), clamped to ``[lo, hi]``; packed here once."""
 
     def __init__(self, w_nk: np.ndarray, scales: np.ndarray, block: int, bias: np.ndarray | None, lo: float,
-                 hi: float, threads: int) -> None:
+                 hi: float, threads: int, vnni: bool | None = None) -> None:
         n, k = w_nk.shape
-        if k % block or scales.shape != (n, k // block):
+        if block % 4 or k % block or scales.shape != (n, k // block):
             raise ValueError(f"blockwise weights {w_nk.shape} with scales {scales.shape} and block {block}")
-        self.n, self.k, self.block, self.threads = n, k, block, threads
-        self.weights = np.ascontiguousarray(w_nk, np.int8)
-        self.wsums = np.ascontiguousarray(self.weights.reshape(n, k // block, block).sum(axis=2, dtype=np.int32))
-        self.scales = np.ascontiguousarray(scales, np.float32)
-        self.bias = np.zeros(n, np.float32) if bias is None else np.ascontiguousarray(bias, np.float32).reshape(n)
+        super().__init__(k, threads)
+        self.n, self.block = n, block
+        w_nk = np.asarray(w_nk, np.int8)
+        self.weights = pack(np.ascontiguousarray(w_nk.T))
+        panels, blocks = self.weights.shape[0], k // block
+        padded = np.zeros((panels * NR, blocks), np.float32)
+        padded[:n] = scales
+        self.scales = np.ascontiguousarray(padded.reshape(panels, NR, blocks).transpose(0, 2, 1))
+        self.ksums = np.zeros(panels * NR, np.float32)
+        self.ksums[:n] = blockwise_zero_point_sums(w_nk, scales, block)
+        self.bias = np.zeros(panels * NR, np.float32)
+        if bias is not None:
+            self.bias[:n] = np.asarray(bias, np.float32).reshape(-1)
         self.clamp = np.array([lo, hi], np.float32)
-        self._rows: dict[int, tuple] = {}
+        self.task = _qb4w_vnni if (VNNI if vnni is None else vnni) else _qb4w_plain
 
-    def bind(self, x: np.ndarray, out: np.ndarray):
+    def bind_quantized(self, q: np.ndarray, row_scale: np.ndarray, row_c: np.ndarray, out: np.ndarray):
+        """The product alone, on rows quantized elsewhere (see :class:`.qd8gemm.SharedRowsProduct`)."""
         m = out.shape[0]
-        if x.shape != (m, self.k) or out.shape != (m, self.n):
-            raise ValueError(f"blockwise product [M, {self.k}] -> [M, {self.n}] given {x.shape} -> {out.shape}")
-        if m not in self._rows:
-            k4 = -(-self.k // 4) * 4
-            self._rows[m] = (np.empty((m, k4), np.int8), np.empty(m, np.float32), np.empty(m, np.int32))
-        q, row_scale, row_c = self._rows[m]
-        chunk = _COLUMNS_PER_TASK
-        params = np.array([m, q.shape[1], self.n, self.k, self.block, self.k // self.block, chunk], np.int64)
-        product = bind_task(_qb4w_task, -(-self.n // chunk),
-                            (q, self.weights, self.wsums, self.scales, self.bias, row_scale, row_c), (out,),
-                            params, self.clamp, dtypes=(np.int8, np.int8, np.int32, np.float32, np.float32,
-                                                        np.float32, np.int32, np.float32))
-        return in_sequence([bind_quantize_rows(x, q, row_scale, row_c, self.threads), product])
+        if q.shape != (m, self.k) or row_scale.shape != (m,) or row_c.shape != (m,) or out.shape != (m, self.n):
+            raise ValueError(f"blockwise product [M, {self.k}] -> [M, {self.n}] given {q.shape} -> {out.shape}")
+        rows = split(m, self.n, self.k, self.threads)
+        params = np.array([m, self.k // 4, self.n, self.k, *rows, self.block // 4, self.k // self.block], np.int64)
+        return bind_task(self.task, rows[1] * rows[3],
+                         (q, self.weights, self.ksums, self.scales, self.bias, row_scale, row_c), (out,),
+                         params, self.clamp, dtypes=(np.int8, np.int8, np.float32, np.float32, np.float32,
+                                                     np.float32, np.int32, np.float32))
 
 
 def blockwise_fully_connected(ctx: NodeContext):
     """The kernel of a hybrid FULLY_CONNECTED with blockwise (INT4) weights, or None."""
     w_spec, bias_spec = ctx.inputs[1], optional_input(ctx, 2)
-    if w_spec.value is None or np.asarray(w_spec.value).ndim != 2 \
+    if w_spec.value is None or np.asarray(w_spec.value).ndim != 2 or ctx.attrs["block_size"] % 4 \
             or np.dtype(ctx.inputs[0].dtype) != np.float32 or np.dtype(ctx.outputs[0].dtype) != np.float32:
         return None
     if bias_spec is not None and (bias_spec.value is None or np.dtype(bias_spec.dtype) != np.float32):
@@ -95,4 +186,6 @@ def blockwise_fully_connected(ctx: NodeContext):
     lo, hi = clamp_bounds(ctx.attrs["activation"])
     product = BlockwiseQuantizedMatmul(w, ctx.attrs["block_scale"], ctx.attrs["block_size"],
                                        None if bias_spec is None else bias_spec.value, lo, hi, current_threads())
-    return bindable(lambda inputs, outputs: product.bind(inputs[0].reshape(m, k), outputs[0].reshape(m, n)))
+    run = bindable(lambda inputs, outputs: product.bind(inputs[0].reshape(m, k), outputs[0].reshape(m, n)))
+    run.quantized_rows = product      # for the backend to pair products reading one x
+    return run

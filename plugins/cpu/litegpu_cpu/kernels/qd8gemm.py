@@ -146,7 +146,7 @@ _itile_plain, _irow_plain = _make_indirect_tile(False, MR, _TILE_PANELS), _make_
 
 
 @njit(cache=True, inline="always")
-def _tiled_rows(r0, r1):
+def tiled_rows(r0, r1):
     """Where the tiles of MR rows end in rows ``r0 .. r1``: after the last whole tile, or at
     ``r1`` when the rows left over make half a tile or more. Those then go in one more tile
     (its rows past ``r1`` repeat the last) on the panels whose weights are in cache, rather
@@ -164,7 +164,7 @@ def _qd8_vnni(t, qp, wp, colsump, wscalep, biasp, rowscalep, rowcp, outp, ip, fp
     """Task ``t`` of the product (``ip`` as :func:`.qgemm._qgemm_vnni`'s first eight; ``fp``:
     the clamp's lo, hi)."""
     r0, r1, p0, p1 = _task_share(t, ip)
-    tiled = _tiled_rows(r0, r1)
+    tiled = tiled_rows(r0, r1)
     for p in range(p0, p1, _TILE_PANELS):
         for r in range(r0, tiled, MR):
             _tile_vnni(qp, wp, colsump, wscalep, biasp, rowscalep, rowcp, outp, r, r1 - 1, ip[3], ip[1], ip[2],
@@ -179,7 +179,7 @@ def _qd8_vnni(t, qp, wp, colsump, wscalep, biasp, rowscalep, rowcp, outp, ip, fp
 def _qd8_plain(t, qp, wp, colsump, wscalep, biasp, rowscalep, rowcp, outp, ip, fp):
     """:func:`_qd8_vnni` in plain LLVM vector arithmetic."""
     r0, r1, p0, p1 = _task_share(t, ip)
-    tiled = _tiled_rows(r0, r1)
+    tiled = tiled_rows(r0, r1)
     for p in range(p0, p1, _TILE_PANELS):
         for r in range(r0, tiled, MR):
             _tile_plain(qp, wp, colsump, wscalep, biasp, rowscalep, rowcp, outp, r, r1 - 1, ip[3], ip[1], ip[2],
@@ -194,7 +194,7 @@ def _qd8_plain(t, qp, wp, colsump, wscalep, biasp, rowscalep, rowcp, outp, ip, f
 def _qd8_indirect_vnni(t, qp, wp, colsump, wscalep, biasp, rowscalep, rowcp, outp, ip, fp):
     """:func:`_qd8_vnni` with indirect tiles (``q``: the quantized images)."""
     r0, r1, p0, p1 = _task_share(t, ip)
-    tiled = _tiled_rows(r0, r1)
+    tiled = tiled_rows(r0, r1)
     for p in range(p0, p1, _TILE_PANELS):
         for r in range(r0, tiled, MR):
             _itile_vnni(qp, wp, colsump, wscalep, biasp, rowscalep, rowcp, outp, ip, r, r1 - 1, ip[2], p, p1 - 1,
@@ -209,7 +209,7 @@ def _qd8_indirect_vnni(t, qp, wp, colsump, wscalep, biasp, rowscalep, rowcp, out
 def _qd8_indirect_plain(t, qp, wp, colsump, wscalep, biasp, rowscalep, rowcp, outp, ip, fp):
     """:func:`_qd8_indirect_vnni` in plain LLVM vector arithmetic."""
     r0, r1, p0, p1 = _task_share(t, ip)
-    tiled = _tiled_rows(r0, r1)
+    tiled = tiled_rows(r0, r1)
     for p in range(p0, p1, _TILE_PANELS):
         for r in range(r0, tiled, MR):
             _itile_plain(qp, wp, colsump, wscalep, biasp, rowscalep, rowcp, outp, ip, r, r1 - 1, ip[2], p, p1 - 1,
@@ -339,15 +339,61 @@ def bind_quantize_rows(x: np.ndarray, q: np.ndarray, scale: np.ndarray, correcti
                            q.shape[1], repeat, threads)
 
 
-class DynamicQuantizedMatmul:
-    """``bind(x [M, K] float32, out [M, N] float32) -> call`` computing XNNPACK's
-    qd8-f32-qc8w product of x with the constant int8 ``w_kn`` [K, N] (symmetric), float32
-    ``weight_scale`` per column, float32 ``bias`` (or None), clamped to ``[lo, hi]``,
-    packed here once; ``threads``: the threads the tasks are cut for.
+class SharedRowsProduct:
+    """A product of float rows x [M, K] quantized on the fly (:func:`bind_quantize_rows`)
+    with a constant weight: ``bind(x, out) -> call`` quantizes x, then runs
+    :meth:`bind_quantized` (the subclass's product) on the quantized rows.
 
     Products that read the same x (a transformer's query, key and value projections)
     need x quantized once: :meth:`read_rows_of` makes this product use another's
     quantized rows instead of quantizing x itself."""
+
+    def __init__(self, k: int, threads: int) -> None:
+        self.k, self.threads = k, threads
+        self._rows: dict[int, tuple] = {}       # M -> x's quantized rows, their scales and corrections
+        self._source: SharedRowsProduct | None = None
+
+    def read_rows_of(self, source: "SharedRowsProduct") -> None:
+        """Read the quantized rows ``source`` writes (same K) instead of quantizing x here.
+        The caller promises that ``source`` runs first in every run, on the same x: the
+        cpu backend pairs the products of one program that read one tensor."""
+        if source.k != self.k or source is self:
+            raise ValueError("products share quantized rows of one K only")
+        self._source = source
+
+    def rows(self, m: int) -> tuple:
+        """The scratch x's quantized rows go into, for M rows (K rounded up to 4): made
+        once, so every binding of this product (and of those reading its rows) uses the
+        same arrays."""
+        if m not in self._rows:
+            self._rows[m] = (np.empty((m, -(-self.k // 4) * 4), np.int8), np.empty(m, np.float32),
+                             np.empty(m, np.int32))
+        return self._rows[m]
+
+    def bind(self, x: np.ndarray, out: np.ndarray):
+        """The call on these arrays: x quantized into :meth:`rows` (unless another product
+        does it, see :meth:`read_rows_of`), then the product."""
+        m = out.shape[0]
+        if x.shape != (m, self.k) or out.shape[0] != m:
+            raise ValueError(f"dynamically quantized product [M, {self.k}] given {x.shape} -> {out.shape}")
+        q, row_scale, row_c = (self._source or self).rows(m)
+        product = self.bind_quantized(q, row_scale, row_c, out)
+        if self._source is not None:
+            return product
+        return in_sequence([bind_quantize_rows(x, q, row_scale, row_c, self.threads), product])
+
+    def bind_quantized(self, q: np.ndarray, row_scale: np.ndarray, row_c: np.ndarray, out: np.ndarray):
+        """The product alone, on rows quantized elsewhere: int8 ``q`` [M, K4] (K rounded up
+        to 4, zeros past K), each row's float32 scale and int32 correction factor ``128 +
+        zp`` [M] (what :func:`bind_quantize_rows` writes)."""
+        raise NotImplementedError
+
+
+class DynamicQuantizedMatmul(SharedRowsProduct):
+    """``bind(x [M, K] float32, out [M, N] float32) -> call`` computing XNNPACK's
+    qd8-f32-qc8w product of x with the constant int8 ``w_kn`` [K, N] (symmetric), float32
+    ``weight_scale`` per column, float32 ``bias`` (or None), clamped to ``[lo, hi]``,
+    packed here once; ``threads``: the threads the tasks are cut for."""
 
     def __init__(self, w_kn: np.ndarray, weight_scale: np.ndarray, bias: np.ndarray | None, lo: float, hi: float,
                  threads: int, vnni: bool | None = None) -> None:
@@ -355,7 +401,8 @@ class DynamicQuantizedMatmul:
         if w_kn.dtype != np.int8 or k == 0 or n == 0:
             raise ValueError(f"dynamically quantized product takes a non-empty int8 weight, not "
                              f"{w_kn.dtype} {w_kn.shape}")
-        self.k, self.n, self.threads = k, n, threads
+        super().__init__(k, threads)
+        self.n = n
         self.weights = pack(w_kn)
         columns = self.weights.shape[0] * NR
         self.colsums = np.zeros(columns, np.int32)
@@ -369,37 +416,6 @@ class DynamicQuantizedMatmul:
         vnni = VNNI if vnni is None else vnni
         self.task = _qd8_vnni if vnni else _qd8_plain
         self.indirect_task = _qd8_indirect_vnni if vnni else _qd8_indirect_plain
-        self._rows: dict[int, tuple] = {}       # M -> x's quantized rows, their scales and corrections
-        self._source: DynamicQuantizedMatmul | None = None
-
-    def read_rows_of(self, source: "DynamicQuantizedMatmul") -> None:
-        """Read the quantized rows ``source`` writes (same K) instead of quantizing x here.
-        The caller promises that ``source`` runs first in every run, on the same x: the
-        cpu backend pairs the products of one program that read one tensor."""
-        if source.k != self.k or source is self:
-            raise ValueError("products share quantized rows of one K only")
-        self._source = source
-
-    def rows(self, m: int) -> tuple:
-        """The scratch x's quantized rows go into, for M rows: made once, so every binding
-        of this product (and of those reading its rows) uses the same arrays."""
-        if m not in self._rows:
-            k4 = self.weights.shape[1] * 4
-            self._rows[m] = (np.empty((m, k4), np.int8), np.empty(m, np.float32), np.empty(m, np.int32))
-        return self._rows[m]
-
-    def bind(self, x: np.ndarray, out: np.ndarray):
-        """The call on these arrays: x quantized into :meth:`rows` (unless another product
-        does it, see :meth:`read_rows_of`), then the product."""
-        m = out.shape[0]
-        if x.shape != (m, self.k) or out.shape != (m, self.n):
-            raise ValueError(f"dynamically quantized product [M, {self.k}] -> [M, {self.n}] given {x.shape} -> "
-                             f"{out.shape}")
-        q, row_scale, row_c = (self._source or self).rows(m)
-        product = self.bind_quantized(q, row_scale, row_c, out)
-        if self._source is not None:
-            return product
-        return in_sequence([bind_quantize_rows(x, q, row_scale, row_c, self.threads), product])
 
     def bind_quantized(self, q: np.ndarray, row_scale: np.ndarray, row_c: np.ndarray, out: np.ndarray):
         """The product alone, on rows quantized elsewhere: int8 ``q`` [M, K4] (K rounded up
