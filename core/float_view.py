@@ -7,7 +7,12 @@ the tensor's integer grid, clamp to its type's range, back to float) keeps activ
 on the values the model learned. :func:`float_view` rewrites a model that way; the
 result is an ordinary float model every backend runs with its float kernels (a GPU
 backend folds ``QUANT_SIM`` into the producing kernel's store like any elementwise
-follower). Dynamic-range (hybrid) models just get their weights dequantized.
+follower). Dynamic-range (hybrid) models get their weights dequantized, and the input
+of each hybrid FULLY_CONNECTED is quantized row by row on the fly as XNNPACK does
+(``ROW_QUANT_SIM``: the row's int8 grid and back, every step in float32), so the float
+product sees the integers LiteRT's sees (blockwise weights with XNNPACK's bf16-rounded
+block scales): the same result but for float32 rounding order, where the weights
+dequantized alone leave the input's quantization error out (1-3 % of a decoder's logits).
 
 Where float arithmetic on real values would drift from LiteRT's integers, the view
 computes on the integers themselves, still in float:
@@ -573,6 +578,7 @@ class _Rewrite:
         self.plans = {node.index: _plan(node, sg.tensors) for node in sg.nodes}
         self.grid = self._grid_form_tensors()
         self.grid_of: dict[int, int] = {}   # real-form tensor -> its rounded grid form
+        self.rows_quantized: dict[int, int] = {}   # a hybrid product's input -> its ROW_QUANT_SIM
         edges = set(sg.inputs) | set(sg.outputs)
         # Where each quantized tensor's float value lives: in place, except at the edges,
         # whose integer tensors stay for the caller.
@@ -699,12 +705,41 @@ class _Rewrite:
                 self.softmax16(node, plan)
             elif plan == "pass" and node.inputs[0] in self.grid:
                 self.nodes.append(replace(node, inputs=self.mapped(node.inputs)))
-            else:
+            elif not self.hybrid_product(node):
                 self.simulated(node)
         for o in sg.outputs:
             if o in self.real:
                 self.add("QUANTIZE", (self.real[o],), (o,))
         return replace(sg, tensors=tuple(self.tensors), nodes=tuple(self.nodes)), self.next_node
+
+    def hybrid_product(self, node: Node) -> bool:
+        """A hybrid FULLY_CONNECTED as XNNPACK runs it (see the module docstring): its input
+        through ``ROW_QUANT_SIM`` (once per input tensor), times the dequantized weights;
+        False (nothing added) for any other node."""
+        tensors = self.sg.tensors
+        if node.op != "FULLY_CONNECTED" or len(node.inputs) < 2 or min(node.inputs[:2]) < 0:
+            return False
+        try:
+            attrs = get_op(node.op).node_attrs(node, tensors)
+        except LiteGpuError:
+            return False
+        w = tensors[node.inputs[1]]
+        x = tensors[node.inputs[0]]
+        if not attrs.get("hybrid") or w.data is None or w.data.ndim != 2 or not x.shape \
+                or x.shape[-1] != w.data.shape[1]:
+            return False
+        inputs = list(self.mapped(node.inputs))
+        if node.inputs[0] not in self.rows_quantized:
+            rows = self.new_tensor(self.tensors[inputs[0]], f"{x.name}/rows_quantized")
+            self.add("ROW_QUANT_SIM", (inputs[0],), (rows,))
+            self.rows_quantized[node.inputs[0]] = rows
+        inputs[0] = self.rows_quantized[node.inputs[0]]
+        if attrs.get("block_size"):
+            scales = np.repeat(attrs["block_scale"], attrs["block_size"], axis=1)
+            inputs[1] = self.new_tensor(self.tensors[inputs[1]], f"{w.name}/bf16_scaled",
+                                        w.data.astype(np.float32) * scales, False)
+        self.nodes.append(replace(node, inputs=tuple(inputs)))
+        return True
 
     def simulated(self, node: Node) -> None:
         """The float op, then QUANT_SIM onto each quantized output's grid."""
@@ -1020,6 +1055,20 @@ def quant_lut(x: np.ndarray, table: np.ndarray, attrs: dict) -> np.ndarray:
     return np.asarray(table, np.float32).reshape(-1)[k]
 
 
+def row_quant_sim(x: np.ndarray) -> np.ndarray:
+    """Each row of ``x``'s last axis quantized to int8 as XNNPACK's dynamic quantization
+    (:func:`litegpu.ops.hybrid.xnn_quantize_rows`) and back: ``(q - zp) * scale``, float32."""
+    from .ops.hybrid import xnn_quantize_rows   # (the ops package imports this module's ops late)
+    x = np.asarray(x, F32)
+    if x.size == 0:
+        return x.copy()
+    rows, scale, _ = xnn_quantize_rows(x.reshape(-1, x.shape[-1]))
+    return (rows * scale[:, None]).astype(F32).reshape(x.shape)
+
+
+register(OpDef(name="ROW_QUANT_SIM", attrs=lambda node, tensors: {}, infer=_same_shape_f32,
+               reference=lambda inputs, attrs: [row_quant_sim(inputs[0])],
+               doc="A hybrid product's input quantized row by row as XNNPACK does, and back to float."))
 register(OpDef(name="QUANT_SIM", attrs=_sim_attrs, infer=_same_shape_f32,
                reference=lambda inputs, attrs: [quant_sim(inputs[0], attrs)],
                doc="Quantization simulation of the float view: round to a tensor's integer grid and back."))
@@ -1124,4 +1173,5 @@ register(OpDef(name="QUANT_LUT", attrs=_lut_attrs, infer=_same_shape_f32,
 
 
 __all__ = ["EXACT_SUMS", "GRID_BINARY", "LOOKUP_OPS", "MODE", "PASS_THROUGH", "float_view", "grid_add", "grid_mul",
-           "grid_mul_round", "grid_requant16", "inv_floor_pow2", "is_quantized_model", "quant_lut", "quant_sim"]
+           "grid_mul_round", "grid_requant16", "inv_floor_pow2", "is_quantized_model", "quant_lut", "quant_sim",
+           "row_quant_sim"]

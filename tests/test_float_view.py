@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import litegpu
-from litegpu.float_view import float_view, grid_add, grid_mul, grid_requant16, quant_lut, quant_sim
+from litegpu.float_view import float_view, grid_add, grid_mul, grid_requant16, quant_lut, quant_sim, row_quant_sim
 from litegpu.testing.builder import ModelBuilder
 
 from test_ops_quantized import q8, run_both, weights
@@ -349,23 +349,56 @@ def test_int8_ops_on_opencl_land_on_litert_integers(opencl, fp16: bool) -> None:
         assert np.count_nonzero(diff) <= (0.01 if not fp16 else 0.05) * g.size
 
 
-def test_hybrid_model_runs_in_float_on_opencl(opencl) -> None:
-    rng = np.random.default_rng(RNG_SEED)
+def hybrid_fc_pair(rng, block: int | None) -> bytes:
+    """Two hybrid FULLY_CONNECTED reading one input (int8 per-channel weights, or INT4
+    with a scale per ``block`` of K, fp16 scales not all bf16-exact), one output each."""
     b = ModelBuilder()
-    x = b.input("x", (2, 16), np.float32)
-    w = b.const("w", weights(rng, (5, 16)), scale=rng.uniform(0.01, 0.02, 5).astype(np.float32),
-                zero_point=[0] * 5, quantized_dimension=0)
-    y = b.tensor("y", (2, 5), np.float32)
-    b.op("FULLY_CONNECTED", [x, w, b.const("b", rng.standard_normal(5).astype(np.float32))], [y],
-         asymmetric_quantize_inputs=True)
-    b.output(y)
-    model = b.build()
-    inputs = [rng.standard_normal((2, 16)).astype(np.float32)]
-    (got,), report = on_opencl(model, inputs)
+    x = b.input("x", (3, 64), np.float32)
+    outs = []
+    for k in range(2):
+        if block is None:
+            w = b.const(f"w{k}", weights(rng, (5, 64)), scale=rng.uniform(0.01, 0.02, 5).astype(np.float32),
+                        zero_point=[0] * 5, quantized_dimension=0)
+        else:
+            s = b.const(f"s{k}", rng.uniform(0.01, 0.05, (5, 64 // block)).astype(np.float16))
+            w = b.const(f"w{k}", rng.integers(-8, 8, (5, 64)).astype(np.int8), "INT4", quantized_dimension=0,
+                        details=("BlockwiseQuantization", {"scales": s, "zero_points": -1, "block_size": block}))
+        y = b.tensor(f"y{k}", (3, 5), np.float32)
+        b.op("FULLY_CONNECTED", [x, w, b.const(f"b{k}", rng.standard_normal(5).astype(np.float32))], [y],
+             asymmetric_quantize_inputs=True)
+        outs.append(y)
+    for y in outs:
+        b.output(y)
+    return b.build()
+
+
+@pytest.mark.parametrize("block", [None, 32])
+def test_hybrid_model_quantizes_its_input_rows_on_opencl(opencl, block) -> None:
+    """The input rows quantized as XNNPACK does (one ROW_QUANT_SIM for both products), the
+    float product of those integers with the weights: LiteRT's result but for float32
+    rounding order. (Without the row quantization the outputs were 2 % off.)"""
+    rng = np.random.default_rng(RNG_SEED)
+    model = hybrid_fc_pair(rng, block)
+    view = float_view(litegpu.model.load_model(model)).subgraphs[0]
+    assert [n.op for n in view.nodes] == ["ROW_QUANT_SIM", "FULLY_CONNECTED", "FULLY_CONNECTED"]
+    inputs = [(3 * rng.standard_normal((3, 64))).astype(np.float32)]
+    got, report = on_opencl(model, inputs)
     assert report.nodes_on("cpu") == 0
-    _, (want,) = run_both(model, inputs)
-    # LiteRT quantizes the input rows to int8 on the fly; the float view does not.
-    np.testing.assert_allclose(got, want, atol=0.02 * np.abs(want).max())
+    _, want = run_both(model, inputs)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=0, atol=2e-6 * np.abs(w).max())
+
+
+def test_row_quant_sim_is_xnnpacks_dynamic_quantization() -> None:
+    """Each row on its own int8 grid: a row's extremes land on codes -128 and 127 (0 is in
+    range), a row of zeros stays zeros, a NaN becomes the zero point (0)."""
+    x = np.array([[-1.0, 0.25, 3.0, 0.1], [0.0, 0.0, 0.0, 0.0], [2.0, np.nan, 1.0, 0.5]], np.float32)
+    y = row_quant_sim(x)
+    scale = np.float32(1) / (np.float32(255) / np.float32(4.0))
+    np.testing.assert_allclose(y[0], np.rint(x[0] / scale) * scale, rtol=1e-6)
+    assert y[0, 0] == -1.0 or abs(y[0, 0] + 1.0) <= scale / 2
+    np.testing.assert_array_equal(y[1], 0.0)
+    assert y[2, 1] == 0.0 and abs(y[2, 0] - 2.0) <= np.float32(2) / 255
 
 
 def test_full_precision_marks_what_half_storage_would_change() -> None:

@@ -70,8 +70,8 @@ def xnn_quantize_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndar
     """
     x = np.asarray(rows, F32)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        lo = np.minimum(F32(0), x.min(axis=1))
-        hi = np.maximum(F32(0), x.max(axis=1))
+        lo = np.fmin(F32(0), np.fmin.reduce(x, axis=1))     # NaNs skipped, as the cpu kernel does
+        hi = np.fmax(F32(0), np.fmax.reduce(x, axis=1))
         inv = np.where(lo == hi, F32(1), F32(255) / (hi - lo)).astype(F32)
         low_scaled, high_scaled = lo * inv, hi * inv
         from_min = F32(-128) + low_scaled
