@@ -5,7 +5,9 @@ For each decoder (``.tflite`` with prefill/decode signatures, or ``.litertlm``) 
 backend, from the same prompt ids:
 
 - agreement: greedy tokens for ``--steps`` decode steps, and the largest logit error
-  (absolute, and relative to LiteRT's largest logit);
+  (absolute, and relative to LiteRT's largest logit) over the steps both runs were fed the
+  same tokens; where they split, the margin between LiteRT's two best logits there (a
+  split on a near tie is a rounding difference, not a wrong answer);
 - speed, in one process, alternating blocks (each warmed first, ``--rounds`` rounds, the
   best block): prefill tokens/s (one prefill chunk of the longest prefill signature) and
   decode tokens/s (``--block`` decode steps from the same position).
@@ -55,8 +57,13 @@ def agreement(path: Path, backend: str, threads: int, steps: int) -> dict:
         results.append((tokens, np.array(logits)))
     (want_tokens, want), (got_tokens, got) = results
     same = next((i for i, (a, b) in enumerate(zip(want_tokens, got_tokens)) if a != b), len(want_tokens))
-    err = float(np.abs(got - want).max())
-    return {"agree": same, "steps": len(want_tokens), "max_abs": err, "max_rel": err / float(np.abs(want).max())}
+    # Logits are compared while both runs have fed the same tokens: up to and including the
+    # step where they first choose differently (after it, each continues its own text).
+    compared = slice(0, min(same + 1, len(want_tokens)))
+    err = float(np.abs(got[compared] - want[compared]).max())
+    top = np.sort(want[compared], axis=-1)
+    return {"agree": same, "steps": len(want_tokens), "max_abs": err, "max_rel": err / float(np.abs(want).max()),
+            "margin_at_split": float(top[-1, -1] - top[-1, -2]) if same < len(want_tokens) else None}
 
 
 def speed(path: Path, backend: str, threads: int, block: int, rounds: int) -> dict:
@@ -114,13 +121,14 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(row)
         log.info("  %s", {k: round(v, 6) if isinstance(v, float) else v for k, v in row.items()})
     if args.markdown:
-        head = "| model | greedy agree | max abs logit err | max rel |"
+        head = "| model | greedy agree | max abs logit err | max rel | margin at split |"
         if not args.no_speed:
             head += " prefill tok/s LiteRT | litegpu | ratio | decode tok/s LiteRT | litegpu | ratio |"
         print(head)
         print("|" + "---|" * (head.count("|") - 1))
         for r in rows:
-            line = f"| {r['model']} | {r['agree']}/{r['steps']} | {r['max_abs']:.2e} | {r['max_rel']:.2e} |"
+            margin = "" if r["margin_at_split"] is None else f"{r['margin_at_split']:.2e}"
+            line = f"| {r['model']} | {r['agree']}/{r['steps']} | {r['max_abs']:.2e} | {r['max_rel']:.2e} | {margin} |"
             if not args.no_speed:
                 line += (f" {r['litert_prefill']:.0f} | {r['litegpu_prefill']:.0f} | "
                          f"{r['litegpu_prefill'] / r['litert_prefill']:.2f} | {r['litert_decode']:.0f} | "

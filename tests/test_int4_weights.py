@@ -125,7 +125,16 @@ def test_weight_only_int4_is_dequantized_at_load():
 
 @pytest.mark.parametrize("block", [32, 64])
 def test_embedding_lookup_of_a_blockwise_int4_table(block):
-    _compare(embedding(block), [np.array([0, 39, 7, 7, 12], np.int32)], atol=0)
+    """LiteRT's numbers from the cpu's lookup task (not the numpy reference); an id past
+    the table is refused, naming it."""
+    data = embedding(block)
+    _compare(data, [np.array([0, 39, 7, 7, 12], np.int32)], atol=0)
+    it = litegpu.Interpreter(model_content=data)
+    it.allocate_tensors()
+    assert [k[3] for k in it.get_delegation_report().kernels] == ["indexing.hybrid_embedding_lookup"]
+    it.set_tensor(it.get_input_details()[0]["index"], np.array([0, 40, 7, 7, 12], np.int32))
+    with pytest.raises(litegpu.errors.ExecutionError, match="id 40 out of range"):
+        it.invoke()
 
 
 def test_int4_values_and_scales_as_read():

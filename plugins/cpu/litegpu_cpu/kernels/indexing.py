@@ -18,8 +18,8 @@ from ..jit import njit
 from .common import optional_input
 from .layout import strided_copy
 from .registry import bindable, kernel
-from .tasks import (ARRAYS, bind_task, bound_tasks, chained, int16_pointer, int32_pointer, int64_pointer,
-                    task_function, uint8_pointer)
+from .tasks import (ARRAYS, bind_task, bound_tasks, chained, int8_pointer, int16_pointer, int32_pointer,
+                    int64_pointer, task_function, uint8_pointer)
 
 _INDEX_DTYPES = (np.dtype(np.int16), np.dtype(np.int32), np.dtype(np.int64))
 
@@ -115,6 +115,59 @@ def embedding_lookup(ctx: NodeContext):
         params = np.array([1, rows, inner, n, dtypes[1].itemsize, 0, 0], np.int64)
         return bind_task(_gather_task, 1, (inputs[1], inputs[0]), tuple(outputs), params, dtypes=dtypes,
                          checks=((5, error),))
+    return bindable(bind)
+
+
+@task_function()
+def _hybrid_lookup_task(t, tablep, ixp, scalep, outp, _a4, _a5, _a6, _a7, ip, _fp):
+    """``out[j, :] = table[ids[j], :] * scale`` in float32, the scale the row's own
+    (``ip[5] == 0``) or its block's (``scale`` [rows, D / block], ``ip[5]``: block); ``ip``:
+    rows, D, number of ids, id size, the check word and the bad id (as :func:`_gather_task`)."""
+    rows, d, n, size, block = ip[0], ip[1], ip[2], ip[3], ip[6]
+    table = int8_pointer(tablep)
+    ix16, ix32, ix64 = int16_pointer(ixp), int32_pointer(ixp), int64_pointer(ixp)
+    for j in range(n):
+        k = _index(ix16, ix32, ix64, size, j)
+        if k < 0 or k >= rows:
+            ip[4] = 1
+            ip[5] = k
+            return
+    for j in range(n):
+        k = _index(ix16, ix32, ix64, size, j)
+        if block == 0:
+            scale = scalep[k]
+            for e in range(d):
+                outp[j * d + e] = np.float32(table[k * d + e]) * scale
+        else:
+            blocks = d // block
+            for e in range(d):
+                outp[j * d + e] = np.float32(table[k * d + e]) * scalep[k * blocks + e // block]
+
+
+@kernel("EMBEDDING_LOOKUP", quantized=True)
+def hybrid_embedding_lookup(ctx: NodeContext):
+    """A hybrid EMBEDDING_LOOKUP (an int8 table, or INT4 held as int8, with a scale per row
+    or per block of a row; LLMs' token embeddings): :func:`_hybrid_lookup_task`, TFLite's
+    ``EvalHybrid`` arithmetic (one float32 product an element)."""
+    attrs, ids_spec, table_spec, out_spec = ctx.attrs, ctx.inputs[0], ctx.inputs[1], ctx.outputs[0]
+    if not attrs.get("hybrid") or table_spec.value is None or np.dtype(out_spec.dtype) != np.float32 \
+            or np.dtype(ids_spec.dtype) not in _INDEX_DTYPES or len(table_spec.shape) != 2:
+        return None
+    rows, d = (int(n) for n in table_spec.shape)
+    block = int(attrs.get("block_size") or 0)
+    scales = np.ascontiguousarray(attrs["block_scale"] if block else attrs["row_scale"], np.float32)
+    if (block and (d % block or scales.shape != (rows, d // block))) or (not block and scales.shape != (rows,)):
+        return None
+    table = np.ascontiguousarray(np.asarray(table_spec.value).view(np.int8))
+    n = int(np.prod(ids_spec.shape, dtype=np.int64))
+
+    def error(params: np.ndarray) -> ExecutionError:
+        return ExecutionError(f"EMBEDDING_LOOKUP: id {int(params[5])} out of range [0, {rows})")
+
+    def bind(inputs, outputs):
+        params = np.array([rows, d, n, np.dtype(ids_spec.dtype).itemsize, 0, 0, block], np.int64)
+        return bind_task(_hybrid_lookup_task, 1, (table, inputs[0], scales), tuple(outputs), params,
+                         dtypes=(np.int8, np.dtype(ids_spec.dtype), np.float32, np.float32), checks=((4, error),))
     return bindable(bind)
 
 

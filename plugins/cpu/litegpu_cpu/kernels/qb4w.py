@@ -14,8 +14,13 @@ LiteRT's to the bit:
    multiply-added with the block's bf16-rounded scale into the accumulator;
 4. times the row's scale, plus the bias, clamped, stored.
 
-The int4 values are kept as int8 (the reader unpacks them), packed as :func:`.qgemm.pack`
-packs any int8 weight: a block of 32 or 128 K values is 8 or 32 of its K steps.
+The weights are packed as :func:`.qgemm.pack` packs an int8 weight (panels of 16 columns,
+64 bytes per four K steps), then two K steps of four share each 64 bytes, a nibble each
+(:func:`pack_nibbles`): half the bytes an int8 weight streams, which is what a decode
+step's time goes to. The tile takes the low nibbles shifted up and the high ones masked,
+each byte then ``16 w`` as a signed byte (XNNPACK's qb4w trick), so ``vpdpbusd`` sums
+``16 (q + 128) w`` and an arithmetic shift by 4 gives the exact sum back. A block is a
+whole number of such pairs (a multiple of 8 values; exporters write 32 or 128).
 """
 from __future__ import annotations
 
@@ -29,13 +34,55 @@ from ..jit import intrinsic, types
 from .common import clamp_bounds, optional_input
 from .packed import NR, VECTOR, carried_loop, clamp_vector, fma_function, load_vector, splat_vector, store_panel
 from .qd8gemm import SharedRowsProduct, tiled_rows
-from .qgemm import _ROW_PANELS, _SUMS, _TILE_PANELS, MR, VNNI, _task_share, k_steps, pack, split, tile_geometry
+from .qgemm import _ROW_PANELS, _SUMS, _TILE_PANELS, MR, VNNI, _dot4, _task_share, pack, split, tile_geometry
 from .registry import bindable
 from .tasks import bind_task, task_function
 from .threads import current as current_threads
 
 _I64 = ir.IntType(64)
 _I32 = ir.IntType(32)
+
+
+def pack_nibbles(w_nk: np.ndarray) -> np.ndarray:
+    """int4 values (held as int8) ``w_nk`` [N, K], K a multiple of 8, as :func:`.qgemm.pack`'s
+    panels with K steps ``2i`` and ``2i + 1`` in one 64-byte vector: ``[ceil(N/16), K/8, 16,
+    4]`` bytes, step ``2i``'s value in each low nibble, step ``2i + 1``'s in the high one."""
+    packed = pack(np.ascontiguousarray(w_nk.T)).view(np.uint8)
+    panels, groups = packed.shape[:2]
+    low, high = packed[:, 0::2] & 0xF, packed[:, 1::2] & 0xF
+    return np.ascontiguousarray((low | (high << 4)).view(np.int8).reshape(panels, groups // 2, NR, 4))
+
+
+def _nibble_steps(builder, vnni: bool, panels: int, w_ptr, w_panels: list, x_ptr, x_rows: list, w_first, chains: int):
+    """The body of a block's loop over pairs of K steps, ``step(i, sums)``: each panel's 64
+    bytes at pair ``w_first + i`` unpacked into its two K steps (each byte ``16 w``), times
+    each row's eight bytes of x at ``x_rows[r] + 8 i`` plus 128, added to ``sums`` (by chain,
+    row, then panel: with two chains the two K steps add into separate sums, so a row's
+    few panels are not one chain of dependent ``vpdpbusd``)."""
+    byte_ptr = ir.IntType(8).as_pointer()
+    x_bytes, w_bytes = builder.bitcast(x_ptr, byte_ptr), builder.bitcast(w_ptr, byte_ptr)
+    flip = ir.Constant(_I32, -0x7F7F7F80)      # 0x80808080: x + 128 in every byte
+    high = ir.Constant(_SUMS, [-0x0F0F0F10] * NR)    # 0xF0F0F0F0: each byte's high nibble
+    four = ir.Constant(_SUMS, [4] * NR)
+    rows = len(x_rows)
+
+    def step(i, sums):
+        at = builder.mul(builder.add(w_first, i), ir.Constant(_I64, 4 * NR))
+        packed = [builder.load(builder.bitcast(builder.gep(w_bytes, [builder.add(wp, at)]), _SUMS.as_pointer()),
+                               align=1) for wp in w_panels]
+        ws = [(builder.and_(builder.shl(v, four), high), builder.and_(v, high)) for v in packed]
+        k_at = builder.mul(i, ir.Constant(_I64, 8))
+        out = list(sums)
+        for r, x_row in enumerate(x_rows):
+            for half in (0, 1):
+                at_x = builder.add(x_row, builder.add(k_at, ir.Constant(_I64, 4 * half)))
+                four_x = builder.load(builder.bitcast(builder.gep(x_bytes, [at_x]), _I32.as_pointer()), align=1)
+                xs = splat_vector(builder, builder.xor(four_x, flip), _SUMS)
+                base = (half % chains) * rows * panels + r * panels
+                for j in range(panels):
+                    out[base + j] = _dot4(builder, out[base + j], xs, ws[j][half], vnni)
+        return out
+    return step
 
 
 def _tile_codegen(vnni: bool, rows: int, panels: int):
@@ -45,8 +92,10 @@ def _tile_codegen(vnni: bool, rows: int, panels: int):
     def codegen(context, builder, signature, args):
         (x_ptr, w_ptr, ksum_ptr, scale_ptr, bias_ptr, rowscale_ptr, rowc_ptr, out_ptr,
          r_, last_, stride_, groups_, n_, p_, plast_, block_groups_, blocks_, lo_, hi_) = args
+        # (groups_: pairs of K steps, 64 bytes each, per panel)
         row_of, jbs, w_panels = tile_geometry(builder, rows, panels, r_, last_, p_, plast_, groups_)
         x_rows = [builder.mul(row, stride_) for row in row_of]
+        chains = 2 if rows * panels <= 4 else 1
         row_cs = builder.bitcast(rowc_ptr, _I32.as_pointer())
         fma = fma_function(builder)
         ksums = [load_vector(builder, ksum_ptr, jb) for jb in jbs]
@@ -56,16 +105,21 @@ def _tile_codegen(vnni: bool, rows: int, panels: int):
             starts += [builder.fmul(ksum, c) for ksum in ksums]
         # A panel's block scales are [blocks][16] floats from its column jb * blocks.
         scale_rows = [builder.mul(jb, blocks_) for jb in jbs]
-        zeros = [ir.Constant(_SUMS, [0] * NR)] * (rows * panels)
+        zeros = [ir.Constant(_SUMS, [0] * NR)] * (chains * rows * panels)
+        four = ir.Constant(_SUMS, [4] * NR)
 
         def block(b, accs):
-            first = builder.mul(b, block_groups_)
-            x_block = [builder.add(x, builder.mul(first, ir.Constant(_I64, 4))) for x in x_rows]
-            step = k_steps(builder, vnni, panels, w_ptr, w_panels, x_ptr, x_block, first)
+            first = builder.mul(b, block_groups_)      # the block's first pair of K steps
+            x_block = [builder.add(x, builder.mul(first, ir.Constant(_I64, 8))) for x in x_rows]
+            step = _nibble_steps(builder, vnni, panels, w_ptr, w_panels, x_ptr, x_block, first, chains)
             sums = carried_loop(builder, block_groups_, zeros, step, "qb4w.k")
+            if chains == 2:
+                half = rows * panels
+                sums = [builder.add(a, c) for a, c in zip(sums[:half], sums[half:])]
             at = builder.mul(b, ir.Constant(_I64, NR))
             scales = [load_vector(builder, scale_ptr, builder.add(s, at)) for s in scale_rows]
-            return [builder.call(fma, [builder.sitofp(s, VECTOR), scales[i % panels], a])
+            # Each sum is 16 times (q + 128) w summed: exact, and so is the shift back.
+            return [builder.call(fma, [builder.sitofp(builder.ashr(s, four), VECTOR), scales[i % panels], a])
                     for i, (s, a) in enumerate(zip(sums, accs))]
 
         accs = carried_loop(builder, blocks_, starts, block, "qb4w.block")
@@ -89,7 +143,7 @@ def _make_tile(vnni: bool, rows: int, panels: int):
              plast, block_groups, blocks, lo, hi):
         """``rows`` rows from ``r`` (clamped to ``last``) x ``panels`` panels from ``p``
         (clamped to ``plast``) of the blockwise product, ``blocks`` blocks of
-        ``block_groups`` K steps of four, clamped to [lo, hi]."""
+        ``block_groups`` pairs of K steps of four (``groups`` pairs in all), clamped to [lo, hi]."""
         sig = types.void(xp, wp, ksump, scalep, biasp, rowscalep, rowcp, outp, *[types.int64] * 9,
                          types.float32, types.float32)
         return sig, _tile_codegen(vnni, rows, panels)
@@ -101,8 +155,8 @@ _tile_plain, _row_plain = _make_tile(False, MR, _TILE_PANELS), _make_tile(False,
 
 
 # One task function per instruction set, as in .qgemm: the VNNI one is never compiled on
-# a host without it. ``ip``: .qgemm._qgemm_vnni's first eight, then K steps per block and
-# blocks; ``fp``: the clamp's lo, hi.
+# a host without it. ``ip``: .qgemm._qgemm_vnni's first eight (with pairs of K steps for K
+# steps), then pairs per block and blocks; ``fp``: the clamp's lo, hi.
 @task_function(requires=("avx512vnni",))
 def _qb4w_vnni(t, qp, wp, ksump, scalep, biasp, rowscalep, rowcp, outp, ip, fp):
     """Task ``t`` of the blockwise product with ``vpdpbusd``."""
@@ -141,12 +195,12 @@ class BlockwiseQuantizedMatmul(SharedRowsProduct):
     def __init__(self, w_nk: np.ndarray, scales: np.ndarray, block: int, bias: np.ndarray | None, lo: float,
                  hi: float, threads: int, vnni: bool | None = None) -> None:
         n, k = w_nk.shape
-        if block % 4 or k % block or scales.shape != (n, k // block):
+        if block % 8 or k % block or scales.shape != (n, k // block):
             raise ValueError(f"blockwise weights {w_nk.shape} with scales {scales.shape} and block {block}")
         super().__init__(k, threads)
         self.n, self.block = n, block
         w_nk = np.asarray(w_nk, np.int8)
-        self.weights = pack(np.ascontiguousarray(w_nk.T))
+        self.weights = pack_nibbles(w_nk)
         panels, blocks = self.weights.shape[0], k // block
         padded = np.zeros((panels * NR, blocks), np.float32)
         padded[:n] = scales
@@ -165,7 +219,7 @@ class BlockwiseQuantizedMatmul(SharedRowsProduct):
         if q.shape != (m, self.k) or row_scale.shape != (m,) or row_c.shape != (m,) or out.shape != (m, self.n):
             raise ValueError(f"blockwise product [M, {self.k}] -> [M, {self.n}] given {q.shape} -> {out.shape}")
         rows = split(m, self.n, self.k, self.threads)
-        params = np.array([m, self.k // 4, self.n, self.k, *rows, self.block // 4, self.k // self.block], np.int64)
+        params = np.array([m, self.k // 8, self.n, self.k, *rows, self.block // 8, self.k // self.block], np.int64)
         return bind_task(self.task, rows[1] * rows[3],
                          (q, self.weights, self.ksums, self.scales, self.bias, row_scale, row_c), (out,),
                          params, self.clamp, dtypes=(np.int8, np.int8, np.float32, np.float32, np.float32,
@@ -175,7 +229,7 @@ class BlockwiseQuantizedMatmul(SharedRowsProduct):
 def blockwise_fully_connected(ctx: NodeContext):
     """The kernel of a hybrid FULLY_CONNECTED with blockwise (INT4) weights, or None."""
     w_spec, bias_spec = ctx.inputs[1], optional_input(ctx, 2)
-    if w_spec.value is None or np.asarray(w_spec.value).ndim != 2 or ctx.attrs["block_size"] % 4 \
+    if w_spec.value is None or np.asarray(w_spec.value).ndim != 2 or ctx.attrs["block_size"] % 8 \
             or np.dtype(ctx.inputs[0].dtype) != np.float32 or np.dtype(ctx.outputs[0].dtype) != np.float32:
         return None
     if bias_spec is not None and (bias_spec.value is None or np.dtype(bias_spec.dtype) != np.float32):
