@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .backend import Event
+from .backend import COMPLETE, Event
 from .errors import InvalidArgumentError
 from .executor import CompiledSubgraph, FutureEvent
 from .graph import Signature
@@ -365,6 +365,8 @@ class CompiledModel:
                                        f"{len(sig.outputs)} output buffers, got {len(input_buffers)} and "
                                        f"{len(output_buffers)}")
         compiled: CompiledSubgraph = self._compiled[signature_index]
+        if not asynchronous and self._in_place(sig, compiled, input_buffers, output_buffers):
+            return COMPLETE
         bound: dict[int, tuple] = {}
         wait_for: list[Event] = []
         host_inputs: list[tuple[int, np.ndarray]] = []
@@ -418,6 +420,26 @@ class CompiledModel:
             else:
                 buf.set_event(event)
         return event
+
+    def _in_place(self, sig: Signature, compiled: CompiledSubgraph, input_buffers: Sequence[TensorBuffer],
+                  output_buffers: Sequence[TensorBuffer]) -> bool:
+        """A synchronous run of a subgraph on the host, on host buffers, made on the buffers'
+        own arrays (:meth:`CompiledSubgraph.run_on`: nothing copied in or out; an input and
+        output given one buffer, a KV cache, updated where it lies). False, with nothing
+        run, where the run takes the copying path instead."""
+        if compiled.runner is not None or any(b.is_device for b in (*input_buffers, *output_buffers)):
+            return False
+        arrays = {t: buf.array for t, buf in zip(sig.inputs.values(), input_buffers)}
+        arrays.update((t, buf.array) for t, buf in zip(sig.outputs.values(), output_buffers))
+        with self._queue_lock:
+            if self._pending is not None:
+                return False
+            with self._session.guard.serialized(f"run of signature {sig.key!r}"):
+                if not compiled.run_on(arrays):
+                    return False
+        for buf in output_buffers:
+            buf.set_event(None)
+        return True
 
     @staticmethod
     def _on_device(compiled: CompiledSubgraph, t: int, buf: TensorBuffer) -> bool:

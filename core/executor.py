@@ -31,6 +31,12 @@ from .transfers import DeviceRunner
 
 log = logging.getLogger("litegpu")
 
+#: Sets of a caller's arrays a subgraph keeps its steps bound to (see ``CompiledSubgraph.run_on``).
+_BOUND_SETS = 4
+
+#: Ops whose output is their input's bytes under another shape (see ``_plan_arena``).
+VIEW_OPS = frozenset({"RESHAPE", "SQUEEZE", "EXPAND_DIMS"})
+
 
 def default_memory_limit() -> int:
     """Bytes one model may allocate by default: half of physical memory."""
@@ -261,6 +267,7 @@ class CompiledSubgraph:
             (_compile_logged(backend, part, options, i), part.inputs, part.outputs)
             for i, (backend, part) in enumerate(planned)]
         self._bound: Bound | bool | None = None   # by the first run: the bound steps, or False
+        self._bound_on: dict[tuple, tuple] = {}    # run_on's bindings to callers' arrays
         self.report.programs = [f"partition {i} on {backend.name}: {program.summary}"
                                 for i, ((backend, _), (program, _, _)) in enumerate(zip(planned, self.programs))
                                 if program.summary]
@@ -281,6 +288,16 @@ class CompiledSubgraph:
 
     def _plan_arena(self, nodes: list[NodeContext], steps: list[list[int]], internal: set[int],
                     specs) -> ArenaPlan:
+        """Offsets for the partition's ``internal`` tensors. The output of a reshape
+        (:data:`VIEW_OPS`) of an internal tensor is the same bytes: it shares its input's
+        place, alive as long as either, and its kernel has nothing to copy."""
+        alias: dict[int, int] = {}
+        for ctx in nodes:
+            node = ctx.node
+            if node.op in VIEW_OPS and node.inputs and node.inputs[0] in internal and node.outputs[0] in internal \
+                    and specs.get(node.inputs[0]) is not None and specs.get(node.outputs[0]) is not None \
+                    and _nbytes(specs[node.inputs[0]]) == _nbytes(specs[node.outputs[0]]):
+                alias[node.outputs[0]] = alias.get(node.inputs[0], node.inputs[0])
         first: dict[int, int] = {}
         last: dict[int, int] = {}
         for step, positions in enumerate(steps):
@@ -288,6 +305,7 @@ class CompiledSubgraph:
                 ctx = nodes[pos]
                 for t in (*ctx.node.inputs, *ctx.node.outputs):
                     if t in internal:
+                        t = alias.get(t, t)
                         first.setdefault(t, step)
                         last[t] = step
         usages = [Usage(t, _nbytes(specs[t]), first[t], last[t]) for t in first
@@ -297,7 +315,9 @@ class CompiledSubgraph:
         if need > limit:
             raise ResourceLimitError(f"the model's intermediate tensors need {need} bytes, over the limit of "
                                      f"{limit} bytes")
-        return plan_arena(usages)
+        plan = plan_arena(usages)
+        plan.offsets.update((t, plan.offsets[root]) for t, root in alias.items() if root in plan.offsets)
+        return plan
 
     def set_input(self, tensor: int, value: np.ndarray) -> None:
         """Copy ``value`` into input ``tensor`` (shape and dtype must match the compiled spec)."""
@@ -357,6 +377,65 @@ class CompiledSubgraph:
             self.run()
             return COMPLETE
         return self.runner.run(self.runner.plan(bound), bound, wait_for)
+
+    def run_on(self, arrays: dict[int, np.ndarray]) -> bool:
+        """Run with tensor ``t`` read or written in ``arrays[t]`` (subgraph inputs and
+        outputs: a caller's buffers, used in place, nothing copied in or out); False, with
+        nothing run, where that cannot be done (a device partition, run-time shapes, arrays
+        not of the tensors' shapes and dtypes, an unsafe alias). The steps bound to a set
+        of arrays are kept for the next run on the same arrays (a decoder's steps: two sets
+        at most, :data:`_BOUND_SETS`).
+
+        An input and an output may be one array when the output is written in place:
+        the input is read by one node only, a DYNAMIC_UPDATE_SLICE (its operand), whose
+        result is that output (a KV cache updated where it lies, as LiteRT-LM runs it).
+        Any other sharing is refused (False), as is sharing between inputs and outputs
+        otherwise."""
+        if _PROFILING.active is not None:   # profiled runs go step by step on the subgraph's own arrays
+            return False
+        key = tuple((t, id(a), a.ctypes.data) for t, a in sorted(arrays.items()))
+        bound = self._bound_on.get(key)
+        if bound is None:
+            if self.runner is not None or not self._safe_aliases(arrays):
+                return False
+            bound = self.bind(arrays)
+            if bound is None:
+                return False
+            if len(self._bound_on) >= _BOUND_SETS:
+                self._bound_on.pop(next(iter(self._bound_on)))
+            self._bound_on[key] = (bound, tuple(arrays.values()))   # (the arrays kept alive with their binding)
+        else:
+            bound = bound[0]
+        for enter in bound.enter:
+            enter()
+        run_steps(bound.steps)
+        return True
+
+    def _safe_aliases(self, arrays: dict[int, np.ndarray]) -> bool:
+        """True when the arrays that share memory are the in-place updates :meth:`run_on` allows."""
+        by_memory: dict[int, list[int]] = {}
+        for t, a in arrays.items():
+            by_memory.setdefault(a.ctypes.data, []).append(t)
+        shared = [ts for ts in by_memory.values() if len(ts) > 1]
+        if not shared:
+            return True
+        readers: dict[int, list] = {}
+        producer: dict[int, object] = {}
+        for node in self.sg.nodes:
+            for i in node.inputs:
+                readers.setdefault(i, []).append(node)
+            for o in node.outputs:
+                producer[o] = node
+        inputs, outputs = set(self.sg.inputs), set(self.sg.outputs)
+        for ts in shared:
+            if len(ts) != 2:
+                return False
+            x, y = sorted(ts, key=lambda t: t not in inputs)
+            node = producer.get(y)
+            if x not in inputs or y not in outputs or x in outputs or y in inputs or node is None \
+                    or node.op != "DYNAMIC_UPDATE_SLICE" or node.inputs[0] != x or readers.get(x) != [node]:
+                return False
+        return True
 
     def device_of(self, t: int) -> Backend | None:
         """The device backend (not host memory) that produces tensor ``t``, else the one

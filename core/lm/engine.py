@@ -18,6 +18,7 @@ import logging
 import os
 import re
 import time
+import weakref
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -127,9 +128,8 @@ class _Signature:
 
 
 class _InterpreterIO:
-    """Signatures run through an ``Interpreter``-API runtime's signature runners (litegpu's
-    on cpu, or LiteRT's, to compare under one loop): the KV cache goes in and comes back as
-    host arrays each step."""
+    """Signatures run through an ``Interpreter``-API runtime's signature runners (LiteRT's,
+    to compare under one loop): the KV cache goes in and comes back as host arrays each step."""
 
     def __init__(self, interpreter) -> None:
         self.interpreter = interpreter
@@ -166,26 +166,37 @@ class _InterpreterIO:
 
 
 class _CompiledIO:
-    """Signatures run through a litegpu ``CompiledModel`` on tensor buffers. The KV cache
-    is two sets of buffers, in device memory where its readers and writers run on a device:
-    a step reads one set and writes the other, then they swap, so the cache never comes
-    back to the host between steps and no buffer is read and written by one run."""
+    """Signatures run through a litegpu ``CompiledModel`` on tensor buffers.
 
-    def __init__(self, model) -> None:
+    On the host (``in_place``) the KV cache is one set of buffers, each given as both the
+    input and the output of its layer's cache: the model runs on the buffers' own arrays and
+    each step's DYNAMIC_UPDATE_SLICE writes its new entries where the cache lies, as
+    LiteRT-LM runs it (nothing else of the cache is copied). On a device it is two sets of
+    buffers in device memory: a step reads one set and writes the other, then they swap,
+    so the cache never comes back to the host between steps and no buffer is read and
+    written by one run."""
+
+    def __init__(self, model, in_place: bool = False) -> None:
         self.model = model
+        self.in_place = in_place
+        # Caches of ended sessions, zeroed for the next: the model's steps stay bound to
+        # their arrays (binding a new set costs a slow first run).
+        self._free: list[list[dict]] = []
         self._buffers: dict[str, tuple[dict, dict]] = {}
         self._signatures: dict[str, tuple[dict, dict]] | None = None
 
     @classmethod
     def create(cls, source: dict, backend: str, num_threads: int) -> "_CompiledIO":
-        """A model compiled for ``backend`` (``"GPU"``: the best GPU backend), cpu taking what it cannot run."""
+        """A model compiled for ``backend`` (``"GPU"``: the best GPU backend; ``"cpu"``: the
+        host alone, its cache updated in place), cpu taking what a device cannot run."""
         from ..compiled_model import CompiledModel, CpuOptions, HardwareAccelerator, Options
-        options = Options(hardware_accelerators=HardwareAccelerator.GPU | HardwareAccelerator.CPU,
-                          cpu_options=CpuOptions(num_threads=max(num_threads, 0)))
+        host = backend.lower() == "cpu"
+        accelerators = HardwareAccelerator.CPU if host else HardwareAccelerator.GPU | HardwareAccelerator.CPU
+        options = Options(hardware_accelerators=accelerators, cpu_options=CpuOptions(num_threads=max(num_threads, 0)))
         named = None if backend.upper() == "GPU" else backend
         if "model_path" in source:
-            return cls(CompiledModel.from_file(source["model_path"], options=options, backend=named))
-        return cls(CompiledModel.from_buffer(source["model_content"], options=options, backend=named))
+            return cls(CompiledModel.from_file(source["model_path"], options=options, backend=named), host)
+        return cls(CompiledModel.from_buffer(source["model_content"], options=options, backend=named), host)
 
     def signatures(self) -> dict[str, tuple[dict, dict]]:
         """``{key: (input details, output details)}`` by name, read once (the engine never resizes)."""
@@ -196,9 +207,21 @@ class _CompiledIO:
         return self._signatures
 
     def new_state(self, decode: _Signature) -> list[dict]:
-        """The two sets of KV buffers, zeros, of the kind the decode signature prefers."""
+        """The sets of KV buffers (one in place, else two), zeros, of the kind the decode
+        signature prefers: an ended session's, when there is one (see :meth:`release`)."""
+        if self._free:
+            state = self._free.pop()
+            for buffers in state:
+                for buf in buffers.values():
+                    buf.array[...] = 0
+            return state
         return [{n: self.model.create_input_buffer_by_name(decode.key, n) for n in decode.kv_names}
-                for _ in range(2)]
+                for _ in range(1 if self.in_place else 2)]
+
+    def release(self, state: list[dict]) -> None:
+        """Keep an ended session's host cache for the next session (a few at most)."""
+        if self.in_place and len(self._free) < 2:
+            self._free.append(state)
 
     def run(self, state: list[dict], sig: _Signature, feeds: dict[str, np.ndarray]) -> dict:
         buffers = self._buffers.get(sig.key)
@@ -211,7 +234,7 @@ class _CompiledIO:
         inputs, outputs = buffers
         for name, value in feeds.items():
             inputs[name].write(value)
-        current, other = state
+        current, other = state[0], state[-1]
         self.model.run_by_name(sig.key, {**inputs, **current}, {**outputs, **other})
         state.reverse()
         return {name: buf.array for name, buf in outputs.items()}
@@ -252,9 +275,6 @@ class Engine:
             source = {"model_path": str(path)}
         if runtime is not None:
             self.io = _InterpreterIO(runtime(**source, num_threads=num_threads or None))
-        elif backend.lower() == "cpu":     # host arrays: the signature runners' path is the shortest
-            from ..interpreter import Interpreter   # (it imports the backends: only when used)
-            self.io = _InterpreterIO(Interpreter(**source, num_threads=num_threads))
         else:
             self.io = _CompiledIO.create(source, backend, num_threads)
         self.backend = backend
@@ -341,6 +361,9 @@ class Session:
         self.apply_prompt_template = apply_prompt_template
         self.sampler = Sampler(sampler_config)
         self.state = engine.io.new_state(engine.decode)
+        release = getattr(engine.io, "release", None)
+        if release is not None:     # the cache goes back to the engine with the session
+            weakref.finalize(self, release, self.state)
         self.position = 0
         self.last_token: int | None = None
         self.logits: np.ndarray | None = None
