@@ -268,6 +268,7 @@ class CompiledSubgraph:
             for i, (backend, part) in enumerate(planned)]
         self._bound: Bound | bool | None = None   # by the first run: the bound steps, or False
         self._bound_on: dict[tuple, tuple] = {}    # run_on's bindings to callers' arrays
+        self._seen_arrays: dict[tuple, None] = {}   # the arrays of run_on's recent calls, in order
         self.report.programs = [f"partition {i} on {backend.name}: {program.summary}"
                                 for i, ((backend, _), (program, _, _)) in enumerate(zip(planned, self.programs))
                                 if program.summary]
@@ -382,9 +383,10 @@ class CompiledSubgraph:
         """Run with tensor ``t`` read or written in ``arrays[t]`` (subgraph inputs and
         outputs: a caller's buffers, used in place, nothing copied in or out); False, with
         nothing run, where that cannot be done (a device partition, run-time shapes, arrays
-        not of the tensors' shapes and dtypes, an unsafe alias). The steps bound to a set
-        of arrays are kept for the next run on the same arrays (a decoder's steps: two sets
-        at most, :data:`_BOUND_SETS`).
+        not of the tensors' shapes and dtypes, an unsafe alias) or is not worth it yet (arrays
+        not used in a recent call: binding steps to arrays costs a slow first run). The
+        steps bound to a set of arrays are kept for later runs on them (:data:`_BOUND_SETS`
+        sets: a decoder's prefill and decode).
 
         An input and an output may be one array when the output is written in place:
         the input is read by one node only, a DYNAMIC_UPDATE_SLICE (its operand), whose
@@ -396,6 +398,12 @@ class CompiledSubgraph:
         key = tuple((t, id(a), a.ctypes.data) for t, a in sorted(arrays.items()))
         bound = self._bound_on.get(key)
         if bound is None:
+            # Binding costs a slow first run: only arrays seen in an earlier call are worth it.
+            if key not in self._seen_arrays:
+                self._seen_arrays[key] = None
+                if len(self._seen_arrays) > 2 * _BOUND_SETS:
+                    self._seen_arrays.pop(next(iter(self._seen_arrays)))
+                return False
             if self.runner is not None or not self._safe_aliases(arrays):
                 return False
             bound = self.bind(arrays)

@@ -1,0 +1,130 @@
+"""Host runs on callers' buffers, nothing copied (``CompiledSubgraph.run_on``): a KV cache
+given as both the input and the output of a signature is updated where it lies by its
+DYNAMIC_UPDATE_SLICE, as LiteRT-LM runs decoders; any other sharing takes the copying path
+and still gives the right answer. Reshapes of arena tensors share their input's bytes."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import litegpu
+from litegpu.executor import CompiledSubgraph
+from litegpu.testing.builder import ModelBuilder
+
+CACHE = (1, 2, 8, 4)
+UPDATE = (1, 2, 1, 4)
+
+
+def cache_model(extra_reader: bool) -> bytes:
+    """``cache_out = DUS(cache, update, start)``, ``doubled = 2 * cache_out``; with
+    ``extra_reader`` also ``mixed = cache + cache_out`` (the old cache read beside the update)."""
+    b = ModelBuilder()
+    cache = b.input("cache", CACHE, np.float32)
+    update = b.input("update", UPDATE, np.float32)
+    start = b.input("start", (4,), np.int32)
+    out = b.tensor("cache_out", CACHE, np.float32)
+    b.op("DYNAMIC_UPDATE_SLICE", [cache, update, start], [out])
+    doubled = b.tensor("doubled", CACHE, np.float32)
+    b.op("MUL", [out, b.const("two", np.array([2.0], np.float32))], [doubled])
+    outputs = {"cache": out, "doubled": doubled}
+    b.output(out)
+    b.output(doubled)
+    if extra_reader:
+        mixed = b.tensor("mixed", CACHE, np.float32)
+        b.op("ADD", [cache, out], [mixed])
+        b.output(mixed)
+        outputs["mixed"] = mixed
+    b.signature("decode", {"cache": cache, "update": update, "start": start}, outputs)
+    return b.build()
+
+
+@pytest.fixture
+def run_on_results(monkeypatch) -> list[bool]:
+    """What every ``run_on`` call answered (True: it ran on the caller's arrays)."""
+    seen: list[bool] = []
+    original = CompiledSubgraph.run_on
+
+    def spy(self, arrays):
+        seen.append(original(self, arrays))
+        return seen[-1]
+    monkeypatch.setattr(CompiledSubgraph, "run_on", spy)
+    return seen
+
+
+def _steps(data: bytes, steps: int = 5):
+    """Run ``steps`` decode steps with one buffer for the cache in and out; yield each step's
+    outputs (as arrays) and what the cache should be."""
+    model = litegpu.CompiledModel.from_buffer(data, hardware_accel=litegpu.HardwareAccelerator.CPU)
+    cache = model.create_input_buffer_by_name("decode", "cache")
+    ins = {n: model.create_input_buffer_by_name("decode", n) for n in ("update", "start")}
+    outs = {n: model.create_output_buffer_by_name("decode", n)
+            for n in model.get_signature_list()["decode"]["outputs"] if n != "cache"}
+    want = np.zeros(CACHE, np.float32)
+    rng = np.random.default_rng(3)
+    for step in range(steps):
+        u = rng.standard_normal(UPDATE).astype(np.float32)
+        old = want.copy()
+        want[:, :, step] = u[:, :, 0]
+        ins["update"].write(u)
+        ins["start"].write(np.array([0, 0, step, 0], np.int32))
+        model.run_by_name("decode", {"cache": cache, **ins}, {"cache": cache, **outs})
+        yield {"cache": cache.array.copy(), **{n: b.array.copy() for n, b in outs.items()}}, want.copy(), old
+
+
+def test_a_cache_given_as_input_and_output_is_updated_in_place(run_on_results) -> None:
+    for got, want, _ in _steps(cache_model(extra_reader=False)):
+        np.testing.assert_array_equal(got["cache"], want)
+        np.testing.assert_array_equal(got["doubled"], 2 * want)
+    # (the first run on a set of buffers copies: binding to them pays off from the second)
+    assert run_on_results[0] is False and len(run_on_results) == 5 and all(run_on_results[1:])
+
+
+def test_a_cache_with_another_reader_is_copied_not_shared(run_on_results) -> None:
+    """The old cache is read beside the update: sharing its buffer with the result would
+    let the update show through, so the run copies (and the answer is the old plus the new)."""
+    for got, want, old in _steps(cache_model(extra_reader=True)):
+        np.testing.assert_array_equal(got["cache"], want)
+        np.testing.assert_array_equal(got["mixed"], old + want)
+    assert run_on_results and not any(run_on_results)
+
+
+def test_separate_buffers_run_in_place_too(run_on_results) -> None:
+    """Distinct input and output buffers: the run reads and writes them where they are."""
+    data = cache_model(extra_reader=False)
+    model = litegpu.CompiledModel.from_buffer(data, hardware_accel=litegpu.HardwareAccelerator.CPU)
+    names = model.get_signature_list()["decode"]
+    ins = {n: model.create_input_buffer_by_name("decode", n) for n in names["inputs"]}
+    outs = {n: model.create_output_buffer_by_name("decode", n) for n in names["outputs"]}
+    start = np.ones(CACHE, np.float32)
+    for row in (7, 2):
+        ins["cache"].write(start)
+        ins["update"].write(np.full(UPDATE, 5.0, np.float32))
+        ins["start"].write(np.array([0, 0, row, 0], np.int32))
+        model.run_by_name("decode", ins, outs)
+        want = start.copy()
+        want[:, :, row] = 5.0
+        np.testing.assert_array_equal(outs["cache"].array, want)
+        np.testing.assert_array_equal(ins["cache"].array, start)     # the input is left as it was
+    assert run_on_results == [False, True]
+
+
+def test_a_reshape_of_an_arena_tensor_shares_its_bytes() -> None:
+    b = ModelBuilder()
+    x = b.input("x", (2, 6), np.float32)
+    a = b.tensor("a", (2, 6), np.float32)
+    b.op("ADD", [x, b.const("one", np.array([1.0], np.float32))], [a])
+    r = b.tensor("r", (3, 4), np.float32)
+    b.op("RESHAPE", [a, b.const("shape", np.array([3, 4], np.int32))], [r])
+    y = b.tensor("y", (3, 4), np.float32)
+    b.op("MUL", [r, r], [y])
+    b.output(y)
+    interp = litegpu.Interpreter(model_content=b.build())
+    interp.allocate_tensors()
+    v = np.arange(12, dtype=np.float32).reshape(2, 6)
+    interp.set_tensor(interp.get_input_details()[0]["index"], v)
+    interp.invoke()
+    np.testing.assert_array_equal(interp.get_tensor(interp.get_output_details()[0]["index"]),
+                                  ((v + 1) ** 2).reshape(3, 4))
+    (program, _, _), = interp._compiled.programs      # one cpu partition
+    offsets = program.partition.arena.offsets
+    assert offsets[a] == offsets[r] and offsets[a] != offsets.get(y)
