@@ -590,7 +590,10 @@ def row_quant_sim(g: NodeGen) -> list[KernelSpec]:
 
     def value(v: Expr) -> Expr:
         steps = b.let("steps", call("rint", v * inv))
-        code = call("clamp", select(call("isnan", steps), 0.0, steps) + zp, -128.0, 127.0)
+        # fmax(s, 0) + fmin(s, 0) is s, and 0 for a NaN (each returns the other operand),
+        # without a comparison (which not every dialect has for vectors).
+        steps = call("fmax", steps, 0.0) + call("fmin", steps, 0.0)
+        code = call("clamp", steps + zp, -128.0, 127.0)
         return (code - zp) * scale
     r.store_pass(value)
     return r.kernel()
