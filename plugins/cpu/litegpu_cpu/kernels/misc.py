@@ -20,10 +20,10 @@ from . import gemm, gemv
 from .mathfn import exp_sum32, fma32, row_range32, sum64
 from . import xnn_order
 from .xnn_order import rsum_avx512f
-from .packed import packed_matmul
+from .packed import batched_product, packed_matmul
 from .registry import bindable, kernel
 from .tasks import bind_task, int64_pointer, row_tasks, task_function
-from .threads import ensure_gemm_policy
+from .threads import current as current_threads, ensure_gemm_policy
 
 
 # -- FULLY_CONNECTED / BATCH_MATMUL -------------------------------------------------------------
@@ -94,11 +94,17 @@ def fully_connected(ctx: NodeContext):
 @kernel("BATCH_MATMUL")
 def batch_matmul(ctx: NodeContext):
     """The product over the last two axes (adj_x / adj_y transposing them, batch
-    dimensions broadcast): one OpenBLAS call per batch over the plan's threads
-    (:func:`.gemm.batched_matmul`), else np.matmul on transposed views."""
+    dimensions broadcast): the float GEMM's tiles on B packed as it runs (one batch shape,
+    at least MR rows: :func:`.packed.batched_product`), else one OpenBLAS call per batch
+    over the plan's threads (:func:`.gemm.batched_matmul`), else np.matmul on transposed
+    views."""
     if not all_float32(ctx, (0, 1)):
         return None
     adj_x, adj_y = bool(ctx.attrs.get("adj_x")), bool(ctx.attrs.get("adj_y"))
+    if not adj_x:     # B packed as it runs, the float GEMM's tiles (an attention in a prefill)
+        tiled = batched_product(tuple(ctx.inputs[0].shape), tuple(ctx.inputs[1].shape), adj_y, current_threads())
+        if tiled is not None:
+            return bindable(lambda inputs, outputs: tiled(inputs[0], inputs[1], outputs[0]))
     ensure_gemm_policy()
     batched = gemm.batched_matmul(tuple(ctx.inputs[0].shape), tuple(ctx.inputs[1].shape), adj_x, adj_y)
     if batched is not None:

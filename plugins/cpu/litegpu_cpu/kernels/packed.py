@@ -26,7 +26,7 @@ from llvmlite import binding, ir
 from ..jit import cgutils, intrinsic, types
 from .common import F32
 from .threads import current as current_threads
-from .tasks import bind_task, task_function
+from .tasks import bind_task, bound_tasks, in_sequence, task_function
 
 # Rows and columns of the micro-tile: MR vector accumulators of NR float32 lanes.
 MR, NR = 6, 16
@@ -338,3 +338,65 @@ def packed_matmul(w_kn: np.ndarray, bias: np.ndarray | None, lo: float, hi: floa
     if not fits(m, n):
         return None
     return PackedMatmul(w_kn, np.zeros(n, F32) if bias is None else bias, lo, hi, current_threads())
+
+
+# -- products of two activations (BATCH_MATMUL) -------------------------------------------------
+#
+# An attention's scores and weighted values: each batch's right-hand side is packed into
+# panels when the product runs (a copy a fraction of the product's time), then the tiles
+# above take it as they take a weight. Rows below MR keep to :mod:`.gemm`.
+
+_PACK_TASKS = 8
+
+
+@task_function()
+def _pack_task(t, bp, outp, _a2, _a3, _a4, _a5, _a6, _a7, ip, _fp):
+    """Panels ``[t * chunk, (t + 1) * chunk)`` of ``b`` packed as :func:`pack` packs a
+    weight: ``b`` [K, N], or [N, K] when ``ip[2]`` (adj_y), into ``out`` [panels, K, 16],
+    zeros past N. ``ip``: K, N, transposed, chunk."""
+    k, n, transposed, chunk = ip[0], ip[1], ip[2], ip[3]
+    panels = (n + NR - 1) // NR
+    for p in range(t * chunk, min(panels, (t + 1) * chunk)):
+        for q in range(k):
+            at = (p * k + q) * NR
+            for lane in range(NR):
+                col = p * NR + lane
+                if col >= n:
+                    outp[at + lane] = np.float32(0)
+                elif transposed:
+                    outp[at + lane] = bp[col * k + q]
+                else:
+                    outp[at + lane] = bp[q * n + col]
+
+
+def batched_product(a_shape: tuple, b_shape: tuple, adj_y: bool, threads: int):
+    """``bind(a, b, out) -> call`` for BATCH_MATMUL of float32 ``a`` [..., M, K] and ``b``
+    [..., K, N] ([..., N, K] with ``adj_y``) of one batch shape, M at least MR: per batch,
+    ``b`` packed into panels, then the tiles' product; None for other shapes."""
+    if len(a_shape) < 2 or len(a_shape) != len(b_shape) or tuple(a_shape[:-2]) != tuple(b_shape[:-2]):
+        return None
+    m, k = int(a_shape[-2]), int(a_shape[-1])
+    n = int(b_shape[-2] if adj_y else b_shape[-1])
+    if int(b_shape[-1] if adj_y else b_shape[-2]) != k or not fits(m, n) or k == 0:
+        return None
+    batches = int(np.prod(a_shape[:-2], dtype=np.int64))
+    panels = _ceil_div(n, NR)
+    chunk = _ceil_div(panels, min(_PACK_TASKS, panels))
+    pack_params = np.array([k, n, int(adj_y), chunk], np.int64)
+    zero_bias = np.zeros(panels * NR, F32)
+    bounds = np.array([-np.inf, np.inf], F32)
+    rows = split(m, n, k, threads, m)
+    gemm_params = np.array([m, k, k, 1, n, *rows, m, m, 1, 0], np.int64)
+
+    def bind(a: np.ndarray, b: np.ndarray, out: np.ndarray):
+        if not (a.flags.c_contiguous and b.flags.c_contiguous and out.flags.c_contiguous):
+            raise ValueError("batched product of arrays that are not C-contiguous")
+        a3, b3, out3 = a.reshape(batches, m, k), b.reshape(batches, -1), out.reshape(batches, m, n)
+        packed = np.empty((batches, panels, k, NR), F32)
+        calls = []
+        for i in range(batches):
+            calls.append(bound_tasks(_pack_task, _ceil_div(panels, chunk), (b3[i], packed[i]), pack_params))
+            calls.append(bound_tasks(_packed_gemm, rows[1] * rows[3], (a3[i], packed[i], zero_bias, out3[i]),
+                                     gemm_params, bounds))
+        return in_sequence(calls)
+    return bind
