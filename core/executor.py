@@ -421,10 +421,14 @@ class CompiledSubgraph:
 
     def _safe_aliases(self, arrays: dict[int, np.ndarray]) -> bool:
         """True when the arrays that share memory are the in-place updates :meth:`run_on` allows."""
-        by_memory: dict[int, list[int]] = {}
-        for t, a in arrays.items():
-            by_memory.setdefault(a.ctypes.data, []).append(t)
-        shared = [ts for ts in by_memory.values() if len(ts) > 1]
+        items = list(arrays.items())
+        shared = []
+        for i, (t, a) in enumerate(items):
+            for u, b in items[i + 1:]:
+                if np.may_share_memory(a, b):
+                    if a.ctypes.data != b.ctypes.data or a.nbytes != b.nbytes:
+                        return False    # overlapping, not one array: never safe
+                    shared.append((t, u))
         if not shared:
             return True
         readers: dict[int, list] = {}
@@ -435,9 +439,9 @@ class CompiledSubgraph:
             for o in node.outputs:
                 producer[o] = node
         inputs, outputs = set(self.sg.inputs), set(self.sg.outputs)
+        if len({t for pair in shared for t in pair}) != 2 * len(shared):
+            return False    # one array given for three tensors or more
         for ts in shared:
-            if len(ts) != 2:
-                return False
             x, y = sorted(ts, key=lambda t: t not in inputs)
             node = producer.get(y)
             if x not in inputs or y not in outputs or x in outputs or y in inputs or node is None \

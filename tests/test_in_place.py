@@ -128,3 +128,29 @@ def test_a_reshape_of_an_arena_tensor_shares_its_bytes() -> None:
     (program, _, _), = interp._compiled.programs      # one cpu partition
     offsets = program.partition.arena.offsets
     assert offsets[a] == offsets[r] and offsets[a] != offsets.get(y)
+
+
+def test_buffers_that_overlap_without_being_one_array_are_copied(run_on_results) -> None:
+    """An input and an output as two views of one array, offset: reading one while writing
+    the other would mix them, so every run takes the copying path."""
+    data = cache_model(extra_reader=False)
+    model = litegpu.CompiledModel.from_buffer(data, hardware_accel=litegpu.HardwareAccelerator.CPU)
+    size = int(np.prod(CACHE))
+    memory = np.zeros(size + size // 2, np.float32)
+    cache_in = litegpu.TensorBuffer.create_from_host_memory(memory[:size].reshape(CACHE))
+    doubled = litegpu.TensorBuffer.create_from_host_memory(memory[size // 2:].reshape(CACHE))
+    update = model.create_input_buffer_by_name("decode", "update")
+    start = model.create_input_buffer_by_name("decode", "start")
+    cache_out = model.create_output_buffer_by_name("decode", "cache")
+    values = np.arange(size, dtype=np.float32).reshape(CACHE)
+    for _ in range(3):
+        memory[:size] = values.reshape(-1)
+        update.write(np.full(UPDATE, -1.0, np.float32))
+        start.write(np.array([0, 0, 3, 0], np.int32))
+        model.run_by_name("decode", {"cache": cache_in, "update": update, "start": start},
+                          {"cache": cache_out, "doubled": doubled})
+        want = values.copy()
+        want[:, :, 3] = -1.0
+        np.testing.assert_array_equal(cache_out.array, want)
+        np.testing.assert_array_equal(doubled.array, 2 * want)
+    assert run_on_results == [False, False, False]
