@@ -380,6 +380,8 @@ def batched_product(a_shape: tuple, b_shape: tuple, adj_y: bool, threads: int):
     if int(b_shape[-1] if adj_y else b_shape[-2]) != k or not fits(m, n) or k == 0:
         return None
     batches = int(np.prod(a_shape[:-2], dtype=np.int64))
+    if batches == 0:
+        return None
     panels = _ceil_div(n, NR)
     chunk = _ceil_div(panels, min(_PACK_TASKS, panels))
     pack_params = np.array([k, n, int(adj_y), chunk], np.int64)
