@@ -22,7 +22,7 @@ from . import xnn_order
 from .xnn_order import rsum_avx512f
 from .packed import batched_product, packed_matmul
 from .registry import bindable, kernel
-from .tasks import bind_task, int64_pointer, row_tasks, task_function
+from .tasks import ARRAYS, bind_task, int64_pointer, row_tasks, task_function, uint8_pointer
 from .threads import current as current_threads, ensure_gemm_policy
 
 
@@ -460,4 +460,44 @@ def concatenation(ctx: NodeContext):
             out[sl] = x
         if act is not None:
             act(out)
+    if act is not None or not 1 <= len(ctx.inputs) < ARRAYS:
+        return run
+    # Without an activation: one task copying each input's rows into its columns, so the
+    # step chains with its neighbours (a decoder's RoPE halves, its KV heads).
+    item = dtype.itemsize
+    outer = int(np.prod(out_shape[:axis], dtype=np.int64))
+    inner = int(np.prod(out_shape[axis + 1:], dtype=np.int64)) * item
+    widths = [int(spec.shape[axis]) * inner for spec in ctx.inputs]
+    params = np.array([outer, sum(widths), len(widths), *widths], np.int64)
+
+    def bind(inputs, outputs):
+        if not all(x.flags.c_contiguous for x in (*inputs, outputs[0])):
+            return partial(run, inputs, outputs)
+        return bind_task(_concat_task, 1, tuple(inputs), (outputs[0],), params,
+                         dtypes=(dtype,) * (len(inputs) + 1))
+    run.bind = bind
     return run
+
+
+@njit(cache=True, inline="always")
+def _concat_pointer(k, a0, a1, a2, a3, a4, a5, a6):
+    """Array argument ``k`` of a task, as bytes."""
+    p = a0 if k == 0 else a1 if k == 1 else a2 if k == 2 else a3 if k == 3 else a4 if k == 4 else a5 if k == 5 else a6
+    return uint8_pointer(p)
+
+
+@task_function()
+def _concat_task(t, a0, a1, a2, a3, a4, a5, a6, a7, ip, _fp):
+    """CONCATENATION of ``ip[2]`` inputs (arrays 0 ..), the output after them: each of the
+    ``ip[0]`` outer rows of the output (``ip[1]`` bytes) is the inputs' rows side by side,
+    input ``k``'s ``ip[3 + k]`` bytes wide."""
+    outer, total, count = ip[0], ip[1], ip[2]
+    out = _concat_pointer(count, a0, a1, a2, a3, a4, a5, a6) if count < 7 else uint8_pointer(a7)
+    offset = 0
+    for k in range(count):
+        width = ip[3 + k]
+        x = _concat_pointer(k, a0, a1, a2, a3, a4, a5, a6)
+        for o in range(outer):
+            for e in range(width):
+                out[o * total + offset + e] = x[o * width + e]
+        offset += width
