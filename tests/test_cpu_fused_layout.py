@@ -179,3 +179,25 @@ def test_operand_with_leading_ones_is_full_size(shape, other):
         out = np.full(out_shape, np.nan, np.float32)
         make_fused_kernel(group)([x] if value is not None else [x, y], [out])
         np.testing.assert_array_equal(out, x + y)
+
+
+@pytest.mark.parametrize("shape, table", [((1, 4, 16, 16), (16, 16)), ((2, 2, 16, 128), (1, 1, 16, 128)),
+                                          ((3, 5, 7), (5, 7)), ((2, 3, 4, 5), (1, 3, 4, 5))], ids=str)
+def test_operands_repeating_over_leading_dimensions(shape, table):
+    """A decoder's RoPE: x * cos - y * sin, the tables [T, D] over the heads of [1, H, T, D],
+    one of them a constant; its mask added over batch and heads. One kernel, each table
+    read at row ``r % period``, against the references."""
+    rng = np.random.default_rng(len(shape))
+    x, y = (rng.standard_normal(shape).astype(np.float32) for _ in range(2))
+    cos, sin = (rng.standard_normal(table).astype(np.float32) for _ in range(2))
+    full = TensorSpec(shape, F32)
+    nodes = [
+        node(0, "MUL", [full, TensorSpec(table, F32)], (0, 1), 2, shape, {"activation": "NONE"}),
+        node(1, "MUL", [full, TensorSpec(table, F32, value=sin)], (3, 4), 5, shape, {"activation": "NONE"}),
+        node(2, "SUB", [full, full], (2, 5), 6, shape, {"activation": "NONE"}),
+    ]
+    group = plan_group(nodes, {6})
+    assert group is not None and group.inputs == [0, 1, 3] and group.periods
+    out = np.full(shape, np.nan, np.float32)
+    make_fused_kernel(group)([x, cos, y], [out])
+    np.testing.assert_array_equal(out, x * cos - y * sin)

@@ -338,9 +338,10 @@ def first_tier(group: "fusion.FusedGroup", fused):
     where that would not help or is not wanted: the machine is not linked without a
     compile (nothing prebuilt: it takes seconds), prebuilt kernels are switched off
     (``$LITEGPU_PREBUILT_DIR`` set empty: every kernel compiles when first needed), the cache
-    cannot keep the generated kernel, or the machine cannot run the chain."""
+    cannot keep the generated kernel, or the machine cannot run the chain (an operand
+    repeating every few rows: :func:`.fusion._period`)."""
     if objects.prebuilt_dir() is None or numba_cache.home().mode != numba_cache.WRITABLE \
-            or not chain_machine().linked():
+            or group.periods or not chain_machine().linked():
         return None
     k = machine_kernel(group)
     if k is not None:

@@ -3,8 +3,11 @@
 A run of consecutive static elementwise nodes with one output shape becomes a single
 kernel that reads each element once, keeps intermediates in registers and writes only
 the values used after the run. Operands are indexed per element, as a scalar,
-broadcast along the last dimension (bias adds, squeeze-excite scales), or one value per
-last-dimension row (LayerNorm's mean and variance, shaped [..., 1]).
+broadcast along the last dimension (bias adds, squeeze-excite scales), one value per
+last-dimension row (LayerNorm's mean and variance, shaped [..., 1]), or as the output's
+trailing dimensions repeated over its leading ones (a decoder's RoPE tables over the
+heads, its attention mask over batch and heads: row ``r % period``, the period a run-time
+parameter).
 
 The kernel is a task function (:mod:`.kernels.tasks`, so it chains with the steps around
 it into one call) looping over the output as ``[rows, cols]`` (blocks of rows as tasks
@@ -238,7 +241,19 @@ def _mode(shape: tuple[int, ...], out_shape: tuple[int, ...]) -> str | None:
     if len(out_shape) >= 2 and len(aligned) == len(out_shape) and aligned[-1] == 1 \
             and aligned[:-1] == tuple(out_shape[:-1]):
         return "row"      # one value per last-dimension row (LayerNorm's mean and variance)
+    if _period(aligned, tuple(out_shape)):
+        return "period"   # the output's trailing rows, repeated (a RoPE table, a mask over heads)
     return None
+
+
+def _period(aligned: tuple[int, ...], out_shape: tuple[int, ...]) -> int:
+    """The rows after which an operand of right-aligned shape ``aligned`` repeats when it is
+    the output's trailing dimensions, its leading ones broadcast (``[16, 32]`` in a ``[1,
+    4, 16, 32]`` output: 16 rows of 32), else 0."""
+    lead = next((d for d, n in enumerate(aligned) if n != 1), len(aligned))
+    if len(out_shape) < 2 or lead == 0 or lead >= len(out_shape) - 1 or aligned[lead:] != out_shape[lead:]:
+        return 0
+    return int(np.prod(out_shape[lead:-1], dtype=np.int64))
 
 
 @dataclass
@@ -254,6 +269,7 @@ class FusedGroup:
     cols: int
     constants: np.ndarray
     dtypes: tuple            # of the inputs, then the outputs
+    periods: tuple = ()      # the rows after which each "period" operand repeats (ip[3] on)
 
 
 def _columns(out_shape: tuple[int, ...], lastdim: bool) -> int:
@@ -293,6 +309,7 @@ def plan_group(nodes: list[NodeContext], escaping: set[int]) -> FusedGroup | Non
     pool: list[np.ndarray] = []   # constants as 32-bit words, one argument (dispatch cost grows per argument)
     pool_size = 0
     lastdim = False
+    periods: list[int] = []
     body: list[str] = []
     for k, ctx in enumerate(nodes):
         if tuple(ctx.outputs[0].shape) != out_shape:
@@ -303,15 +320,19 @@ def plan_group(nodes: list[NodeContext], escaping: set[int]) -> FusedGroup | Non
                 mode = _mode(tuple(spec.shape), out_shape)
                 if mode is None:
                     return None
-                lastdim |= mode in ("lastdim", "row")
+                lastdim |= mode in ("lastdim", "row", "period")
+                index = _INDEX.get(mode) or f"(r % ip[{3 + len(periods)}]) * c + j"
+                if mode == "period":
+                    aligned = (1,) * (len(out_shape) - len(spec.shape)) + tuple(spec.shape)
+                    periods.append(_period(aligned, out_shape))
                 kind = kinds[t] = _KIND[np.dtype(spec.dtype)]
                 if spec.value is not None:
                     words = np.asarray(spec.value, F32 if kind == "f" else np.int32).reshape(-1).view(F32)
-                    names[t] = _READ[kind].format(p="k" if kind == "f" else "ki", i=f"{pool_size} + {_INDEX[mode]}")
+                    names[t] = _READ[kind].format(p="k" if kind == "f" else "ki", i=f"{pool_size} + {index}")
                     pool.append(words)
                     pool_size += words.size
                 else:
-                    names[t] = _READ[kind].format(p=f"x{len(inputs)}", i=_INDEX[mode])
+                    names[t] = _READ[kind].format(p=f"x{len(inputs)}", i=index)
                     inputs.append(t)
             operands.append(names[t])
         a, b, c = (*operands, None, None)[:3]
@@ -357,7 +378,7 @@ def plan_group(nodes: list[NodeContext], escaping: set[int]) -> FusedGroup | Non
     ])
     constants = np.concatenate(pool) if pool else np.zeros(1, F32)
     return FusedGroup(nodes, inputs, outputs, source, parallel, rows, cols, constants,
-                      tuple(_DTYPE[kinds[t]] for t in arrays))
+                      tuple(_DTYPE[kinds[t]] for t in arrays), tuple(periods))
 
 
 def _sigmoid_kind(group: FusedGroup) -> int | None:
@@ -416,7 +437,7 @@ def generated_kernel(group: FusedGroup, fused=None):
     now when it is neither compiled in this process nor kept by an earlier one."""
     fused = fused or load_generated(group.source, "fused")
     part, tasks = task_rows(group)
-    params = np.array([group.rows, group.cols, part], np.int64)
+    params = np.array([group.rows, group.cols, part, *group.periods], np.int64)
     k = bindable(lambda inputs, outputs: bind_task(fused, tasks, inputs, outputs, params, group.constants,
                                                    group.dtypes))
     k.kernel_name = f"fused task ({len(group.nodes)} elementwise ops)"
