@@ -40,6 +40,20 @@ def _index(ix16, ix32, ix64, size, j):
     return ix64[j] if size == 8 else (np.int64(ix32[j]) if size == 4 else np.int64(ix16[j]))
 
 
+@njit(cache=True, inline="always")
+def _indices_fit(ix16, ix32, ix64, size, n, limit, ip, at):
+    """True when the ``n`` indices all lie in ``[0, limit)``; else the first that does not
+    is stored at ``ip[at + 1]`` after a 1 at ``ip[at]`` (a task's check word, see
+    :func:`.tasks.bound_tasks`)."""
+    for j in range(n):
+        k = _index(ix16, ix32, ix64, size, j)
+        if k < 0 or k >= limit:
+            ip[at] = 1
+            ip[at + 1] = k
+            return False
+    return True
+
+
 @task_function()
 def _gather_task(t, pp, ixp, outp, _a3, _a4, _a5, _a6, _a7, ip, _fp):
     """``out[o, j, :] = params[o, indices[j], :]`` over bytes; ``ip``: outer, limit, row
@@ -48,12 +62,8 @@ def _gather_task(t, pp, ixp, outp, _a3, _a4, _a5, _a6, _a7, ip, _fp):
     outer, limit, inner, n, size = ip[0], ip[1], ip[2], ip[3], ip[4]
     params, out = uint8_pointer(pp), uint8_pointer(outp)
     ix16, ix32, ix64 = int16_pointer(ixp), int32_pointer(ixp), int64_pointer(ixp)
-    for j in range(n):
-        k = _index(ix16, ix32, ix64, size, j)
-        if k < 0 or k >= limit:
-            ip[5] = 1
-            ip[6] = k
-            return
+    if not _indices_fit(ix16, ix32, ix64, size, n, limit, ip, 5):
+        return
     for o in range(outer):
         for j in range(n):
             k = _index(ix16, ix32, ix64, size, j)
@@ -126,12 +136,8 @@ def _hybrid_lookup_task(t, tablep, ixp, scalep, outp, _a4, _a5, _a6, _a7, ip, _f
     rows, d, n, size, block = ip[0], ip[1], ip[2], ip[3], ip[6]
     table = int8_pointer(tablep)
     ix16, ix32, ix64 = int16_pointer(ixp), int32_pointer(ixp), int64_pointer(ixp)
-    for j in range(n):
-        k = _index(ix16, ix32, ix64, size, j)
-        if k < 0 or k >= rows:
-            ip[4] = 1
-            ip[5] = k
-            return
+    if not _indices_fit(ix16, ix32, ix64, size, n, rows, ip, 4):
+        return
     for j in range(n):
         k = _index(ix16, ix32, ix64, size, j)
         if block == 0:

@@ -22,21 +22,16 @@ def reshape(ctx: NodeContext):
     if int(np.prod(ctx.inputs[0].shape)) != int(np.prod(ctx.outputs[0].shape)):
         return None
 
-    def bind(inputs, outputs):
-        x, out = inputs[0], outputs[0]
-        if x.dtype == out.dtype and x.ctypes.data == out.ctypes.data and x.nbytes == out.nbytes \
-                and x.flags.c_contiguous and out.flags.c_contiguous:
-            # (a copy of no bytes: still a task, so the plan around it stays one chain)
-            return bound_tasks(_copy_task, 1, (x, out), np.zeros(1, np.int64))
-        return copy_call(x, out)
-    return bindable(bind)
+    return bindable(lambda inputs, outputs: copy_call(inputs[0], outputs[0]))
 
 
 def copy_call(x: np.ndarray, out: np.ndarray):
     """A call of no arguments copying ``x`` into ``out`` (same size and dtype, any shapes):
-    a task function when both are C-contiguous, so it chains with its neighbours."""
+    a task function when both are C-contiguous, so it chains with its neighbours; one of no
+    bytes when ``out`` is ``x``'s own bytes (still a task, so the plan stays one chain)."""
     if x.dtype == out.dtype and x.flags.c_contiguous and out.flags.c_contiguous:
-        return bound_tasks(_copy_task, 1, (x, out), np.array([x.nbytes], np.int64))
+        nbytes = 0 if x.ctypes.data == out.ctypes.data else x.nbytes
+        return bound_tasks(_copy_task, 1, (x, out), np.array([nbytes], np.int64))
     # ``out[...] = x`` copies like np.copyto, without its dispatch overhead. (Reshaping a
     # non-contiguous ``x`` copies it: only arrays of one shape may be bound for later runs.)
     if x.shape == out.shape:
