@@ -11,7 +11,7 @@ from litegpu.graph import Node
 from litegpu.ops import get_op
 from litegpu.ops.registry import TensorSpec
 from litegpu_cpu.fusion import generate_alone, make_fused_kernel, plan_group
-from litegpu_cpu.kernels import xnn_sigmoid
+from litegpu_cpu.kernels import xnn_order, xnn_sigmoid
 
 F32 = np.dtype(np.float32)
 EDGES = np.array([0, -0.0, 1e-30, -1e-30, 1, -1, 20, -20, 88.5, 88.8, -87, -103, -104, -150, 150,
@@ -106,7 +106,10 @@ def test_softmax_kernel_matches_float64(shape, beta):
     KERNELS["SOFTMAX"](c)([x], [out])
     v = x.astype(np.float64) * np.float64(np.float32(beta))
     e = np.exp(v - v.max(axis=-1, keepdims=True))
-    close_to(out, e / e.sum(axis=-1, keepdims=True))
+    # Beta 1 on an AVX-512F host is XNNPACK's softmax, LiteRT's bits (tests/test_cpu_xnnpack_order.py):
+    # its float32 sum and reciprocal put it up to ~33 ulps from float64 on these rows.
+    xnn = beta == 1.0 and xnn_order.RSUM_MATCHES_LITERT
+    close_to(out, e / e.sum(axis=-1, keepdims=True), ulps=40 if xnn else 2)
     # Rows holding inf or NaN give what the reference gives (NaN), not garbage.
     x[0, ..., 0] = np.inf
     x.reshape(-1, shape[-1])[-1, -1] = np.nan

@@ -1,4 +1,4 @@
-"""Float DEPTHWISE_CONV_2D, AVERAGE_POOL_2D and MEAN / SUM on cpu with LiteRT's bits: the
+"""Float DEPTHWISE_CONV_2D, AVERAGE_POOL_2D, MEAN / SUM, SOFTMAX, SIN, COS and RSQRT on cpu with LiteRT's bits: the
 order of XNNPACK's sums (litegpu_cpu.kernels.xnn_order), against LiteRT itself on single-op
 models, every cpu kernel of each op (the 3x3 stride-1 and stride-2 paths, the framed 5x5
 one, the general one; the pool's passes; channel and row sums).
@@ -299,3 +299,54 @@ def test_row_sum_lanes_on_any_host():
         _row_sums(x, out)
         want = np.array([_rsum_reference(row) for row in x], F32)
         assert (out.view(np.uint32) == want.view(np.uint32)).all(), n
+
+
+# -- SOFTMAX, SIN, COS, RSQRT: XNNPACK's elementwise arithmetic ----------------------------------
+
+def unary_model(op: str, shape: tuple[int, ...], **options) -> bytes:
+    b = ModelBuilder()
+    x = b.input("x", shape, F32)
+    y = b.tensor("y", shape, F32)
+    b.op(op, [x], [y], **options)
+    b.output(y)
+    return b.build()
+
+
+@avx512_host
+@pytest.mark.parametrize("width", [1, 5, 16, 63, 64, 77, 130, 512, 1000])
+def test_softmax_gives_litert_bits(width):
+    """XNNPACK's exponentials, its sum (blocks of 64 over two accumulators, of 16, the
+    tail) and ``1 / sum``; a masked attention row (-inf and float32's lowest) too."""
+    x = (np.random.default_rng(width).standard_normal((6, width)) * 4).astype(F32)
+    x[1, width // 2:] = -np.inf
+    x[2, :width // 3] = np.finfo(F32).min
+    x[3, 0] = -100.0                        # below XNNPACK's cutoff: exactly 0
+    assert_same_bits(*run_both(unary_model("SOFTMAX", x.shape, beta=1.0), [x]))
+
+
+@fma_host
+@pytest.mark.parametrize("op", ["SIN", "COS"])
+def test_sin_and_cos_give_litert_bits(op):
+    """XNNPACK's rational 5/4 fits after its reduction by 2 pi: RoPE tables (positions
+    times inverse frequencies up to 4096 rad), small and large arguments, inf and NaN."""
+    rng = np.random.default_rng(3)
+    positions = np.arange(4096, dtype=F32)[:, None] * (10000 ** (-np.arange(0, 64, 2) / 64)).astype(F32)[None, :]
+    x = np.concatenate([positions.reshape(-1), rng.standard_normal(4096).astype(F32) * 1e-3,
+                        rng.standard_normal(4096).astype(F32) * 1e5,
+                        np.array([0, -0.0, np.pi, -np.pi / 2, np.inf, -np.inf, np.nan], F32)]).astype(F32)
+    assert_same_bits(*run_both(unary_model(op, x.shape), [x]))
+
+
+@avx512_host
+def test_rsqrt_gives_litert_bits_where_it_is_right():
+    """The 14-bit estimate and XNNPACK's Newton step over [2**-126, 2**125]; outside it
+    (0, subnormals, above 2**125), where XNNPACK gives NaN or 1.5 times the root, the
+    true ``1 / sqrt``."""
+    rng = np.random.default_rng(9)
+    x = np.exp(rng.uniform(np.log(2.0 ** -126), np.log(2.0 ** 125), 20000)).astype(F32)
+    ours, litert = run_both(unary_model("RSQRT", x.shape), [x])
+    assert_same_bits(ours, litert)
+    edges = np.array([0, 1e-40, 2.0 ** -127, 2.0 ** 126, 3e38, np.inf], F32)
+    ours, _ = run_both(unary_model("RSQRT", edges.shape), [edges])
+    with np.errstate(divide="ignore"):
+        np.testing.assert_array_equal(ours, (1 / np.sqrt(edges.astype(np.float64))).astype(F32))

@@ -211,6 +211,7 @@ CASES = [
     rms_norm_case("weight-input", (1, 3, 40), 1e-5, const_weight=False),
     rms_norm_case("small-values-eps1e-2", (1, 4, 24), 1e-2, scale=0.05),
     rms_norm_case("odd-width", (2, 5, 13), 1e-6),
+    rms_norm_case("wide-rows", (1, 12, 819), 1e-6),   # every block of XNNPACK's sum of squares
     sdpa_case("prefill16-gqa4x2", 16, 128, 4, 2, 32),
     sdpa_case("decode-gqa4x2", 1, 128, 4, 2, 32, start=20),
     sdpa_case("decode-first-position", 1, 128, 4, 2, 32, start=0),

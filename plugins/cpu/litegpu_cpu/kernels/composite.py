@@ -7,11 +7,10 @@ floats:
 
 - rms norm (LiteRT runs its decomposition with XNNPACK): per row, the squares in float32,
   their mean, plus epsilon, the reciprocal square root, then ``(x * r) * w``; where LiteRT
-  runs XNNPACK's AVX-512F kernels, the mean is ``sum * (1 / D)`` in its row-sum order
-  (:func:`.xnn_order.rsum_avx512f`) and the root its estimate and Newton step
-  (:func:`.xnn_order.rsqrt_avx512f`): LiteRT's bits for rows of up to 64 (checked by
-  the tests); in a few wider rows in twenty LiteRT's sum comes out one ulp apart, in an
-  order not found yet (as with the cpu MEAN). Elsewhere a float64 sum and ``1 / sqrt``;
+  runs XNNPACK's AVX-512F kernels, the mean is ``sum * (1 / D)``, the sum of squares in
+  the order of XNNPACK's fused ``reduce_sum_squared`` (:func:`.xnn_order.rsum2_avx512f`),
+  and the root its estimate and Newton step (:func:`.mathfn.xnn_rsqrt32`): LiteRT's
+  bits (checked by the tests). Elsewhere a float64 sum and ``1 / sqrt``;
 - attention (LiteRT's XNNPACK lowers the composite itself: q times the scale, a batched
   matmul with k, the mask added, softmax, a batched matmul with v): per (batch, query row,
   head), ``q * scale``; each score a fused multiply-add chain over the head dimension in
@@ -27,11 +26,11 @@ from litegpu.backend import NodeContext
 
 from ..jit import carray, njit
 from .common import F32, all_float32
-from .mathfn import row_range32, sum64, tanh64
-from .misc import _exponentials_beta1, _scale_row
+from .misc import softmax_row
 from .registry import bindable, kernel
 from .tasks import advanced, bind_task, row_tasks, task_function
-from .xnn_order import RSUM_MATCHES_LITERT, madd, rsqrt_avx512f, rsum_avx512f
+from .mathfn import row_range32, tanh64, xnn_rsqrt32
+from .xnn_order import RSUM_MATCHES_LITERT, madd, rsum2_avx512f
 
 # Rows (times their width) from which a node is cut into tasks over the threads.
 _PARALLEL_WORK = 1 << 14
@@ -40,19 +39,17 @@ _PARALLEL_WORK = 1 << 14
 # -- odml.rms_norm ------------------------------------------------------------------------------
 
 @task_function(requires=("avx512f",))
-def _rms_norm_xnn_task(t, xp, wp, outp, sqp, _a4, _a5, _a6, _a7, ip, fp):
+def _rms_norm_xnn_task(t, xp, wp, outp, _a3, _a4, _a5, _a6, _a7, ip, fp):
     """Rows ``t * chunk ..`` of ``out = (x * r) * w``, ``r = rsqrt(mean(x * x) + epsilon)``
     over rows of D, as LiteRT's XNNPACK computes it on AVX-512F (``ip``: rows, D, chunk;
-    ``fp``: epsilon, ``1 / D``). ``sq``: D floats per task, the row's squares."""
+    ``fp``: epsilon, ``1 / D``): XNNPACK turns the mean of the squares into one sum of
+    squares (:func:`.xnn_order.rsum2_avx512f`)."""
     rows, d, chunk = ip[0], ip[1], ip[2]
     epsilon, inverse = fp[0], fp[1]
-    sq = carray(advanced(sqp, t * d), d)
     for row in range(t * chunk, min(rows, (t + 1) * chunk)):
         base = row * d
-        for j in range(d):
-            sq[j] = xp[base + j] * xp[base + j]
-        mean = np.float32(0) + rsum_avx512f(sq, 0, d) * inverse
-        _scale_by(xp, wp, outp, base, d, rsqrt_avx512f(mean + epsilon))
+        mean = np.float32(0) + rsum2_avx512f(carray(advanced(xp, base), d), 0, d) * inverse
+        _scale_by(xp, wp, outp, base, d, xnn_rsqrt32(mean + epsilon))
 
 
 @task_function()
@@ -94,8 +91,7 @@ def rms_norm(ctx: NodeContext):
     def bind(inputs, outputs):
         if not RSUM_MATCHES_LITERT:
             return bind_task(_rms_norm_task, tasks, (inputs[0], inputs[1]), (outputs[0],), params, floats)
-        squares = np.empty(tasks * d, F32)
-        return bind_task(_rms_norm_xnn_task, tasks, (inputs[0], inputs[1]), (outputs[0], squares), params, floats)
+        return bind_task(_rms_norm_xnn_task, tasks, (inputs[0], inputs[1]), (outputs[0],), params, floats)
     return bindable(bind)
 
 
@@ -149,10 +145,9 @@ def _attention_task(t, qp, kp, vp, maskp, outp, scratchp, _a6, _a7, ip, fp):
 
 @njit(cache=True, inline="always")
 def _softmax_in_place(p, start, count):
-    """The cpu SOFTMAX's row (:func:`.misc._softmax_task`, beta 1) on ``p[start:start + count]``."""
+    """The cpu SOFTMAX's row (:func:`.misc.softmax_row`) on ``p[start:start + count]``."""
     lo, hi = row_range32(p, start, count, np.float32(np.inf), np.float32(-np.inf))
-    _exponentials_beta1(p, p, start, count, hi)
-    _scale_row(p, start, count, 1.0 / sum64(p, start, count))
+    softmax_row(p, p, start, count, hi)
 
 
 def _mask_strides(mask_shape: tuple[int, ...]) -> tuple[int, int, int]:

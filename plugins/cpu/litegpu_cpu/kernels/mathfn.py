@@ -11,7 +11,7 @@ import hashlib
 from pathlib import Path
 
 import numpy as np
-from llvmlite import ir
+from llvmlite import binding, ir
 
 from litegpu.ops.elementwise import GELU_TANH_CUBIC, SQRT_2_OVER_PI
 
@@ -305,5 +305,145 @@ def gelu_tanh32(x):
     m, s = exp_parts32(-abs(y * (_TANH_C1 + _TANH_C3 * (y * y))))
     d = _F1 + m * s
     return ((x * m) / d) * s if x < _F0 else x / d
+
+@intrinsic
+def _rint32(typingctx, x):
+    """``x`` rounded to the nearest integer, ties to even (llvm.rint: one instruction)."""
+    def codegen(context, builder, signature, args):
+        f32 = ir.FloatType()
+        return builder.call(cgutils.get_or_insert_function(builder.module, ir.FunctionType(f32, [f32]),
+                                                           "llvm.rint.f32"), args)
+    return types.float32(types.float32), codegen
+
+
+# XNNPACK's float32 sine and cosine (``src/f32-vsin/rational-5-4.c.in`` and its cosine twin,
+# the kernels LiteRT runs for SIN and COS on x86 with FMA3 or AVX-512F): the argument less
+# the nearest multiple of 2 pi (in two parts, ~33 bits), folded into [-pi/2, pi/2], then a
+# rational 5/4 fit. It is up to ~3e-7 from the true value (libm's is within an ulp), and a
+# decoder's RoPE tables feed hybrid products that quantize their input on the fly, where an
+# ulp can become a quantum: the cpu gives LiteRT's bits.
+_INV_2PI = np.float32(0.15915494)
+_2PI_HI, _2PI_LO = np.float32(6.28125), np.float32(1.9353072e-3)
+_PI = np.float32(3.1415927)
+_PI_HALF_HI, _PI_HALF_LO = np.float32(1.5707963705), np.float32(-4.3711388e-08)
+_SIN_A3, _SIN_A5 = np.float32(-1.3314664364e-01), np.float32(3.2340581529e-03)
+_SIN_B2, _SIN_B4 = np.float32(3.3519912511e-02), np.float32(4.8770775902e-04)
+_F0_32, _F1_32 = np.float32(0), np.float32(1)
+
+
+@njit(cache=True, inline="always")
+def _turns_removed32(x):
+    """``x`` less its nearest multiple of 2 pi, as XNNPACK's sine and cosine reduce it."""
+    k = _rint32(x * _INV_2PI)
+    return fma32(-k, _2PI_LO, fma32(-k, _2PI_HI, x))
+
+
+@njit(cache=True, inline="always")
+def _rational_sine32(x):
+    """The sine of a reduced ``x``: folded into [-pi/2, pi/2] with XNNPACK's min and max
+    (which keep their second operand for NaN), then its 5/4 rational fit."""
+    f = _PI - x
+    x = x if x < f else f
+    f = -_PI - x
+    x = x if x > f else f
+    f = _PI - x
+    x = x if x < f else f
+    x2 = x * x
+    p = x * fma32(x2, fma32(x2, _SIN_A5, _SIN_A3), _F1_32)
+    q = fma32(x2, fma32(x2, _SIN_B4, _SIN_B2), _F1_32)
+    return p / q
+
+
+@njit(cache=True, inline="always")
+def xnn_sin32(x):
+    """SIN of a float32 as XNNPACK's ``f32-vsin`` rational 5/4 kernels compute it."""
+    return _rational_sine32(_turns_removed32(x))
+
+
+@njit(cache=True, inline="always")
+def xnn_cos32(x):
+    """COS of a float32 as XNNPACK's ``f32-vcos`` kernels compute it: the sine of pi/2 less
+    the reduced argument (pi/2 in two parts)."""
+    return _rational_sine32((_PI_HALF_HI - _turns_removed32(x)) + _PI_HALF_LO)
+
+
+# RSQRT as LiteRT runs it on AVX-512F hosts (``xnn_f32_vrsqrt_ukernel__avx512f_rsqrt``):
+# the instruction's 14-bit estimate y, then ``y - (x * (y * y) - 1) * (0.5 * y)``, each
+# operation rounded. An rms norm's root feeds the row quantization of the next hybrid
+# product, so the cpu gives its bits. Outside [2**-126, 2**125] that kernel is wrong under
+# LiteRT's flushed denormals (0 and subnormals give NaN, 3e38 gives 1.5 times the root):
+# there, and on other hosts, ``1 / sqrt(x)``.
+_AVX512F = bool(binding.get_host_cpu_features().get("avx512f", False))
+_NR_LO, _NR_HI = np.float32(2.0 ** -126), np.float32(2.0 ** 125)
+_HALF32 = np.float32(0.5)
+
+
+@intrinsic
+def _rsqrt14(typingctx, x):
+    """AVX-512F's ``vrsqrt14ss``: ``1 / sqrt(x)`` to 14 bits, from the instruction's own table
+    (only on an AVX-512F host: LLVM cannot select it elsewhere)."""
+    def codegen(context, builder, signature, args):
+        v4 = ir.VectorType(ir.FloatType(), 4)
+        i32 = ir.IntType(32)
+        rsqrt14 = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(v4, [v4, v4, v4, ir.IntType(8)]), "llvm.x86.avx512.rsqrt14.ss")
+        vector = builder.insert_element(ir.Constant(v4, None), args[0], ir.Constant(i32, 0))
+        estimate = builder.call(rsqrt14, [vector, vector, vector, ir.Constant(ir.IntType(8), -1)])
+        return builder.extract_element(estimate, ir.Constant(i32, 0))
+    return types.float32(types.float32), codegen
+
+
+@njit(cache=True, inline="always")
+def _rsqrt_avx512f(x):
+    """XNNPACK's AVX-512F RSQRT of ``x`` in [2**-126, 2**125]; ``1 / sqrt(x)`` elsewhere."""
+    if _NR_LO <= x < _NR_HI:
+        y = _rsqrt14(x)
+        return y - (x * (y * y) - _F1_32) * (_HALF32 * y)
+    return _F1_32 / np.sqrt(x)
+
+
+@njit(cache=True, inline="always")
+def _rsqrt_plain(x):
+    return _F1_32 / np.sqrt(x)
+
+
+xnn_rsqrt32 = _rsqrt_avx512f if _AVX512F else _rsqrt_plain
+"""RSQRT of a float32: LiteRT's bits on an AVX-512F host (in XNNPACK's valid range), else
+``1 / sqrt(x)``."""
+
+
+@intrinsic
+def _bits32(typingctx, x):
+    """The int32 bit pattern of the float32 ``x`` (a register move, so it vectorizes)."""
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.IntType(32))
+    return types.int32(types.float32), codegen
+
+
+# The exponential of XNNPACK's float32 softmax (``src/f32-raddstoreexpminusmax/
+# avx512f-rr2-p5.c.in``, the same constants in its AVX2 and SSE2 kernels).
+_XE_LOG2E = np.float32(float.fromhex("0x1.715476p+0"))
+_XE_MAGIC = np.float32(float.fromhex("0x1.8000FEp23"))
+_XE_LN2_HI = np.float32(float.fromhex("-0x1.62E400p-1"))
+_XE_LN2_LO = np.float32(float.fromhex("-0x1.7F7D1Cp-20"))
+_XE_C5, _XE_C4, _XE_C3, _XE_C2, _XE_C1 = (np.float32(float.fromhex(c)) for c in (
+    "0x1.0F9F9Cp-7", "0x1.573A1Ap-5", "0x1.555A80p-3", "0x1.FFFDC6p-2", "0x1.FFFFF6p-1"))
+_XE_CUTOFF = np.float32(float.fromhex("-0x1.5D589Ep6"))    # below it exp(x) is subnormal: 0
+
+
+@njit(cache=True, inline="always")
+def xnn_exp_nonpositive32(x):
+    """exp(x) of a float32 ``x <= 0`` (an input less its row's maximum) as XNNPACK's softmax
+    computes it: ``n = round(x / ln 2)`` by a magic bias (its low bits, shifted into the
+    exponent field, are 2**n), ``t = x - n ln 2`` in two fused multiply-adds, a degree-5
+    polynomial, ``s + (t s) p``; 0 below the cutoff (-inf too), NaN stays NaN."""
+    n = fma32(x, _XE_LOG2E, _XE_MAGIC)
+    s = _float32_from_bits(_bits32(n) << np.int32(23))
+    n = n - _XE_MAGIC
+    t = fma32(n, _XE_LN2_LO, fma32(n, _XE_LN2_HI, x))
+    p = fma32(fma32(fma32(fma32(_XE_C5, t, _XE_C4), t, _XE_C3), t, _XE_C2), t, _XE_C1)
+    f = fma32(t * s, p, s)
+    return _F0_32 if x < _XE_CUTOFF else f
+
 
 DIGEST = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]

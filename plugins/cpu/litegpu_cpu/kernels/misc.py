@@ -17,12 +17,12 @@ from litegpu.ops.reduce import x86_extreme
 from ..jit import carray, njit
 from .common import F32, activation_in_place, all_float32, clamp_bounds, optional_input
 from . import gemm, gemv
-from .mathfn import exp_sum32, fma32, row_range32, sum64
+from .mathfn import exp_sum32, fma32, row_range32, sum64, xnn_exp_nonpositive32
 from . import xnn_order
-from .xnn_order import rsum_avx512f
+from .xnn_order import radd_avx512f, rsum_avx512f
 from .packed import batched_product, packed_matmul
 from .registry import bindable, kernel
-from .tasks import ARRAYS, bind_task, int64_pointer, row_tasks, task_function, uint8_pointer
+from .tasks import ARRAYS, advanced, bind_task, int64_pointer, row_tasks, task_function, uint8_pointer
 from .threads import current as current_threads, ensure_gemm_policy
 
 
@@ -282,20 +282,49 @@ def _softmax_task(t, xp, outp, _a2, _a3, _a4, _a5, _a6, _a7, ip, fp):
     exponent is never positive and cannot overflow), in passes that vectorize:
     :func:`.mathfn.row_range32`; the exponentials in float32 lanes written to the output
     (:func:`_exponentials`); their sum in float64 (:func:`.mathfn.sum64`); the output
-    times 1 / sum (:func:`_scale_row`). Within ~2 ulps of float64. A NaN makes its row
-    NaN and -inf entries give 0, as in the reference. A task function, so it chains
-    with its neighbours. (No ``reassoc`` here: it would fold the error terms.)"""
+    times 1 / sum (:func:`_scale_row`). Within ~2 ulps of float64. Beta 1, the softmax
+    LiteRT hands XNNPACK, is :func:`softmax_row`. A NaN makes its row NaN and -inf
+    entries give 0, as in the reference. A task function, so it chains with its
+    neighbours. (No ``reassoc`` here: it would fold the error terms.)"""
     rows, d, chunk = ip[0], ip[1], ip[2]
     beta = fp[0]
     for r in range(t * chunk, min(rows, (t + 1) * chunk)):
         x = r * d
         lo, hi = row_range32(xp, x, d, np.float32(np.inf), np.float32(-np.inf))
-        m = hi if beta >= np.float32(0) else lo
         if beta == np.float32(1):
-            _exponentials_beta1(xp, outp, x, d, m)
-        else:
-            _exponentials(xp, outp, x, d, m, beta)
+            softmax_row(xp, outp, x, d, hi)
+            continue
+        _exponentials(xp, outp, x, d, hi if beta >= np.float32(0) else lo, beta)
         _scale_row(outp, x, d, 1.0 / sum64(outp, x, d))
+
+
+@njit(cache=True, inline="always")
+def _accurate_softmax_row(xp, outp, x, d, m):
+    """``out[x:x + d]``: the softmax of ``x[x:x + d]`` (beta 1, ``m`` its maximum) within
+    ~2 ulps of float64 (:func:`_softmax_task`)."""
+    _exponentials_beta1(xp, outp, x, d, m)
+    _scale_row(outp, x, d, 1.0 / sum64(outp, x, d))
+
+
+@njit(cache=True, inline="always")
+def _xnn_softmax_row(xp, outp, x, d, m):
+    """:func:`_accurate_softmax_row` as LiteRT's XNNPACK computes it on AVX-512F, to the
+    bit (see :mod:`.xnn_order`): its exponentials, summed in its order, times ``1 / sum``
+    in float32. A row whose maximum is not finite takes the accurate path."""
+    if not (np.abs(m) < np.float32(np.inf)):
+        _accurate_softmax_row(xp, outp, x, d, m)
+        return
+    for j in range(d):
+        outp[x + j] = xnn_exp_nonpositive32(xp[x + j] - m)
+    r = np.float32(1) / radd_avx512f(carray(advanced(outp, x), d), 0, d)
+    for j in range(d):
+        outp[x + j] = outp[x + j] * r
+
+
+softmax_row = _xnn_softmax_row if xnn_order.RSUM_MATCHES_LITERT else _accurate_softmax_row
+"""SOFTMAX (beta 1) of one row, ``(xp, outp, x, d, m)``: LiteRT's bits on AVX-512F hosts;
+the accurate row elsewhere. XNNPACK's exponentials are up to ~2 ulps from float64, and a
+hybrid product after an attention quantizes its input from the row's range."""
 
 
 @njit(cache=True, inline="always")

@@ -36,9 +36,16 @@ LiteRT, single ops and every node of efficientnet_b0 and nasnet_mobile (tests:
   accumulates into the zeroed output); where it does, ``xnn_f32_rsum_ukernel``, on
   AVX-512F ``avx512f_u32_acc2``: :func:`rsum_avx512f`. (Axes that are not one run are
   not covered here.)
+- MEAN and SUM of a square (``MUL(x, x)``, as the rms norm's decomposition writes it):
+  XNNPACK's subgraph rewrites ``reduce(sqr(x))`` to ``reduce_sum_squared(x)``, on AVX-512F
+  ``xnn_f32_rsum2_ukernel__avx512f_u64_acc4``: each square a fused multiply-add into its
+  accumulator, :func:`rsum2_avx512f`.
+- SOFTMAX (beta 1), ``xnn_compute_floating_point_softmax``: the row's maximum, each
+  ``exp(x - max)`` (:func:`.mathfn.xnn_exp_nonpositive32`) stored and summed by
+  ``xnn_f32_raddstoreexpminusmax_ukernel``, on AVX-512F ``avx512f_rr2_p5_u64_acc2``
+  (:func:`radd_avx512f`), then each times ``1.0f / sum``.
 - RSQRT, on AVX-512F ``xnn_f32_vrsqrt_ukernel__avx512f_rsqrt``: the instruction's 14-bit
-  estimate and one Newton-Raphson step, :func:`rsqrt_avx512f` (used by the fused rms norm,
-  :mod:`.composite`; checked against LiteRT's rms norms).
+  estimate and one Newton-Raphson step, :func:`.mathfn.xnn_rsqrt32`.
 
 The multiply-add of a depthwise tap is :func:`madd`: ``fma32`` on hosts with a fused
 multiply-add (where XNNPACK picks its FMA3 or AVX-512F kernels), else a product rounded
@@ -299,24 +306,64 @@ def rsum_avx512f(x, start, n):
     return halves_sum16(acc0)
 
 
-@intrinsic
-def _rsqrt14(typingctx, x):
-    """AVX-512F's ``vrsqrt14ss``: ``1 / sqrt(x)`` to 14 bits, from the instruction's own table
-    (only in code that requires ``avx512f``: LLVM cannot select it elsewhere)."""
-    def codegen(context, builder, signature, args):
-        v4 = ir.VectorType(ir.FloatType(), 4)
-        rsqrt14 = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(v4, [v4, v4, v4, ir.IntType(8)]), "llvm.x86.avx512.rsqrt14.ss")
-        vector = builder.insert_element(ir.Constant(v4, None), args[0], ir.Constant(_I32, 0))
-        estimate = builder.call(rsqrt14, [vector, vector, vector, ir.Constant(ir.IntType(8), -1)])
-        return builder.extract_element(estimate, ir.Constant(_I32, 0))
-    return types.float32(types.float32), codegen
+@njit(cache=True, inline="always")
+def radd_avx512f(x, start, n):
+    """``sum(x[start:start + n])`` (n >= 1) as ``xnn_f32_raddstoreexpminusmax_ukernel__
+    avx512f_rr2_p5_u64_acc2`` adds its exponentials: blocks of 64 as four vectors, the
+    first and third into one accumulator, the others into a second; their sum; then blocks
+    of 16; then the last ``n % 16`` values into its first lanes; :func:`halves_sum16`."""
+    acc0 = splat16(F32(0))
+    acc1 = splat16(F32(0))
+    i = start
+    end = start + n
+    while end - i >= 64:
+        acc0 = add16(add16(acc0, load16(x, i)), load16(x, i + 32))
+        acc1 = add16(add16(acc1, load16(x, i + 16)), load16(x, i + 48))
+        i += 64
+    acc0 = add16(acc0, acc1)
+    while end - i >= 16:
+        acc0 = add16(acc0, load16(x, i))
+        i += 16
+    if i < end:
+        acc0 = add16(acc0, load16_head(x, i, end - i))
+    return halves_sum16(acc0)
 
 
 @njit(cache=True, inline="always")
-def rsqrt_avx512f(x):
-    """``1 / sqrt(x)`` as ``xnn_f32_vrsqrt_ukernel__avx512f_rsqrt`` computes it: the 14-bit
-    estimate ``y``, then ``y - (x * (y * y) - 1) * (0.5 * y)``, every operation rounded
-    (no fused multiply-add). Only in task functions that require ``avx512f``."""
-    y = _rsqrt14(x)
-    return y - (x * (y * y) - F32(1)) * (F32(0.5) * y)
+def rsum2_avx512f(x, start, n):
+    """``sum(x[start:start + n] ** 2)`` (n >= 1) as ``xnn_f32_rsum2_ukernel__avx512f_u64_acc4``
+    adds it: each square fused-multiply-added into one of four 16-lane accumulators over
+    blocks of 64, up to three more blocks of 16 into the first three in turn, the
+    accumulators summed (0 + 2, 1 + 3, then those), the last ``n % 16`` values' squares into
+    its first lanes, then :func:`halves_sum16`. Only on hosts with FMA."""
+    zero = F32(0)
+    acc0 = splat16(zero)
+    acc1 = splat16(zero)
+    acc2 = splat16(zero)
+    acc3 = splat16(zero)
+    i = start
+    end = start + n
+    while end - i >= 64:
+        v0, v1, v2, v3 = load16(x, i), load16(x, i + 16), load16(x, i + 32), load16(x, i + 48)
+        acc0 = fma16(v0, v0, acc0)
+        acc1 = fma16(v1, v1, acc1)
+        acc2 = fma16(v2, v2, acc2)
+        acc3 = fma16(v3, v3, acc3)
+        i += 64
+    if end - i >= 16:
+        v0 = load16(x, i)
+        acc0 = fma16(v0, v0, acc0)
+        i += 16
+    if end - i >= 16:
+        v1 = load16(x, i)
+        acc1 = fma16(v1, v1, acc1)
+        i += 16
+    if end - i >= 16:
+        v2 = load16(x, i)
+        acc2 = fma16(v2, v2, acc2)
+        i += 16
+    acc0 = add16(add16(acc0, acc2), add16(acc1, acc3))
+    if i < end:
+        tail = load16_head(x, i, end - i)
+        acc0 = fma16(tail, tail, acc0)
+    return halves_sum16(acc0)
