@@ -14,6 +14,7 @@ from litegpu.graph import Node
 from litegpu.ops import get_op
 from litegpu.ops.registry import TensorSpec
 from litegpu_cpu.kernels import KERNELS
+from litegpu_cpu.kernels import xnn_order
 from litegpu_cpu.kernels.misc import _SOFTMAX_PARALLEL
 
 F32 = np.dtype(np.float32)
@@ -21,6 +22,14 @@ F32 = np.dtype(np.float32)
 # roundings), 3.1 (tanh form), ~2 (SOFTMAX); the bounds leave a little room.
 GELU_ULPS = {False: 8.0, True: 4.0}
 SOFTMAX_ULPS = 3.0
+# Beta 1 on an AVX-512F host is XNNPACK's softmax, LiteRT's bits (tests/test_cpu_xnnpack_order.py):
+# its float32 sum and reciprocal reach ~33 ulps on these rows, and it flushes results below
+# ~2**-126 to 0.
+XNN_SOFTMAX = xnn_order.RSUM_MATCHES_LITERT
+
+
+def softmax_ulps(beta: float) -> float:
+    return 40.0 if beta == 1.0 and XNN_SOFTMAX else SOFTMAX_ULPS
 SPECIAL = np.array([np.inf, -np.inf, np.nan, 0.0, -0.0, 1e-45, -1e-45, 1e-40, -1e-40, 1.1754944e-38,
                     3e38, -3e38, 1e20, -1e20, 14.4, -14.4, -14.5, -14.6, -13.3, 88.0, -88.0], np.float32)
 
@@ -108,14 +117,14 @@ def test_softmax_within_a_few_ulps_of_float64(shape, beta):
     got = run("SOFTMAX", {"beta": beta}, x)
     want = softmax64(x, beta)
     err = ulps(got, want)
-    assert err.max() <= SOFTMAX_ULPS, (err.max(), shape, beta)
+    assert err.max() <= softmax_ulps(beta), (err.max(), shape, beta)
 
 
 def test_softmax_sizes_cross_the_threading_threshold():
     assert 8 * 1000 < _SOFTMAX_PARALLEL <= 80 * 1000
     for rows in (8, 80):
         x = (np.random.default_rng(rows).standard_normal((rows, 1000)) * 3).astype(np.float32)
-        assert ulps(run("SOFTMAX", {"beta": 1.0}, x), softmax64(x, 1.0)).max() <= SOFTMAX_ULPS
+        assert ulps(run("SOFTMAX", {"beta": 1.0}, x), softmax64(x, 1.0)).max() <= softmax_ulps(1.0)
 
 
 def test_softmax_edge_rows():
@@ -136,7 +145,12 @@ def test_softmax_edge_rows():
     np.testing.assert_array_equal(got[2], [0, 0, 1, 0, 0])
     ok = ~np.isnan(want[:3]).any(axis=1)
     assert ok.all()
-    assert ulps(got[5], softmax64(x[5:6], 1.0)[0]).max() <= SOFTMAX_ULPS
+    want = softmax64(x[5:6], 1.0)[0]
+    if XNN_SOFTMAX:         # exp(-90) and exp(-104) are subnormal: XNNPACK gives 0
+        np.testing.assert_array_equal(got[5, [1, 2, 3]], 0)
+        assert ulps(got[5, [0, 4]], want[[0, 4]]).max() <= softmax_ulps(1.0)
+    else:
+        assert ulps(got[5], want).max() <= SOFTMAX_ULPS
 
 
 def test_softmax_negative_beta_does_not_overflow():

@@ -350,3 +350,30 @@ def test_rsqrt_gives_litert_bits_where_it_is_right():
     ours, _ = run_both(unary_model("RSQRT", edges.shape), [edges])
     with np.errstate(divide="ignore"):
         np.testing.assert_array_equal(ours, (1 / np.sqrt(edges.astype(np.float64))).astype(F32))
+
+
+def square_reduce_model(op: str, shape: tuple[int, ...], axes: tuple[int, ...], second_reader: bool = False) -> bytes:
+    """``op(MUL(x, x), axes)``, kept dims (an rms norm's decomposition); with
+    ``second_reader`` the square is an output too, so it cannot fold."""
+    b = ModelBuilder()
+    x = b.input("x", shape, F32)
+    sq = b.tensor("sq", shape, F32)
+    b.op("MUL", [x, x], [sq])
+    out_shape = tuple(1 if i in axes else d for i, d in enumerate(shape))
+    y = b.tensor("y", out_shape, F32)
+    b.op(op, [sq, b.const("axes", np.array(axes, np.int32))], [y], keep_dims=True)
+    b.output(y, *([sq] if second_reader else []))
+    return b.build()
+
+
+@avx512_host
+@pytest.mark.parametrize("op,shape,axes", [("MEAN", (1, 64, 768), (2,)), ("MEAN", (3, 819), (1,)),
+                                           ("SUM", (2, 5, 47), (2,)), ("MEAN", (2, 9, 16), (1,)),
+                                           ("MEAN", (1, 7, 40), (1, 2))])
+def test_a_mean_of_squares_gives_litert_bits(op, shape, axes):
+    """XNNPACK folds ``reduce(MUL(x, x))`` into one sum of squares (fused multiply-adds in
+    its rsum2 / rdsum2 order); the cpu folds the pair too (fusion.folded_square_sum)."""
+    x = np.random.default_rng(len(shape)).standard_normal(shape).astype(F32) * F32(3)
+    assert_same_bits(*run_both(square_reduce_model(op, shape, axes), [x]))
+    ours, litert = run_both(square_reduce_model(op, shape, axes, second_reader=True), [x])
+    np.testing.assert_allclose(ours, litert, rtol=1e-6)

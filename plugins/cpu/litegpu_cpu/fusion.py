@@ -191,7 +191,7 @@ def fusion_runs(nodes: list[NodeContext], outputs=()) -> list[list[int]]:
             shape = tuple(nodes[i].outputs[0].shape)
             while j < len(nodes) and fusable(nodes[j]) and tuple(nodes[j].outputs[0].shape) == shape:
                 j += 1
-        elif j < len(nodes) and folded_pair(nodes[i], nodes[j]) is not None \
+        if j == i + 1 < len(nodes) and folded_pair(nodes[i], nodes[j]) is not None \
                 and readers[nodes[i].node.outputs[0]] == 1:
             j += 1
         steps.append(list(range(i, j)))
@@ -205,11 +205,28 @@ _CLAMPS = set(CLAMP_ACTIVATIONS) - {"NONE"}
 
 
 def folded_pair(first: NodeContext, second: NodeContext) -> NodeContext | None:
-    """``first`` computing ``second``'s output too, as one node context, when its kernel can
-    take the follower on: a float conv's clamp (:func:`folded_activation`) or an 8-bit
-    table op's arithmetic with its own input (:func:`.kernels.qelementwise.folded_table`);
-    else None."""
-    return folded_activation(first, second) or folded_table(first, second)
+    """One node context computing ``second``'s output from ``first``'s inputs, when a kernel
+    can take the pair on: a float conv's clamp (:func:`folded_activation`), an 8-bit
+    table op's arithmetic with its own input (:func:`.kernels.qelementwise.folded_table`),
+    a sum or mean of squares (:func:`folded_square_sum`); else None."""
+    return folded_activation(first, second) or folded_table(first, second) or folded_square_sum(first, second)
+
+
+def folded_square_sum(square: NodeContext, reduce: NodeContext) -> NodeContext | None:
+    """``reduce`` (a float32 MEAN or SUM) of ``x`` with ``squared`` set, when it reads
+    ``square``'s output, ``MUL(x, x)``: an rms norm's decomposition. XNNPACK rewrites that
+    pair into one sum of squares, each a fused multiply-add (``reduce_sum_squared``), and
+    the cpu's MEAN and SUM then sum as it does (:mod:`.kernels.misc`); else None."""
+    node = square.node
+    if node.op != "MUL" or len(node.inputs) != 2 or node.inputs[0] != node.inputs[1] \
+            or square.attrs.get("activation", "NONE") != "NONE" or square.dynamic or reduce.dynamic \
+            or reduce.node.op not in ("MEAN", "SUM") or not reduce.node.inputs \
+            or reduce.node.inputs[0] != node.outputs[0]:
+        return None
+    if any(s is None or np.dtype(s.dtype) != F32 for s in (*square.inputs, *square.outputs, *reduce.outputs)):
+        return None
+    return replace(reduce, node=replace(reduce.node, inputs=(node.inputs[0], *reduce.node.inputs[1:])),
+                   attrs={**reduce.attrs, "squared": True}, inputs=[square.inputs[0], *reduce.inputs[1:]])
 
 
 def folded_activation(producer: NodeContext, clamp: NodeContext) -> NodeContext | None:

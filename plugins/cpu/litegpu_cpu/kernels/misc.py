@@ -19,7 +19,7 @@ from .common import F32, activation_in_place, all_float32, clamp_bounds, optiona
 from . import gemm, gemv
 from .mathfn import exp_sum32, fma32, row_range32, sum64, xnn_exp_nonpositive32
 from . import xnn_order
-from .xnn_order import radd_avx512f, rsum_avx512f
+from .xnn_order import madd, radd_avx512f, rsum2_avx512f, rsum_avx512f
 from .packed import batched_product, packed_matmul
 from .registry import bindable, kernel
 from .tasks import ARRAYS, advanced, bind_task, int64_pointer, row_tasks, task_function, uint8_pointer
@@ -139,12 +139,13 @@ def _reduce_axes(ctx: NodeContext) -> tuple[int, ...] | None:
 @task_function()
 def _xnn_rdsum_task(t, xp, outp, _a2, _a3, _a4, _a5, _a6, _a7, ip, fp):
     """``out[a, b] = 0 + (sum_j x[a, j, b]) * scale`` over ``x`` [outer, p, inner] (``ip``:
-    those three; ``fp``: the scale) as XNNPACK's ``xnn_f32_rdsum_ukernel_7p7x`` computes a
-    MEAN or SUM whose last axis is kept (a spatial mean: squeeze-excite, the classifier
-    head): float32 sums from 0 in the zeroed output, rows added in order, the channel
-    loop vectorized; then times the scale (:mod:`.xnn_order`). One thread: a parallel
-    version took seconds to compile for a kernel of tens of microseconds."""
-    outer, p, inner = ip[0], ip[1], ip[2]
+    those three, then 1 to sum squares; ``fp``: the scale) as XNNPACK's
+    ``xnn_f32_rdsum_ukernel_7p7x`` computes a MEAN or SUM whose last axis is kept (a
+    spatial mean: squeeze-excite, the classifier head): float32 sums from 0 in the zeroed
+    output, rows added in order (squares fused-multiply-added, as ``rdsum2`` does), the
+    channel loop vectorized; then times the scale (:mod:`.xnn_order`). One thread: a
+    parallel version took seconds to compile for a kernel of tens of microseconds."""
+    outer, p, inner, squared = ip[0], ip[1], ip[2], ip[3]
     scale = fp[0]
     x = carray(xp, (outer, p, inner))
     out = carray(outp, (outer, inner))
@@ -155,39 +156,48 @@ def _xnn_rdsum_task(t, xp, outp, _a2, _a3, _a4, _a5, _a6, _a7, ip, fp):
             o[b] = zero
         for j in range(p):
             row = x[a, j]
-            for b in range(inner):
-                o[b] = row[b] + o[b]
+            if squared:
+                for b in range(inner):
+                    o[b] = madd(row[b], row[b], o[b])
+            else:
+                for b in range(inner):
+                    o[b] = row[b] + o[b]
         for b in range(inner):
             o[b] = zero + o[b] * scale
 
 
 @task_function()
 def _xnn_rsum_task(t, xp, outp, _a2, _a3, _a4, _a5, _a6, _a7, ip, fp):
-    """``out[a] = 0 + (sum_j x[a, j]) * scale`` over ``x`` [outer, p] (``ip``: those two;
-    ``fp``: the scale), each row summed as XNNPACK's AVX-512F
-    ``xnn_f32_rsum_ukernel__avx512f_u32_acc2`` sums it (:func:`.xnn_order.rsum_avx512f`):
-    a MEAN or SUM over the last axes (LayerNorm's rows) on a host where LiteRT runs that
-    kernel."""
-    outer, p = ip[0], ip[1]
+    """``out[a] = 0 + (sum_j x[a, j]) * scale`` over ``x`` [outer, p] (``ip``: those two,
+    then 1 to sum squares; ``fp``: the scale), each row summed as XNNPACK's AVX-512F
+    ``xnn_f32_rsum_ukernel__avx512f_u32_acc2`` sums it (:func:`.xnn_order.rsum_avx512f`;
+    squares as its ``rsum2`` kernel, :func:`.xnn_order.rsum2_avx512f`): a MEAN or SUM over
+    the last axes (LayerNorm's rows) on a host where LiteRT runs that kernel."""
+    outer, p, squared = ip[0], ip[1], ip[2]
     scale = fp[0]
     x = carray(xp, outer * p)
     for a in range(outer):
-        outp[a] = np.float32(0) + rsum_avx512f(x, a * p, p) * scale
+        total = rsum2_avx512f(x, a * p, p) if squared else rsum_avx512f(x, a * p, p)
+        outp[a] = np.float32(0) + total * scale
 
 
 @task_function(fastmath={"reassoc"})
 def _row_sum64_task(t, xp, outp, _a2, _a3, _a4, _a5, _a6, _a7, ip, _fp):
-    """``out[a] = sum_j x[a, j] / divisor`` over ``x`` [outer, p] (``ip``: those two, then the
-    divisor), summed in float64 in any order (``reassoc`` lets the sum run in vector
+    """``out[a] = sum_j x[a, j] / divisor`` over ``x`` [outer, p] (``ip``: those two, the
+    divisor, then 1 to sum float32 squares), summed in float64 in any order (``reassoc`` lets the sum run in vector
     lanes): a MEAN or SUM over the last axes (LayerNorm's rows) on a host where XNNPACK's
     row sum is not :func:`.xnn_order.rsum_avx512f`."""
-    outer, p = ip[0], ip[1]
+    outer, p, squared = ip[0], ip[1], ip[3]
     divisor = np.float64(ip[2])
     x1 = carray(xp, (outer, p))
     for a in range(outer):
         total = 0.0
-        for j in range(p):
-            total += x1[a, j]
+        if squared:
+            for j in range(p):
+                total += np.float64(x1[a, j] * x1[a, j])
+        else:
+            for j in range(p):
+                total += x1[a, j]
         outp[a] = np.float32(total / divisor)
 
 
@@ -195,6 +205,7 @@ def _reducer(ufunc, mean: bool):
     def factory(ctx: NodeContext):
         if not all_float32(ctx):
             return None
+        squared = int(bool(ctx.attrs.get("squared")))   # of x, folded from MUL(x, x) (fusion)
         axes = _reduce_axes(ctx)
         if axes is None:
             return None
@@ -218,13 +229,13 @@ def _reducer(ufunc, mean: bool):
             # any order.
             xnn_scale = np.array([np.float32(1) / np.float32(count) if mean else 1], F32)
             if axes[-1] != len(shape) - 1:
-                params = np.array([outer, count, inner], np.int64)
+                params = np.array([outer, count, inner, squared], np.int64)
                 task = _xnn_rdsum_task
             elif xnn_order.RSUM_MATCHES_LITERT:
-                params = np.array([outer, count], np.int64)
+                params = np.array([outer, count, squared], np.int64)
                 task = _xnn_rsum_task
             else:
-                params = np.array([outer, count, count if mean else 1], np.int64)
+                params = np.array([outer, count, count if mean else 1, squared], np.int64)
                 task = _row_sum64_task
 
             def bind(inputs, outputs):
@@ -235,7 +246,7 @@ def _reducer(ufunc, mean: bool):
                 ufunc.reduce(x.reshape(view_in), axis=1, out=out.reshape(view_out))
         else:
             def reduce(x, out):
-                ufunc.reduce(x, axis=axes, keepdims=True, out=out.reshape(kept))
+                ufunc.reduce(np.square(x) if squared else x, axis=axes, keepdims=True, out=out.reshape(kept))
         if ufunc in (np.maximum, np.minimum):
             reduce = _in_litert_order(reduce, axes, ufunc is np.maximum, bool(ctx.attrs.get("empty_infinite")))
 
