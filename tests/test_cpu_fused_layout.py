@@ -84,9 +84,11 @@ def test_generated_unary_ops_match_their_references(op, attrs):
         want = get_op(op).reference([x], attrs)[0]
     np.testing.assert_array_equal(np.isnan(out), np.isnan(want))
     ok = ~np.isnan(want)
-    # libm's logf/sinf/cosf (ours, and LiteRT's) and numpy's own SIMD versions differ by
-    # up to an ulp or two.
-    np.testing.assert_allclose(out[ok], want[ok], rtol=3e-7, atol=1e-37)
+    # libm's logf (ours, and LiteRT's) and numpy's own SIMD version differ by up to an ulp or
+    # two; SIN and COS are XNNPACK's rational fits, LiteRT's bits (tests/test_cpu_xnnpack_order.py),
+    # within ~3e-7 of the true value.
+    atol = 4e-7 if op in ("SIN", "COS") else 1e-37
+    np.testing.assert_allclose(out[ok], want[ok], rtol=3e-7, atol=atol)
 
 
 def test_fused_tanh_matches_the_reference_across_its_range():
