@@ -96,3 +96,19 @@ def test_convs_take_the_packed_gemm(kh, stride, o):
     assert _runs_packed(call)
     call()
     np.testing.assert_allclose(out, expect, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("batches,m,k,n,adj_y", [(4, 192, 64, 512, True), (2, 7, 70, 37, True), (3, 6, 33, 16, True),
+                                                 (4, 192, 512, 64, False), (2, 9, 17, 45, False)])
+def test_batched_product_packs_every_batch_and_block(batches, m, k, n, adj_y):
+    """Both layouts of b, whole 16 x 16 blocks transposed in registers and the rest (a
+    partial last panel, K not a multiple of 16), every batch in one call: the exact
+    float32 products of a float64 check where the entries are small integers."""
+    rng = np.random.default_rng(k + n)
+    a = rng.integers(-3, 4, (batches, m, k)).astype(np.float32)
+    b = rng.integers(-3, 4, (batches, n, k) if adj_y else (batches, k, n)).astype(np.float32)
+    out = np.full((batches, m, n), np.nan, np.float32)
+    bind = packed.batched_product(a.shape, b.shape, adj_y, threads=2)
+    bind(a, b, out)()
+    want = a.astype(np.float64) @ (np.swapaxes(b, 1, 2) if adj_y else b).astype(np.float64)
+    np.testing.assert_array_equal(out, want.astype(np.float32))
