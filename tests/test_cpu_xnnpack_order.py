@@ -352,11 +352,16 @@ def test_rsqrt_gives_litert_bits_where_it_is_right():
         np.testing.assert_array_equal(ours, (1 / np.sqrt(edges.astype(np.float64))).astype(F32))
 
 
-def square_reduce_model(op: str, shape: tuple[int, ...], axes: tuple[int, ...], second_reader: bool = False) -> bytes:
+def square_reduce_model(op: str, shape: tuple[int, ...], axes: tuple[int, ...], second_reader: bool = False,
+                        residual: bool = False) -> bytes:
     """``op(MUL(x, x), axes)``, kept dims (an rms norm's decomposition); with
-    ``second_reader`` the square is an output too, so it cannot fold."""
+    ``second_reader`` the square is an output too, so it cannot fold; with ``residual`` x
+    is ``x0 + x0``, an ADD the square would otherwise fuse with."""
     b = ModelBuilder()
     x = b.input("x", shape, F32)
+    if residual:
+        x0, x = x, b.tensor("x1", shape, F32)
+        b.op("ADD", [x0, x0], [x])
     sq = b.tensor("sq", shape, F32)
     b.op("MUL", [x, x], [sq])
     out_shape = tuple(1 if i in axes else d for i, d in enumerate(shape))
@@ -375,5 +380,6 @@ def test_a_mean_of_squares_gives_litert_bits(op, shape, axes):
     its rsum2 / rdsum2 order); the cpu folds the pair too (fusion.folded_square_sum)."""
     x = np.random.default_rng(len(shape)).standard_normal(shape).astype(F32) * F32(3)
     assert_same_bits(*run_both(square_reduce_model(op, shape, axes), [x]))
+    assert_same_bits(*run_both(square_reduce_model(op, shape, axes, residual=True), [x]))
     ours, litert = run_both(square_reduce_model(op, shape, axes, second_reader=True), [x])
     np.testing.assert_allclose(ours, litert, rtol=1e-6)
