@@ -8,6 +8,7 @@ gives them new cache entries (numba's cache only watches the caller's own file).
 from __future__ import annotations
 
 import hashlib
+import platform
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +18,9 @@ from litegpu.ops.elementwise import GELU_TANH_CUBIC, SQRT_2_OVER_PI
 
 from ..jit import cgutils, intrinsic, njit, types
 from .packed import NR, carried_loop, load_vector, splat_vector
+
+_FEATURES = binding.get_host_cpu_features()
+_AVX512F = bool(_FEATURES.get("avx512f", False))
 
 # 2**e for e in [-220, 190]: n = round(x / ln 2) over the clamped argument range below.
 _POW2 = np.array([2.0 ** e for e in range(-220, 191)])
@@ -269,7 +273,7 @@ _GELU_TAIL = np.float32(14.5)
 
 
 @njit(cache=True, inline="always")
-def gelu32(x):
+def accurate_gelu32(x):
     """GELU ``x * Phi(x)`` of a float32 in float32 arithmetic, vectorizable:
     ``Phi(-|x|) = exp(-x*x/2) * R(|x|)`` (:func:`_exp_neg_half_square32`, the rational
     above), then ``x * Phi(-|x|)`` for x < 0 and ``x * (1 - Phi(-|x|))`` otherwise. Unlike
@@ -294,7 +298,7 @@ _TANH_C3 = 2 * SQRT_2_OVER_PI * GELU_TANH_CUBIC
 
 
 @njit(cache=True, inline="always")
-def gelu_tanh32(x):
+def accurate_gelu_tanh32(x):
     """The tanh approximation of GELU, ``x/2 * (1 + tanh(sqrt(2/pi) (x + 0.044715 x**3)))``,
     in float32 with the exponent in float64, vectorizable: ``w = exp(-|2u|)`` by
     :func:`exp_parts32` (2u in float64: the result's relative error for x < 0 is 2u's
@@ -305,6 +309,60 @@ def gelu_tanh32(x):
     m, s = exp_parts32(-abs(y * (_TANH_C1 + _TANH_C3 * (y * y))))
     d = _F1 + m * s
     return ((x * m) / d) * s if x < _F0 else x / d
+
+# XNNPACK's GELU (``src/f32-vgelu/`` and, for the tanh approximation, ``src/f32-vapproxgelu/``:
+# rational 12/10 fits of the erf term, the kernels LiteRT runs on x86 with FMA3 or AVX-512F
+# and on AArch64): ``x/2 * (1 + p(z) / q(z))``, z the input clamped where the fit reaches
+# +-1, Horner steps as fused multiply-adds. Its relative error grows in the negative tail
+# (x = -5: 27%, an absolute 4e-7), where :func:`accurate_gelu32` keeps a few ulps; a gemma
+# decoder's GELU feeds the hybrid down projection, which quantizes its input row from its
+# range, so the cpu gives LiteRT's bits where it knows LiteRT's kernel.
+_XNN_FMA = bool(_FEATURES.get("fma", False)) or _AVX512F or platform.machine().lower() in ("aarch64", "arm64")
+_GELU_FITS = {   # approximate: (clamp, numerator alpha_1 .. alpha_11, denominator beta_2 .. beta_10)
+    False: (5.1638283730e+00, (7.9788452387e-01, 6.6972173750e-02, 9.3065137044e-03, 3.2973114867e-04,
+                               1.2609783880e-05, 4.5835321316e-08),
+            (2.5060352683e-01, 2.8431978077e-02, 1.8622842617e-03, 7.2267655923e-05, 1.1988805682e-06)),
+    True: (4.84974098e+00, (7.9788458347e-01, 6.0803253204e-02, 7.2898347862e-03, 2.6887017884e-04,
+                            1.4302649106e-05, 4.9544411240e-08),
+           (2.4369759858e-01, 2.4381054565e-02, 1.3060354395e-03, 7.6477612311e-05, 1.3433452750e-06)),
+}
+(_GE_MAX, (_GE_A1, _GE_A3, _GE_A5, _GE_A7, _GE_A9, _GE_A11), (_GE_B2, _GE_B4, _GE_B6, _GE_B8, _GE_B10)), \
+    (_GT_MAX, (_GT_A1, _GT_A3, _GT_A5, _GT_A7, _GT_A9, _GT_A11), (_GT_B2, _GT_B4, _GT_B6, _GT_B8, _GT_B10)) = (
+    (np.float32(m), tuple(np.float32(c) for c in a), tuple(np.float32(c) for c in b))
+    for m, a, b in (_GELU_FITS[False], _GELU_FITS[True]))
+
+
+@njit(cache=True, inline="always")
+def _rational_gelu32(x0, top, a1, a3, a5, a7, a9, a11, b2, b4, b6, b8, b10):
+    """``x0/2 * (1 + p(z) / q(z))``, z = x0 clamped to [-top, top] with XNNPACK's min and max
+    (a NaN stays), as its GELU kernels compute it."""
+    x = top if top < x0 else x0
+    x = -top if -top > x else x
+    x2 = x * x
+    p = x * fma32(x2, fma32(x2, fma32(x2, fma32(x2, fma32(x2, a11, a9), a7), a5), a3), a1)
+    q = fma32(x2, fma32(x2, fma32(x2, fma32(x2, fma32(x2, b10, b8), b6), b4), b2), _F1_32)
+    return (x0 * _HALF32) * (p / q + _F1_32)
+
+
+@njit(cache=True, inline="always")
+def xnn_gelu32(x):
+    """GELU of a float32 as XNNPACK's ``f32-vgelu`` rational 12/10 kernels compute it."""
+    return _rational_gelu32(x, _GE_MAX, _GE_A1, _GE_A3, _GE_A5, _GE_A7, _GE_A9, _GE_A11,
+                            _GE_B2, _GE_B4, _GE_B6, _GE_B8, _GE_B10)
+
+
+@njit(cache=True, inline="always")
+def xnn_gelu_tanh32(x):
+    """The tanh approximation of GELU as XNNPACK's ``f32-vapproxgelu`` kernels compute it."""
+    return _rational_gelu32(x, _GT_MAX, _GT_A1, _GT_A3, _GT_A5, _GT_A7, _GT_A9, _GT_A11,
+                            _GT_B2, _GT_B4, _GT_B6, _GT_B8, _GT_B10)
+
+
+gelu32 = xnn_gelu32 if _XNN_FMA else accurate_gelu32
+"""The cpu's GELU: LiteRT's bits where XNNPACK runs its FMA kernels, else :func:`accurate_gelu32`."""
+gelu_tanh32 = xnn_gelu_tanh32 if _XNN_FMA else accurate_gelu_tanh32
+"""The cpu's tanh-approximated GELU, chosen as :data:`gelu32` is."""
+
 
 @intrinsic
 def _rint32(typingctx, x):
@@ -373,7 +431,6 @@ def xnn_cos32(x):
 # product, so the cpu gives its bits. Outside [2**-126, 2**125] that kernel is wrong under
 # LiteRT's flushed denormals (0 and subnormals give NaN, 3e38 gives 1.5 times the root):
 # there, and on other hosts, ``1 / sqrt(x)``.
-_AVX512F = bool(binding.get_host_cpu_features().get("avx512f", False))
 _NR_LO, _NR_HI = np.float32(2.0 ** -126), np.float32(2.0 ** 125)
 _HALF32 = np.float32(0.5)
 
