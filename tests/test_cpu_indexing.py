@@ -90,6 +90,46 @@ def test_gather_with_batch_dims_is_left_to_the_reference():
     assert KERNELS["GATHER"](ctx) is None
 
 
+@pytest.mark.parametrize("shape,ix_shape,dtype", [
+    ((128, 1, 1, 128), (16, 1), np.float32),   # a legacy decoder's mask rows, by position
+    ((4, 5, 3), (2, 3, 2), np.float32),         # tuples of two
+    ((4, 5, 3), (6, 3), np.int32),              # whole elements
+    ((7,), (3, 1), np.bool_),
+])
+@pytest.mark.parametrize("ix_dtype", [np.int32, np.int64])
+def test_gather_nd_matches_reference(shape, ix_shape, dtype, ix_dtype):
+    params = (RNG.standard_normal(shape) * 10).astype(dtype)
+    depth = ix_shape[-1]
+    indices = np.stack([RNG.integers(0, shape[d], ix_shape[:-1]) for d in range(depth)], axis=-1).astype(ix_dtype)
+    check("GATHER_ND", {}, [params, indices])
+
+
+@pytest.mark.parametrize("bad", [-1, 5])
+def test_gather_nd_out_of_range_raises_execution_error(bad):
+    params = RNG.standard_normal((4, 5, 3)).astype(np.float32)
+    indices = np.zeros((3, 2), np.int32)
+    indices[-1, 1] = bad
+    run, outs = kernel_for("GATHER_ND", {}, [params, indices])
+    with pytest.raises(ExecutionError, match=f"GATHER_ND index {bad} out of range"):
+        run([params, indices], outs)
+
+
+@pytest.mark.parametrize("shapes,axis,dtype", [([(), (), (), ()], 0, np.int32), ([(2, 3)] * 3, 1, np.float32),
+                                               ([(4,)] * 2, 1, np.int64), ([(2, 2)] * 7, 2, np.float32)])
+def test_pack_matches_reference(shapes, axis, dtype):
+    check("PACK", {"axis": axis, "values_count": len(shapes)},
+          [(RNG.standard_normal(s) * 10).astype(dtype) for s in shapes])
+
+
+@pytest.mark.parametrize("op", ["REDUCE_ALL", "REDUCE_ANY"])
+@pytest.mark.parametrize("shape,axes,keep", [((16, 1), (1,), False), ((3, 5, 4), (1,), True), ((3, 5, 4), (0, 1), False),
+                                             ((2, 6), (-1,), True), ((4, 0, 3), (1,), False)])
+def test_bool_reductions_match_reference(op, shape, axes, keep):
+    x = RNG.random(shape) < 0.8
+    x.reshape(-1)[::7] = True
+    check(op, {"keep_dims": keep}, [x, np.array(axes, np.int32)], consts=(1,))
+
+
 # -- SPLIT / SPLIT_V ----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("shape,axis,n", [((1, 256), 1, 4), ((6, 2, 3), 0, 3), ((2, 2, 4), -1, 2),

@@ -104,6 +104,56 @@ def gather(ctx: NodeContext):
     return bindable(bind)
 
 
+@task_function()
+def _gather_nd_task(t, pp, ixp, outp, _a3, _a4, _a5, _a6, _a7, ip, _fp):
+    """``out[j, :] = params[indices[j, 0], .., indices[j, depth - 1], :]`` over bytes;
+    ``ip``: number of tuples, depth, slice bytes, index size, the check word and the bad
+    index (as :func:`_gather_task`), then params' first ``depth`` dimensions. An index
+    outside its dimension is stored there and nothing is written."""
+    n, depth, inner, size = ip[0], ip[1], ip[2], ip[3]
+    params, out = uint8_pointer(pp), uint8_pointer(outp)
+    ix16, ix32, ix64 = int16_pointer(ixp), int32_pointer(ixp), int64_pointer(ixp)
+    for j in range(n):
+        for d in range(depth):
+            k = _index(ix16, ix32, ix64, size, j * depth + d)
+            if k < 0 or k >= ip[6 + d]:
+                ip[4] = 1
+                ip[5] = k
+                return
+    for j in range(n):
+        row = 0
+        for d in range(depth):
+            row = row * ip[6 + d] + _index(ix16, ix32, ix64, size, j * depth + d)
+        for e in range(inner):
+            out[j * inner + e] = params[row * inner + e]
+
+
+@kernel("GATHER_ND")
+def gather_nd(ctx: NodeContext):
+    """GATHER_ND as a task function copying whole slices (a legacy decoder's mask row picked
+    by position), so it chains with its neighbours."""
+    p_spec, ix_spec, out_spec = ctx.inputs[0], ctx.inputs[1], ctx.outputs[0]
+    if np.dtype(ix_spec.dtype) not in _INDEX_DTYPES or np.dtype(p_spec.dtype) != np.dtype(out_spec.dtype) \
+            or not ix_spec.shape:
+        return None
+    shape, depth = tuple(p_spec.shape), int(ix_spec.shape[-1])
+    if not 1 <= depth <= len(shape):
+        return None
+    inner = int(np.prod(shape[depth:], dtype=np.int64)) * np.dtype(p_spec.dtype).itemsize
+    n = int(np.prod(ix_spec.shape[:-1], dtype=np.int64))
+    dtypes = (np.dtype(p_spec.dtype), np.dtype(ix_spec.dtype), np.dtype(out_spec.dtype))
+    limits = [int(d) for d in shape[:depth]]
+
+    def error(params: np.ndarray) -> ExecutionError:
+        return ExecutionError(f"GATHER_ND index {int(params[5])} out of range")
+
+    def bind(inputs, outputs):
+        params = np.array([n, depth, inner, dtypes[1].itemsize, 0, 0, *limits], np.int64)
+        return bind_task(_gather_nd_task, 1, tuple(inputs[:2]), tuple(outputs), params, dtypes=dtypes,
+                         checks=((4, error),))
+    return bindable(bind)
+
+
 @kernel("EMBEDDING_LOOKUP")
 def embedding_lookup(ctx: NodeContext):
     """EMBEDDING_LOOKUP of a table in the ids' dtype-independent bytes: GATHER's task along

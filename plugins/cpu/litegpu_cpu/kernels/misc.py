@@ -281,6 +281,47 @@ def _in_litert_order(reduce, axes: tuple[int, ...], largest: bool, empty_infinit
 kernel("MEAN")(_reducer(np.add, mean=True))
 kernel("SUM")(_reducer(np.add, mean=False))
 kernel("REDUCE_MAX")(_reducer(np.maximum, mean=False))
+
+@task_function()
+def _bool_reduce_task(t, xp, outp, _a2, _a3, _a4, _a5, _a6, _a7, ip, _fp):
+    """``out[a, b] = all / any of x[a, :, b]`` over bools (bytes) of ``x`` [outer, count,
+    inner] (``ip``: those three, then 1 for all, 0 for any)."""
+    outer, count, inner, every = ip[0], ip[1], ip[2], ip[3]
+    x, out = uint8_pointer(xp), uint8_pointer(outp)
+    for a in range(outer):
+        for b in range(inner):
+            hit = every
+            for j in range(count):
+                if (x[(a * count + j) * inner + b] != 0) != (every != 0):
+                    hit = 1 - every
+                    break
+            out[a * inner + b] = hit
+
+
+def _bool_reducer(every: bool):
+    def factory(ctx: NodeContext):
+        """REDUCE_ALL / REDUCE_ANY over one run of constant axes as a task function (a
+        legacy decoder's mask test), so it chains with its neighbours."""
+        axes = _reduce_axes(ctx)
+        shape = tuple(ctx.inputs[0].shape)
+        if axes is None or not axes or axes != tuple(range(axes[0], axes[-1] + 1)) \
+                or np.dtype(ctx.inputs[0].dtype) != np.bool_:
+            return None
+        outer = int(np.prod(shape[:axes[0]], dtype=np.int64))
+        count = int(np.prod(shape[axes[0]:axes[-1] + 1], dtype=np.int64))
+        inner = int(np.prod(shape[axes[-1] + 1:], dtype=np.int64))
+        params = np.array([outer, count, inner, int(every)], np.int64)
+
+        def bind(inputs, outputs):
+            return bind_task(_bool_reduce_task, 1, (inputs[0],), (outputs[0],), params,
+                             dtypes=(np.dtype(np.bool_), np.dtype(np.bool_)))
+        return bindable(bind)
+    return factory
+
+
+kernel("REDUCE_ALL")(_bool_reducer(True))
+kernel("REDUCE_ANY")(_bool_reducer(False))
+
 kernel("REDUCE_MIN")(_reducer(np.minimum, mean=False))
 
 
@@ -509,6 +550,32 @@ def concatenation(ctx: NodeContext):
     inner = int(np.prod(out_shape[axis + 1:], dtype=np.int64)) * item
     widths = [int(spec.shape[axis]) * inner for spec in ctx.inputs]
     params = np.array([outer, sum(widths), len(widths), *widths], np.int64)
+
+    def bind(inputs, outputs):
+        if not all(x.flags.c_contiguous for x in (*inputs, outputs[0])):
+            return partial(run, inputs, outputs)
+        return bind_task(_concat_task, 1, tuple(inputs), (outputs[0],), params,
+                         dtypes=(dtype,) * (len(inputs) + 1))
+    run.bind = bind
+    return run
+
+
+@kernel("PACK")
+def pack(ctx: NodeContext):
+    """PACK as :func:`_concat_task` (each input one slot of the new axis), so it chains with
+    its neighbours (a legacy decoder stacks its cache position's four scalars)."""
+    out_shape, axis = ctx.outputs[0].shape, int(ctx.attrs["axis"])
+    rank = len(out_shape)
+    if not -rank <= axis < rank or not 1 <= len(ctx.inputs) < ARRAYS:
+        return None
+    axis %= rank
+    dtype = np.dtype(ctx.outputs[0].dtype)
+    outer = int(np.prod(out_shape[:axis], dtype=np.int64))
+    inner = int(np.prod(out_shape[axis + 1:], dtype=np.int64)) * dtype.itemsize
+    params = np.array([outer, inner * len(ctx.inputs), len(ctx.inputs), *[inner] * len(ctx.inputs)], np.int64)
+
+    def run(inputs, outputs):
+        np.stack(inputs, axis=axis, out=outputs[0])
 
     def bind(inputs, outputs):
         if not all(x.flags.c_contiguous for x in (*inputs, outputs[0])):
