@@ -26,10 +26,10 @@ from litegpu.backend import NodeContext
 
 from ..jit import carray, njit
 from .common import F32, all_float32
+from .mathfn import row_range32, tanh64, xnn_rsqrt32
 from .misc import softmax_row
 from .registry import bindable, kernel
 from .tasks import advanced, bind_task, in_sequence, row_tasks, task_function
-from .mathfn import row_range32, tanh64, xnn_rsqrt32
 from .xnn_order import RSUM_MATCHES_LITERT, madd, rsum2_avx512f
 
 # Rows (times their width) from which a node is cut into tasks over the threads.
@@ -152,7 +152,10 @@ def _attention_task(t, qp, ktp, vp, maskp, outp, scratchp, _a6, _a7, ip, fp):
             for s in range(s_size):
                 scores[s] = madd(q, ktp[keys + s], scores[s])
         for s in range(s_size):
-            scores[s] = _score(scores[s], maskp[mask_row + s], ip[_CAP], cap)
+            acc = scores[s]
+            if ip[_CAP]:
+                acc = np.float32(tanh64(np.float64(acc / cap))) * cap
+            scores[s] = maskp[mask_row + s] + acc
         _softmax_in_place(scratchp, at, s_size)
         out = carray(advanced(outp, row * d), d)
         for j in range(d):
@@ -162,14 +165,6 @@ def _attention_task(t, qp, ktp, vp, maskp, outp, scratchp, _a6, _a7, ip, fp):
             value = ((b * s_size + s) * kv_heads + kv) * d
             for j in range(d):
                 out[j] = madd(p, vp[value + j], out[j])
-
-
-@njit(cache=True, inline="always")
-def _score(acc, mask, capped, cap):
-    """A score: the dot product ``acc``, through the logit cap where there is one, plus the mask."""
-    if capped:
-        acc = np.float32(tanh64(np.float64(acc / cap))) * cap
-    return mask + acc
 
 
 @njit(cache=True, inline="always")
