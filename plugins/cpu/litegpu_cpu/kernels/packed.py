@@ -397,17 +397,9 @@ def _transpose16(typingctx, src, src_at, src_stride, dst, dst_at):
 
 
 @task_function()
-def _pack_task(t, bp, outp, _a2, _a3, _a4, _a5, _a6, _a7, ip, _fp):
-    """Panels ``[t * chunk, (t + 1) * chunk)`` of ``b`` packed as :func:`pack` packs a
-    weight: ``b`` [K, N], or [N, K] when ``ip[2]`` (adj_y), into ``out`` [panels, K, 16],
-    zeros past N. ``ip``: K, N, transposed, chunk."""
-    _pack_share(t, bp, outp, ip)
-
-
-@task_function()
 def _batched_pack_task(t, bp, outp, _a2, _a3, _a4, _a5, _a6, _a7, ip, _fp):
-    """:func:`_pack_task` over batches: batch ``t // ip[4]`` of ``b`` (``ip``: its four,
-    then the tasks of a batch), its task ``t % ip[4]``."""
+    """Batch ``t // ip[4]`` of ``b``, its task ``t % ip[4]`` (:func:`_pack_share`; ``ip``: K,
+    N, transposed, chunk, then the tasks of a batch)."""
     k, n, per = ip[0], ip[1], ip[4]
     i = t // per
     _pack_share(t % per, advanced(bp, i * k * n), advanced(outp, i * k * ((n + NR - 1) // NR) * NR), ip)
@@ -415,7 +407,9 @@ def _batched_pack_task(t, bp, outp, _a2, _a3, _a4, _a5, _a6, _a7, ip, _fp):
 
 @njit(cache=True, inline="always")
 def _pack_share(t, bp, outp, ip):
-    """The body of :func:`_pack_task`."""
+    """Panels ``[t * chunk, (t + 1) * chunk)`` of ``b`` packed as :func:`pack` packs a
+    weight: ``b`` [K, N], or [N, K] when transposed (adj_y), into ``out`` [panels, K, 16],
+    zeros past N (``ip``: K, N, transposed, chunk)."""
     k, n, transposed, chunk = ip[0], ip[1], ip[2], ip[3]
     panels = (n + NR - 1) // NR
     for p in range(t * chunk, min(panels, (t + 1) * chunk)):
