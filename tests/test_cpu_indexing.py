@@ -122,8 +122,9 @@ def test_pack_matches_reference(shapes, axis, dtype):
 
 
 @pytest.mark.parametrize("op", ["REDUCE_ALL", "REDUCE_ANY"])
-@pytest.mark.parametrize("shape,axes,keep", [((16, 1), (1,), False), ((3, 5, 4), (1,), True), ((3, 5, 4), (0, 1), False),
-                                             ((2, 6), (-1,), True), ((4, 0, 3), (1,), False)])
+@pytest.mark.parametrize("shape,axes,keep", [((16, 1), (1,), False), ((3, 5, 4), (1,), True),
+                                             ((3, 5, 4), (0, 1), False), ((2, 6), (-1,), True),
+                                             ((4, 0, 3), (1,), False)])
 def test_bool_reductions_match_reference(op, shape, axes, keep):
     x = RNG.random(shape) < 0.8
     x.reshape(-1)[::7] = True

@@ -184,9 +184,9 @@ def _xnn_rsum_task(t, xp, outp, _a2, _a3, _a4, _a5, _a6, _a7, ip, fp):
 @task_function(fastmath={"reassoc"})
 def _row_sum64_task(t, xp, outp, _a2, _a3, _a4, _a5, _a6, _a7, ip, _fp):
     """``out[a] = sum_j x[a, j] / divisor`` over ``x`` [outer, p] (``ip``: those two, the
-    divisor, then 1 to sum float32 squares), summed in float64 in any order (``reassoc`` lets the sum run in vector
-    lanes): a MEAN or SUM over the last axes (LayerNorm's rows) on a host where XNNPACK's
-    row sum is not :func:`.xnn_order.rsum_avx512f`."""
+    divisor, then 1 to sum float32 squares), summed in float64 in any order (``reassoc``
+    lets the sum run in vector lanes): a MEAN or SUM over the last axes (LayerNorm's rows)
+    on a host where XNNPACK's row sum is not :func:`.xnn_order.rsum_avx512f`."""
     outer, p, squared = ip[0], ip[1], ip[3]
     divisor = np.float64(ip[2])
     x1 = carray(xp, (outer, p))
