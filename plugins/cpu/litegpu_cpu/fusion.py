@@ -191,12 +191,11 @@ def fusion_runs(nodes: list[NodeContext], outputs=()) -> list[list[int]]:
             shape = tuple(nodes[i].outputs[0].shape)
             while j < len(nodes) and fusable(nodes[j]) and tuple(nodes[j].outputs[0].shape) == shape:
                 j += 1
-            if j - i >= 2 and j < len(nodes) and folded_pair(nodes[j - 1], nodes[j]) is not None \
-                    and readers[nodes[j - 1].node.outputs[0]] == 1:
-                j -= 1      # the run's last node goes with its follower (a residual ADD, then x * x)
-        if j == i + 1 < len(nodes) and folded_pair(nodes[i], nodes[j]) is not None \
-                and readers[nodes[i].node.outputs[0]] == 1:
-            j += 1
+        if j < len(nodes) and folded_pair(nodes[j - 1], nodes[j]) is not None \
+                and readers[nodes[j - 1].node.outputs[0]] == 1:
+            # the pair is a step of its own: a run's last node leaves it (a residual ADD,
+            # then x * x) to go with its follower
+            j = j - 1 if j - i >= 2 else j + 1
         steps.append(list(range(i, j)))
         i = j
     return steps

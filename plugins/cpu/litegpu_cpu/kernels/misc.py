@@ -545,10 +545,14 @@ def concatenation(ctx: NodeContext):
         return run
     # Without an activation: one task copying each input's rows into its columns, so the
     # step chains with its neighbours (a decoder's RoPE halves, its KV heads).
-    item = dtype.itemsize
     outer = int(np.prod(out_shape[:axis], dtype=np.int64))
-    inner = int(np.prod(out_shape[axis + 1:], dtype=np.int64)) * item
-    widths = [int(spec.shape[axis]) * inner for spec in ctx.inputs]
+    inner = int(np.prod(out_shape[axis + 1:], dtype=np.int64)) * dtype.itemsize
+    return _as_concat_task(run, dtype, outer, [int(spec.shape[axis]) * inner for spec in ctx.inputs])
+
+
+def _as_concat_task(run, dtype: np.dtype, outer: int, widths: list[int]):
+    """``run`` (the numpy kernel) binding :func:`_concat_task` over ``outer`` rows of the
+    inputs' ``widths`` bytes each, where the arrays are C-contiguous."""
     params = np.array([outer, sum(widths), len(widths), *widths], np.int64)
 
     def bind(inputs, outputs):
@@ -572,18 +576,10 @@ def pack(ctx: NodeContext):
     dtype = np.dtype(ctx.outputs[0].dtype)
     outer = int(np.prod(out_shape[:axis], dtype=np.int64))
     inner = int(np.prod(out_shape[axis + 1:], dtype=np.int64)) * dtype.itemsize
-    params = np.array([outer, inner * len(ctx.inputs), len(ctx.inputs), *[inner] * len(ctx.inputs)], np.int64)
 
     def run(inputs, outputs):
         np.stack(inputs, axis=axis, out=outputs[0])
-
-    def bind(inputs, outputs):
-        if not all(x.flags.c_contiguous for x in (*inputs, outputs[0])):
-            return partial(run, inputs, outputs)
-        return bind_task(_concat_task, 1, tuple(inputs), (outputs[0],), params,
-                         dtypes=(dtype,) * (len(inputs) + 1))
-    run.bind = bind
-    return run
+    return _as_concat_task(run, dtype, outer, [inner] * len(ctx.inputs))
 
 
 @njit(cache=True, inline="always")

@@ -344,26 +344,27 @@ def rsum2_avx512f(x, start, n):
     i = start
     end = start + n
     while end - i >= 64:
-        v0, v1, v2, v3 = load16(x, i), load16(x, i + 16), load16(x, i + 32), load16(x, i + 48)
-        acc0 = fma16(v0, v0, acc0)
-        acc1 = fma16(v1, v1, acc1)
-        acc2 = fma16(v2, v2, acc2)
-        acc3 = fma16(v3, v3, acc3)
+        acc0 = _add_squares16(acc0, load16(x, i))
+        acc1 = _add_squares16(acc1, load16(x, i + 16))
+        acc2 = _add_squares16(acc2, load16(x, i + 32))
+        acc3 = _add_squares16(acc3, load16(x, i + 48))
         i += 64
     if end - i >= 16:
-        v0 = load16(x, i)
-        acc0 = fma16(v0, v0, acc0)
+        acc0 = _add_squares16(acc0, load16(x, i))
         i += 16
     if end - i >= 16:
-        v1 = load16(x, i)
-        acc1 = fma16(v1, v1, acc1)
+        acc1 = _add_squares16(acc1, load16(x, i))
         i += 16
     if end - i >= 16:
-        v2 = load16(x, i)
-        acc2 = fma16(v2, v2, acc2)
+        acc2 = _add_squares16(acc2, load16(x, i))
         i += 16
     acc0 = add16(add16(acc0, acc2), add16(acc1, acc3))
     if i < end:
-        tail = load16_head(x, i, end - i)
-        acc0 = fma16(tail, tail, acc0)
+        acc0 = _add_squares16(acc0, load16_head(x, i, end - i))
     return halves_sum16(acc0)
+
+
+@njit(cache=True, inline="always")
+def _add_squares16(acc, v):
+    """``acc + v * v`` lane by lane, rounded once."""
+    return fma16(v, v, acc)
