@@ -3,17 +3,21 @@ from __future__ import annotations
 
 from .dialect import Dialect
 
+# Every prelude turns contraction off: OpenCL C lets a compiler fuse ``a * b + c`` into one
+# rounding (clang does, within an expression), and the kernels' arithmetic is LiteRT's only
+# where each operation rounds as written (a fused multiply-add is asked for by name).
+_NO_CONTRACTION = "#pragma OPENCL FP_CONTRACT OFF\n"
 _OPENCL_PRELUDES = {
-    "F32": ("typedef float real; typedef float4 real4; typedef float FT;\n"
+    "F32": (_NO_CONTRACTION + "typedef float real; typedef float4 real4; typedef float FT;\n"
             "#define LD(p, i) ((p)[i])\n#define ST(p, i, v) ((p)[i] = (v))\n"
             "#define LD4(p, i) vload4(0, (p) + (i))\n#define ST4(p, i, v) vstore4((v), 0, (p) + (i))\n"
             "#define TO_REAL4(v) convert_float4(v)\n"),
-    "F32_F16": ("typedef float real; typedef float4 real4; typedef half FT;\n"
+    "F32_F16": (_NO_CONTRACTION + "typedef float real; typedef float4 real4; typedef half FT;\n"
                 "#define LD(p, i) vload_half((i), (p))\n#define ST(p, i, v) vstore_half((float)(v), (i), (p))\n"
                 "#define LD4(p, i) vload_half4(0, (p) + (i))\n"
                 "#define ST4(p, i, v) vstore_half4(convert_float4(v), 0, (p) + (i))\n"
                 "#define TO_REAL4(v) convert_float4(v)\n"),
-    "F16": ("#pragma OPENCL EXTENSION cl_khr_fp16 : enable\n"
+    "F16": (_NO_CONTRACTION + "#pragma OPENCL EXTENSION cl_khr_fp16 : enable\n"
             "typedef half real; typedef half4 real4; typedef half FT;\n"
             "#define LD(p, i) ((p)[i])\n#define ST(p, i, v) ((p)[i] = (real)(v))\n"
             "#define LD4(p, i) vload4(0, (p) + (i))\n#define ST4(p, i, v) vstore4(convert_half4(v), 0, (p) + (i))\n"

@@ -137,14 +137,18 @@ def _in_range(i: Expr, size: int) -> Expr:
 
 def dot(b: ir.KernelBuilder, accs: Sequence[ir.Sym], n: int, x: ir.Buffer, xaddr: Sequence[Expr],
         wload: WeightLoad, vec: int, xstride: int = 1, masks: Sequence[Expr] | None = None) -> None:
-    """Add ``sum_k x_p[k] * w[k]`` to ``accs[p]`` for every pixel ``p``.
+    """Add ``sum_k x_p[k] * w[k]`` to ``accs[p]`` for every pixel ``p``, one fused
+    multiply-add per step in the order of ``k``: XNNPACK's GEMM and IGEMM microkernels
+    (which start from the bias, as the accumulators do), so a float product gives
+    LiteRT's bits where its reduction order is XNNPACK's.
 
     ``x_p[k]`` is element ``xaddr[p] + k * xstride`` of ``x``; ``wload(k)`` is the
     ``float{vec}`` of the output channels' weights at reduction step ``k``; ``masks[p]``
     (a bool, false where pixel ``p``'s window leaves the image) selects 0 for its input
-    there: a select, not a multiply by 0, which would turn an infinite neighbour read at
-    the clamped address into NaN. With a contiguous input the loop takes four steps at a
-    time: one four-lane load per pixel feeds four weight vectors.
+    there (XNNPACK reads a zero buffer there): a select, not a multiply by 0, which would
+    turn an infinite neighbour read at the clamped address into NaN. With a contiguous
+    input the loop takes four steps at a time: one four-lane load per pixel feeds four
+    weight vectors.
     """
     step4 = n - n % 4 if xstride == 1 else 0
     if step4:
@@ -155,7 +159,10 @@ def dot(b: ir.KernelBuilder, accs: Sequence[ir.Sym], n: int, x: ir.Buffer, xaddr
                 if masks:
                     v = select(masks[p], v, ir.lit(0.0, ir.FLOAT4))
                 v = b.let("v", v, ir.FLOAT4)
-                b.assign(acc, ir.total([v.lane(j) * ws[j] for j in range(4)]), "+")
+                chain: Expr = acc
+                for j in range(4):
+                    chain = call("fma", ws[j], v.lane(j), chain)
+                b.assign(acc, chain)
     rest = n - step4
     if not rest:
         return
@@ -166,7 +173,7 @@ def dot(b: ir.KernelBuilder, accs: Sequence[ir.Sym], n: int, x: ir.Buffer, xaddr
             v = x.load(ir.plus(xaddr[p], k if xstride == 1 else k * xstride), as_float=True)
             if masks:
                 v = select(masks[p], v, 0.0)
-            b.assign(acc, v * w, "+")
+            b.assign(acc, call("fma", w, v, acc))
 
     if rest <= 4:   # a short tail is unrolled (k a literal)
         for j in range(rest):

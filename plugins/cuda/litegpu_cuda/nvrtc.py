@@ -18,7 +18,9 @@ from litegpu.env import install_hint
 
 #: Build options: fp32 as LiteRT computes it (no fast math: no flush to zero, exact
 #: division and square root), C++17.
-OPTIONS = ("-std=c++17", "-default-device")
+# --fmad=false: NVRTC fuses ``a * b + c`` by default; the kernels round each operation as
+# written (LiteRT's arithmetic), asking for a fused multiply-add by name where they want one.
+OPTIONS = ("-std=c++17", "-default-device", "--fmad=false")
 
 
 @dataclass
