@@ -7,12 +7,15 @@ the tensor's integer grid, clamp to its type's range, back to float) keeps activ
 on the values the model learned. :func:`float_view` rewrites a model that way; the
 result is an ordinary float model every backend runs with its float kernels (a GPU
 backend folds ``QUANT_SIM`` into the producing kernel's store like any elementwise
-follower). Dynamic-range (hybrid) models get their weights dequantized, and the input
-of each hybrid FULLY_CONNECTED is quantized row by row on the fly as XNNPACK does
-(``ROW_QUANT_SIM``: the row's int8 grid and back, every step in float32), so the float
-product sees the integers LiteRT's sees (blockwise weights with XNNPACK's bf16-rounded
-block scales): the same result but for float32 rounding order, where the weights
-dequantized alone leave the input's quantization error out (1-3 % of a decoder's logits).
+follower). Dynamic-range (hybrid) models get their weights dequantized, but for a
+hybrid FULLY_CONNECTED, which runs as XNNPACK runs it: its input quantized row by row on
+the fly (``ROW_QUANTIZE``: int8 codes and each row's scale and zero point, every step in
+float32 in XNNPACK's order), then ``HYBRID_FULLY_CONNECTED``: exact integer sums of those
+codes with the weights' own int8 or int4 codes, scaled back as XNNPACK's qd8 GEMMs do
+(per output channel, or block by block with bf16-rounded block scales). That is LiteRT's
+result to the bit; the weights dequantized alone leave the input's quantization error out
+(1-3 % of a decoder's logits), and a float product of the quantized rows rounds in
+another order.
 
 Where float arithmetic on real values would drift from LiteRT's integers, the view
 computes on the integers themselves, still in float:
@@ -104,6 +107,7 @@ from .quant import QuantParams, dequantize, is_quantized
 
 MODE = "float view + quant sim"
 F32 = np.dtype(np.float32)
+_TYPE_NAMES = {F32: "FLOAT32", np.dtype(np.int8): "INT8"}   # of the view's own tensors
 
 # Sum-of-products ops computed on integer grid values: (activation, filter, bias) positions.
 EXACT_SUMS = {"CONV_2D": (0, 1, 2), "DEPTHWISE_CONV_2D": (0, 1, 2), "FULLY_CONNECTED": (0, 1, 2),
@@ -578,7 +582,8 @@ class _Rewrite:
         self.plans = {node.index: _plan(node, sg.tensors) for node in sg.nodes}
         self.grid = self._grid_form_tensors()
         self.grid_of: dict[int, int] = {}   # real-form tensor -> its rounded grid form
-        self.rows_quantized: dict[int, int] = {}   # a hybrid product's input -> its ROW_QUANT_SIM
+        # a hybrid product's input -> its ROW_QUANTIZE outputs (codes, params)
+        self.rows_quantized: dict[int, tuple[int, int]] = {}
         edges = set(sg.inputs) | set(sg.outputs)
         # Where each quantized tensor's float value lives: in place, except at the edges,
         # whose integer tensors stay for the caller.
@@ -628,8 +633,8 @@ class _Rewrite:
         return grid
 
     def new_tensor(self, like: Tensor, name: str, data: np.ndarray | None = None,
-                   full_precision: bool = True) -> int:
-        """Append a float32 tensor shaped like ``like`` (or ``data``'s constant).
+                   full_precision: bool = True, dtype: np.dtype = F32) -> int:
+        """Append a tensor of ``dtype`` (float32) shaped like ``like`` (or ``data``'s constant).
 
         The view's own tensors are integer sums, values about to be rounded onto a grid,
         or constants of that arithmetic: full precision unless the caller knows the values
@@ -637,10 +642,12 @@ class _Rewrite:
         """
         index = len(self.tensors)
         if data is not None:
-            data = np.ascontiguousarray(data, np.float32)
+            data = np.ascontiguousarray(data, dtype)
             data.setflags(write=False)
             like = replace(like, shape=tuple(data.shape), shape_signature=tuple(data.shape))
-        self.tensors.append(replace(like, index=index, name=name, dtype=F32, type_name="FLOAT32", data=data,
+        dtype = np.dtype(dtype)
+        self.tensors.append(replace(like, index=index, name=name, dtype=dtype, type_name=_TYPE_NAMES[dtype],
+                                    data=data,
                                     quantization=None, is_variable=False, sparsity=None,
                                     full_precision=full_precision))
         return index
@@ -714,8 +721,9 @@ class _Rewrite:
 
     def hybrid_product(self, node: Node) -> bool:
         """A hybrid FULLY_CONNECTED as XNNPACK runs it (see the module docstring): its input
-        through ``ROW_QUANT_SIM`` (once per input tensor), times the dequantized weights;
-        False (nothing added) for any other node."""
+        quantized row by row (``ROW_QUANTIZE``, once per input tensor), then
+        ``HYBRID_FULLY_CONNECTED`` on those codes and the weights' own integers; False
+        (nothing added) for any other node."""
         tensors = self.sg.tensors
         if node.op != "FULLY_CONNECTED" or len(node.inputs) < 2 or min(node.inputs[:2]) < 0:
             return False
@@ -728,17 +736,22 @@ class _Rewrite:
         if not attrs.get("hybrid") or w.data is None or w.data.ndim != 2 or not x.shape \
                 or x.shape[-1] != w.data.shape[1]:
             return False
-        inputs = list(self.mapped(node.inputs))
+        inputs = self.mapped(node.inputs)
         if node.inputs[0] not in self.rows_quantized:
-            rows = self.new_tensor(self.tensors[inputs[0]], f"{x.name}/rows_quantized")
-            self.add("ROW_QUANT_SIM", (inputs[0],), (rows,))
-            self.rows_quantized[node.inputs[0]] = rows
-        inputs[0] = self.rows_quantized[node.inputs[0]]
-        if attrs.get("block_size"):
-            scales = np.repeat(attrs["block_scale"], attrs["block_size"], axis=1)
-            inputs[1] = self.new_tensor(self.tensors[inputs[1]], f"{w.name}/bf16_scaled",
-                                        w.data.astype(np.float32) * scales, False)
-        self.nodes.append(replace(node, inputs=tuple(inputs)))
+            like = self.tensors[inputs[0]]
+            codes = self.new_tensor(like, f"{x.name}/row_codes", dtype=np.int8)
+            params = self.new_tensor(replace(like, shape=(*like.shape[:-1], 2),
+                                             shape_signature=(*like.shape_signature[:-1], 2)), f"{x.name}/row_params")
+            self.add("ROW_QUANTIZE", (inputs[0],), (codes, params))
+            self.rows_quantized[node.inputs[0]] = (codes, params)
+        codes, params = self.rows_quantized[node.inputs[0]]
+        block = int(attrs.get("block_size") or 0)
+        scales = attrs["block_scale"] if block else attrs["weight_scale"]
+        weights = self.new_tensor(w, f"{w.name}/codes", np.asarray(w.data, np.int8), dtype=np.int8)
+        scales_t = self.new_tensor(w, f"{w.name}/scales", np.asarray(scales, F32))
+        bias = inputs[2] if len(inputs) > 2 else -1
+        self.add("HYBRID_FULLY_CONNECTED", (codes, params, weights, bias, scales_t), node.outputs,
+                 {"activation": attrs["activation"], "keep_num_dims": attrs["keep_num_dims"], "block_size": block})
         return True
 
     def simulated(self, node: Node) -> None:
@@ -1055,20 +1068,65 @@ def quant_lut(x: np.ndarray, table: np.ndarray, attrs: dict) -> np.ndarray:
     return np.asarray(table, np.float32).reshape(-1)[k]
 
 
-def row_quant_sim(x: np.ndarray) -> np.ndarray:
-    """Each row of ``x``'s last axis quantized to int8 as XNNPACK's dynamic quantization
-    (:func:`litegpu.ops.hybrid.xnn_quantize_rows`) and back: ``(q - zp) * scale``, float32."""
+def row_quantize(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """ROW_QUANTIZE: each row of ``x``'s last axis quantized to int8 as XNNPACK's dynamic
+    quantization (:func:`litegpu.ops.hybrid.xnn_quantize_rows`): the codes (int8, ``x``'s
+    shape) and each row's ``(scale, zero point)`` (float32, ``[..., 2]``)."""
     from .ops.hybrid import xnn_quantize_rows   # (the ops package imports this module's ops late)
     x = np.asarray(x, F32)
-    if x.size == 0:
-        return x.copy()
-    rows, scale, _ = xnn_quantize_rows(x.reshape(-1, x.shape[-1]))
-    return (rows * scale[:, None]).astype(F32).reshape(x.shape)
+    rows, scale, zp = xnn_quantize_rows(x.reshape(-1, x.shape[-1]))
+    codes = (rows + zp[:, None]).astype(np.int8).reshape(x.shape)
+    return codes, np.stack([scale, zp.astype(F32)], axis=-1).reshape(*x.shape[:-1], 2)
 
 
-register(OpDef(name="ROW_QUANT_SIM", attrs=lambda node, tensors: {}, infer=_same_shape_f32,
-               reference=lambda inputs, attrs: [row_quant_sim(inputs[0])],
-               doc="A hybrid product's input quantized row by row as XNNPACK does, and back to float."))
+def hybrid_fully_connected(inputs: list, attrs: dict) -> np.ndarray:
+    """HYBRID_FULLY_CONNECTED: XNNPACK's hybrid product of rows quantized by ROW_QUANTIZE
+    (``codes``, ``params``) with int8 (or int4) weight codes ``[N, K]`` and their scales
+    (per output channel, or ``[N, K / block_size]`` per block, bf16-rounded), plus the
+    bias, clamped by the fused activation (:func:`litegpu.ops.hybrid.xnn_dequantize_sums`,
+    :func:`litegpu.ops.hybrid.xnn_blockwise_dequantize`)."""
+    from .ops.hybrid import _clamp, xnn_blockwise_dequantize, xnn_dequantize_sums
+    codes, params, w, bias, scales = inputs
+    n, k = w.shape
+    q = np.asarray(codes, np.float64).reshape(-1, k)
+    p = np.asarray(params, F32).reshape(-1, 2)
+    scale, zp = p[:, 0], p[:, 1].astype(np.int64)
+    rows = q - zp[:, None]
+    w = np.asarray(w, np.int64)
+    if attrs["block_size"]:
+        y = xnn_blockwise_dequantize(rows, scale, zp, w, np.asarray(scales, F32), attrs["block_size"])
+        if bias is not None:
+            y = y + np.asarray(bias, F32)
+    else:
+        y = xnn_dequantize_sums(rows @ w.astype(np.float64).T, scale, np.asarray(scales, F32), bias)
+    shape = (*np.shape(codes)[:-1], n) if attrs["keep_num_dims"] else (rows.shape[0], n)
+    return _clamp(y, attrs["activation"]).reshape(shape)
+
+
+def _row_quantize_infer(inputs: list[TensorSpec], attrs: dict) -> list[TensorSpec]:
+    shape = tuple(inputs[0].shape)
+    return [TensorSpec(shape, np.dtype(np.int8)), TensorSpec((*shape[:-1], 2), F32)]
+
+
+def _hybrid_fc_infer(inputs: list[TensorSpec], attrs: dict) -> list[TensorSpec]:
+    shape, (n, k) = tuple(inputs[0].shape), tuple(inputs[2].shape)
+    rows = int(np.prod(shape, dtype=np.int64)) // k if k else 0
+    return [TensorSpec((*shape[:-1], n) if attrs["keep_num_dims"] else (rows, n), F32)]
+
+
+def _hybrid_fc_attrs(node: Node, tensors: Sequence[Tensor]) -> dict:
+    return {"activation": node.options["activation"], "keep_num_dims": bool(node.options["keep_num_dims"]),
+            "block_size": int(node.options["block_size"])}
+
+
+register(OpDef(name="ROW_QUANTIZE", attrs=lambda node, tensors: {}, infer=_row_quantize_infer,
+               reference=lambda inputs, attrs: list(row_quantize(inputs[0])),
+               doc="A hybrid product's input quantized row by row as XNNPACK does: int8 codes and each "
+                   "row's (scale, zero point)."))
+register(OpDef(name="HYBRID_FULLY_CONNECTED", attrs=_hybrid_fc_attrs, infer=_hybrid_fc_infer,
+               reference=lambda inputs, attrs: [hybrid_fully_connected(inputs, attrs)],
+               doc="XNNPACK's hybrid FULLY_CONNECTED of rows ROW_QUANTIZE quantized, with int8 or "
+                   "blockwise int4 weight codes: exact integer sums, scaled as XNNPACK scales them."))
 register(OpDef(name="QUANT_SIM", attrs=_sim_attrs, infer=_same_shape_f32,
                reference=lambda inputs, attrs: [quant_sim(inputs[0], attrs)],
                doc="Quantization simulation of the float view: round to a tensor's integer grid and back."))
@@ -1174,4 +1232,4 @@ register(OpDef(name="QUANT_LUT", attrs=_lut_attrs, infer=_same_shape_f32,
 
 __all__ = ["EXACT_SUMS", "GRID_BINARY", "LOOKUP_OPS", "MODE", "PASS_THROUGH", "float_view", "grid_add", "grid_mul",
            "grid_mul_round", "grid_requant16", "inv_floor_pow2", "is_quantized_model", "quant_lut", "quant_sim",
-           "row_quant_sim"]
+           "hybrid_fully_connected", "row_quantize"]

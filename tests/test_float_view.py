@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import litegpu
-from litegpu.float_view import float_view, grid_add, grid_mul, grid_requant16, quant_lut, quant_sim, row_quant_sim
+from litegpu.float_view import float_view, grid_add, grid_mul, grid_requant16, quant_lut, quant_sim, row_quantize
 from litegpu.testing.builder import ModelBuilder
 
 from test_ops_quantized import q8, run_both, weights
@@ -374,31 +374,34 @@ def hybrid_fc_pair(rng, block: int | None) -> bytes:
 
 @pytest.mark.parametrize("block", [None, 32])
 def test_hybrid_model_quantizes_its_input_rows_on_opencl(opencl, block) -> None:
-    """The input rows quantized as XNNPACK does (one ROW_QUANT_SIM for both products), the
-    float product of those integers with the weights: LiteRT's result but for float32
-    rounding order. (Without the row quantization the outputs were 2 % off.)"""
+    """The input rows quantized as XNNPACK does (one ROW_QUANTIZE for both products), then
+    XNNPACK's integer product and scaling of those codes with the weights' codes: LiteRT's
+    bits. (Without the row quantization the outputs were 2 % off; a float product of the
+    quantized rows was an ulp off.)"""
     rng = np.random.default_rng(RNG_SEED)
     model = hybrid_fc_pair(rng, block)
     view = float_view(litegpu.model.load_model(model)).subgraphs[0]
-    assert [n.op for n in view.nodes] == ["ROW_QUANT_SIM", "FULLY_CONNECTED", "FULLY_CONNECTED"]
+    assert [n.op for n in view.nodes] == ["ROW_QUANTIZE", "HYBRID_FULLY_CONNECTED", "HYBRID_FULLY_CONNECTED"]
     inputs = [(3 * rng.standard_normal((3, 64))).astype(np.float32)]
     got, report = on_opencl(model, inputs)
     assert report.nodes_on("cpu") == 0
     _, want = run_both(model, inputs)
     for g, w in zip(got, want):
-        np.testing.assert_allclose(g, w, rtol=0, atol=2e-6 * np.abs(w).max())
+        np.testing.assert_array_equal(g, w)
 
 
-def test_row_quant_sim_is_xnnpacks_dynamic_quantization() -> None:
+def test_row_quantize_is_xnnpacks_dynamic_quantization() -> None:
     """Each row on its own int8 grid: a row's extremes land on codes -128 and 127 (0 is in
-    range), a row of zeros stays zeros, a NaN becomes the zero point (0)."""
+    range), a row of zeros gets codes of its zero point, a NaN becomes the zero point."""
     x = np.array([[-1.0, 0.25, 3.0, 0.1], [0.0, 0.0, 0.0, 0.0], [2.0, np.nan, 1.0, 0.5]], np.float32)
-    y = row_quant_sim(x)
-    scale = np.float32(1) / (np.float32(255) / np.float32(4.0))
-    np.testing.assert_allclose(y[0], np.rint(x[0] / scale) * scale, rtol=1e-6)
-    assert y[0, 0] == -1.0 or abs(y[0, 0] + 1.0) <= scale / 2
-    np.testing.assert_array_equal(y[1], 0.0)
-    assert y[2, 1] == 0.0 and abs(y[2, 0] - 2.0) <= np.float32(2) / 255
+    codes, params = row_quantize(x)
+    assert codes.dtype == np.int8 and params.shape == (3, 2)
+    scale, zp = params[:, 0], params[:, 1]
+    assert scale[0] == np.float32(1) / (np.float32(255) / np.float32(4.0))
+    assert codes[0].min() == -128 and codes[0].max() == 127
+    np.testing.assert_allclose((codes[0] - zp[0]) * scale[0], x[0], atol=scale[0] / 2)
+    np.testing.assert_array_equal(codes[1], zp[1])
+    assert codes[2, 1] == zp[2] and codes[2, 0] == 127
 
 
 def test_full_precision_marks_what_half_storage_would_change() -> None:

@@ -288,6 +288,14 @@ def xnn_blockwise_product(x: np.ndarray, w: np.ndarray, scales: np.ndarray, bloc
     (The fused multiply-add is the float64 product, exact, plus the accumulator, rounded
     once to float32; only a float64 sum that lands on a float32 tie could differ.)"""
     rows, scale, zp = xnn_quantize_rows(x)
+    return xnn_blockwise_dequantize(rows, scale, zp, w, scales, block)
+
+
+def xnn_blockwise_dequantize(rows: np.ndarray, scale: np.ndarray, zp: np.ndarray, w: np.ndarray,
+                             scales: np.ndarray, block: int) -> np.ndarray:
+    """The rest of :func:`xnn_blockwise_product` once the rows are quantized: ``rows`` the
+    codes less their zero points [M, K], ``scale`` and ``zp`` the rows' (from
+    :func:`xnn_quantize_rows`)."""
     m, (n, k) = rows.shape[0], w.shape
     codes = (rows + (zp + 128)[:, None]).reshape(m, k // block, block)
     sums = np.einsum("mbk,nbk->mnb", codes, w.reshape(n, k // block, block).astype(np.float64))

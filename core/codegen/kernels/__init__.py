@@ -40,7 +40,7 @@ def generator(*ops: str, epilogue: bool = False):
     return wrap
 
 
-_MODULES = ("elementwise", "conv", "pool", "layout", "lstm", "composite")
+_MODULES = ("elementwise", "conv", "pool", "layout", "lstm", "composite", "hybrid")
 
 
 def load_all() -> dict[str, Generator]:

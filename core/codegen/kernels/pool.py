@@ -485,8 +485,11 @@ class _Rows:
     (a scalar tail takes the rest); every statistic is a float. The kernel's builder is
     ``b``; ``base`` is the row's first element."""
 
-    def __init__(self, g: NodeGen) -> None:
-        _require_float(g)
+    def __init__(self, g: NodeGen, float_output: bool = True) -> None:
+        if float_output:
+            _require_float(g)
+        elif g.ctx.inputs[0].dtype != _F32:
+            raise Decline(f"{g.ctx.node.op} on {g.ctx.inputs[0].dtype} tensors")
         _check_indexable(g)
         shape = tuple(int(d) for d in g.ctx.inputs[0].shape)
         self.g = g
@@ -565,37 +568,6 @@ def softmax(g: NodeGen) -> list[KernelSpec]:
         r.store_pass(lambda v: v * inv, buf=out)
     else:
         r.store_pass(lambda v: call("exp", (v - m) * beta) * inv)
-    return r.kernel()
-
-
-@generator("ROW_QUANT_SIM", epilogue=True)
-def row_quant_sim(g: NodeGen) -> list[KernelSpec]:
-    """ROW_QUANT_SIM (:func:`litegpu.float_view.row_quant_sim`): each row quantized to int8
-    as XNNPACK's dynamic quantization, and back, every step in float32 in XNNPACK's order:
-    the row's range widened to hold 0 (NaNs skipped), ``inv = 255 / (max - min)`` (1 for an
-    empty range), the zero point from the end that loses less, rounded to even; then
-    ``(clamp(rint(x * inv) + zp, -128, 127) - zp) * (1 / inv)``, a NaN quantized to zp."""
-    r = _Rows(g)
-    b = r.b
-    lo = b.let("lo", r.fold(0.0, lambda a, v, n: call("fmin", a, v)))
-    hi = b.let("hi", r.fold(0.0, lambda a, v, n: call("fmax", a, v)))
-    inv = b.let("inv", select(lo.eq(hi), 1.0, 255.0 / (hi - lo)))
-    low_scaled = b.let("low_scaled", lo * inv)
-    high_scaled = b.let("high_scaled", hi * inv)
-    from_min = b.let("from_min", -128.0 + low_scaled)
-    from_max = b.let("from_max", 127.0 + high_scaled)
-    zp_real = select(from_min + from_max > 0.0, -128.0 - low_scaled, 127.0 - high_scaled)
-    zp = b.let("zp", call("rint", call("clamp", zp_real, -128.0, 127.0)))
-    scale = b.let("scale", 1.0 / inv)
-
-    def value(v: Expr) -> Expr:
-        steps = b.let("steps", call("rint", v * inv))
-        # fmax(s, 0) + fmin(s, 0) is s, and 0 for a NaN (each returns the other operand),
-        # without a comparison (which not every dialect has for vectors).
-        steps = call("fmax", steps, 0.0) + call("fmin", steps, 0.0)
-        code = call("clamp", steps + zp, -128.0, 127.0)
-        return (code - zp) * scale
-    r.store_pass(value)
     return r.kernel()
 
 

@@ -35,7 +35,9 @@ from .driver_caches import POCL_PLATFORM
 log = logging.getLogger("litegpu.opencl")
 
 API = "opencl"   # its kernel cache (litegpu.kernel_cache)
-BUILD_OPTIONS = ""   # no fast-math: results must match LiteRT's fp32
+# No fast-math, and divisions and square roots correctly rounded (OpenCL allows 2.5 ulp
+# otherwise): results must match LiteRT's fp32.
+BUILD_OPTIONS = "-cl-fp32-correctly-rounded-divide-sqrt"
 
 
 def _from_binary(device: Device, binary: bytes) -> Any:

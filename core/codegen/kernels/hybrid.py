@@ -1,0 +1,110 @@
+"""The float view's hybrid product (:mod:`litegpu.float_view`): ROW_QUANTIZE and
+HYBRID_FULLY_CONNECTED, XNNPACK's dynamic-range FULLY_CONNECTED to the bit.
+
+ROW_QUANTIZE runs one work-item per row: the row's range and zero point in float32 in
+XNNPACK's order (as :func:`litegpu.ops.hybrid.xnn_quantize_rows`), then the int8 codes.
+HYBRID_FULLY_CONNECTED runs one work-item per output element over int8 weight codes kept
+as int8 in device memory (a quarter of the dequantized floats' bytes), stored ``[K, N]``
+so neighbouring work-items read neighbouring bytes. Its sums are int32, exact; the scaling
+is XNNPACK's float32 arithmetic step by step: per output channel
+``fma(float(sum) * row_scale, weight_scale, bias)``; per block (INT4 LLM weights) a float32
+accumulator from the block zero-point sums times ``zp + 128``, one fused multiply-add per
+block of its exact sum of ``(q + 128) w`` with the block's scale, times the row's scale,
+plus the bias. Every scale is read in float32, whatever the storage precision.
+"""
+from __future__ import annotations
+
+import numpy as np
+from litegpu.ops.hybrid import blockwise_zero_point_sums
+
+from .. import ir
+from ..ir import call, select
+from ..nodegen import KernelSpec, NodeGen
+from . import Decline, generator
+from .pool import _Rows
+
+_F32 = np.dtype(np.float32)
+
+
+@generator("ROW_QUANTIZE")
+def row_quantize(g: NodeGen) -> list[KernelSpec]:
+    """ROW_QUANTIZE (:func:`litegpu.float_view.row_quantize`): the row's range widened to
+    hold 0 (NaNs skipped), ``inv = 255 / (max - min)`` (1 for an empty range), the zero
+    point from the end that loses less, rounded to even; the codes
+    ``clamp(rint(x * inv) + zp, -128, 127)`` (a NaN is quantized to zp); the row's
+    ``(1 / inv, zp)``."""
+    r = _Rows(g, float_output=False)
+    b = r.b
+    lo = b.let("lo", r.fold(0.0, lambda a, v, n: call("fmin", a, v)).cast(ir.FLOAT), ir.FLOAT)
+    hi = b.let("hi", r.fold(0.0, lambda a, v, n: call("fmax", a, v)).cast(ir.FLOAT), ir.FLOAT)
+    inv = b.let("inv", select(lo.eq(hi), 1.0, 255.0 / (hi - lo)), ir.FLOAT)
+    low_scaled = b.let("low_scaled", lo * inv, ir.FLOAT)
+    high_scaled = b.let("high_scaled", hi * inv, ir.FLOAT)
+    from_min = b.let("from_min", -128.0 + low_scaled, ir.FLOAT)
+    from_max = b.let("from_max", 127.0 + high_scaled, ir.FLOAT)
+    zp_real = select(from_min + from_max > 0.0, -128.0 - low_scaled, 127.0 - high_scaled)
+    zp = b.let("zp", call("rint", call("clamp", zp_real, -128.0, 127.0)), ir.FLOAT)
+    params = g.output(b, 1)
+    row = b.let("r2", b.global_id(0) * 2)
+    b.store(params, row, 1.0 / inv)
+    b.store(params, row + 1, zp)
+    codes = g.output(b, 0)
+    with b.for_("k", 0, r.n) as k:
+        steps = b.let("steps", call("rint", r.x.load(r.base + k, as_float=True) * inv), ir.FLOAT)
+        # fmax(s, 0) + fmin(s, 0) is s, and 0 for a NaN (each returns the other operand).
+        steps = call("fmax", steps, 0.0) + call("fmin", steps, 0.0)
+        b.store(codes, r.base + k, call("clamp", steps + zp, -128.0, 127.0).cast(ir.CHAR))
+    return r.kernel()
+
+
+@generator("HYBRID_FULLY_CONNECTED", epilogue=True)
+def hybrid_fully_connected(g: NodeGen) -> list[KernelSpec]:
+    """HYBRID_FULLY_CONNECTED (:func:`litegpu.float_view.hybrid_fully_connected`), one
+    output element per work-item (see the module docstring)."""
+    codes, weights, scales = g.ctx.inputs[0], g.ctx.inputs[2], g.ctx.inputs[4]
+    if weights.value is None or scales.value is None:
+        raise Decline("weights computed at run time")
+    bias_spec = g.ctx.inputs[3] if len(g.ctx.inputs) > 3 else None
+    if bias_spec is not None and bias_spec.value is None:
+        raise Decline("a bias computed at run time")
+    w = np.asarray(weights.value, np.int8)
+    n, k = w.shape
+    rows = int(np.prod(tuple(codes.shape), dtype=np.int64)) // k if k else 0
+    block = int(g.attrs["block_size"])
+    scale_values = np.asarray(scales.value, np.float32)
+    b = g.new_kernel()
+    q = g.input(b, 0)
+    params = g.input(b, 1)
+    wt = g.const(b, np.ascontiguousarray(w.T))
+    o = b.let("o", b.global_id(0))
+    m = b.let("m", o / n)
+    c = b.let("c", o % n)
+    row_scale = b.let("row_scale", params.load(m * 2, as_float=True), ir.FLOAT)
+    zp = b.let("zp", params.load(m * 2 + 1, as_float=True), ir.FLOAT)
+    first = b.let("q0", m * k)
+    bias = (g.const(b, np.asarray(bias_spec.value, np.float32), storage=False).load(c, as_float=True)
+            if bias_spec is not None else None)
+    if not block:
+        zpi = b.let("zpi", zp.cast(ir.INT))
+        acc = b.var("acc", 0, ir.INT)
+        with b.for_("i", 0, k) as i:
+            b.assign(acc, (q.load(first + i).cast(ir.INT) - zpi) * wt.load(i * n + c).cast(ir.INT), "+")
+        channel_scale = g.const(b, scale_values, storage=False).load(c, as_float=True)
+        y = call("fma", acc.cast(ir.FLOAT) * row_scale, channel_scale,
+                 bias if bias is not None else ir.lit(0.0, ir.FLOAT))
+    else:
+        zero_point_sums = g.const(b, blockwise_zero_point_sums(w, scale_values, block), storage=False)
+        block_scales = g.const(b, np.ascontiguousarray(scale_values.T), storage=False)   # [K / block, N]
+        acc = b.var("acc", zero_point_sums.load(c, as_float=True) * (zp + 128.0), ir.FLOAT)
+        with b.for_("blk", 0, k // block) as blk:
+            start = b.let("k0", blk * block)
+            part = b.var("part", 0, ir.INT)
+            with b.for_("i", 0, block) as i:
+                kk = start + i
+                b.assign(part, (q.load(first + kk).cast(ir.INT) + 128) * wt.load(kk * n + c).cast(ir.INT), "+")
+            b.assign(acc, call("fma", part.cast(ir.FLOAT), block_scales.load(blk * n + c, as_float=True), acc))
+        y = acc * row_scale
+        if bias is not None:
+            y = y + bias
+    g.store_output(b, o, b.let("y", y, ir.FLOAT).cast(ir.REAL))
+    return [g.kernel(b, (rows * n,))]
