@@ -156,6 +156,41 @@ def first_unless(op: str, x: Expr, y: Expr, a: dict) -> Expr:
     return select(first > second if op == ">" else first < second, first, second)
 
 
+# XNNPACK's float32 sine and cosine (``src/f32-vsin/rational-5-4.c.in`` and its cosine twin,
+# the kernels LiteRT runs for SIN and COS on x86 with FMA3 or AVX-512F; the cpu backend's
+# ``mathfn.xnn_sin32``): the argument less the nearest multiple of 2 pi (in two parts),
+# folded into [-pi/2, pi/2], then a rational 5/4 fit. A decoder's RoPE tables feed hybrid
+# products that quantize their input on the fly, where an ulp can become a quantum, so the
+# GPU kernels compute LiteRT's bits. In float32 whatever the arithmetic precision: half
+# cannot reduce a RoPE angle of thousands of radians.
+_INV_2PI, _2PI_HI, _2PI_LO = 0.15915494, 6.28125, 1.9353072e-3
+_PI, _PI_HALF_HI, _PI_HALF_LO = 3.1415927, 1.5707963705, -4.3711388e-08
+_SIN_A3, _SIN_A5, _SIN_B2, _SIN_B4 = -1.3314664364e-01, 3.2340581529e-03, 3.3519912511e-02, 4.8770775902e-04
+
+
+def _turns_removed(x: Expr) -> Expr:
+    """``x`` less its nearest multiple of 2 pi, as XNNPACK's sine and cosine reduce it."""
+    k = call("rint", x * _INV_2PI)
+    return call("fma", -k, _2PI_LO, call("fma", -k, _2PI_HI, x))
+
+
+def _rational_sine(x: Expr) -> Expr:
+    """The sine of a reduced ``x``: folded into [-pi/2, pi/2] with XNNPACK's min and max
+    (which keep their second operand for NaN), then its 5/4 rational fit."""
+    x = select(x < _PI - x, x, _PI - x)
+    x = select(x > -_PI - x, x, -_PI - x)
+    x = select(x < _PI - x, x, _PI - x)
+    x2 = x * x
+    p = x * call("fma", x2, call("fma", x2, _SIN_A5, _SIN_A3), 1.0)
+    q = call("fma", x2, call("fma", x2, _SIN_B4, _SIN_B2), 1.0)
+    return p / q
+
+
+def _in_float(f: Callable[[Expr], Expr]) -> Callable[[Expr, dict], Expr]:
+    """The unary formula ``f`` computed in float32 (a ``real`` operand converted and back)."""
+    return lambda x, a: f(x.cast(ir.FLOAT.with_lanes(x.type.lanes))).cast(x.type)
+
+
 #: One-input float ops: op name -> f(x, attrs).
 UNARY: dict[str, Callable[[Expr, dict], Expr]] = {
     "ABS": lambda x, a: call("fabs", x),
@@ -165,8 +200,8 @@ UNARY: dict[str, Callable[[Expr, dict], Expr]] = {
     "SQRT": lambda x, a: call("sqrt", x),
     "RSQRT": lambda x, a: call("rsqrt", x),
     "SQUARE": lambda x, a: x * x,
-    "SIN": lambda x, a: call("sin", x),
-    "COS": lambda x, a: call("cos", x),
+    "SIN": _in_float(lambda x: _rational_sine(_turns_removed(x))),
+    "COS": _in_float(lambda x: _rational_sine((_PI_HALF_HI - _turns_removed(x)) + _PI_HALF_LO)),
     "TANH": lambda x, a: tanh(x),
     "LOGISTIC": lambda x, a: 1.0 / (1.0 + call("exp", -x)),
     "HARD_SWISH": lambda x, a: hard_swish(x),
