@@ -78,10 +78,20 @@ def rendered(op: str) -> str:
     return render(expr, FUNCTIONS)
 
 
+# SIN and COS are XNNPACK's (its reduction by 2 pi in two parts): past about 1e19 the
+# reduced argument is too large for the fit, and the result is NaN, as LiteRT gives it.
+_HUGE_ARGUMENT = {"SIN": 1e19, "COS": 1e19}
+
+
 @pytest.mark.parametrize("op", sorted(formulas.UNARY))
 def test_unary_formula_matches_reference(op):
-    source = rendered(op)
-    assert_same(op, evaluate(source, GRID), reference(op, GRID))
+    got = evaluate(rendered(op), GRID)
+    want = reference(op, GRID)
+    if op in _HUGE_ARGUMENT:
+        huge = np.abs(GRID) > _HUGE_ARGUMENT[op]
+        assert huge.any() and np.isnan(got[huge]).all()
+        got, want = got[~huge], want[~huge]
+    assert_same(op, got, want)
 
 
 @pytest.mark.parametrize("op", sorted(formulas.BINARY))
