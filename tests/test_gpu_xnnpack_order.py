@@ -1,0 +1,116 @@
+"""The GPU kernels that give LiteRT's bits (XNNPACK's arithmetic), on opencl (PoCL in CI),
+against LiteRT itself on single-op models: float FULLY_CONNECTED and BATCH_MATMUL (one fused
+multiply-add per step in the order of k, from the bias), the hybrid FULLY_CONNECTED of the
+float view (ROW_QUANTIZE and HYBRID_FULLY_CONNECTED: int8 per-channel and blockwise int4
+weights, one row and many), SIN and COS (XNNPACK's reduction and rational fit).
+
+A decoder's hybrid products quantize their input rows on the fly, where an ulp upstream can
+move a value across a rounding boundary and become a whole quantum: these are the ops that
+keep a GPU decoder on LiteRT's tokens. (lavapipe, the webgpu backend's CI adapter, rounds a
+fused multiply-add twice, so webgpu is not checked here.)
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import litegpu
+from litegpu.testing.builder import ModelBuilder
+from test_cpu_xnnpack_order import unary_model
+from test_int4_weights import hybrid_fc
+
+from ai_edge_litert.interpreter import Interpreter as LiteRT  # a test dependency: never skipped
+
+F32 = np.float32
+
+
+def _run(interp, xs: list[np.ndarray]) -> np.ndarray:
+    interp.allocate_tensors()
+    for d, x in zip(interp.get_input_details(), xs):
+        interp.set_tensor(d["index"], x)
+    interp.invoke()
+    return interp.get_tensor(interp.get_output_details()[0]["index"]).copy()
+
+
+def assert_litert_bits_on_opencl(data: bytes, xs: list[np.ndarray]) -> None:
+    """Every node on opencl, and its output LiteRT's to the bit."""
+    ours = litegpu.Interpreter(model_content=data, experimental_delegates=[litegpu.load_delegate("opencl")])
+    assert ours.get_delegation_report().nodes_on("cpu") == 0
+    got, want = _run(ours, xs), _run(LiteRT(model_content=data, num_threads=2), xs)
+    differ = got.view(np.uint32) != want.view(np.uint32)
+    assert not differ.any(), f"{differ.sum()} of {differ.size} differ, e.g. ours {got[differ][:4]} LiteRT {want[differ][:4]}"
+
+
+def float_fc(rows: int, k: int, n: int, rng) -> bytes:
+    b = ModelBuilder()
+    x = b.input("x", (rows, k), F32)
+    w = b.const("w", rng.standard_normal((n, k)).astype(F32))
+    bias = b.const("bias", rng.standard_normal(n).astype(F32))
+    y = b.tensor("y", (rows, n), F32)
+    b.op("FULLY_CONNECTED", [x, w, bias], [y])
+    b.output(y)
+    return b.build()
+
+
+def int8_fc(rows: int, k: int, n: int, rng, activation: str = "NONE") -> bytes:
+    b = ModelBuilder()
+    x = b.input("x", (rows, k), F32)
+    w = b.const("w", rng.integers(-127, 128, (n, k)).astype(np.int8), scale=list(rng.uniform(1e-3, 2e-2, n)),
+                zero_point=[0] * n, quantized_dimension=0)
+    bias = b.const("bias", rng.standard_normal(n).astype(F32))
+    y = b.tensor("y", (rows, n), F32)
+    b.op("FULLY_CONNECTED", [x, w, bias], [y], fused_activation_function=activation)
+    b.output(y)
+    return b.build()
+
+
+def batch_matmul(a_shape: tuple, b_shape: tuple, adj_y: bool) -> bytes:
+    b = ModelBuilder()
+    x, z = b.input("x", a_shape, F32), b.input("z", b_shape, F32)
+    y = b.tensor("y", (*a_shape[:-1], b_shape[-2] if adj_y else b_shape[-1]), F32)
+    b.op("BATCH_MATMUL", [x, z], [y], adj_x=False, adj_y=adj_y)
+    b.output(y)
+    return b.build()
+
+
+@pytest.mark.parametrize("rows, k, n", [(1, 128, 256), (16, 128, 96), (3, 77, 40)])
+def test_float_fully_connected(opencl, rows, k, n):
+    rng = np.random.default_rng(k)
+    assert_litert_bits_on_opencl(float_fc(rows, k, n, rng), [rng.standard_normal((rows, k)).astype(F32)])
+
+
+@pytest.mark.parametrize("a_shape, b_shape, adj_y", [((1, 4, 16, 32), (1, 4, 32, 128), False),
+                                                     ((1, 4, 16, 32), (1, 4, 128, 32), True),
+                                                     ((1, 4, 1, 128), (1, 4, 128, 32), False)])
+def test_batch_matmul(opencl, a_shape, b_shape, adj_y):
+    rng = np.random.default_rng(len(a_shape) + a_shape[-2])
+    xs = [rng.standard_normal(a_shape).astype(F32), rng.standard_normal(b_shape).astype(F32)]
+    assert_litert_bits_on_opencl(batch_matmul(a_shape, b_shape, adj_y), xs)
+
+
+@pytest.mark.parametrize("rows, k, n, activation", [(1, 128, 256, "NONE"), (16, 768, 64, "RELU"),
+                                                    (3, 77, 40, "NONE")])
+def test_hybrid_int8_fully_connected(opencl, rows, k, n, activation):
+    rng = np.random.default_rng(rows)
+    x = (rng.standard_normal((rows, k)) * 3).astype(F32)
+    x[0, :5] = 0.0
+    assert_litert_bits_on_opencl(int8_fc(rows, k, n, rng, activation), [x])
+
+
+@pytest.mark.parametrize("rows", [1, 16])
+@pytest.mark.parametrize("block", [32, 128])
+def test_hybrid_blockwise_int4_fully_connected(opencl, rows, block):
+    x = np.random.default_rng(block).standard_normal((rows, 128)).astype(F32)
+    assert_litert_bits_on_opencl(hybrid_fc(rows, block), [x])
+
+
+@pytest.mark.parametrize("op", ["SIN", "COS"])
+def test_sin_and_cos(opencl, op):
+    """RoPE tables (positions times inverse frequencies up to 4096 rad), small and large
+    arguments, inf and NaN."""
+    rng = np.random.default_rng(3)
+    positions = np.arange(4096, dtype=F32)[:, None] * (10000 ** (-np.arange(0, 64, 2) / 64)).astype(F32)[None, :]
+    x = np.concatenate([positions.reshape(-1), rng.standard_normal(4096).astype(F32) * 1e-3,
+                        rng.standard_normal(4096).astype(F32) * 1e5,
+                        np.array([0, -0.0, np.pi, -np.pi / 2, np.inf, -np.inf, np.nan], F32)]).astype(F32)
+    assert_litert_bits_on_opencl(unary_model(op, x.shape), [x])
