@@ -105,6 +105,7 @@ def _wide_struct(base: str, n: int) -> str:
     for f in _BINARY:
         out += [f"inline {t} {f}({t} x, {t} y) {{ return {t}({each('metal::' + f + '(x.{m}, y.{m})')}); }}",
                 f"inline {t} {f}({t} x, {base} y) {{ return {t}({each('metal::' + f + '(x.{m}, ' + q + '(y))')}); }}"]
+    out.append(f"inline {t} fma({t} a, {t} b, {t} c) {{ return {t}({each('metal::fma(a.{m}, b.{m}, c.{m})')}); }}")
     out += [f"inline {t} clamp({t} x, {t} lo, {t} hi) {{ return {t}({each('metal::clamp(x.{m}, lo.{m}, hi.{m})')}); }}",
             f"inline {t} clamp({t} x, {base} lo, {base} hi) "
             f"{{ return {t}({each('metal::clamp(x.{m}, ' + q + '(lo), ' + q + '(hi))')}); }}"]
