@@ -16,7 +16,7 @@ import pytest
 
 import litegpu
 from litegpu.testing.builder import ModelBuilder
-from test_cpu_xnnpack_order import unary_model
+from test_cpu_xnnpack_order import reduce_model, square_reduce_model, unary_model
 from test_int4_weights import hybrid_fc
 
 from ai_edge_litert.interpreter import Interpreter as LiteRT  # a test dependency: never skipped
@@ -114,3 +114,17 @@ def test_sin_and_cos(opencl, op):
                         rng.standard_normal(4096).astype(F32) * 1e5,
                         np.array([0, -0.0, np.pi, -np.pi / 2, np.inf, -np.inf, np.nan], F32)]).astype(F32)
     assert_litert_bits_on_opencl(unary_model(op, x.shape), [x])
+
+
+@pytest.mark.parametrize("op, shape, axes", [("MEAN", (1, 16, 768), (2,)), ("MEAN", (3, 819), (1,)),
+                                             ("SUM", (2, 5, 47), (2,)), ("MEAN", (1, 16, 4, 32), (3,)),
+                                             ("MEAN", (3, 50, 20), (1,)), ("MEAN", (1, 10, 10, 1), (2,)),
+                                             ("MEAN", (1, 7, 40), (1, 2))])
+def test_mean_and_sum_and_of_squares(opencl, op, shape, axes):
+    """XNNPACK's row sum (rsum) where the run of axes ends at the last one, its channel sum
+    (rdsum) elsewhere (a kept last axis of size 1 too); a square ``MUL(x, x)`` read by the
+    sum alone folds into it (rsum2 / rdsum2), after a residual ADD too."""
+    x = (np.random.default_rng(len(shape)).standard_normal(shape) * 3).astype(F32)
+    assert_litert_bits_on_opencl(reduce_model(op, shape, list(axes), True), [x])
+    assert_litert_bits_on_opencl(square_reduce_model(op, shape, axes), [x])
+    assert_litert_bits_on_opencl(square_reduce_model(op, shape, axes, residual=True), [x])

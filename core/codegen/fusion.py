@@ -16,11 +16,13 @@ previous one's output. A node joins the chain when:
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 
 import numpy as np
 
 from litegpu.backend import NodeContext
 from litegpu.ops import TensorSpec
+from litegpu.ops.reduce import reduction_axes
 
 from .formulas import BINARY, UNARY
 from .nodegen import Follower
@@ -73,9 +75,47 @@ def _buffer_cost(f: Follower) -> int:
     return 0 if f.kind == "scalar" and f.ctx.inputs[0 if f.swap else 1].value is not None else 1
 
 
+def folded_square_sum(square: NodeContext, reduce: NodeContext) -> NodeContext | None:
+    """``reduce`` (a float32 MEAN or SUM) of ``x`` with ``squared`` set, when it reads
+    ``square``'s output, ``MUL(x, x)``: an rms norm's decomposition. XNNPACK rewrites that
+    pair into one sum of squares, each a fused multiply-add (``reduce_sum_squared``), and
+    the backends' MEAN and SUM then sum as it does; else None. (The caller checks that
+    nothing else reads the square.)"""
+    node = square.node
+    if node.op != "MUL" or len(node.inputs) != 2 or node.inputs[0] != node.inputs[1] \
+            or square.attrs.get("activation", "NONE") != "NONE" or square.dynamic or reduce.dynamic \
+            or reduce.node.op not in ("MEAN", "SUM") or not reduce.node.inputs \
+            or reduce.node.inputs[0] != node.outputs[0]:
+        return None
+    if any(s is None or np.dtype(s.dtype) != _F32 for s in (*square.inputs, *square.outputs, *reduce.outputs)):
+        return None
+    return replace(reduce, node=replace(reduce.node, inputs=(node.inputs[0], *reduce.node.inputs[1:])),
+                   attrs={**reduce.attrs, "squared": True}, inputs=[square.inputs[0], *reduce.inputs[1:]])
+
+
+def _one_run(reduce: NodeContext) -> bool:
+    """A reduction over constant axes that are one run of adjacent axes (XNNPACK's sums)."""
+    axes = reduce.inputs[1] if len(reduce.inputs) > 1 else None
+    if axes is None or axes.value is None:
+        return False
+    run = reduction_axes(np.asarray(axes.value), len(reduce.inputs[0].shape))
+    return bool(run) and run == tuple(range(run[0], run[-1] + 1))
+
+
+def step_producer(nodes: list[NodeContext], step: list[int]) -> tuple[NodeContext, list[int]]:
+    """The node a step's kernel is generated for, and the positions of its followers: a
+    square and the sum folding it (:func:`folded_square_sum`) make one producer."""
+    if len(step) > 1:
+        folded = folded_square_sum(nodes[step[0]], nodes[step[1]])
+        if folded is not None:
+            return folded, step[2:]
+    return nodes[step[0]], step[1:]
+
+
 def chain_steps(nodes: list[NodeContext], outputs: list[int], max_buffers: int = 0) -> list[list[int]]:
     """Positions grouped into steps: each producer with the followers folded into it
-    (within ``max_buffers`` buffer parameters per kernel, when not 0)."""
+    (within ``max_buffers`` buffer parameters per kernel, when not 0); a square read by a
+    sum alone starts the sum's step (:func:`step_producer`)."""
     readers = Counter(i for ctx in nodes for i in set(ctx.node.inputs) if i >= 0)
     keep = set(outputs)
     steps: list[list[int]] = []
@@ -83,6 +123,13 @@ def chain_steps(nodes: list[NodeContext], outputs: list[int], max_buffers: int =
     while pos < len(nodes):
         ctx = nodes[pos]
         step = [pos]
+        square = ctx.node.outputs[0] if ctx.node.outputs else -1
+        if pos + 1 < len(nodes) and readers[square] == 1 and square not in keep:
+            folded = folded_square_sum(ctx, nodes[pos + 1])
+            if folded is not None and _one_run(folded):
+                pos += 1
+                step.append(pos)
+                ctx = folded
         gen = GENERATORS.get(ctx.node.op)
         if gen is not None and gen.epilogue and len(ctx.node.outputs) == 1 and not ctx.dynamic \
                 and ctx.outputs[0].dtype == _F32:
@@ -108,9 +155,10 @@ def chain_steps(nodes: list[NodeContext], outputs: list[int], max_buffers: int =
 def followers(nodes: list[NodeContext], step: list[int]) -> list[Follower]:
     """The followers of a step, each with its operand's indexing."""
     out: list[Follower] = []
-    running = nodes[step[0]].node.outputs[0]
-    shape = tuple(nodes[step[0]].outputs[0].shape)
-    for pos in step[1:]:
+    producer, positions = step_producer(nodes, step)
+    running = producer.node.outputs[0]
+    shape = tuple(producer.outputs[0].shape)
+    for pos in positions:
         f = follower_of(nodes[pos], running, shape)
         assert f is not None, "a scheduled follower must still qualify"
         out.append(f)

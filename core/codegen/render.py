@@ -16,7 +16,7 @@ from litegpu.backend import Partition
 from litegpu.errors import KernelBuildError, UnsupportedError
 
 from .dialect import Dialect
-from .fusion import followers
+from .fusion import followers, step_producer
 from .kernels import Decline, load_all
 from .nodegen import KernelSpec, NodeGen, Precision
 from .opencl import OPENCL
@@ -37,7 +37,7 @@ def partition_kernels(partition: Partition, precision: Precision, dialect: Diale
     nodes = partition.nodes
     step_kernels: list[list[KernelSpec]] = []
     for step in partition.steps or [[i] for i in range(len(nodes))]:
-        ctx = nodes[step[0]]
+        ctx, _ = step_producer(nodes, step)
         out_tensor = nodes[step[-1]].node.outputs[0]
         try:
             kernels = generate(ctx, precision, partition.specs, followers(nodes, step), out_tensor, dialect)

@@ -5,9 +5,10 @@ compute), written as :mod:`litegpu.codegen.ir` kernels so every dialect renders 
 Sums, scores and the softmax are ``float`` whatever the storage or arithmetic precision
 (as in :mod:`.pool`); only the stored values are ``real``.
 
-- rms norm: one work-item per row of the last axis, read four at a time where the row
-  allows: the sum of squares, ``rsqrt(sum / D + epsilon)``, then ``(x * r) * w`` stored
-  through the epilogue.
+- rms norm: one work-item per row of the last axis: the sum of squares in XNNPACK's order
+  (the decomposition's, which LiteRT runs), ``RSQRT(0 + sum * (1 / D) + epsilon)`` (the
+  formula of the RSQRT op), then ``(x * r) * w`` stored through the epilogue, read four
+  at a time where the row allows.
 - attention: one work-group per (batch, query position, head) row, of :data:`LANES`
   work-items, with the row's scaled query and its S scores in local memory: the scores
   (a dot product per key, the logit cap, the mask) and their maximum, then the
@@ -19,10 +20,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import ir
-from ..ir import FLOAT, Expr, call
+from .. import formulas, ir
+from ..ir import FLOAT, call
 from ..nodegen import KernelSpec, NodeGen
 from . import Decline, generator
+from .pool import _xnn_row_total
 
 _F32 = np.dtype(np.float32)
 _INT_MAX = 2**31 - 1
@@ -42,13 +44,6 @@ def _float_operands(g: NodeGen, count: int) -> None:
         raise Decline("tensor has more than 2**31-1 elements")
 
 
-def _lane_sum(b: ir.KernelBuilder, name: str, v: Expr) -> Expr:
-    """The lanes of float vector ``v`` added: (0 + 1) + (2 + 3)."""
-    if v.type.lanes == 1:
-        return v
-    return b.let(name, (v.lane(0) + v.lane(1)) + (v.lane(2) + v.lane(3)))
-
-
 @generator("odml.rms_norm", epilogue=True)
 def rms_norm(g: NodeGen) -> list[KernelSpec]:
     """``(x * rsqrt(mean(x * x) + epsilon)) * w`` per row of the last axis."""
@@ -61,14 +56,12 @@ def rms_norm(g: NodeGen) -> list[KernelSpec]:
     if rows == 0 or d == 0:
         return [g.kernel(b, (0,))]
     lanes = 4 if d % 4 == 0 and g.dialect.max_lanes >= 4 else 1
-    vector = FLOAT.with_lanes(lanes)
     base = b.let("base", b.global_id(0) * d)
-    acc = b.var("acc", ir.lit(0.0, vector))
-    with b.for_("k", 0, d, lanes) as k:
-        v = b.let("v", x.load(base + k, lanes, as_float=True))
-        b.assign(acc, v * v, "+")
-    total = _lane_sum(b, "total", acc)
-    r = b.let("r", call("rsqrt", total / float(d) + float(np.float32(g.attrs["epsilon"]))))
+    # The mean of the squares as LiteRT's XNNPACK computes the decomposition's (a folded
+    # sum of squares in its rsum2 order, times 1 / D): see pool's MEAN.
+    total = b.let("total", _xnn_row_total(b, x, base, d, squared=True), FLOAT)
+    mean = b.let("mean", 0.0 + total * float(np.float32(1) / np.float32(d)), FLOAT)
+    r = b.let("r", formulas.UNARY["RSQRT"](mean + float(np.float32(g.attrs["epsilon"])), {}))
     with b.for_("k", 0, d, lanes) as k:
         y = b.let("y", (x.load(base + k, lanes, as_float=True) * r) * w.load(k, lanes, as_float=True))
         g.store_output(b, base + k, y.cast(ir.REAL.with_lanes(lanes)))

@@ -380,6 +380,10 @@ def reduce(g: NodeGen) -> list[KernelSpec]:
     op, dtype = g.ctx.node.op, np.dtype(x_spec.dtype)
     if dtype != _F32:
         return [_int_reduce(g, op, dtype, kept, red, count, n_out)]
+    if op in ("MEAN", "SUM") and axes and axes == tuple(range(axes[0], axes[-1] + 1)) and count:
+        return [_xnn_sum(g, shape, axes, count, op == "MEAN")]
+    if g.attrs.get("squared"):
+        raise Decline("a sum of squares over axes that are not one run")
     sign = None
     if op in _EXTREME:
         sign, lowest, infinite = _EXTREME[op]
@@ -397,6 +401,89 @@ def reduce(g: NodeGen) -> list[KernelSpec]:
         chains = 1 if sign else None
         return [_column_reduce(g, red, kept, n_out, init, comb, finish, chains)]
     return [_row_reduce(g, red, kept, n_out, init, comb, finish, sign)]
+
+
+# -- MEAN and SUM in XNNPACK's order -------------------------------------------------------
+#
+# LiteRT hands a float MEAN / SUM over one run of adjacent axes to XNNPACK, which views the
+# input as [outer, rows, inner] (merging adjacent axes, dropping no size-1 one) and sums in
+# a fixed order (the cpu backend's ``litegpu_cpu.kernels.xnn_order`` says which, read from
+# XNNPACK's sources): where the run does not end at the last axis, ``rdsum``, each output a
+# float32 sum from 0 over the rows in order; where it does, the AVX-512F row sum ``rsum``
+# u32_acc2 (16-lane accumulators, written here as four float4 each). A square folded from
+# ``MUL(x, x)`` (``squared``, see :mod:`..fusion`) is ``rsum2`` / ``rdsum2``: each square a
+# fused multiply-add into its accumulator. Then ``0 + sum * scale``, with ``scale`` the
+# float32 ``1.0f / count`` of a MEAN (1 for SUM). So an rms norm's mean of squares gives
+# LiteRT's bits, which a decoder's hybrid products need (they quantize their input rows).
+
+
+def _xnn_sum(g: NodeGen, shape: tuple[int, ...], axes: tuple[int, ...], count: int, mean: bool) -> KernelSpec:
+    """MEAN / SUM over the adjacent ``axes`` of ``shape`` in XNNPACK's order (see above)."""
+    squared = bool(g.attrs.get("squared"))
+    scale = float(np.float32(1) / np.float32(count)) if mean else 1.0
+    outer = _size(shape[:axes[0]])
+    inner = _size(shape[axes[-1] + 1:])
+    b = g.new_kernel()
+    x = g.input(b, 0)
+    o = b.let("o", b.global_id(0))
+    if axes[-1] != len(shape) - 1:      # rdsum: one output element per work-item
+        first = b.let("first", (o / inner) * (count * inner) + o % inner)
+        acc = b.var("acc", 0.0, ir.FLOAT)
+        with b.for_("j", 0, count) as j:
+            v = b.let("v", x.load(first + j * inner, as_float=True), ir.FLOAT)
+            b.assign(acc, call("fma", v, v, acc) if squared else acc + v)
+        total: Expr = acc
+    else:                               # rsum / rsum2: one row per work-item
+        total = _xnn_row_total(b, x, b.let("base", o * count), count, squared)
+    y = b.let("y", 0.0 + b.let("total", total, ir.FLOAT) * scale, ir.FLOAT)
+    g.store_output(b, o, y.cast(ir.REAL))
+    return g.kernel(b, (outer * inner,))
+
+
+def _xnn_row_total(b: ir.KernelBuilder, x: ir.Buffer, base: Expr, n: int, squared: bool) -> Expr:
+    """The sum of ``x[base:base + n]`` (of their squares) as XNNPACK's AVX-512F ``rsum``
+    u32_acc2 (``rsum2`` u64_acc4) adds it: see ``litegpu_cpu.kernels.xnn_order.rsum_avx512f``
+    and ``rsum2_avx512f``, whose steps these are. A 16-lane accumulator is four float4."""
+    def accumulator(name: str) -> list[ir.Sym]:
+        return [b.var(f"{name}_{q}", ir.lit(0.0, ir.FLOAT4)) for q in range(4)]
+
+    def add(acc: list[ir.Sym], at: Expr, lanes: int = 16) -> None:
+        """``acc`` plus the 16 values at ``at`` (squared), the lanes past ``lanes`` adding 0."""
+        for q in range(4):
+            if lanes >= 4 * q + 4:
+                v = x.load(ir.plus(at, 4 * q), 4, as_float=True)
+            else:
+                v = ir.vector(ir.FLOAT4, *(x.load(ir.plus(at, 4 * q + j), as_float=True) if 4 * q + j < lanes
+                                           else ir.lit(0.0, ir.FLOAT) for j in range(4)))
+            v = b.let("v", v, ir.FLOAT4)
+            b.assign(acc[q], call("fma", v, v, acc[q]) if squared else acc[q] + v)
+
+    def merged(a: list[ir.Sym], c: list[Expr]) -> list[Expr]:
+        return [a[q] + c[q] for q in range(4)]
+
+    accs = [accumulator(f"acc{k}") for k in range(4 if squared else 2)]
+    width = 16 * len(accs)
+    full = n // width * width
+    if full:
+        with b.for_("i", 0, full, width) as i:
+            for k, acc in enumerate(accs):
+                add(acc, ir.plus(base + i, 16 * k))
+    i = full
+    for k in range(len(accs) - 1):      # rsum: one more block into acc0; rsum2: up to three, in turn
+        if n - i >= 16:
+            add(accs[k], ir.plus(base, i))
+            i += 16
+    if squared:
+        total = merged([b.let(f"s02_{q}", e, ir.FLOAT4) for q, e in enumerate(merged(accs[0], accs[2]))],
+                       [b.let(f"s13_{q}", e, ir.FLOAT4) for q, e in enumerate(merged(accs[1], accs[3]))])
+    else:
+        total = merged(accs[0], accs[1])
+    acc = [b.var(f"sum_{q}", e, ir.FLOAT4) for q, e in enumerate(total)]
+    if i < n:
+        add(acc, ir.plus(base, i), n - i)
+    # XNNPACK's lane sum: lane l plus lane l + 8, then + 4, + 2, and the last two.
+    half = b.let("half4", (acc[0] + acc[2]) + (acc[1] + acc[3]), ir.FLOAT4)
+    return (half.lane(0) + half.lane(2)) + (half.lane(1) + half.lane(3))
 
 
 def _row_reduce(g: NodeGen, red, kept, n_out: int, init: float, comb: Comb, finish, sign: str | None) -> KernelSpec:

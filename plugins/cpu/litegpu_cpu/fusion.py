@@ -40,6 +40,7 @@ import numpy as np
 from litegpu import env
 from litegpu.backend import NodeContext
 from litegpu.codegen import formulas, ir, pyrender
+from litegpu.codegen.fusion import folded_square_sum
 from litegpu.ops.registry import CLAMP_ACTIVATIONS
 
 from .generated import load_generated
@@ -212,23 +213,6 @@ def folded_pair(first: NodeContext, second: NodeContext) -> NodeContext | None:
     table op's arithmetic with its own input (:func:`.kernels.qelementwise.folded_table`),
     a sum or mean of squares (:func:`folded_square_sum`); else None."""
     return folded_activation(first, second) or folded_table(first, second) or folded_square_sum(first, second)
-
-
-def folded_square_sum(square: NodeContext, reduce: NodeContext) -> NodeContext | None:
-    """``reduce`` (a float32 MEAN or SUM) of ``x`` with ``squared`` set, when it reads
-    ``square``'s output, ``MUL(x, x)``: an rms norm's decomposition. XNNPACK rewrites that
-    pair into one sum of squares, each a fused multiply-add (``reduce_sum_squared``), and
-    the cpu's MEAN and SUM then sum as it does (:mod:`.kernels.misc`); else None."""
-    node = square.node
-    if node.op != "MUL" or len(node.inputs) != 2 or node.inputs[0] != node.inputs[1] \
-            or square.attrs.get("activation", "NONE") != "NONE" or square.dynamic or reduce.dynamic \
-            or reduce.node.op not in ("MEAN", "SUM") or not reduce.node.inputs \
-            or reduce.node.inputs[0] != node.outputs[0]:
-        return None
-    if any(s is None or np.dtype(s.dtype) != F32 for s in (*square.inputs, *square.outputs, *reduce.outputs)):
-        return None
-    return replace(reduce, node=replace(reduce.node, inputs=(node.inputs[0], *reduce.node.inputs[1:])),
-                   attrs={**reduce.attrs, "squared": True}, inputs=[square.inputs[0], *reduce.inputs[1:]])
 
 
 def folded_activation(producer: NodeContext, clamp: NodeContext) -> NodeContext | None:
