@@ -128,3 +128,17 @@ def test_mean_and_sum_and_of_squares(opencl, op, shape, axes):
     assert_litert_bits_on_opencl(reduce_model(op, shape, list(axes), True), [x])
     assert_litert_bits_on_opencl(square_reduce_model(op, shape, axes), [x])
     assert_litert_bits_on_opencl(square_reduce_model(op, shape, axes, residual=True), [x])
+
+
+def test_rsqrt(opencl):
+    """The instruction's 14-bit estimate (litegpu.codegen.rsqrt14) and XNNPACK's Newton step
+    over [2**-126, 2**125], powers of 4 (exact roots) too; outside it the true ``1 / sqrt``."""
+    rng = np.random.default_rng(9)
+    x = np.concatenate([np.exp(rng.uniform(np.log(2.0 ** -126), np.log(2.0 ** 125), 20000)),
+                        4.0 ** np.arange(-63, 62), [2.0, 0.5, 3.9999998]]).astype(F32)
+    assert_litert_bits_on_opencl(unary_model("RSQRT", x.shape), [x])
+    edges = np.array([0, 1e-40, 2.0 ** -127, 2.0 ** 126, 3e38, np.inf], F32)
+    ours = litegpu.Interpreter(model_content=unary_model("RSQRT", edges.shape),
+                               experimental_delegates=[litegpu.load_delegate("opencl")])
+    with np.errstate(divide="ignore"):
+        np.testing.assert_array_equal(_run(ours, [edges]), (1 / np.sqrt(edges.astype(np.float64))).astype(F32))

@@ -100,6 +100,8 @@ class CRenderer(ir.Renderer):
         return text if e.type.lanes == lanes else self.d.make_vector(str(e.type.with_lanes(lanes)), text)
 
     def _cast(self, e: ir.Cast) -> str:
+        if e.bits:
+            return self.d.bitcast.format(type=ctype(e.type), x=self.expr(e.a))
         if e.saturate:
             return f"convert_{e.type}_sat({self.expr(e.a)})"
         if e.type.lanes == 1:
@@ -107,6 +109,9 @@ class CRenderer(ir.Renderer):
         if e.type == ir.REAL4:   # the precision prelude's conversion (there is no convert_real4)
             return f"TO_REAL4({self.expr(e.a)})"
         return f"convert_{e.type}({self.expr(e.a)})"
+
+    def _tableload(self, e: ir.TableLoad) -> str:
+        return f"{e.name}[{self.expr(e.index)}]"
 
     def _lane(self, e: ir.Lane) -> str:
         return self.d.vector_lane(f"({self.expr(e.a)})", e.j, e.a.type.lanes)
@@ -196,5 +201,8 @@ class CRenderer(ir.Renderer):
             guard = ["  if (" + " || ".join(f"{d.id('global', a)} >= {n}" for a, n in enumerate(k.global_size))
                      + ") return;"]
         arrays = ["  " + d.local_array.format(type=ctype(a.type), name=a.name, size=a.size) for a in k.locals]
-        body = [*guard, *views, *arrays, *self.stmts(k.body)]
+        tables = ["  " + d.table.format(type=ctype(t.type), name=name, size=len(t.values),
+                                        values=", ".join(self.expr(ir.lit(v, t.type)) for v in t.values))
+                  for name, t in ir.tables_of(k.body).items()]
+        body = [*tables, *guard, *views, *arrays, *self.stmts(k.body)]
         return f"{d.kernel_prefix} KERNEL({', '.join(params)})\n{{\n" + "\n".join(body) + "\n}\n"

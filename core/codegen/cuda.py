@@ -184,6 +184,10 @@ def _math() -> list[str]:
     out.append(f"{_FN} half fma(half a, half b, half c) {{ return (half)fmaf((float)a, (float)b, (float)c); }}")
     for s in ("float", "half", "int"):
         out.append(f"{_FN} {s} select({s} a, {s} b, int c) {{ return c ? b : a; }}")
+    out += [f"{_FN} int lg_as_int(float x) {{ return __float_as_int(x); }}",
+            f"{_FN} uint lg_as_uint(float x) {{ return __float_as_uint(x); }}",
+            f"{_FN} float lg_as_float(int x) {{ return __int_as_float(x); }}",
+            f"{_FN} float lg_as_float(uint x) {{ return __uint_as_float(x); }}"]
     for v, (s, fields, _) in _VECTORS.items():
         out += [f"{_FN} {v} {fn}({v} a) {{ return {_each(v, lambda f: f'{fn}(a.{f})')}; }}" for fn in _UNARY]
         out += [f"{_FN} {v} {fn}({v} a, {v} b) {{ return {_each(v, lambda f: f'{fn}(a.{f}, b.{f})')}; }}"
@@ -256,6 +260,8 @@ CUDA = Dialect(
     id_params="",
     vector="make_{type}({args})",
     choose="select({b}, {a}, {cond})",
+    bitcast="lg_as_{type}({x})",
+    table="static const {type} {name}[{size}] = {{{values}}};",
     exact_grid=False, swizzles=False,
     preludes=_CUDA_PRELUDES,
     library=LIBRARY,

@@ -79,6 +79,10 @@ class Dialect:
     # {cond} {a} {b}: ``a`` where ``cond`` holds, else ``b``; lane by lane when they are vectors,
     # as OpenCL's ``?:`` (C++ cannot overload it: CUDA spells OpenCL's ``select``)
     choose: str = "({cond} ? {a} : {b})"
+    # {type} {x}: the bits of scalar ``x`` read as ``type`` (a 32-bit float, int or uint)
+    bitcast: str = "as_{type}({x})"
+    # {type} {name} {size} {values}: a constant table declared in a kernel's outermost scope
+    table: str = "__constant {type} {name}[{size}] = {{{values}}};"
 
     def id(self, kind: str, d: int) -> str:
         """Work-item id ``kind`` ("global", "local", "group") along axis ``d``."""

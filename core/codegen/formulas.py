@@ -23,6 +23,7 @@ from litegpu.ops.registry import ACTIVATION_RANGES
 
 from . import ir
 from .ir import Expr, call, select
+from .rsqrt14 import rsqrt14
 
 # erf(z) ~= z * P(z^2) / Q(z^2) on |z| < 4 (erf(4) is 1 within 1.6e-8): the rational fit the
 # cpu backend uses (absolute error below 1.4e-8 in float64; a few float32 ulp evaluated in
@@ -186,6 +187,23 @@ def _rational_sine(x: Expr) -> Expr:
     return p / q
 
 
+# RSQRT as LiteRT runs it on AVX-512F hosts (``xnn_f32_vrsqrt_ukernel__avx512f_rsqrt``): the
+# instruction's 14-bit estimate y (:mod:`.rsqrt14`), then ``y - (x * (y * y) - 1) * (0.5 * y)``,
+# each operation rounded; outside [2**-126, 2**125], where that kernel is wrong under
+# LiteRT's flushed denormals, ``1 / sqrt(x)`` (as the cpu backend's ``mathfn.xnn_rsqrt32``).
+# An rms norm's root feeds the row quantization of the next hybrid product.
+def xnn_rsqrt(x: Expr) -> Expr:
+    """XNNPACK's AVX-512F RSQRT of the float32 scalar ``x`` (see above)."""
+    y = rsqrt14(x)
+    newton = y - (x * (y * y) - 1.0) * (0.5 * y)
+    return select(ir.logical_and(x >= 2.0 ** -126, x < 2.0 ** 125), newton, 1.0 / call("sqrt", x))
+
+
+def _per_lane(f: Callable[[Expr], Expr]) -> Callable[[Expr], Expr]:
+    """The scalar formula ``f`` applied to each lane of a vector (a bit cast is scalar)."""
+    return lambda x: f(x) if x.type.lanes == 1 else ir.vector(x.type, *(f(x.lane(j)) for j in range(x.type.lanes)))
+
+
 def _in_float(f: Callable[[Expr], Expr]) -> Callable[[Expr, dict], Expr]:
     """The unary formula ``f`` computed in float32 (a ``real`` operand converted and back)."""
     return lambda x, a: f(x.cast(ir.FLOAT.with_lanes(x.type.lanes))).cast(x.type)
@@ -198,7 +216,7 @@ UNARY: dict[str, Callable[[Expr, dict], Expr]] = {
     "EXP": lambda x, a: call("exp", x),
     "LOG": lambda x, a: call("log", x),
     "SQRT": lambda x, a: call("sqrt", x),
-    "RSQRT": lambda x, a: call("rsqrt", x),
+    "RSQRT": _in_float(_per_lane(xnn_rsqrt)),
     "SQUARE": lambda x, a: x * x,
     "SIN": _in_float(lambda x: _rational_sine(_turns_removed(x))),
     "COS": _in_float(lambda x: _rational_sine((_PI_HALF_HI - _turns_removed(x)) + _PI_HALF_LO)),

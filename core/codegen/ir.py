@@ -22,6 +22,7 @@ equality of values is :meth:`Expr.eq` / :meth:`Expr.ne`.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import re
 from dataclasses import dataclass, field, fields
 from typing import Iterator, Sequence, Union
@@ -216,9 +217,13 @@ class Select(Expr):
 
 @dataclass(frozen=True, eq=False)
 class Cast(Expr):
+    """``a`` converted to ``type`` (see :meth:`Expr.cast`), or with ``bits`` its bit pattern
+    read as ``type`` (:func:`bitcast`)."""
+
     a: Expr
     type: Type
     saturate: bool = False
+    bits: bool = False
 
 
 @dataclass(frozen=True, eq=False)
@@ -266,6 +271,21 @@ class Load(Expr):
     index: Expr
     type: Type
     as_float: bool = False
+
+
+@dataclass(frozen=True, eq=False)
+class TableLoad(Expr):
+    """Element ``index`` of a constant table of ``values`` (of ``type``), which the kernel
+    declares once by :attr:`name` (see :func:`tables_of`)."""
+
+    values: tuple
+    index: Expr
+    type: Type
+
+    @property
+    def name(self) -> str:
+        """The table's name in source: the same values, the same name."""
+        return "lg_tab_" + hashlib.sha256(repr((self.type.scalar, self.values)).encode()).hexdigest()[:12]
 
 
 @dataclass(frozen=True, eq=False)
@@ -342,6 +362,44 @@ def call(fn: str, *args: Operand) -> Call:
     if result == "same" and exprs[0] is not first:
         type_ = first.type
     return Call(fn, exprs, type_)
+
+
+def table_load(values: Sequence[int | float], scalar: str, index: Operand) -> TableLoad:
+    """``values[index]`` from a constant table the kernel declares (a lookup a formula needs:
+    an instruction's table, as :mod:`.rsqrt14`'s)."""
+    t = Type(scalar)
+    return TableLoad(tuple(lit(v, t).value for v in values), as_expr(index, INT), t)
+
+
+def tables_of(tree: object) -> dict[str, TableLoad]:
+    """The tables the expressions and statements of ``tree`` (a kernel, its body, a value)
+    read, by name, in order of first use."""
+    found: dict[str, TableLoad] = {}
+
+    def walk(x: object) -> None:
+        if isinstance(x, TableLoad):
+            found.setdefault(x.name, x)
+            walk(x.index)
+        elif isinstance(x, (Expr, Stmt, Kernel)):
+            for f in fields(x):
+                walk(getattr(x, f.name))
+        elif isinstance(x, (list, tuple)):
+            for v in x:
+                walk(v)
+
+    walk(tree)
+    return found
+
+
+_BITCASTS = {("float", "int"), ("float", "uint"), ("int", "float"), ("uint", "float")}
+
+
+def bitcast(e: Expr, scalar: str) -> Expr:
+    """The bits of the scalar ``e`` (a 32-bit float, int or uint) read as ``scalar``: OpenCL's
+    ``as_int``, CUDA's ``__float_as_int``, MSL's ``as_type``, WGSL's ``bitcast``."""
+    if e.type.lanes != 1 or (e.type.scalar, scalar) not in _BITCASTS:
+        raise TypeError(f"no bitcast of a {e.type} to {scalar}")
+    return Cast(e, Type(scalar), bits=True)
 
 
 def plus(e: Expr, k: Operand) -> Expr:

@@ -203,6 +203,8 @@ METAL = Dialect(
                "uint3 lg_grp [[threadgroup_position_in_grid]]"),
     vector="{type}({args})",
     choose="select({b}, {a}, {cond})",   # MSL: select(a, b, c) is c ? b : a, lane by lane
+    bitcast="as_type<{type}>({x})",
+    table="const {type} {name}[{size}] = {{{values}}};",   # (a function-scope constant cannot be in constant memory)
     exact_grid=True,     # dispatchThreads runs exactly the global size
     max_buffers=31,      # the entries of a kernel's buffer argument table
     swizzles=False,

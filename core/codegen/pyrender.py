@@ -141,7 +141,12 @@ class PyRenderer(ir.Renderer):
         return (f"{self._child(e.a, _CONDITIONAL + 1)} if {self._child(e.cond, _CONDITIONAL + 1)} "
                 f"else {self._child(e.b, _CONDITIONAL)}")
 
+    def _tableload(self, e: ir.TableLoad) -> str:
+        return f"{_CASTS[e.type.scalar]}(({', '.join(map(repr, e.values))},)[{self.expr(e.index)}])"
+
     def _cast(self, e: ir.Cast) -> str:
+        if e.bits:
+            return f"{_CASTS[e.a.type.scalar]}({self.expr(e.a)}).view({_CASTS[e.type.scalar]})"
         if e.saturate:
             raise TypeError("no numba rendering of a saturating conversion")
         return f"{_CASTS[e.type.scalar]}({self.expr(e.a)})"

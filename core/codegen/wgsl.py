@@ -232,7 +232,16 @@ class WgslRenderer(ir.Renderer):
         cond = self.expr(e.cond)
         return f"select({self._splat(e.b, lanes)}, {self._splat(e.a, lanes)}, {cond})"
 
+    def _tableload(self, e: ir.TableLoad) -> str:
+        # A module-scope private array (indexable at run time, unlike a const one).
+        t, n = self.type(e.type), len(e.values)
+        self._helpers.setdefault(e.name, f"var<private> {e.name}: array<{t}, {n}> = array<{t}, {n}>("
+                                 + ", ".join(self.expr(ir.lit(v, e.type)) for v in e.values) + ");")
+        return f"{e.name}[{self.expr(e.index)}]"
+
     def _cast(self, e: ir.Cast) -> str:
+        if e.bits:
+            return f"bitcast<{self.type(e.type)}>({self.expr(e.a)})"
         # WGSL's float to integer conversion saturates (NaN: 0) as convert_<int>_sat does;
         # 8- and 16-bit values live in 32 bits, so converting to one wraps or clamps to its range.
         text = f"{self.type(e.type)}({self.expr(e.a)})"

@@ -156,6 +156,7 @@ STUB_F2(fdim) STUB_F2(step)
 #undef STUB_F1
 #undef STUB_F2
 template <typename T> if_float<T> fma(T a, T b, T c);
+template <typename T, typename S> T as_type(S x);   // the bits of x read as T (same size)
 template <typename T> if_float<T> mix(T x, T y, T a);
 template <typename T> if_number<T> abs(T x);
 template <typename T> if_number<T> min(T x, T y);
