@@ -142,3 +142,15 @@ def test_rsqrt(opencl):
                                experimental_delegates=[litegpu.load_delegate("opencl")])
     with np.errstate(divide="ignore"):
         np.testing.assert_array_equal(_run(ours, [edges]), (1 / np.sqrt(edges.astype(np.float64))).astype(F32))
+
+
+@pytest.mark.parametrize("width", [1, 5, 16, 63, 64, 77, 130, 512, 1000])
+def test_softmax(opencl, width):
+    """XNNPACK's exponentials (formulas.xnn_exp_nonpositive), its sum (blocks of 64 over two
+    accumulators, of 16, the tail) and ``1 / sum``; masked rows (-inf and float32's lowest)
+    and an entry below the exponential's cutoff too."""
+    x = (np.random.default_rng(width).standard_normal((6, width)) * 4).astype(F32)
+    x[1, width // 2:] = -np.inf
+    x[2, :width // 3] = np.finfo(F32).min
+    x[3, 0] = -100.0
+    assert_litert_bits_on_opencl(unary_model("SOFTMAX", x.shape, beta=1.0), [x])

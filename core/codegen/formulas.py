@@ -199,6 +199,33 @@ def xnn_rsqrt(x: Expr) -> Expr:
     return select(ir.logical_and(x >= 2.0 ** -126, x < 2.0 ** 125), newton, 1.0 / call("sqrt", x))
 
 
+# The exponential of XNNPACK's float32 softmax (``src/f32-raddstoreexpminusmax/
+# avx512f-rr2-p5.c.in``; the cpu backend's ``mathfn.xnn_exp_nonpositive32``).
+_XE_LOG2E, _XE_MAGIC = float.fromhex("0x1.715476p+0"), float.fromhex("0x1.8000FEp23")
+_XE_LN2_HI, _XE_LN2_LO = float.fromhex("-0x1.62E400p-1"), float.fromhex("-0x1.7F7D1Cp-20")
+_XE_C = tuple(float.fromhex(c) for c in ("0x1.FFFFF6p-1", "0x1.FFFDC6p-2", "0x1.555A80p-3", "0x1.573A1Ap-5",
+                                         "0x1.0F9F9Cp-7"))
+_XE_CUTOFF = float.fromhex("-0x1.5D589Ep6")    # below it exp(x) is subnormal: 0
+_XE_MAGIC_BITS = int(np.float32(_XE_MAGIC).view(np.int32))
+
+
+def xnn_exp_nonpositive(x: Expr) -> Expr:
+    """exp(x) of a float32 scalar ``x <= 0`` (a value less its row's maximum) as XNNPACK's
+    softmax computes it: ``n = round(x / ln 2)`` by a magic bias (its low bits, shifted into
+    the exponent field, are 2**n), ``t = x - n ln 2`` in two fused multiply-adds, a degree-5
+    polynomial, ``s + (t s) p``; 0 below the cutoff (-inf too), NaN stays NaN."""
+    n = ir.bitcast(call("fma", x, _XE_LOG2E, _XE_MAGIC), "int")
+    s = ir.bitcast(n << 23, "float")
+    # XNNPACK's ``n - magic`` (an integer: both have the magic's exponent) from the bits, where
+    # a compiler allowed to reassociate (WGSL's) cannot turn ``(x * c + magic) - magic`` into
+    # ``x * c`` and lose the rounding.
+    k = (n - _XE_MAGIC_BITS).cast(ir.FLOAT)
+    t = call("fma", k, _XE_LN2_LO, call("fma", k, _XE_LN2_HI, x))
+    c1, c2, c3, c4, c5 = _XE_C
+    p = call("fma", call("fma", call("fma", call("fma", ir.lit(c5, x.type), t, c4), t, c3), t, c2), t, c1)
+    return select(x < _XE_CUTOFF, 0.0, call("fma", t * s, p, s))
+
+
 def _per_lane(f: Callable[[Expr], Expr]) -> Callable[[Expr], Expr]:
     """The scalar formula ``f`` applied to each lane of a vector (a bit cast is scalar)."""
     return lambda x: f(x) if x.type.lanes == 1 else ir.vector(x.type, *(f(x.lane(j)) for j in range(x.type.lanes)))

@@ -11,10 +11,12 @@ Sums, scores and the softmax are ``float`` whatever the storage or arithmetic pr
   at a time where the row allows.
 - attention: one work-group per (batch, query position, head) row, of :data:`LANES`
   work-items, with the row's scaled query and its S scores in local memory: the scores
-  (a dot product per key, the logit cap, the mask) and their maximum, then the
-  exponentials and their sum, then each output element ``sum_s p_s v_s / sum``. The
-  local memory (D + S + 2 * LANES floats) must fit the dialect's ``max_local_bytes``,
-  else the node declines (and runs on cpu): 16 KiB in WebGPU holds about 4000 keys.
+  (a fused multiply-add chain per key, the logit cap, the mask) and their maximum, then
+  the SOFTMAX op's exponentials and sum (XNNPACK's, as :mod:`.pool`), then each output
+  element a fused multiply-add chain of ``p_s = e_s * (1 / sum)`` times ``v_s``: the steps
+  LiteRT's XNNPACK lowers the composite to. The local memory (D + S + LANES floats)
+  must fit the dialect's ``max_local_bytes``, else the node declines (and runs on cpu):
+  16 KiB in WebGPU holds about 4000 keys.
 """
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ from .. import formulas, ir
 from ..ir import FLOAT, call
 from ..nodegen import KernelSpec, NodeGen
 from . import Decline, generator
-from .pool import _xnn_row_total
+from .pool import xnn_row_total
 
 _F32 = np.dtype(np.float32)
 _INT_MAX = 2**31 - 1
@@ -59,7 +61,7 @@ def rms_norm(g: NodeGen) -> list[KernelSpec]:
     base = b.let("base", b.global_id(0) * d)
     # The mean of the squares as LiteRT's XNNPACK computes the decomposition's (a folded
     # sum of squares in its rsum2 order, times 1 / D): see pool's MEAN.
-    total = b.let("total", _xnn_row_total(b, x, base, d, squared=True), FLOAT)
+    total = b.let("total", xnn_row_total(b, lambda i, n: x.load(i, n, as_float=True), base, d, "rsum2"), FLOAT)
     mean = b.let("mean", 0.0 + total * float(np.float32(1) / np.float32(d)), FLOAT)
     r = b.let("r", formulas.UNARY["RSQRT"](mean + float(np.float32(g.attrs["epsilon"])), {}))
     with b.for_("k", 0, d, lanes) as k:
@@ -87,7 +89,7 @@ def attention(g: NodeGen) -> list[KernelSpec]:
     batch, t_size, heads, d = (int(n) for n in g.ctx.inputs[0].shape)
     s_size, kv_heads = int(g.ctx.inputs[1].shape[1]), int(g.ctx.inputs[1].shape[2])
     rows = batch * t_size * heads
-    local_bytes = 4 * (d + s_size + 2 * LANES)
+    local_bytes = 4 * (d + s_size + LANES)
     if local_bytes > g.dialect.max_local_bytes:
         raise Decline(f"attention over {s_size} keys of {d} needs {local_bytes} bytes of local memory per row; "
                       f"{g.dialect.name} gives a work-group {g.dialect.max_local_bytes}")
@@ -100,7 +102,7 @@ def attention(g: NodeGen) -> list[KernelSpec]:
     group = heads // kv_heads
     qs = b.local_array("qs", FLOAT, d)
     scores = b.local_array("scores", FLOAT, s_size)
-    partial = b.local_array("partial", FLOAT, 2 * LANES)
+    partial = b.local_array("partial", FLOAT, LANES)
     lid = b.let("lid", b.local_id(0))
     row = b.let("row", b.group_id(1))
     h = b.let("h", row % heads)
@@ -118,7 +120,7 @@ def attention(g: NodeGen) -> list[KernelSpec]:
         key = b.let("key", kv_base + s * (kv_heads * d))
         dot = b.var("dot", 0.0, FLOAT)
         with b.for_("j", 0, d) as j:
-            b.assign(dot, qs.load(j) * k.load(key + j, as_float=True), "+")
+            b.assign(dot, call("fma", qs.load(j), k.load(key + j, as_float=True), dot))
         logit = dot if not cap else b.let("capped", call("tanh", dot / cap) * cap)
         score = b.let("score", mask.load(mask_row + s, as_float=True) + logit)
         b.local_store(scores, s, score)
@@ -128,22 +130,20 @@ def attention(g: NodeGen) -> list[KernelSpec]:
     m = b.var("m", ir.lit(-np.inf, FLOAT))
     with b.for_("i", 0, LANES) as i:
         b.assign(m, call("fmax", m, partial.load(i)))
-    # The exponentials (in place of the scores) and their sum.
-    z = b.var("z", 0.0, FLOAT)
+    # The exponentials (in place of the scores), and their sum in XNNPACK's order (each
+    # work-item adds the whole row).
     with b.for_("s", lid, s_size, LANES) as s:
-        e = b.let("e", call("exp", scores.load(s) - m))
-        b.local_store(scores, s, e)
-        b.assign(z, e, "+")
-    b.local_store(partial, lid + LANES, z)
+        b.local_store(scores, s, formulas.xnn_exp_nonpositive(b.let("d", scores.load(s) - m, FLOAT)))
     b.barrier()
-    total = b.var("total", 0.0, FLOAT)
-    with b.for_("i", 0, LANES) as i:
-        b.assign(total, partial.load(i + LANES), "+")
+    total = b.let("total", xnn_row_total(b, lambda i, lanes: scores.load(i, lanes), ir.lit(0, ir.INT), s_size,
+                                         "radd"), FLOAT)
     inverse = b.let("inverse", 1.0 / total)
-    # The outputs: this row's D values, each the probabilities' sum over the values.
+    # The outputs: this row's D values, each the probabilities' products with the values
+    # added in order (XNNPACK's batched matmul).
     with b.for_("j", lid, d, LANES) as j:
         acc = b.var("acc", 0.0, FLOAT)
         with b.for_("s", 0, s_size) as s:
-            b.assign(acc, scores.load(s) * v.load(kv_base + s * (kv_heads * d) + j, as_float=True), "+")
-        g.store_output(b, row * d + j, (acc * inverse).cast(ir.REAL))
+            p = scores.load(s) * inverse
+            b.assign(acc, call("fma", p, v.load(kv_base + s * (kv_heads * d) + j, as_float=True), acc))
+        g.store_output(b, row * d + j, acc.cast(ir.REAL))
     return [g.kernel(b, (LANES, rows), (LANES, 1))]

@@ -30,7 +30,7 @@ from litegpu.ops.nn import (bilinear_axis, builtin_pool_range, conv_output_size,
 from litegpu.ops.registry import ACTIVATION_RANGES
 from litegpu.ops.reduce import L2_EPSILON, reduction_axes
 
-from .. import ir
+from .. import formulas, ir
 from ..ir import Expr, call, logical_and, select
 from ..nodegen import KernelSpec, NodeGen, strides_of
 from . import Decline, generator
@@ -434,54 +434,71 @@ def _xnn_sum(g: NodeGen, shape: tuple[int, ...], axes: tuple[int, ...], count: i
             b.assign(acc, call("fma", v, v, acc) if squared else acc + v)
         total: Expr = acc
     else:                               # rsum / rsum2: one row per work-item
-        total = _xnn_row_total(b, x, b.let("base", o * count), count, squared)
+        total = xnn_row_total(b, lambda i, lanes: x.load(i, lanes, as_float=True), b.let("base", o * count), count,
+                              "rsum2" if squared else "rsum")
     y = b.let("y", 0.0 + b.let("total", total, ir.FLOAT) * scale, ir.FLOAT)
     g.store_output(b, o, y.cast(ir.REAL))
     return g.kernel(b, (outer * inner,))
 
 
-def _xnn_row_total(b: ir.KernelBuilder, x: ir.Buffer, base: Expr, n: int, squared: bool) -> Expr:
-    """The sum of ``x[base:base + n]`` (of their squares) as XNNPACK's AVX-512F ``rsum``
-    u32_acc2 (``rsum2`` u64_acc4) adds it: see ``litegpu_cpu.kernels.xnn_order.rsum_avx512f``
-    and ``rsum2_avx512f``, whose steps these are. A 16-lane accumulator is four float4."""
-    def accumulator(name: str) -> list[ir.Sym]:
-        return [b.var(f"{name}_{q}", ir.lit(0.0, ir.FLOAT4)) for q in range(4)]
+#: XNNPACK's AVX-512F row sums, by kernel: 16-lane accumulators (how many), and how a
+#: block of ``16 * accumulators`` values is spread over them (accumulator of each 16).
+XNN_ROW_SUMS = {
+    "rsum": (2, (0, 1)),            # xnn_f32_rsum_ukernel__avx512f_u32_acc2
+    "rsum2": (4, (0, 1, 2, 3)),     # xnn_f32_rsum2_ukernel__avx512f_u64_acc4 (squares)
+    "radd": (2, (0, 1, 0, 1)),      # xnn_f32_raddstoreexpminusmax_ukernel__avx512f_rr2_p5_u64_acc2
+}
+
+
+def xnn_row_total(b: ir.KernelBuilder, load: Callable[[Expr, int], Expr], base: Expr, n: int, kind: str) -> Expr:
+    """The float sum of the ``n`` values at ``base`` (``load(index, lanes)`` gives float
+    lanes) in the order of XNNPACK's AVX-512F row sum ``kind`` (:data:`XNN_ROW_SUMS`; the
+    cpu backend's ``litegpu_cpu.kernels.xnn_order`` has the same steps): the blocks over
+    the accumulators; the rest 16 at a time (``rsum`` one block into the first accumulator,
+    ``rsum2`` up to three into the first three in turn, ``radd`` any number after merging);
+    the accumulators merged (``rsum2``: 0 + 2, 1 + 3, then those); the last ``n % 16``
+    values into the first lanes (the others add 0); then the lanes, l + (l + 8), + 4, + 2
+    and the last two. ``rsum2`` adds each square as a fused multiply-add. A 16-lane
+    accumulator is four float4."""
+    count, spread = XNN_ROW_SUMS[kind]
+    squared = kind == "rsum2"
 
     def add(acc: list[ir.Sym], at: Expr, lanes: int = 16) -> None:
         """``acc`` plus the 16 values at ``at`` (squared), the lanes past ``lanes`` adding 0."""
         for q in range(4):
             if lanes >= 4 * q + 4:
-                v = x.load(ir.plus(at, 4 * q), 4, as_float=True)
+                v = load(ir.plus(at, 4 * q), 4)
             else:
-                v = ir.vector(ir.FLOAT4, *(x.load(ir.plus(at, 4 * q + j), as_float=True) if 4 * q + j < lanes
+                v = ir.vector(ir.FLOAT4, *(load(ir.plus(at, 4 * q + j), 1) if 4 * q + j < lanes
                                            else ir.lit(0.0, ir.FLOAT) for j in range(4)))
             v = b.let("v", v, ir.FLOAT4)
             b.assign(acc[q], call("fma", v, v, acc[q]) if squared else acc[q] + v)
 
-    def merged(a: list[ir.Sym], c: list[Expr]) -> list[Expr]:
-        return [a[q] + c[q] for q in range(4)]
+    def merged(a: list[Expr], c: list[Expr], name: str) -> list[ir.Sym]:
+        return [b.var(f"{name}_{q}", a[q] + c[q]) for q in range(4)]
 
-    accs = [accumulator(f"acc{k}") for k in range(4 if squared else 2)]
-    width = 16 * len(accs)
+    accs = [[b.var(f"acc{k}_{q}", ir.lit(0.0, ir.FLOAT4)) for q in range(4)] for k in range(count)]
+    width = 16 * len(spread)
     full = n // width * width
     if full:
         with b.for_("i", 0, full, width) as i:
-            for k, acc in enumerate(accs):
-                add(acc, ir.plus(base + i, 16 * k))
+            for k, acc in enumerate(spread):
+                add(accs[acc], ir.plus(base + i, 16 * k))
     i = full
-    for k in range(len(accs) - 1):      # rsum: one more block into acc0; rsum2: up to three, in turn
-        if n - i >= 16:
-            add(accs[k], ir.plus(base, i))
+    if kind == "radd":
+        acc = merged(accs[0], accs[1], "sum")
+        while n - i >= 16:
+            add(acc, ir.plus(base, i))
             i += 16
-    if squared:
-        total = merged([b.let(f"s02_{q}", e, ir.FLOAT4) for q, e in enumerate(merged(accs[0], accs[2]))],
-                       [b.let(f"s13_{q}", e, ir.FLOAT4) for q, e in enumerate(merged(accs[1], accs[3]))])
     else:
-        total = merged(accs[0], accs[1])
-    acc = [b.var(f"sum_{q}", e, ir.FLOAT4) for q, e in enumerate(total)]
+        for k in range(count - 1):
+            if n - i >= 16:
+                add(accs[k], ir.plus(base, i))
+                i += 16
+        acc = (merged(merged(accs[0], accs[2], "s02"), merged(accs[1], accs[3], "s13"), "sum") if squared
+               else merged(accs[0], accs[1], "sum"))
     if i < n:
         add(acc, ir.plus(base, i), n - i)
-    # XNNPACK's lane sum: lane l plus lane l + 8, then + 4, + 2, and the last two.
     half = b.let("half4", (acc[0] + acc[2]) + (acc[1] + acc[3]), ir.FLOAT4)
     return (half.lane(0) + half.lane(2)) + (half.lane(1) + half.lane(3))
 
@@ -646,6 +663,8 @@ def softmax(g: NodeGen) -> list[KernelSpec]:
     b = r.b
     beta = float(np.float32(g.attrs["beta"]))
     out = g.output(b)
+    if beta == 1.0:
+        return _xnn_softmax(g, r, out)
     park = g.attrs["beta"] >= 0
     side = (lambda i, v, scalar: _raw_store(b, out, i, v)) if park else None
     m = r.max()
@@ -655,6 +674,24 @@ def softmax(g: NodeGen) -> list[KernelSpec]:
         r.store_pass(lambda v: v * inv, buf=out)
     else:
         r.store_pass(lambda v: call("exp", (v - m) * beta) * inv)
+    return r.kernel()
+
+
+def _xnn_softmax(g: NodeGen, r: "_Rows", out: ir.Buffer) -> list[KernelSpec]:
+    """SOFTMAX with beta 1 as LiteRT's XNNPACK computes it (``xnn_compute_floating_point_
+    softmax``): the row's maximum; each ``exp(x - max)`` (:func:`.formulas.xnn_exp_nonpositive`)
+    parked in the output and summed in the order of its AVX-512F ``raddstoreexpminusmax``
+    (:func:`xnn_row_total`); each times ``1 / sum``. In float32 whatever the precision."""
+    b, n, base = r.b, r.n, r.base
+    top = b.let("top", r.max().cast(ir.FLOAT), ir.FLOAT)
+    with b.for_("k", 0, n) as k:
+        d = b.let("d", r.x.load(base + k, as_float=True) - top, ir.FLOAT)
+        b.store(out, base + k, formulas.xnn_exp_nonpositive(d).cast(out.element()))
+    total = b.let("total", xnn_row_total(b, lambda i, lanes: out.load(i, lanes, as_float=True), base, n, "radd"),
+                  ir.FLOAT)
+    inv = b.let("inv", 1.0 / total, ir.FLOAT)
+    with b.for_("k", 0, n) as k:
+        g.store_output(b, base + k, (out.load(base + k, as_float=True) * inv).cast(ir.REAL))
     return r.kernel()
 
 
