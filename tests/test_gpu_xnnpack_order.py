@@ -154,3 +154,14 @@ def test_softmax(opencl, width):
     x[2, :width // 3] = np.finfo(F32).min
     x[3, 0] = -100.0
     assert_litert_bits_on_opencl(unary_model("SOFTMAX", x.shape, beta=1.0), [x])
+
+
+@pytest.mark.parametrize("op, options", [("LOGISTIC", {}), ("GELU", {"approximate": False}),
+                                         ("GELU", {"approximate": True})])
+def test_logistic_and_gelu(opencl, op, options):
+    """XNNPACK's AVX-512F sigmoid (its table of 2**(k/32), vscalefps, flushed results) and
+    its rational GELU fits, over a swish's range, the tails, and the edges."""
+    rng = np.random.default_rng(5)
+    x = np.concatenate([rng.standard_normal(20000) * 4, np.linspace(-110, 110, 4001),
+                        [0, -0.0, 1e-30, -1e-30, 88, -88, 3e38, -3e38, np.inf, -np.inf, np.nan]]).astype(F32)
+    assert_litert_bits_on_opencl(unary_model(op, x.shape, **options), [x])

@@ -9,8 +9,13 @@ LiteRT's quirks, as in :mod:`litegpu.ops.elementwise`: MAXIMUM is ``a > b ? a : 
 MINIMUM ``a < b ? a : b`` (the second operand wins on NaN; the ``swapped`` attr says which
 is first); clamps let NaN through (XNNPACK's ``max(lo, x)`` then ``min(hi, x)``: the
 second operand wins when either is NaN); FLOOR_MOD takes the divisor's sign; ROUND is
-half to even. TANH and exact GELU use rational fits that vectorize, saturating exactly
-as LiteRT's do (see :func:`_saturating`).
+half to even. TANH uses a rational fit that vectorizes, saturating exactly as LiteRT's
+does (see :func:`_saturating`).
+
+The ops whose results feed a decoder's hybrid products (which quantize their input rows
+on the fly, where an ulp can become a quantum) compute LiteRT's bits: SIN, COS, RSQRT,
+LOGISTIC and GELU are XNNPACK's AVX-512F / FMA kernels step by step (in float32 whatever
+the arithmetic precision; bit casts and tables lane by lane), as the cpu backend's are.
 """
 from __future__ import annotations
 
@@ -18,25 +23,16 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from litegpu.ops.elementwise import GELU_TANH_CUBIC, SQRT_2_OVER_PI
 from litegpu.ops.registry import ACTIVATION_RANGES
 
 from . import ir
 from .ir import Expr, call, select
 from .rsqrt14 import rsqrt14
 
-# erf(z) ~= z * P(z^2) / Q(z^2) on |z| < 4 (erf(4) is 1 within 1.6e-8): the rational fit the
-# cpu backend uses (absolute error below 1.4e-8 in float64; a few float32 ulp evaluated in
-# float). Unlike the erf builtin, which PoCL runs per element, it vectorizes: exact GELU over
-# [1, 128, 768] takes ~37 us instead of ~650 (float4 erf) or ~3000 (scalar erf).
-_ERF_P = (1.1283791821076148, 0.18471032540518584, 0.05433253130274705, 0.0038395200405576656,
-          0.00038268951545462036, 4.7804669528849866e-06, -1.3666401960424811e-08)
-_ERF_Q = (1.0, 0.4970288092831258, 0.11382624375341038, 0.015453488301396088, 0.0013095735391557932,
-          6.400858486599183e-05)
 # tanh(z) ~= z * P(z^2) / Q(z^2) on |z| < 9 (tanh(9) is 1 within 3e-8): fitted for litegpu
 # (least squares on the relative error, reweighted towards minimax, against numpy's tanh);
 # in float32 the error is below 4.2e-7 absolute and relative. Q has positive coefficients,
-# so no poles. Like the erf fit it vectorizes where the tanh builtin runs per element on
+# so no poles. It vectorizes where the tanh builtin runs per element on
 # PoCL: TANH over [1, 112, 112, 32] ~100 us instead of ~450-850.
 _TANH_P = (0.9999999883967433, 0.1294940942054203, 0.002952604031026913, 9.54172979243835e-06,
            -1.3526827803700403e-08, 1.9944962348361628e-11)
@@ -65,23 +61,10 @@ def _saturating(z: Expr, bound: float, fit: Expr) -> Expr:
     return select(call("fabs", z) >= bound, call("clamp", z, -1.0, 1.0), held)
 
 
-def erf(z: Expr) -> Expr:
-    """erf by the rational fit above."""
-    t = z * z
-    return _saturating(z, 4, z * _horner(_ERF_P, t) / _horner(_ERF_Q, t))
-
-
 def tanh(z: Expr) -> Expr:
     """tanh by the rational fit above (NaN stays NaN)."""
     t = z * z
     return _saturating(z, 9, z * _horner(_TANH_P, t) / _horner(_TANH_Q, t))
-
-
-def gelu(x: Expr, attrs: dict) -> Expr:
-    """GELU: the tanh form with ``approximate``, else ``x * Phi(x)`` through erf."""
-    if attrs.get("approximate", False):
-        return 0.5 * x * (1.0 + tanh(SQRT_2_OVER_PI * (x + GELU_TANH_CUBIC * x * x * x)))
-    return 0.5 * x * (1.0 + erf(x * 0.7071067811865476))
 
 
 def hard_swish(x: Expr) -> Expr:
@@ -226,6 +209,71 @@ def xnn_exp_nonpositive(x: Expr) -> Expr:
     return select(x < _XE_CUTOFF, 0.0, call("fma", t * s, p, s))
 
 
+# LOGISTIC as XNNPACK's AVX-512F kernel computes it (``src/f32-vsigmoid/avx512f-rr2-lut32-
+# p2-perm2-scalef.c.in``), whose steps the cpu backend's ``litegpu_cpu.kernels.xnn_sigmoid``
+# documents (and reads its constants from here): z = -|x| (clamped at -160); ``n = z *
+# log2e + magic`` (the low five bits of its bits index a table of 2**(k/32)); ``t = z - n
+# ln 2`` in two parts; ``p = s + (t s)(c1 + c2 t)``; ``e = p * 2**floor(n)`` rounded once;
+# ``f = e / (e + 1)``, ``1 - f`` for a positive x; results below the smallest normal are 0
+# (LiteRT flushes denormals). A decoder's SiLU feeds its hybrid down projection.
+XNN_SIGMOID_MAGIC = float(np.float32(1.5 * 2.0 ** 18))                       # 0x1.8p18
+XNN_SIGMOID_LOG2E = float(np.float32(1 / np.log(2)))                         # 0x1.715476p0
+XNN_SIGMOID_MINUS_LN2_HI = -float(np.float32(np.log(2)))                     # -0x1.62E430p-1
+XNN_SIGMOID_MINUS_LN2_LO = float(np.float32(float(np.float32(np.log(2))) - np.log(2)))   # 0x1.05C61p-29
+XNN_SIGMOID_C1, XNN_SIGMOID_C2 = float.fromhex("0x1.0000F6p0"), 0.5          # the fit's t and t**2 terms
+XNN_SIGMOID_TABLE = tuple(float(np.float32(2.0 ** (k / 32))) for k in range(32))
+XNN_SIGMOID_Z_MIN, XNN_SIGMOID_N_MIN = -160.0, -232.0   # z's clamp; floor(n) >= -231 then
+XNN_SIGMOID_SCALE_OFFSET = 110                           # 2**(floor(n) + 110) is a normal float32
+_SIGMOID_MAGIC_BITS = int(np.float32(XNN_SIGMOID_MAGIC).view(np.int32))
+_TINY = 2.0 ** -126
+
+
+def xnn_sigmoid(x: Expr) -> Expr:
+    """XNNPACK's AVX-512F LOGISTIC of the float32 scalar ``x`` (see above); NaN stays NaN."""
+    z = -call("fabs", x)
+    z = select(z < XNN_SIGMOID_Z_MIN, XNN_SIGMOID_Z_MIN, z)
+    n_bits = ir.bitcast(call("fma", z, XNN_SIGMOID_LOG2E, XNN_SIGMOID_MAGIC), "int")
+    power = ir.table_load(XNN_SIGMOID_TABLE, "float", n_bits & 31)
+    # n - magic from the bits (a multiple of 1/32), which no reassociation can lose
+    n = (n_bits - _SIGMOID_MAGIC_BITS).cast(ir.FLOAT) * 0.03125
+    t = call("fma", n, XNN_SIGMOID_MINUS_LN2_LO, call("fma", n, XNN_SIGMOID_MINUS_LN2_HI, z))
+    p = call("fma", t, XNN_SIGMOID_C2, XNN_SIGMOID_C1)
+    p = call("fma", t * power, p, power)
+    # vscalefps: p * 2**floor(n) rounded once (a NaN n counts as the smallest)
+    c = select(n >= XNN_SIGMOID_N_MIN, n, XNN_SIGMOID_N_MIN)
+    scale = ir.bitcast((call("floor", c).cast(ir.INT) + (XNN_SIGMOID_SCALE_OFFSET + 127)) << 23, "float")
+    e = (p * scale) * 2.0 ** -XNN_SIGMOID_SCALE_OFFSET
+    e = select(e < _TINY, 0.0, e)
+    f = e / (e + 1.0)
+    f = select(f < _TINY, 0.0, f)
+    return select(call("signbit", x), f, 1.0 - f)
+
+
+# GELU as XNNPACK's ``f32-vgelu`` (exact) and ``f32-vapproxgelu`` (tanh form) rational 12/10
+# kernels compute it with fused multiply-adds (the cpu backend's ``mathfn.xnn_gelu32`` reads
+# its constants from here): x clamped to [-top, top], ``x/2 * (1 + p(x) / q(x))``.
+XNN_GELU_FITS = {   # approximate: (clamp, numerator alpha_1 .. alpha_11, denominator beta_2 .. beta_10)
+    False: (5.1638283730e+00, (7.9788452387e-01, 6.6972173750e-02, 9.3065137044e-03, 3.2973114867e-04,
+                               1.2609783880e-05, 4.5835321316e-08),
+            (2.5060352683e-01, 2.8431978077e-02, 1.8622842617e-03, 7.2267655923e-05, 1.1988805682e-06)),
+    True: (4.84974098e+00, (7.9788458347e-01, 6.0803253204e-02, 7.2898347862e-03, 2.6887017884e-04,
+                            1.4302649106e-05, 4.9544411240e-08),
+           (2.4369759858e-01, 2.4381054565e-02, 1.3060354395e-03, 7.6477612311e-05, 1.3433452750e-06)),
+}
+
+
+def xnn_gelu(x0: Expr, approximate: bool) -> Expr:
+    """XNNPACK's GELU of a float32 ``x0`` (see above); its min and max keep a NaN."""
+    top, (a1, a3, a5, a7, a9, a11), (b2, b4, b6, b8, b10) = XNN_GELU_FITS[approximate]
+    x = select(top < x0, top, x0)
+    x = select(-top > x, -top, x)
+    x2 = x * x
+    fma = lambda a, b, c: call("fma", a, b, c)   # noqa: E731 - Horner in fused steps
+    p = x * fma(x2, fma(x2, fma(x2, fma(x2, fma(x2, a11, a9), a7), a5), a3), a1)
+    q = fma(x2, fma(x2, fma(x2, fma(x2, fma(x2, b10, b8), b6), b4), b2), 1.0)
+    return (x0 * 0.5) * (p / q + 1.0)
+
+
 def _per_lane(f: Callable[[Expr], Expr]) -> Callable[[Expr], Expr]:
     """The scalar formula ``f`` applied to each lane of a vector (a bit cast is scalar)."""
     return lambda x: f(x) if x.type.lanes == 1 else ir.vector(x.type, *(f(x.lane(j)) for j in range(x.type.lanes)))
@@ -248,9 +296,9 @@ UNARY: dict[str, Callable[[Expr, dict], Expr]] = {
     "SIN": _in_float(lambda x: _rational_sine(_turns_removed(x))),
     "COS": _in_float(lambda x: _rational_sine((_PI_HALF_HI - _turns_removed(x)) + _PI_HALF_LO)),
     "TANH": lambda x, a: tanh(x),
-    "LOGISTIC": lambda x, a: 1.0 / (1.0 + call("exp", -x)),
+    "LOGISTIC": _in_float(_per_lane(xnn_sigmoid)),
     "HARD_SWISH": lambda x, a: hard_swish(x),
-    "GELU": gelu,
+    "GELU": lambda x, a: _in_float(lambda v: xnn_gelu(v, bool(a.get("approximate", False))))(x, a),
     "LEAKY_RELU": lambda x, a: select(x > 0.0, x, x * float(a["alpha"])),
     "ELU": lambda x, a: select(x < 0.0, call("expm1", x), x),
     "FLOOR": lambda x, a: call("floor", x),

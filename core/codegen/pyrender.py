@@ -33,7 +33,7 @@ from . import ir
 #: ``clamp`` is ``min(max(x, lo), hi)``: NaN goes through, as XNNPACK's clamps do.
 FUNCTIONS: dict[str, str] = {
     **{fn: f"np.{fn}({{0}})" for fn in ("exp", "exp2", "expm1", "log", "log2", "sqrt", "sin", "cos", "tanh",
-                                          "floor", "ceil", "rint", "trunc", "sign", "isnan", "isinf")},
+                                          "floor", "ceil", "rint", "trunc", "sign", "isnan", "isinf", "signbit")},
     "fabs": "abs({0})",
     "abs": "abs({0})",
     "rsqrt": "np.float32(1.0) / np.sqrt({0})",

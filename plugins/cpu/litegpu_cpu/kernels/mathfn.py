@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 from llvmlite import binding, ir
 
+from litegpu.codegen.formulas import XNN_GELU_FITS
 from litegpu.ops.elementwise import GELU_TANH_CUBIC, SQRT_2_OVER_PI
 
 from ..jit import cgutils, intrinsic, njit, types
@@ -318,14 +319,7 @@ def accurate_gelu_tanh32(x):
 # decoder's GELU feeds the hybrid down projection, which quantizes its input row from its
 # range, so the cpu gives LiteRT's bits where it knows LiteRT's kernel.
 _XNN_FMA = bool(_FEATURES.get("fma", False)) or _AVX512F or platform.machine().lower() in ("aarch64", "arm64")
-_GELU_FITS = {   # approximate: (clamp, numerator alpha_1 .. alpha_11, denominator beta_2 .. beta_10)
-    False: (5.1638283730e+00, (7.9788452387e-01, 6.6972173750e-02, 9.3065137044e-03, 3.2973114867e-04,
-                               1.2609783880e-05, 4.5835321316e-08),
-            (2.5060352683e-01, 2.8431978077e-02, 1.8622842617e-03, 7.2267655923e-05, 1.1988805682e-06)),
-    True: (4.84974098e+00, (7.9788458347e-01, 6.0803253204e-02, 7.2898347862e-03, 2.6887017884e-04,
-                            1.4302649106e-05, 4.9544411240e-08),
-           (2.4369759858e-01, 2.4381054565e-02, 1.3060354395e-03, 7.6477612311e-05, 1.3433452750e-06)),
-}
+_GELU_FITS = XNN_GELU_FITS   # XNNPACK's constants, shared with the GPU formulas
 (_GE_MAX, (_GE_A1, _GE_A3, _GE_A5, _GE_A7, _GE_A9, _GE_A11), (_GE_B2, _GE_B4, _GE_B6, _GE_B8, _GE_B10)), \
     (_GT_MAX, (_GT_A1, _GT_A3, _GT_A5, _GT_A7, _GT_A9, _GT_A11), (_GT_B2, _GT_B4, _GT_B6, _GT_B8, _GT_B10)) = (
     (np.float32(m), tuple(np.float32(c) for c in a), tuple(np.float32(c) for c in b))

@@ -38,11 +38,12 @@ and names :data:`DIGEST` in the sources it generates.
 from __future__ import annotations
 
 import hashlib
-import math
 from pathlib import Path
 
 import numpy as np
 from llvmlite import binding, ir
+
+from litegpu.codegen import formulas
 
 from ..jit import cgutils, intrinsic, njit, types
 from . import mathfn
@@ -56,19 +57,19 @@ _F32 = np.float32
 # The kernel's constants, each what its name says (checked against XNNPACK's hex literals
 # in tests/test_cpu_xnn_sigmoid.py).
 _SIGN = np.int32(-0x80000000)
-_MAGIC = _F32(1.5 * 2.0 ** 18)                                  # 0x1.8p18
-_LOG2E = _F32(1 / math.log(2))                                  # 0x1.715476p0
-_MINUS_LN2_HI = -_F32(math.log(2))                              # -0x1.62E430p-1
-_MINUS_LN2_LO = _F32(float(_F32(math.log(2))) - math.log(2))    # 0x1.05C61p-29
-_C1 = _F32(float.fromhex("0x1.0000F6p0"))     # the minimax fit's coefficients of t and t**2
-_C2 = _F32(0.5)
+_MAGIC = _F32(formulas.XNN_SIGMOID_MAGIC)                       # 0x1.8p18
+_LOG2E = _F32(formulas.XNN_SIGMOID_LOG2E)                       # 0x1.715476p0
+_MINUS_LN2_HI = _F32(formulas.XNN_SIGMOID_MINUS_LN2_HI)         # -0x1.62E430p-1
+_MINUS_LN2_LO = _F32(formulas.XNN_SIGMOID_MINUS_LN2_LO)         # 0x1.05C61p-29
+_C1 = _F32(formulas.XNN_SIGMOID_C1)     # the minimax fit's coefficients of t and t**2
+_C2 = _F32(formulas.XNN_SIGMOID_C2)
 _ONE = _F32(1)
-TABLE = np.array([2.0 ** (k / 32) for k in range(32)]).astype(_F32)   # rounded to nearest
+TABLE = np.array(formulas.XNN_SIGMOID_TABLE, _F32)   # 2**(k/32) rounded to nearest
 # The clamp of z (see the module docstring), and the exponent offset of _scalef: with
 # z >= -160, floor(n) >= -231, and 2**(floor(n) + 110) is a normal float32.
-_Z_MIN = _F32(-160)
-_N_MIN = _F32(-232)
-_SCALE_OFFSET = 110
+_Z_MIN = _F32(formulas.XNN_SIGMOID_Z_MIN)
+_N_MIN = _F32(formulas.XNN_SIGMOID_N_MIN)
+_SCALE_OFFSET = formulas.XNN_SIGMOID_SCALE_OFFSET
 _UNSCALE = _F32(2.0 ** -_SCALE_OFFSET)
 _TINY = _F32(2.0 ** -126)     # the smallest normal float32
 
