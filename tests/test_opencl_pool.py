@@ -116,8 +116,9 @@ def test_integer_and_bool_reductions_are_exact(opencl):
 
 
 def test_spatial_mean_is_one_work_item_per_channel_group():
-    """[N, H, W, C] over H and W: each work-item owns float8 groups of channels and walks
-    all H*W pixels (no second pass, no per-pixel index arithmetic)."""
+    """[N, H, W, C] over H and W, XNNPACK's channel sum (rdsum, LiteRT's bits): each
+    work-item owns one output channel and walks all H*W pixels in order (no second pass,
+    no per-pixel division); neighbouring work-items read neighbouring channels."""
     from litegpu.executor import infer_subgraph
     from litegpu.codegen import Precision
     from litegpu.codegen.kernels import load_all
@@ -130,9 +131,8 @@ def test_spatial_mean_is_one_work_item_per_channel_group():
     sg = model.subgraphs[0]
     contexts, specs, _ = infer_subgraph(model, sg, {sg.inputs[0]: TensorSpec((2, 7, 7, 64), F32)})
     (kernel,) = generate(contexts[0], Precision(), specs)
-    assert kernel.global_size[1] == 2                      # one row of work-items per image
-    assert kernel.global_size[0] * 8 <= 64                 # each owns at least a float8 of channels
-    assert "float8" in kernel.source and "< 49;" in kernel.source   # one loop over the 49 pixels
+    assert tuple(kernel.global_size) == (2 * 64,)           # one work-item per output element
+    assert "< 49;" in kernel.source                         # one loop over the 49 pixels
     assert "/" not in kernel.source.split("for (")[1].split("}")[0]   # no division inside it
 
 
