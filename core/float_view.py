@@ -1074,6 +1074,8 @@ def row_quantize(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     shape) and each row's ``(scale, zero point)`` (float32, ``[..., 2]``)."""
     from .ops.hybrid import xnn_quantize_rows   # (the ops package imports this module's ops late)
     x = np.asarray(x, F32)
+    if x.size == 0:
+        return np.zeros(x.shape, np.int8), np.zeros((*x.shape[:-1], 2), F32)
     rows, scale, zp = xnn_quantize_rows(x.reshape(-1, x.shape[-1]))
     codes = (rows + zp[:, None]).astype(np.int8).reshape(x.shape)
     return codes, np.stack([scale, zp.astype(F32)], axis=-1).reshape(*x.shape[:-1], 2)
@@ -1085,20 +1087,13 @@ def hybrid_fully_connected(inputs: list, attrs: dict) -> np.ndarray:
     (per output channel, or ``[N, K / block_size]`` per block, bf16-rounded), plus the
     bias, clamped by the fused activation (:func:`litegpu.ops.hybrid.xnn_dequantize_sums`,
     :func:`litegpu.ops.hybrid.xnn_blockwise_dequantize`)."""
-    from .ops.hybrid import _clamp, xnn_blockwise_dequantize, xnn_dequantize_sums
+    from .ops.hybrid import _clamp, xnn_hybrid_product
     codes, params, w, bias, scales = inputs
     n, k = w.shape
-    q = np.asarray(codes, np.float64).reshape(-1, k)
     p = np.asarray(params, F32).reshape(-1, 2)
     scale, zp = p[:, 0], p[:, 1].astype(np.int64)
-    rows = q - zp[:, None]
-    w = np.asarray(w, np.int64)
-    if attrs["block_size"]:
-        y = xnn_blockwise_dequantize(rows, scale, zp, w, np.asarray(scales, F32), attrs["block_size"])
-        if bias is not None:
-            y = y + np.asarray(bias, F32)
-    else:
-        y = xnn_dequantize_sums(rows @ w.astype(np.float64).T, scale, np.asarray(scales, F32), bias)
+    rows = np.asarray(codes, np.float64).reshape(-1, k) - zp[:, None]
+    y = xnn_hybrid_product(rows, scale, zp, np.asarray(w, np.int64), np.asarray(scales, F32), attrs["block_size"], bias)
     shape = (*np.shape(codes)[:-1], n) if attrs["keep_num_dims"] else (rows.shape[0], n)
     return _clamp(y, attrs["activation"]).reshape(shape)
 

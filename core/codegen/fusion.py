@@ -22,7 +22,7 @@ import numpy as np
 
 from litegpu.backend import NodeContext
 from litegpu.ops import TensorSpec
-from litegpu.ops.reduce import reduction_axes
+from litegpu.ops.reduce import one_run, reduction_axes
 
 from .formulas import BINARY, UNARY
 from .nodegen import Follower
@@ -98,8 +98,7 @@ def _one_run(reduce: NodeContext) -> bool:
     axes = reduce.inputs[1] if len(reduce.inputs) > 1 else None
     if axes is None or axes.value is None:
         return False
-    run = reduction_axes(np.asarray(axes.value), len(reduce.inputs[0].shape))
-    return bool(run) and run == tuple(range(run[0], run[-1] + 1))
+    return one_run(reduction_axes(np.asarray(axes.value), len(reduce.inputs[0].shape)))
 
 
 def step_producer(nodes: list[NodeContext], step: list[int]) -> tuple[NodeContext, list[int]]:

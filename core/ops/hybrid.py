@@ -245,6 +245,19 @@ def bfloat16_rounded(values: np.ndarray) -> np.ndarray:
     return rounded.view(F32)
 
 
+def xnn_hybrid_product(rows: np.ndarray, scale: np.ndarray, zp: np.ndarray, w: np.ndarray, scales: np.ndarray,
+                       block: int, bias: np.ndarray | None) -> np.ndarray:
+    """XNNPACK's hybrid product of quantized rows (``rows`` the codes less their zero
+    points [M, K], ``scale`` and ``zp`` the rows', from :func:`xnn_quantize_rows`) with
+    integer weights ``w`` [N, K]: per output channel (``scales`` [N],
+    :func:`xnn_dequantize_sums`) or per block of ``block`` (``scales`` [N, K / block],
+    bf16-rounded, :func:`xnn_blockwise_dequantize`), plus the bias."""
+    if block:
+        y = xnn_blockwise_dequantize(rows, scale, zp, w, scales, block)
+        return y if bias is None else y + np.asarray(bias, F32)
+    return xnn_dequantize_sums(rows @ np.asarray(w, np.float64).T, scale, scales, bias)
+
+
 def _fc_hybrid(inputs: list, attrs: dict) -> list[np.ndarray]:
     """Hybrid FULLY_CONNECTED as XNNPACK's qd8-f32-qc8w fully connected: each input row
     quantized on the fly (:func:`xnn_quantize_rows`), exact int32 sums with the int8
@@ -255,13 +268,9 @@ def _fc_hybrid(inputs: list, attrs: dict) -> list[np.ndarray]:
     bias = inputs[2] if len(inputs) > 2 else None
     units, k = w.shape
     flat = np.asarray(x, F32).reshape(-1, k)
-    if attrs.get("block_size"):
-        y = xnn_blockwise_product(flat, w, attrs["block_scale"], attrs["block_size"])
-        if bias is not None:
-            y = y + np.asarray(bias, F32)
-    else:
-        rows, scale, _ = xnn_quantize_rows(flat)
-        y = xnn_dequantize_sums(rows @ w.astype(np.float64).T, scale, attrs["weight_scale"], bias)
+    block = attrs.get("block_size") or 0
+    y = xnn_hybrid_product(*xnn_quantize_rows(flat), w, attrs["block_scale"] if block else attrs["weight_scale"],
+                           block, bias)
     shape = (*x.shape[:-1], units) if attrs["keep_num_dims"] else (flat.shape[0], units)
     return [_clamp(y, attrs["activation"]).reshape(shape)]
 

@@ -42,6 +42,12 @@ def reduction_axes(axes: np.ndarray, rank: int) -> tuple[int, ...]:
     return tuple(sorted({normalize_axis(int(a), rank, "reduction axis") for a in flat}))
 
 
+def one_run(axes: tuple[int, ...] | list[int]) -> bool:
+    """Whether sorted distinct ``axes`` (from :func:`reduction_axes`) are one run of adjacent
+    axes, as XNNPACK's sums (and the kernels that follow them) take them; False for none."""
+    return bool(axes) and tuple(axes) == tuple(range(axes[0], axes[-1] + 1))
+
+
 def reduced_shape(shape: tuple[int, ...], axes: tuple[int, ...], keep_dims: bool) -> tuple[int, ...]:
     """The shape left after reducing ``axes``: kept as 1 with ``keep_dims``, else dropped."""
     if keep_dims:

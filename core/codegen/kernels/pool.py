@@ -28,7 +28,7 @@ import numpy as np
 from litegpu.ops.nn import (bilinear_axis, builtin_pool_range, conv_output_size, nearest_axis, pool_divisor_is_window,
                             xnn_max9, xnn_max_pool_passes)
 from litegpu.ops.registry import ACTIVATION_RANGES
-from litegpu.ops.reduce import L2_EPSILON, reduction_axes
+from litegpu.ops.reduce import L2_EPSILON, one_run, reduction_axes
 
 from .. import formulas, ir
 from ..ir import Expr, call, logical_and, select
@@ -380,7 +380,7 @@ def reduce(g: NodeGen) -> list[KernelSpec]:
     op, dtype = g.ctx.node.op, np.dtype(x_spec.dtype)
     if dtype != _F32:
         return [_int_reduce(g, op, dtype, kept, red, count, n_out)]
-    if op in ("MEAN", "SUM") and axes and axes == tuple(range(axes[0], axes[-1] + 1)) and count:
+    if op in ("MEAN", "SUM") and one_run(axes) and count:
         return [_xnn_sum(g, shape, axes, count, op == "MEAN")]
     if g.attrs.get("squared"):
         raise Decline("a sum of squares over axes that are not one run")
@@ -686,7 +686,7 @@ def _xnn_softmax(g: NodeGen, r: "_Rows", out: ir.Buffer) -> list[KernelSpec]:
     top = b.let("top", r.max().cast(ir.FLOAT), ir.FLOAT)
     with b.for_("k", 0, n) as k:
         d = b.let("d", r.x.load(base + k, as_float=True) - top, ir.FLOAT)
-        b.store(out, base + k, formulas.xnn_exp_nonpositive(d).cast(out.element()))
+        _raw_store(b, out, base + k, formulas.xnn_exp_nonpositive(d).cast(ir.REAL))
     total = b.let("total", xnn_row_total(b, lambda i, lanes: out.load(i, lanes, as_float=True), base, n, "radd"),
                   ir.FLOAT)
     inv = b.let("inv", 1.0 / total, ir.FLOAT)

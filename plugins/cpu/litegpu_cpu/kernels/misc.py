@@ -12,7 +12,7 @@ import numpy as np
 
 from litegpu.backend import NodeContext
 from litegpu.ops.nn import bilinear_axis
-from litegpu.ops.reduce import x86_extreme
+from litegpu.ops.reduce import one_run, x86_extreme
 
 from ..jit import carray, njit
 from .common import F32, activation_in_place, all_float32, clamp_bounds, optional_input
@@ -215,7 +215,7 @@ def _reducer(ufunc, mean: bool):
         if count == 0:
             return None
         scale = np.float32(count)
-        contiguous = bool(axes) and axes == tuple(range(axes[0], axes[-1] + 1))
+        contiguous = one_run(axes)
         if contiguous:
             # One run of axes: reduce the middle of an [outer, count, inner] view.
             outer = int(np.prod(shape[:axes[0]], dtype=np.int64))
@@ -304,7 +304,7 @@ def _bool_reducer(every: bool):
         legacy decoder's mask test), so it chains with its neighbours."""
         axes = _reduce_axes(ctx)
         shape = tuple(ctx.inputs[0].shape)
-        if axes is None or not axes or axes != tuple(range(axes[0], axes[-1] + 1)) \
+        if axes is None or not one_run(axes) \
                 or np.dtype(ctx.inputs[0].dtype) != np.bool_:
             return None
         outer = int(np.prod(shape[:axes[0]], dtype=np.int64))

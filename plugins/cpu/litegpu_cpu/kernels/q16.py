@@ -35,7 +35,7 @@ from llvmlite import ir
 from litegpu.backend import NodeContext
 from litegpu.ops.quantized import add16_vector_end, tflite_mean16_multiplier
 from litegpu.ops.quantized_act import lut16_lookup
-from litegpu.ops.reduce import reduction_axes
+from litegpu.ops.reduce import one_run, reduction_axes
 from litegpu.quant import multiply_by_quantized_multiplier
 
 from ..jit import intrinsic, njit, types
@@ -791,7 +791,7 @@ def int16_mean(ctx: NodeContext):
     if m is None or "tflite" not in m or axes_spec.value is None or np.dtype(x.dtype) != I16:
         return None
     axes = sorted(set(reduction_axes(np.asarray(axes_spec.value), len(x.shape))))
-    if not axes or axes != list(range(axes[0], axes[-1] + 1)):
+    if not one_run(axes):
         return None
     shape = tuple(x.shape)
     outer = int(np.prod(shape[:axes[0]], dtype=np.int64))

@@ -11,7 +11,7 @@ import numpy as np
 
 from litegpu.backend import NodeContext
 from litegpu.ops.quantized import xnn_sum_constants
-from litegpu.ops.reduce import reduction_axes
+from litegpu.ops.reduce import one_run, reduction_axes
 
 from ..jit import njit
 from .registry import bindable, kernel, named
@@ -59,7 +59,7 @@ def quantized_mean(ctx: NodeContext):
             or not m.get("xnn", mean):
         return None
     axes = sorted(set(reduction_axes(np.asarray(axes_spec.value), len(x.shape))))
-    if not axes or axes != list(range(axes[0], axes[-1] + 1)):
+    if not one_run(axes):
         return None
     shape = tuple(x.shape)
     outer = int(np.prod(shape[:axes[0]], dtype=np.int64))
