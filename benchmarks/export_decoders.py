@@ -119,8 +119,7 @@ class TinyShape:
 TINY = TinyShape()
 # --size: ``tiny`` for the tests; ``small``, about 100M parameters (12 layers, hidden 768, 12
 # heads of 64 over 4 KV groups, FFN 2048, vocab 32000), the size of a real small LLM's compute
-# per token, for speed. Its tokenizer trained on the docs would not reach 32000 pieces, so
-# it is never bundled.
+# per token, for speed (and the larger of the two sizes the GPU acceptance script carries).
 SIZES = {
     "tiny": TINY,
     "small": TinyShape(num_layers=12, embedding_dim=768, num_heads=12, head_dim=64, num_query_groups=4,
@@ -148,13 +147,16 @@ VARIANTS = {
 LAYOUTS = ("lm", "legacy")
 
 # (variant, composites) pairs bundled as .litertlm for every family ("lm" layout only).
-BUNDLED = (("f32", True), ("int4_block32", True))
+# int8 per-channel and int4 blockwise are the weights LiteRT-LM's own models ship with.
+BUNDLED = (("f32", True), ("int8_dynamic", True), ("int4_block32", True))
 
 # Tokens of the SentencePiece model; ids fixed so the LLM metadata can name them.
 PAD_ID, EOS_ID, BOS_ID, UNK_ID = 0, 1, 2, 3
 TURN_START, TURN_END = "<start_of_turn>", "<end_of_turn>"
 
 DECODE_STEPS = 8
+# Pieces BPE learns from the docs for the tiny vocabulary (train_tokenizer).
+LEARNED_PIECES = 512
 
 
 # -- families: litert-torch's example configs, shrunk --------------------------------------------
@@ -405,18 +407,22 @@ def train_tokenizer(path: Path) -> None:
     """A SentencePiece BPE model with the models' vocabulary size, from the repo's own docs.
 
     Special ids are fixed (pad 0, eos 1, bos 2, unk 3) and the turn markers of the prompt
-    template are single pieces, so the LLM metadata can name them.
+    template are single pieces, so the LLM metadata can name them. The docs hold about
+    :data:`LEARNED_PIECES` pieces' worth of text; a larger vocabulary (``small``'s 32000) is
+    filled with ``<unusedN>`` symbols, as real tokenizers reserve theirs, so every id the
+    model can emit decodes.
     """
     import sentencepiece as spm
 
     sources = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
     lines = [line.strip() for src in sources if src.is_file()
              for line in src.read_text(encoding="utf-8").splitlines() if line.strip()]
+    unused = [f"<unused{i}>" for i in range(max(0, TINY.vocab_size - LEARNED_PIECES))]
     model = io.BytesIO()
     spm.SentencePieceTrainer.train(
         sentence_iterator=iter(lines), model_writer=model, vocab_size=TINY.vocab_size,
         model_type="bpe", character_coverage=1.0, pad_id=PAD_ID, eos_id=EOS_ID,
-        bos_id=BOS_ID, unk_id=UNK_ID, user_defined_symbols=[TURN_START, TURN_END],
+        bos_id=BOS_ID, unk_id=UNK_ID, user_defined_symbols=[TURN_START, TURN_END, *unused],
         num_threads=1, minloglevel=2)
     _write_atomic(path, model.getvalue())
     log.info("tokenizer: %d pieces from %d lines of %d files -> %s",
@@ -985,7 +991,7 @@ def main(argv: list[str] | None = None) -> int:
         return _child_check(args)
     out_dir = (args.out or default_out_dir(args.size)).expanduser()
     jobs = plan(args.family, args.variant, args.composites, args.layout)
-    bundles = [] if args.no_bundle or args.size != "tiny" else [job for job in jobs if job.bundled]
+    bundles = [] if args.no_bundle else [job for job in jobs if job.bundled]
     if args.list:
         print_plan(jobs, bundles, out_dir)
         return 0

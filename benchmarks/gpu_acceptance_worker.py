@@ -9,10 +9,12 @@ per model, so the parent knows which model a crash hit and goes on from the next
     python gpu_acceptance_worker.py build-models DIR [--quick]
     python gpu_acceptance_worker.py models RUNTIME RESULTS NAME=PATH ... [--threads T] [--runs N] ...
     python gpu_acceptance_worker.py create RUNTIME MODEL [--threads T]
+    python gpu_acceptance_worker.py decode RUNTIME RESULTS NAME=SPEC ... [--threads T] [--rounds N]
 
 RUNTIME is a litegpu backend name (``cpu``, ``cuda``, ``opencl``, ``webgpu``, ...),
 ``litert-gpu`` (LiteRT's CompiledModel on its GPU accelerator: WebGPU over Vulkan on
-Linux) or, for ``create``, ``litert-cpu``. Accuracy is always measured against LiteRT's
+Linux) or, for ``create``, ``litert-cpu``; for ``decode``, ``litert-lm-gpu`` and
+``litert-lm-cpu`` are LiteRT-LM's backends (acceptance_decoders.py). Accuracy is always measured against LiteRT's
 cpu outputs on the same inputs; timings pair each runtime with LiteRT cpu in the same
 process, in alternating blocks (timing.py). One timed call is host to host: set the
 inputs, run, read every output, as a user of either runtime does.
@@ -372,6 +374,29 @@ def models_command(opts: argparse.Namespace) -> None:
             results.flush()
 
 
+def decode_command(opts: argparse.Namespace) -> None:
+    """Each bundle in turn (``NAME=SPEC``, SPEC a JSON file: path, reference, shape), written
+    like ``models``: a line before and one after each."""
+    from acceptance_decoders import LITERT_LM_RUNTIMES, measure_litegpu, measure_litert_lm
+    with open(opts.results, "a", encoding="utf-8") as results:
+        for spec in opts.specs:
+            name, spec_path = spec.split("=", 1)
+            results.write(json.dumps({"start": name, "t": time.time()}) + "\n")
+            results.flush()
+            try:
+                bundle = json.loads(Path(spec_path).read_text())
+                if opts.runtime in LITERT_LM_RUNTIMES:
+                    row = measure_litert_lm(Path(bundle["path"]), opts.runtime, bundle["shape"], opts.rounds,
+                                            opts.threads)
+                else:
+                    row = measure_litegpu(Path(bundle["path"]), opts.runtime, bundle["shape"], opts.rounds,
+                                          opts.threads, Path(bundle["reference"]))
+            except Exception as exc:  # the bundle's failure is its row; the next bundle still runs
+                row = {"error": f"{type(exc).__name__}: {exc}"[:400]}
+            results.write(json.dumps({"done": name, "row": row}) + "\n")
+            results.flush()
+
+
 # -- creation, cold and warm ---------------------------------------------------------------
 def create_litert(runtime: str, model: str, threads: int) -> dict:
     """LiteRT's creation and first result, phase by phase (as startup.child times litegpu)."""
@@ -426,6 +451,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     models.add_argument("--block-s", type=float, default=0.5, help="longest timed block, seconds")
     models.add_argument("--no-f16", dest="f16", action="store_false")
     models.add_argument("--no-batch8", dest="batch8", action="store_false")
+    decode = sub.add_parser("decode")
+    decode.add_argument("runtime")
+    decode.add_argument("results")
+    decode.add_argument("specs", nargs="+", metavar="NAME=SPEC")
+    decode.add_argument("--threads", type=int, default=2)
+    decode.add_argument("--rounds", type=int, default=3)
     create = sub.add_parser("create")
     create.add_argument("runtime")
     create.add_argument("model")
@@ -441,6 +472,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(build_models(opts.folder, opts.quick)))
     elif opts.command == "models":
         models_command(opts)
+    elif opts.command == "decode":
+        decode_command(opts)
     else:
         print(json.dumps(create_command(opts)))
     return 0

@@ -138,3 +138,32 @@ def real_model():
                                     f"{str(exc).splitlines()[-1]}"
             pytest.skip(_UNREACHABLE[archive])
     return find
+
+
+DECODERS_DIR = Path(os.environ.get("LITEGPU_DECODERS_DIR", Path.home() / ".cache" / "litegpu" / "decoders"))
+
+
+@pytest.fixture(scope="session")
+def decoder(skip_unless_required):
+    """``decoder(name, suffix=".tflite")``: the path of a decoder benchmarks/export_decoders.py
+    made; skips, saying how to make it (fails where the run requires ``decoders``), when missing."""
+    def find(name: str, suffix: str = ".tflite") -> Path:
+        path = DECODERS_DIR / f"{name}{suffix}"
+        if not path.exists():
+            skip_unless_required("decoders", f"{path} is missing: make it with benchmarks/export_decoders.py "
+                                 "(CI does)")
+        return path
+    return find
+
+
+@pytest.fixture(scope="session")
+def litert_lm_python(skip_unless_required) -> Path:
+    """The Python of the environment benchmarks/export_decoders.py runs in, which has
+    LiteRT-LM's package (litert-lm-api: not a dependency of litegpu); skips (or fails where
+    the run requires ``decoders``) where it is missing."""
+    venv = Path(os.environ.get("LITEGPU_EXPORT_VENV", Path.home() / ".cache" / "litegpu" / "export-venv"))
+    python = venv / "bin" / "python"
+    if not python.exists():
+        skip_unless_required("decoders", f"{python} is missing: the environment benchmarks/export_decoders.py "
+                             "runs in (CI makes it)")
+    return python

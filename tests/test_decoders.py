@@ -20,23 +20,9 @@ from litegpu.errors import InvalidArgumentError, ModelFormatError, ResourceLimit
 from litegpu.lm import Engine, SamplerConfig
 from litegpu.testing.lm_bundle import BundleWriter
 
-DIR = Path(os.environ.get("LITEGPU_DECODERS_DIR", Path.home() / ".cache" / "litegpu" / "decoders"))
 # (file, tolerance of the largest logit error relative to LiteRT's largest logit)
 MODELS = [("llama_f32_comp", 1e-4), ("llama_int8_dynamic_nocomp", 5e-3), ("llama_int4_block32_comp", 5e-3)]
 PROMPT = [5, 17, 99, 3, 250, 7, 64, 128, 9, 11, 300, 42]
-
-
-@pytest.fixture
-def decoder(skip_unless_required):
-    """``decoder(name)``: the path of an exported decoder; skips, saying how to make it
-    (fails where the run requires ``decoders``), when it is missing."""
-    def find(name: str, suffix: str = ".tflite") -> Path:
-        path = DIR / f"{name}{suffix}"
-        if not path.exists():
-            skip_unless_required("decoders", f"{path} is missing: make it with benchmarks/export_decoders.py "
-                                 "(CI does)")
-        return path
-    return find
 
 
 def _greedy(engine: Engine, steps: int) -> tuple[list[int], np.ndarray]:
@@ -189,16 +175,12 @@ with litert_lm.Engine(sys.argv[1], backend=litert_lm.Backend.CPU) as engine:
 
 
 @pytest.mark.parametrize("name", ["llama_f32_comp", "gemma_int4_block32_comp"])
-def test_a_bundle_generates_litert_lm_s_text(name, tmp_path, decoder, skip_unless_required):
+def test_a_bundle_generates_litert_lm_s_text(name, tmp_path, decoder, litert_lm_python):
     """LiteRT-LM itself (litert-lm-api, in the exporter's environment: it is not a
     dependency of litegpu) on the exported bundle: greedy, to the end of the cache."""
     import subprocess
     bundle = decoder(name, ".litertlm")
-    python = Path(os.environ.get("LITEGPU_EXPORT_VENV", Path.home() / ".cache" / "litegpu" / "export-venv")) / \
-        "bin" / "python"
-    if not python.exists():
-        skip_unless_required("decoders", f"{python} is missing: the environment benchmarks/export_decoders.py "
-                             "runs in (CI makes it)")
+    python = litert_lm_python
     script = tmp_path / "litert_lm_generate.py"
     script.write_text(LITERT_LM)
     run = subprocess.run([str(python), str(script), str(bundle), "Why is the sky blue?"], capture_output=True,
