@@ -207,11 +207,37 @@ def write_reference(bundle: Path, dest: Path, threads: int = 2) -> dict:
 
 
 # -- the worker side ------------------------------------------------------------------------------------
+def litegpu_block(engine: Any, shape: dict, prompt: list[int]) -> tuple[float, float]:
+    """One timed block of a ``litegpu.lm.Engine``: (prefill, decode) tokens/s of
+    ``shape["prefill"]`` tokens through the prefill signature, then ``shape["decode"]``
+    decode steps, as LiteRT-LM's benchmark runs them (``prompt``: prefill + 1 ids; the last
+    is the first decode step's input)."""
+    session = engine.create_session()
+    t0 = time.perf_counter()
+    session.prefill_tokens(prompt)
+    t1 = time.perf_counter()
+    for _ in range(shape["decode"]):
+        session.decode_token()
+    t2 = time.perf_counter()
+    return shape["prefill"] / (t1 - t0), shape["decode"] / (t2 - t1)
+
+
+def litert_lm_block(bundle: Path, runtime: str, shape: dict, threads: int, cache_dir: str) -> tuple[float, dict]:
+    """One run of LiteRT-LM's own benchmark (``litert_lm.Benchmark``: a fresh engine, its
+    prefill and decode tokens/s): ((prefill, decode) tokens/s, its init seconds)."""
+    import litert_lm
+    litert_lm.set_min_log_severity(litert_lm.LogSeverity.ERROR)
+    backend = litert_lm.Backend.GPU() if runtime == "litert-lm-gpu" else litert_lm.Backend.CPU(thread_count=threads)
+    info = litert_lm.Benchmark(model_path=str(bundle), backend=backend, prefill_tokens=shape["prefill"],
+                               decode_tokens=shape["decode"], max_num_tokens=shape["cache"], cache_dir=cache_dir).run()
+    speeds = (float(info.last_prefill_tokens_per_second), float(info.last_decode_tokens_per_second))
+    return speeds, float(info.init_time_in_second)
+
+
 def measure_litegpu(bundle: Path, backend: str, shape: dict, rounds: int, threads: int,
                     reference: Path | None) -> dict:
-    """Greedy agreement with LiteRT's answers, then prefill and decode tokens/s (best round
-    after a warm one): ``shape["prefill"]`` tokens through the prefill signature, then
-    ``shape["decode"]`` decode steps, as LiteRT-LM's benchmark runs them."""
+    """Greedy agreement with LiteRT's answers, then :func:`litegpu_block`'s tokens/s, the
+    best of ``rounds`` after a warm one."""
     from litegpu.lm import Engine
     row: dict = {}
     start = time.perf_counter()
@@ -226,39 +252,17 @@ def measure_litegpu(bundle: Path, backend: str, shape: dict, rounds: int, thread
             row["accuracy"] = {"agree": same, "steps": len(tokens), "max_abs": err,
                                "max_rel": err / float(np.abs(want["logits"]).max())}
         prompt = prompt_ids(engine.vocab_size, shape["prefill"] + 1)
-        best = {"prefill": 0.0, "decode": 0.0}
-        for r in range(rounds + 1):              # round 0 warms
-            session = engine.create_session()
-            t0 = time.perf_counter()
-            session.prefill_tokens(prompt)       # the last id is the first decode step's input
-            t1 = time.perf_counter()
-            for _ in range(shape["decode"]):
-                session.decode_token()
-            t2 = time.perf_counter()
-            if r:
-                best["prefill"] = max(best["prefill"], shape["prefill"] / (t1 - t0))
-                best["decode"] = max(best["decode"], shape["decode"] / (t2 - t1))
-    row.update({f"{k}_tok_s": v for k, v in best.items()})
+        blocks = [litegpu_block(engine, shape, prompt) for _ in range(rounds + 1)][1:]   # the first warms
+    row["prefill_tok_s"], row["decode_tok_s"] = (max(b[i] for b in blocks) for i in range(2))
     return row
 
 
 def measure_litert_lm(bundle: Path, runtime: str, shape: dict, rounds: int, threads: int) -> dict:
-    """LiteRT-LM's own benchmark (``litert_lm.Benchmark``: a fresh engine per round, its
-    prefill and decode tokens/s); the best of ``rounds``."""
-    import litert_lm
-    litert_lm.set_min_log_severity(litert_lm.LogSeverity.ERROR)
-    backend = litert_lm.Backend.GPU() if runtime == "litert-lm-gpu" else litert_lm.Backend.CPU(thread_count=threads)
-    row = {"prefill_tok_s": 0.0, "decode_tok_s": 0.0}
+    """:func:`litert_lm_block`, the best of ``rounds``."""
     with tempfile.TemporaryDirectory(prefix="litert-lm-cache-") as cache:
-        for r in range(rounds):
-            info = litert_lm.Benchmark(model_path=str(bundle), backend=backend, prefill_tokens=shape["prefill"],
-                                       decode_tokens=shape["decode"], max_num_tokens=shape["cache"],
-                                       cache_dir=cache).run()
-            if r == 0:
-                row["create_s"] = float(info.init_time_in_second)
-            row["prefill_tok_s"] = max(row["prefill_tok_s"], float(info.last_prefill_tokens_per_second))
-            row["decode_tok_s"] = max(row["decode_tok_s"], float(info.last_decode_tokens_per_second))
-    return row
+        runs = [litert_lm_block(bundle, runtime, shape, threads, cache) for _ in range(rounds)]
+    return {"create_s": runs[0][1], "prefill_tok_s": max(r[0][0] for r in runs),
+            "decode_tok_s": max(r[0][1] for r in runs)}
 
 
 # -- carrying (here) ---------------------------------------------------------------------------------------

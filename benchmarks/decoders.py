@@ -12,6 +12,11 @@ backend, from the same prompt ids:
   best block): prefill tokens/s (one prefill chunk of the longest prefill signature) and
   decode tokens/s (``--block`` decode steps from the same position).
 
+``--litert-lm`` (bundles only; needs ``pip install litert-lm-api``) times litegpu against
+LiteRT-LM's own CPU backend instead, the engine generative users run, alternating blocks in
+one process: a block is one ``litert_lm.Benchmark`` run (a fresh engine; its own prefill and
+decode tokens/s) against one litegpu session doing the same (benchmarks/acceptance_decoders.py).
+
 Usage::
 
     python benchmarks/decoders.py [MODEL ...] [--dir ~/.cache/litegpu/decoders] [--backend cpu]
@@ -95,6 +100,30 @@ def speed(path: Path, backend: str, threads: int, block: int, rounds: int) -> di
     return {f"{name}_{what}": value for (name, what), value in best.items()}
 
 
+def versus_litert_lm(path: Path, backend: str, threads: int, rounds: int) -> dict:
+    """Prefill and decode tokens/s of LiteRT-LM (CPU) and litegpu on a bundle, alternating
+    blocks, best block."""
+    import tempfile
+
+    from acceptance_decoders import DECODE_TOKENS, litegpu_block, litert_lm_block, prompt_ids as lm_prompt
+
+    from litegpu.lm import Engine
+    with Engine(path, backend=backend, num_threads=threads) as engine, tempfile.TemporaryDirectory() as cache:
+        prefill, cache_len = engine.prefills[-1].length, engine.max_num_tokens
+        shape = {"prefill": prefill, "cache": cache_len, "decode": max(1, min(DECODE_TOKENS, cache_len - prefill - 2))}
+        prompt = lm_prompt(engine.vocab_size, prefill + 1)
+        best = {k: 0.0 for k in ("litert_lm_prefill", "litert_lm_decode", "litegpu_prefill", "litegpu_decode")}
+        for r in range(rounds + 1):     # round 0 warms both
+            lm, _ = litert_lm_block(path, "litert-lm-cpu", shape, threads, cache)   # warms its fresh engine first
+            litegpu_block(engine, shape, prompt)    # so litegpu warms too, after LiteRT-LM's run left the caches
+            ours = litegpu_block(engine, shape, prompt)
+            if r:
+                for name, (pre, dec) in (("litert_lm", lm), ("litegpu", ours)):
+                    best[f"{name}_prefill"] = max(best[f"{name}_prefill"], pre)
+                    best[f"{name}_decode"] = max(best[f"{name}_decode"], dec)
+    return best
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("models", nargs="*", type=Path, help="decoders (default: every one in --dir)")
@@ -105,6 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--block", type=int, default=50, help="decode steps per timed block")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--no-speed", action="store_true", help="agreement only")
+    parser.add_argument("--litert-lm", action="store_true",
+                        help="bundles: speed against LiteRT-LM's CPU backend (no agreement run)")
     parser.add_argument("--markdown", action="store_true", help="print a markdown table")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
@@ -112,6 +143,8 @@ def main(argv: list[str] | None = None) -> int:
     if not models:
         log.error("no decoders given or found in %s (make them with benchmarks/export_decoders.py)", args.dir)
         return 2
+    if args.litert_lm:
+        return litert_lm_table([m for m in models if m.suffix == ".litertlm"], args)
     rows = []
     for i, path in enumerate(models, 1):
         log.info("[%d/%d] %s", i, len(models), path.name)
@@ -135,6 +168,21 @@ def main(argv: list[str] | None = None) -> int:
                          f"{r['litegpu_decode']:.0f} | {r['litegpu_decode'] / r['litert_decode']:.2f} |")
             print(line)
     return 0 if all(r["agree"] == r["steps"] for r in rows) else 1
+
+
+def litert_lm_table(bundles: list[Path], args: argparse.Namespace) -> int:
+    """--litert-lm: one markdown table of litegpu against LiteRT-LM."""
+    if not bundles:
+        log.error("--litert-lm times .litertlm bundles; none given or found")
+        return 2
+    print("| bundle | prefill tok/s LiteRT-LM | litegpu | ratio | decode tok/s LiteRT-LM | litegpu | ratio |")
+    print("|---|---|---|---|---|---|---|")
+    for path in bundles:
+        r = versus_litert_lm(path, args.backend, args.threads, args.rounds)
+        print(f"| {path.stem} | {r['litert_lm_prefill']:.0f} | {r['litegpu_prefill']:.0f} | "
+              f"{r['litegpu_prefill'] / r['litert_lm_prefill']:.2f} | {r['litert_lm_decode']:.0f} | "
+              f"{r['litegpu_decode']:.0f} | {r['litegpu_decode'] / r['litert_lm_decode']:.2f} |", flush=True)
+    return 0
 
 
 if __name__ == "__main__":

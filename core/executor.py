@@ -395,7 +395,10 @@ class CompiledSubgraph:
         otherwise."""
         if _PROFILING.active is not None:   # profiled runs go step by step on the subgraph's own arrays
             return False
-        key = tuple((t, id(a), a.ctypes.data) for t, a in sorted(arrays.items()))
+        # The arrays' identities name a binding: a binding keeps its arrays alive (so no other
+        # array takes their ids), and an array that is referenced cannot move its memory
+        # (numpy refuses such a resize).
+        key = tuple((t, id(a)) for t, a in sorted(arrays.items()))
         bound = self._bound_on.get(key)
         if bound is None:
             # Binding costs a slow first run: only arrays seen in an earlier call are worth it.

@@ -71,7 +71,7 @@ def _decoder_bundle(path: Path, skip_unless_required) -> None:
     """A block's ``.litertlm`` in its folder: the tiny llama benchmarks/export_decoders.py
     makes (CI does), bundled with its tokenizer; without them the block skips, saying so
     (fails where the run requires ``decoders``)."""
-    from test_decoders import DIR   # where the exported decoders are
+    from conftest import DECODERS_DIR as DIR   # where the exported decoders are
     model, tokenizer = DIR / "llama_f32_comp.tflite", DIR / "tokenizer.model"
     if not (model.exists() and tokenizer.exists()):
         skip_unless_required("decoders", f"{model} or {tokenizer} is missing: make them with "
