@@ -19,22 +19,23 @@ MiB: 25.5 wheels, 29 models, 3 the tree). Then, with the device tool::
         carry=[".wheelhouse"], timeout_s=600)
 
 Back come $OUT/report.md (also printed), $OUT/results.json (every raw number) and
-$OUT/acceptance.log.
-
-The decoders (litegpu's generation against LiteRT-LM's, tiny and 100M bundles) are a second
-call with its own wheelhouse, since LiteRT-LM's wheel alone is 47 MB (acceptance_decoders.py)::
-
-    python benchmarks/gpu_acceptance.py --download --decoders     # here: fills .wheelhouse-lm/
-    run(command="PYTHONUNBUFFERED=1 python3 benchmarks/gpu_acceptance.py --decoders --wheelhouse .wheelhouse-lm --out $OUT --budget 200",
-        carry=[".wheelhouse-lm"], timeout_s=260)
-
-Right after the first call the machine is still warm; give the first ``--budget 420`` so
-both fit the session's 15 device minutes. The script's budget (--budget, 480 s) covers the install too; with
+$OUT/acceptance.log. The script's budget (--budget, 480 s) covers the install too; with
 the machine's start (1-2 minutes) one call spends about 10 of a session's 15 device
 minutes, which leaves room for one narrower rerun (``--models mobilenet_v2``,
 ``--conformance-k CONV_2D``, ``--budget 200``). Without a GPU (here, CI) the same command
 runs what needs none and reports the rest as not run, with the reason; ``--quick`` (one
 built model, a few conformance cases, few invokes) is what tests/test_gpu_acceptance.py runs.
+
+The decoders (litegpu's generation against LiteRT-LM's, on tiny and 100M bundles) are a
+second call with its own wheelhouse, since LiteRT-LM's wheel alone is 47 MB
+(acceptance_decoders.py)::
+
+    python benchmarks/gpu_acceptance.py --download --decoders     # here: fills .wheelhouse-lm/
+    run(command="PYTHONUNBUFFERED=1 python3 benchmarks/gpu_acceptance.py --decoders --wheelhouse .wheelhouse-lm --out $OUT --budget 240",
+        carry=[".wheelhouse-lm"], timeout_s=300)
+
+Made right after the first call, it finds the machine still warm; give the first
+``--budget 400`` then, so that both fit the session's 15 device minutes.
 
 What it does (the report's sections; the parts run cuda first, see plan()). Each part
 that can run here gets a share of the time left, by its weight against the parts still
@@ -802,12 +803,14 @@ def models_part(run: Run, runtime: str, seconds: float) -> Outcome:
 
 
 def find_decoders(run: Run) -> None:
-    """The carried bundles (the hollow ones refilled), tiny ones first."""
+    """The carried bundles (the hollow ones refilled): int8, then INT4, then float weights,
+    the tiny size before the 100M one of each, so that a part out of time has both sizes."""
     if str(HERE) not in sys.path:
         sys.path.insert(0, str(HERE))
     from acceptance_decoders import find_bundles
     found, bad = find_bundles(Path(run.args.wheelhouse).resolve(), run.workdir / "decoders")
-    run.decoders = sorted(found, key=lambda c: c.shape["params"])
+    kind = lambda name: next((i for i, k in enumerate(("int8", "int4")) if k in name), 2)  # noqa: E731
+    run.decoders = sorted(found, key=lambda c: (kind(c.name), c.shape["params"]))
     run.not_run += [(f"decoder {name}", why) for name, why in bad]
 
 
@@ -823,9 +826,12 @@ def decoders_part(run: Run, runtime: str, seconds: float) -> Outcome:
         spec.write_text(json.dumps({"path": str(bundle.path), "reference": str(bundle.reference),
                                     "shape": bundle.shape}))
         items.append((bundle.name, str(spec)))
-    python = litert_lm_python(run) if runtime in (LITERT_LM_GPU, LITERT_LM_CPU) else sys.executable
+    lm = runtime in (LITERT_LM_GPU, LITERT_LM_CPU)
+    python = litert_lm_python(run) if lm else sys.executable
+    # A LiteRT-LM round creates its engine afresh (its benchmark's way): one round fewer.
+    rounds = max(1, run.args.rounds - 1) if lm else run.args.rounds
     command = lambda specs: [python, str(WORKER), "decode", runtime, str(results), *specs,  # noqa: E731
-                             "--threads", str(run.args.threads), "--rounds", str(run.args.rounds)]
+                             "--threads", str(run.args.threads), "--rounds", str(rounds)]
     supervised_rows(run, rows, items, command, results, start + seconds)
     return _models_outcome(f"decoders {runtime}", rows, time.monotonic() - start)
 
@@ -1433,7 +1439,7 @@ def download(args: argparse.Namespace) -> int:
         return 1
     if args.decoders:
         print('then: run(command="PYTHONUNBUFFERED=1 python3 benchmarks/gpu_acceptance.py --decoders --wheelhouse '
-              '.wheelhouse-lm --out $OUT --budget 200", carry=[".wheelhouse-lm"], timeout_s=260)')
+              '.wheelhouse-lm --out $OUT --budget 240", carry=[".wheelhouse-lm"], timeout_s=300)')
     else:
         print('then: run(command="PYTHONUNBUFFERED=1 python3 benchmarks/gpu_acceptance.py --wheelhouse .wheelhouse '
               '--out $OUT", carry=[".wheelhouse"], timeout_s=600)')
