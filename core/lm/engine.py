@@ -280,10 +280,7 @@ class Engine:
         self.backend = backend
         self.prefills, self.decode = self._signatures()
         self.kv_length = self._kv_length()
-        # Row p: the causal mask of a token at position p (every later position hidden).
-        # A step's mask rows are a slice of it.
-        kv = np.arange(self.kv_length)
-        self.causal_mask = np.where(kv[None, :] > kv[:, None], _MASKED, np.float32(0)).astype(np.float32)
+        self.cache_positions = np.arange(self.kv_length)     # the causal mask's columns
         limit = self.kv_length if not (self.metadata and self.metadata.max_num_tokens) else \
             min(self.kv_length, self.metadata.max_num_tokens)
         self.max_num_tokens = min(limit, max_num_tokens) if max_num_tokens else limit
@@ -420,14 +417,13 @@ class Session:
         tokens[0, :n] = ids
         # Padding positions continue the prompt: what they write in the cache lies beyond
         # the position, where the mask hides it until a later step overwrites it.
-        last = self.engine.kv_length - 1
-        positions = np.minimum(np.arange(self.position, self.position + sig.length, dtype=np.int32), last)
+        positions = np.minimum(np.arange(self.position, self.position + sig.length, dtype=np.int32),
+                               self.engine.kv_length - 1)
         feeds = {"tokens": tokens, "input_pos": positions}
         if sig.has_mask:
-            rows = self.engine.causal_mask[self.position:self.position + sig.mask_shape[-2]]
-            if len(rows) < sig.mask_shape[-2]:     # padding rows past the cache: a row attends to all
-                rows = np.concatenate([rows, np.zeros((sig.mask_shape[-2] - len(rows), rows.shape[1]), np.float32)])
-            feeds["mask"] = np.broadcast_to(rows, sig.mask_shape)
+            rows = np.arange(self.position, self.position + sig.mask_shape[-2])[:, None]
+            mask = np.where(self.engine.cache_positions > rows, _MASKED, np.float32(0))
+            feeds["mask"] = np.broadcast_to(mask, sig.mask_shape)
         out = self.engine.io.run(self.state, sig, feeds)
         self.position += n
         return out
