@@ -627,16 +627,27 @@ class KernelBuilder:
     def _add(self, stmt: Stmt) -> None:
         self._blocks[-1].append(stmt)
 
+    def _named(self, value: Expr) -> Expr:
+        """``value`` with its shared subexpressions declared as constants before the
+        statement about to be added (:mod:`.cse`)."""
+        from .cse import hoist
+
+        def declare(e: Expr) -> Sym:
+            sym = Sym(self._fresh("cs"), e.type)
+            self._add(Let(sym, e))
+            return sym
+        return hoist(value, declare)
+
     def let(self, name: str, value: Operand, type_: Type = INT) -> Sym:
         """A constant named after ``name`` holding ``value``."""
-        value = as_expr(value, type_)
+        value = self._named(as_expr(value, type_))
         sym = Sym(self._fresh(name), value.type)
         self._add(Let(sym, value))
         return sym
 
     def var(self, name: str, value: Operand, type_: Type = INT) -> Sym:
         """A mutable variable named after ``name``, initialized to ``value``."""
-        value = as_expr(value, type_)
+        value = self._named(as_expr(value, type_))
         sym = Sym(self._fresh(name), value.type)
         self._add(Var(sym, value))
         return sym
@@ -646,19 +657,21 @@ class KernelBuilder:
         value = as_expr(value, target.type)
         if value.type.scalar != target.type.scalar:
             raise TypeError(f"assigning a {value.type} to {target.name}, a {target.type}")
-        self._add(Assign(target, value, op))
+        self._add(Assign(target, self._named(value), op))
 
     def store(self, buffer: Buffer, index: Operand, value: Operand) -> None:
         """Store ``value`` (one element, or a vector's lanes) at ``index`` of ``buffer``."""
         value = as_expr(value, buffer.element())
         if not buffer.writes:
             raise TypeError(f"{buffer.name} is read-only")
-        self._add(Store(buffer, as_expr(index, INT), value))
+        index = self._named(as_expr(index, INT))
+        self._add(Store(buffer, index, self._named(value)))
 
     def local_store(self, array: LocalArray, index: Operand, value: Operand) -> None:
         """Store ``value`` at ``index`` of a local array (a vector into an array of scalars:
         its lanes at consecutive elements from ``index``, OpenCL's ``vstore``)."""
-        self._add(LocalStore(array, as_expr(index, INT), as_expr(value, array.type)))
+        index = self._named(as_expr(index, INT))
+        self._add(LocalStore(array, index, self._named(as_expr(value, array.type))))
 
     def barrier(self) -> None:
         """See :class:`Barrier`."""
@@ -683,7 +696,7 @@ class KernelBuilder:
             raise TypeError(f"an if needs a scalar bool condition, got {cond.type}")
         with self._block() as body:
             yield
-        self._add(If(cond, body))
+        self._add(If(self._named(cond), body))
 
     @contextlib.contextmanager
     def else_(self) -> Iterator[None]:
