@@ -15,7 +15,6 @@ import importlib.util
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -82,7 +81,8 @@ def test_a_hollow_bundle_refills_to_weights_litegpu_reads(name, kinds, carry, de
                   key=lambda t: t.data.size)
     if "int8" in kinds:   # the largest int8 constant holds the codes of its bytes
         start = next(r["offset"] for r in recipe["ranges"] if r["bytes"] == weights.data.size)
-        assert np.array_equal(weights.data.reshape(-1).view(np.uint8), carry.fill_codes("int8", start, weights.data.size))
+        codes = carry.fill_codes("int8", start, weights.data.size)
+        assert np.array_equal(weights.data.reshape(-1).view(np.uint8), codes)
     else:                 # the int4 codes unpack within [-7, 7], and their block scales are the filled ones
         assert weights.data.min() == -7 and weights.data.max() == 7
         scales = weights.quantization.scales
@@ -94,31 +94,22 @@ def test_a_hollow_bundle_refills_to_weights_litegpu_reads(name, kinds, carry, de
 
 
 @pytest.fixture(scope="module")
-def decoders_run(tmp_path_factory, request):
+def decoders_run(tmp_path_factory, carry, decoder, litert_lm_python):
     """``prepare`` on one tiny bundle, then one --quick --decoders run: (report.md, results.json)."""
-    decoder = request.getfixturevalue("decoder")
-    bundle = decoder("llama_int4_block32_comp", ".litertlm")
-    python = request.getfixturevalue("litert_lm_python")
     tmp = tmp_path_factory.mktemp("decoders")
-    spec = importlib.util.spec_from_file_location("acceptance_decoders_prep", REPO / "benchmarks" / "acceptance_decoders.py")
-    carry = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = carry
-    spec.loader.exec_module(carry)
-    carry.prepare(tmp / "wheelhouse", [("tiny_llama", bundle, False)])
-    del sys.modules[spec.name]
+    carry.prepare(tmp / "wheelhouse", [("tiny_llama", decoder("llama_int4_block32_comp", ".litertlm"), False)])
     cmd = [sys.executable, str(SCRIPT), "--decoders", "--quick", "--budget", "360", "--workdir", str(tmp / "work"),
-           "--out", str(tmp / "out"), "--wheelhouse", str(tmp / "wheelhouse"), "--litert-lm-python", str(python),
-           "--parts", "decoders cpu,decoders opencl,litert-lm"]
-    start = time.monotonic()
+           "--out", str(tmp / "out"), "--wheelhouse", str(tmp / "wheelhouse"),
+           "--litert-lm-python", str(litert_lm_python), "--parts", "decoders cpu,decoders opencl,litert-lm"]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=QUICK_LIMIT_S, cwd=tmp)
     assert res.returncode == 0, res.stderr[-3000:]
     report = (tmp / "out" / "report.md").read_text()
     assert report.strip() in res.stdout
-    return report, json.loads((tmp / "out" / "results.json").read_text()), time.monotonic() - start
+    return report, json.loads((tmp / "out" / "results.json").read_text())
 
 
 def test_decoders_run_gives_litert_s_tokens_and_speeds(decoders_run):
-    report, results, _ = decoders_run
+    report, results = decoders_run
     assert "## Decoders against LiteRT-LM" in report and "## Not run" in report
     assert [d["name"] for d in results["decoders"]] == ["tiny_llama"]
     shape = results["decoders"][0]["shape"]
@@ -137,7 +128,7 @@ def test_decoders_run_gives_litert_s_tokens_and_speeds(decoders_run):
 
 def test_decoders_run_on_a_gpu_backend(decoders_run, opencl):
     """opencl (PoCL here) runs the same worker path cuda runs there, and says it ran on a CPU."""
-    report, results, _ = decoders_run
+    report, results = decoders_run
     row = results["decoder_rows"]["opencl"]["tiny_llama"]
     assert "error" not in row, row
     assert row["accuracy"]["agree"] == row["accuracy"]["steps"] and row["accuracy"]["max_rel"] < 5e-3
@@ -145,7 +136,7 @@ def test_decoders_run_on_a_gpu_backend(decoders_run, opencl):
 
 
 def test_decoders_run_says_why_litert_lm_gpu_did_not_run(decoders_run):
-    _, results, _ = decoders_run
+    _, results = decoders_run
     outcome = next(o for o in results["outcomes"] if o["part"] == "decoders litert-lm-gpu")
     if results["gpu"]:
         pytest.skip("this machine has an NVIDIA GPU: LiteRT-LM's GPU backend ran")
