@@ -37,6 +37,9 @@ from pathlib import Path
 import numpy as np
 
 log = logging.getLogger("benchmarks.decoders")
+# --litert-lm: a pause after each runtime's block, so the other does not start beside the
+# first one's worker threads still spinning down.
+SETTLE_S = 0.05
 DEFAULT_DIR = Path(os.environ.get("LITEGPU_DECODERS_DIR", Path.home() / ".cache" / "litegpu" / "decoders"))
 
 
@@ -115,8 +118,10 @@ def versus_litert_lm(path: Path, backend: str, threads: int, rounds: int) -> dic
         best = {k: 0.0 for k in ("litert_lm_prefill", "litert_lm_decode", "litegpu_prefill", "litegpu_decode")}
         for r in range(rounds + 1):     # round 0 warms both
             lm, _ = litert_lm_block(path, "litert-lm-cpu", shape, threads, cache)   # warms its fresh engine first
+            time.sleep(SETTLE_S)
             litegpu_block(engine, shape, prompt)    # so litegpu warms too, after LiteRT-LM's run left the caches
             ours = litegpu_block(engine, shape, prompt)
+            time.sleep(SETTLE_S)
             if r:
                 for name, (pre, dec) in (("litert_lm", lm), ("litegpu", ours)):
                     best[f"{name}_prefill"] = max(best[f"{name}_prefill"], pre)
