@@ -201,9 +201,13 @@ def write_reference(bundle: Path, dest: Path, threads: int = 2) -> dict:
         steps = max(2, min(REFERENCE_STEPS, REFERENCE_LOGITS // engine.vocab_size))
         tokens, logits = greedy(engine, prompt, steps)
     np.savez(dest, prompt=np.array(prompt, np.int32), tokens=np.array(tokens, np.int32), logits=logits)
-    params = parameters(bundle.read_bytes())
-    return {"prefill": prefill, "cache": cache, "decode": max(1, min(DECODE_TOKENS, cache - prefill - 2)),
-            "params": params}
+    return {**decode_shape(prefill, cache), "params": parameters(bundle.read_bytes())}
+
+
+def decode_shape(prefill: int, cache: int) -> dict:
+    """What a timed block asks of both runtimes: ``prefill`` tokens through the prefill
+    signature, then up to :data:`DECODE_TOKENS` decode steps that fit the ``cache``."""
+    return {"prefill": prefill, "cache": cache, "decode": max(1, min(DECODE_TOKENS, cache - prefill - 2))}
 
 
 # -- the worker side ------------------------------------------------------------------------------------

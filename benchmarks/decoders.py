@@ -53,16 +53,13 @@ def agreement(path: Path, backend: str, threads: int, steps: int) -> dict:
     from ai_edge_litert.interpreter import Interpreter as LiteRT
 
     from litegpu.lm import Engine
+    from acceptance_decoders import greedy
     results = []
     for runtime in (LiteRT, None):
         engine = Engine(path, backend=backend, num_threads=threads, runtime=runtime)
-        session = engine.create_session()
-        session.prefill_tokens(prompt_ids(engine.vocab_size, min(12, engine.max_num_tokens // 4)))
-        tokens, logits = [], []
-        for _ in range(min(steps, engine.max_num_tokens - session.position - 1)):
-            tokens.append(session.decode_token())
-            logits.append(session.logits.copy())
-        results.append((tokens, np.array(logits)))
+        prompt = prompt_ids(engine.vocab_size, min(12, engine.max_num_tokens // 4))
+        # (the prompt's last id waits for the first decode step: len(prompt) - 1 positions are taken)
+        results.append(greedy(engine, prompt, min(steps, engine.max_num_tokens - len(prompt))))
     (want_tokens, want), (got_tokens, got) = results
     same = next((i for i, (a, b) in enumerate(zip(want_tokens, got_tokens)) if a != b), len(want_tokens))
     # Logits are compared while both runs have fed the same tokens: up to and including the
@@ -108,13 +105,12 @@ def versus_litert_lm(path: Path, backend: str, threads: int, rounds: int) -> dic
     blocks, best block."""
     import tempfile
 
-    from acceptance_decoders import DECODE_TOKENS, litegpu_block, litert_lm_block, prompt_ids as lm_prompt
+    from acceptance_decoders import decode_shape, litegpu_block, litert_lm_block, prompt_ids as lm_prompt
 
     from litegpu.lm import Engine
     with Engine(path, backend=backend, num_threads=threads) as engine, tempfile.TemporaryDirectory() as cache:
-        prefill, cache_len = engine.prefills[-1].length, engine.max_num_tokens
-        shape = {"prefill": prefill, "cache": cache_len, "decode": max(1, min(DECODE_TOKENS, cache_len - prefill - 2))}
-        prompt = lm_prompt(engine.vocab_size, prefill + 1)
+        shape = decode_shape(engine.prefills[-1].length, engine.max_num_tokens)
+        prompt = lm_prompt(engine.vocab_size, shape["prefill"] + 1)
         best = {k: 0.0 for k in ("litert_lm_prefill", "litert_lm_decode", "litegpu_prefill", "litegpu_decode")}
         for r in range(rounds + 1):     # round 0 warms both
             lm, _ = litert_lm_block(path, "litert-lm-cpu", shape, threads, cache)   # warms its fresh engine first

@@ -238,6 +238,13 @@ def _kill_group(proc: subprocess.Popen) -> None:
         proc.kill()
 
 
+def _sibling_modules() -> None:
+    """Make this folder's modules (startup, acceptance_decoders) importable, late: on
+    sys.path from the start, its timing.py and models.py would shadow others' modules."""
+    if str(HERE) not in sys.path:
+        sys.path.insert(0, str(HERE))
+
+
 def worker_cmd(*args: str) -> list[str]:
     return [sys.executable, str(WORKER), *args]
 
@@ -805,8 +812,7 @@ def models_part(run: Run, runtime: str, seconds: float) -> Outcome:
 def find_decoders(run: Run) -> None:
     """The carried bundles (the hollow ones refilled): int8, then INT4, then float weights,
     the tiny size before the 100M one of each, so that a part out of time has both sizes."""
-    if str(HERE) not in sys.path:
-        sys.path.insert(0, str(HERE))
+    _sibling_modules()
     from acceptance_decoders import find_bundles
     found, bad = find_bundles(Path(run.args.wheelhouse).resolve(), run.workdir / "decoders")
     kind = lambda name: next((i for i, k in enumerate(("int8", "int4")) if k in name), 2)  # noqa: E731
@@ -875,8 +881,7 @@ def creation_part(run: Run, seconds: float) -> Outcome:
 
 def _cold_and_warm(run: Run, runtime: str, model: ModelSpec, deadline: float) -> dict:
     """Two processes on one set of fresh cache folders: the first cold, the second warm."""
-    if str(HERE) not in sys.path:
-        sys.path.insert(0, str(HERE))
+    _sibling_modules()
     from startup import CACHE_VARS  # what "cold" empties, as the startup benchmark does
     out: dict = {}
     with tempfile.TemporaryDirectory(prefix="caches-", dir=run.workdir) as tmp:
@@ -1400,8 +1405,7 @@ def write_manifest(wheelhouse: Path) -> None:
 def carry_decoders(folder: Path, tiny_dir: Path, large_dir: Path) -> list[str]:
     """The decoders part's bundles (acceptance_decoders.prepare): the tiny ones whole, the
     100M ones hollow, each with LiteRT's answers."""
-    if str(HERE) not in sys.path:
-        sys.path.insert(0, str(HERE))
+    _sibling_modules()
     from acceptance_decoders import prepare
     shutil.rmtree(folder / "decoders", ignore_errors=True)
     wanted = [(f"tiny_{stem}", tiny_dir / f"{stem}.litertlm", False) for stem in CARRIED_DECODERS]

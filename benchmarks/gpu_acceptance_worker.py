@@ -356,45 +356,42 @@ def _interpreter_details(path: Path) -> list[dict]:
     return LiteRT(model_path=str(path)).get_input_details()
 
 
-def models_command(opts: argparse.Namespace) -> None:
-    """Each model in turn; a line before (so a crash names its model) and one after."""
+def _each_spec(opts: argparse.Namespace, measure: Callable[[str], dict]) -> None:
+    """``measure(spec)`` for each ``NAME=SPEC`` in turn, into ``opts.results``: a line before
+    (so a crash names its item) and one after; an item's failure is its row, and the next
+    item still runs."""
     with open(opts.results, "a", encoding="utf-8") as results:
-        for spec in opts.specs:
-            name, path = spec.split("=", 1)
+        for item in opts.specs:
+            name, spec = item.split("=", 1)
             results.write(json.dumps({"start": name, "t": time.time()}) + "\n")
             results.flush()
             try:
-                if opts.runtime == LITERT_GPU:
-                    row = litert_gpu_row(Path(path), opts)
-                else:
-                    row = litegpu_row(Path(path), opts.runtime, opts)
-            except Exception as exc:  # the model's failure is its row; the next model still runs
+                row = measure(spec)
+            except Exception as exc:
                 row = {"error": f"{type(exc).__name__}: {exc}"[:400]}
             results.write(json.dumps({"done": name, "row": row}) + "\n")
             results.flush()
+
+
+def models_command(opts: argparse.Namespace) -> None:
+    """Each model (``NAME=PATH``) on ``opts.runtime``."""
+    if opts.runtime == LITERT_GPU:
+        _each_spec(opts, lambda path: litert_gpu_row(Path(path), opts))
+    else:
+        _each_spec(opts, lambda path: litegpu_row(Path(path), opts.runtime, opts))
 
 
 def decode_command(opts: argparse.Namespace) -> None:
-    """Each bundle in turn (``NAME=SPEC``, SPEC a JSON file: path, reference, shape), written
-    like ``models``: a line before and one after each."""
+    """Each bundle (``NAME=SPEC``, SPEC a JSON file: path, reference, shape) on ``opts.runtime``."""
     from acceptance_decoders import LITERT_LM_RUNTIMES, measure_litegpu, measure_litert_lm
-    with open(opts.results, "a", encoding="utf-8") as results:
-        for spec in opts.specs:
-            name, spec_path = spec.split("=", 1)
-            results.write(json.dumps({"start": name, "t": time.time()}) + "\n")
-            results.flush()
-            try:
-                bundle = json.loads(Path(spec_path).read_text())
-                if opts.runtime in LITERT_LM_RUNTIMES:
-                    row = measure_litert_lm(Path(bundle["path"]), opts.runtime, bundle["shape"], opts.rounds,
-                                            opts.threads)
-                else:
-                    row = measure_litegpu(Path(bundle["path"]), opts.runtime, bundle["shape"], opts.rounds,
-                                          opts.threads, Path(bundle["reference"]))
-            except Exception as exc:  # the bundle's failure is its row; the next bundle still runs
-                row = {"error": f"{type(exc).__name__}: {exc}"[:400]}
-            results.write(json.dumps({"done": name, "row": row}) + "\n")
-            results.flush()
+
+    def measure(spec: str) -> dict:
+        bundle = json.loads(Path(spec).read_text())
+        if opts.runtime in LITERT_LM_RUNTIMES:
+            return measure_litert_lm(Path(bundle["path"]), opts.runtime, bundle["shape"], opts.rounds, opts.threads)
+        return measure_litegpu(Path(bundle["path"]), opts.runtime, bundle["shape"], opts.rounds, opts.threads,
+                               Path(bundle["reference"]))
+    _each_spec(opts, measure)
 
 
 # -- creation, cold and warm ---------------------------------------------------------------
