@@ -145,6 +145,9 @@ class CompiledModel:
         self._worker: ThreadPoolExecutor | None = None
         self._pending: Future | None = None   # the last run submitted to the worker, until done
         self._queue_lock = threading.Lock()   # the choice between worker and caller, per run
+        # Host runs on the same buffers again (a decoder's steps): (signature, buffer ids) ->
+        # (arrays by tensor, their binding key, the buffers).
+        self._host_runs: dict[tuple[int, ...], tuple] = {}
 
     @classmethod
     def from_file(cls, model_path: str | os.PathLike, hardware_accel: HardwareAccelerator | None = None,
@@ -427,18 +430,34 @@ class CompiledModel:
         own arrays (:meth:`CompiledSubgraph.run_on`: nothing copied in or out; an input and
         output given one buffer, a KV cache, updated where it lies). False, with nothing
         run, where the run takes the copying path instead."""
-        if compiled.runner is not None or any(b.is_device for b in (*input_buffers, *output_buffers)):
+        if compiled.runner is not None:
             return False
-        arrays = {t: buf.array for t, buf in zip(sig.inputs.values(), input_buffers)}
-        arrays.update((t, buf.array) for t, buf in zip(sig.outputs.values(), output_buffers))
+        buffers = (*input_buffers, *output_buffers)
+        ids = (sig.key, *map(id, buffers))
+        known = self._host_runs.get(ids)
+        if known is None:
+            if any(b.is_device for b in buffers):
+                return False
+            tensors = (*sig.inputs.values(), *sig.outputs.values())
+            arrays = {t: buf.array for t, buf in zip(tensors, buffers)}
+            # (a host buffer's array is fixed for its life; the buffers are kept with it, so
+            # that no other buffer takes their ids)
+            known = (arrays, compiled.binding_key(arrays), buffers)
+            if len(self._host_runs) >= 8:
+                self._host_runs.pop(next(iter(self._host_runs)))
+            self._host_runs[ids] = known
+        for buf in buffers:
+            if buf.event is not None:
+                buf.wait()
         with self._queue_lock:
             if self._pending is not None:
                 return False
             with self._session.guard.serialized(f"run of signature {sig.key!r}"):
-                if not compiled.run_on(arrays):
+                if not compiled.run_on(known[0], known[1]):
                     return False
         for buf in output_buffers:
-            buf.set_event(None)
+            if buf.event is not None:
+                buf.set_event(None)
         return True
 
     @staticmethod
@@ -465,8 +484,10 @@ class CompiledModel:
         """Run a signature with buffers keyed by name."""
         i = self._index(signature_key)
         sig = self._signatures[i]
-        missing = set(sig.inputs) - set(input_map)
-        if missing:
-            raise InvalidArgumentError(f"missing inputs {sorted(missing)} for signature {signature_key!r}")
+        try:
+            inputs = [input_map[n] for n in sig.inputs]
+        except KeyError:
+            raise InvalidArgumentError(f"missing inputs {sorted(set(sig.inputs) - set(input_map))} for signature "
+                                       f"{signature_key!r}") from None
         outs = [output_map.get(n) or self._new_buffer(i, t) for n, t in sig.outputs.items()]
-        self.run_by_index(i, [input_map[n] for n in sig.inputs], outs)
+        self.run_by_index(i, inputs, outs)

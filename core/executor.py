@@ -379,7 +379,14 @@ class CompiledSubgraph:
             return COMPLETE
         return self.runner.run(self.runner.plan(bound), bound, wait_for)
 
-    def run_on(self, arrays: dict[int, np.ndarray]) -> bool:
+    @staticmethod
+    def binding_key(arrays: dict[int, np.ndarray]) -> tuple:
+        """The name of :meth:`run_on`'s binding to ``arrays``: the tensors and the arrays'
+        identities (a binding keeps its arrays alive, so no other array takes their ids,
+        and an array that is referenced cannot move its memory: numpy refuses such a resize)."""
+        return tuple((t, id(a)) for t, a in sorted(arrays.items()))
+
+    def run_on(self, arrays: dict[int, np.ndarray], key: tuple | None = None) -> bool:
         """Run with tensor ``t`` read or written in ``arrays[t]`` (subgraph inputs and
         outputs: a caller's buffers, used in place, nothing copied in or out); False, with
         nothing run, where that cannot be done (a device partition, run-time shapes, arrays
@@ -392,13 +399,11 @@ class CompiledSubgraph:
         the input is read by one node only, a DYNAMIC_UPDATE_SLICE (its operand), whose
         result is that output (a KV cache updated where it lies, as LiteRT-LM runs it).
         Any other sharing is refused (False), as is sharing between inputs and outputs
-        otherwise."""
+        otherwise. ``key``: :meth:`binding_key` of ``arrays``, when the caller keeps it."""
         if _PROFILING.active is not None:   # profiled runs go step by step on the subgraph's own arrays
             return False
-        # The arrays' identities name a binding: a binding keeps its arrays alive (so no other
-        # array takes their ids), and an array that is referenced cannot move its memory
-        # (numpy refuses such a resize).
-        key = tuple((t, id(a)) for t, a in sorted(arrays.items()))
+        if key is None:
+            key = self.binding_key(arrays)
         bound = self._bound_on.get(key)
         if bound is None:
             # Binding costs a slow first run: only arrays seen in an earlier call are worth it.

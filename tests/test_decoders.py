@@ -57,7 +57,7 @@ def test_greedy_decoding_matches_litert_on_each_backend(backend, decoder):
     assert report.nodes_on(backend) >= len(report.assignments) - 1
     if backend != "cpu":       # the KV cache lives in device memory, in and out
         session = engine.create_session()
-        assert all(buf.is_device for kv in session.state for buf in kv.values())
+        assert all(buf.is_device for kv in session.state.sets for buf in kv.values())
 
 
 @pytest.fixture

@@ -44,8 +44,8 @@ def run_on_results(monkeypatch) -> list[bool]:
     seen: list[bool] = []
     original = CompiledSubgraph.run_on
 
-    def spy(self, arrays):
-        seen.append(original(self, arrays))
+    def spy(self, arrays, key=None):
+        seen.append(original(self, arrays, key))
         return seen[-1]
     monkeypatch.setattr(CompiledSubgraph, "run_on", spy)
     return seen

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import threading
 import time
 import weakref
 from collections.abc import Iterator, Sequence
@@ -145,9 +146,14 @@ class _InterpreterIO:
                 self._signatures[key] = (runner.get_input_details(), runner.get_output_details())
         return self._signatures
 
+    def feed_arrays(self, sig: _Signature, names: Sequence[str]) -> dict[str, np.ndarray]:
+        """Arrays of the model's shapes and dtypes for the ``names`` inputs of ``sig``, which
+        each step fills and :meth:`run` reads."""
+        details = self.signatures()[sig.key][0]
+        return {n: np.zeros(details[n]["shape"], details[n]["dtype"]) for n in names}
+
     def new_state(self, decode: _Signature) -> dict[str, np.ndarray]:
-        details = self.signatures()[decode.key][0]
-        return {n: np.zeros(details[n]["shape"], details[n]["dtype"]) for n in decode.kv_names}
+        return self.feed_arrays(decode, decode.kv_names)
 
     def run(self, state: dict, sig: _Signature, feeds: dict[str, np.ndarray]) -> dict:
         runner = self._runners.get(sig.key)
@@ -163,6 +169,52 @@ class _InterpreterIO:
 
     def close(self) -> None:
         self._runners, self.interpreter = {}, None
+
+
+class _Feeds:
+    """A signature's token, position and mask inputs, filled in place for each step.
+
+    Padding positions continue the prompt, clamped to the cache: what they write in the
+    cache lies beyond the position, where the mask hides it until a later step overwrites
+    it. The causal mask's row for position ``r`` is 0 at columns ``<= r`` and
+    :data:`_MASKED` after: it is the window ``[Z-1-r, Z-1-r+kv)`` of a ramp of ``Z`` zeros
+    then ``kv`` masked values, so a step's rows are one strided copy of the ramp's windows."""
+
+    def __init__(self, sig: _Signature, arrays: dict[str, np.ndarray], kv_length: int) -> None:
+        self.arrays = arrays
+        self.tokens = arrays["tokens"].reshape(-1)
+        self.positions = arrays["input_pos"].reshape(-1)
+        longest = kv_length + self.positions.size
+        self._clamped = np.minimum(np.arange(longest), kv_length - 1).astype(self.positions.dtype)
+        self.mask = None
+        if sig.has_mask:
+            rows = sig.mask_shape[-2]
+            self.mask = arrays["mask"].reshape(-1, rows, kv_length)
+            self._zeros = kv_length + rows     # a row's position is below the cache's length plus the rows
+            ramp = np.full(self._zeros + kv_length, _MASKED, self.mask.dtype)
+            ramp[:self._zeros] = 0
+            self._windows = np.lib.stride_tricks.sliding_window_view(ramp, kv_length)
+
+    def fill(self, ids: list[int], position: int) -> None:
+        """The inputs of ``ids`` at ``position`` (zero tokens after them)."""
+        n = len(ids)
+        self.tokens[:n] = ids
+        self.tokens[n:] = 0
+        self.positions[...] = self._clamped[position:position + self.positions.size]
+        if self.mask is not None:
+            end = self._zeros - position
+            self.mask[...] = self._windows[end - self.mask.shape[1]:end][::-1]
+
+
+class _KvState:
+    """A session's KV cache on a :class:`_CompiledIO`: its sets of buffers (one updated in
+    place, or two a step reads and writes in turn), whose set is read next, and each
+    signature's run maps for it, made once."""
+
+    def __init__(self, sets: list[dict]) -> None:
+        self.sets = sets
+        self.turn = 0
+        self.maps: dict[tuple[str, int], tuple[dict, dict]] = {}
 
 
 class _CompiledIO:
@@ -181,8 +233,10 @@ class _CompiledIO:
         self.in_place = in_place
         # Caches of ended sessions, zeroed for the next: the model's steps stay bound to
         # their arrays (binding a new set costs a slow first run).
-        self._free: list[list[dict]] = []
-        self._buffers: dict[str, tuple[dict, dict]] = {}
+        self._free: list[_KvState] = []
+        # Per signature: its input buffers (the feeds), the ones a run copies in (device
+        # buffers; a host buffer is the array the step fills), its non-cache output buffers.
+        self._buffers: dict[str, tuple[dict, tuple, dict]] = {}
         self._signatures: dict[str, tuple[dict, dict]] | None = None
 
     @classmethod
@@ -206,37 +260,50 @@ class _CompiledIO:
                                 for key in self.model.get_signature_list()}
         return self._signatures
 
-    def new_state(self, decode: _Signature) -> list[dict]:
+    def feed_arrays(self, sig: _Signature, names: Sequence[str]) -> dict[str, np.ndarray]:
+        """The arrays each step fills for the ``names`` inputs of ``sig``: a host input
+        buffer's own array (the run reads it where it lies), else one that :meth:`run`
+        copies into the device buffer."""
+        model = self.model
+        inputs = {n: model.create_input_buffer_by_name(sig.key, n) for n in names}
+        arrays = {n: np.zeros(buf.get_tensor_details()["shape"], buf.get_tensor_details()["dtype"])
+                  if buf.is_device else buf.array for n, buf in inputs.items()}
+        outputs = {n: model.create_output_buffer_by_name(sig.key, n)
+                   for n in model.get_signature_list()[sig.key]["outputs"] if n not in sig.kv_names}
+        copied = tuple((inputs[n], arrays[n]) for n in names if inputs[n].is_device)
+        self._buffers[sig.key] = (inputs, copied, outputs)
+        return arrays
+
+    def new_state(self, decode: _Signature) -> "_KvState":
         """The sets of KV buffers (one in place, else two), zeros, of the kind the decode
         signature prefers: an ended session's, when there is one (see :meth:`release`)."""
         if self._free:
             state = self._free.pop()
-            for buffers in state:
+            for buffers in state.sets:
                 for buf in buffers.values():
                     buf.array[...] = 0
+            state.turn = 0
             return state
-        return [{n: self.model.create_input_buffer_by_name(decode.key, n) for n in decode.kv_names}
-                for _ in range(1 if self.in_place else 2)]
+        return _KvState([{n: self.model.create_input_buffer_by_name(decode.key, n) for n in decode.kv_names}
+                         for _ in range(1 if self.in_place else 2)])
 
-    def release(self, state: list[dict]) -> None:
+    def release(self, state: "_KvState") -> None:
         """Keep an ended session's host cache for the next session (a few at most)."""
         if self.in_place and len(self._free) < 2:
             self._free.append(state)
 
-    def run(self, state: list[dict], sig: _Signature, feeds: dict[str, np.ndarray]) -> dict:
-        buffers = self._buffers.get(sig.key)
-        if buffers is None:
-            listing = self.model.get_signature_list()[sig.key]
-            buffers = self._buffers[sig.key] = (
-                {n: self.model.create_input_buffer_by_name(sig.key, n) for n in listing["inputs"] if n in feeds},
-                {n: self.model.create_output_buffer_by_name(sig.key, n) for n in listing["outputs"]
-                 if n not in sig.kv_names})
-        inputs, outputs = buffers
-        for name, value in feeds.items():
-            inputs[name].write(value)
-        current, other = state[0], state[-1]
-        self.model.run_by_name(sig.key, {**inputs, **current}, {**outputs, **other})
-        state.reverse()
+    def run(self, state: "_KvState", sig: _Signature, feeds: dict[str, np.ndarray]) -> dict:
+        """Run ``sig`` on the arrays :meth:`feed_arrays` gave (``feeds``, filled) and the
+        session's cache; the non-cache outputs by name."""
+        inputs, copied, outputs = self._buffers[sig.key]
+        for buf, array in copied:
+            buf.write(array)
+        maps = state.maps.get((sig.key, state.turn))
+        if maps is None:
+            current, other = state.sets[state.turn], state.sets[(state.turn + 1) % len(state.sets)]
+            maps = state.maps[sig.key, state.turn] = ({**inputs, **current}, {**outputs, **other})
+        self.model.run_by_name(sig.key, *maps)
+        state.turn = (state.turn + 1) % len(state.sets)
         return {name: buf.array for name, buf in outputs.items()}
 
     def report(self, key: str):
@@ -280,7 +347,8 @@ class Engine:
         self.backend = backend
         self.prefills, self.decode = self._signatures()
         self.kv_length = self._kv_length()
-        self.cache_positions = np.arange(self.kv_length)     # the causal mask's columns
+        self.lock = threading.Lock()
+        self._feeds: dict[str, _Feeds] = {}
         limit = self.kv_length if not (self.metadata and self.metadata.max_num_tokens) else \
             min(self.kv_length, self.metadata.max_num_tokens)
         self.max_num_tokens = min(limit, max_num_tokens) if max_num_tokens else limit
@@ -332,6 +400,14 @@ class Engine:
             return int(self.decode.mask_shape[-1])
         details = self.io.signatures()[self.decode.key][0]
         return max(int(d) for name in self.decode.kv_names for d in details[name]["shape"][1:])
+
+    def feeds(self, sig: _Signature) -> "_Feeds":
+        """The arrays a run of ``sig`` reads its tokens, positions and mask from."""
+        feeds = self._feeds.get(sig.key)
+        if feeds is None:
+            names = ["tokens", "input_pos"] + (["mask"] if sig.has_mask else [])
+            feeds = self._feeds[sig.key] = _Feeds(sig, self.io.feed_arrays(sig, names), self.kv_length)
+        return feeds
 
     def delegation_report(self, signature: str = "decode"):
         """Where each node of a signature runs (see ``Interpreter.get_delegation_report``)."""
@@ -412,20 +488,10 @@ class Session:
                                      + (" or the bundle's max_num_tokens)" if self.engine.metadata else ")"))
 
     def _run(self, sig: _Signature, ids: list[int]) -> dict:
-        n = len(ids)
-        tokens = np.zeros((1, sig.length), np.int32)
-        tokens[0, :n] = ids
-        # Padding positions continue the prompt: what they write in the cache lies beyond
-        # the position, where the mask hides it until a later step overwrites it.
-        positions = np.minimum(np.arange(self.position, self.position + sig.length, dtype=np.int32),
-                               self.engine.kv_length - 1)
-        feeds = {"tokens": tokens, "input_pos": positions}
-        if sig.has_mask:
-            rows = np.arange(self.position, self.position + sig.mask_shape[-2])[:, None]
-            mask = np.where(self.engine.cache_positions > rows, _MASKED, np.float32(0))
-            feeds["mask"] = np.broadcast_to(mask, sig.mask_shape)
-        out = self.engine.io.run(self.state, sig, feeds)
-        self.position += n
+        with self.engine.lock:     # sessions of one engine share its feed arrays
+            self.engine.feeds(sig).fill(ids, self.position)
+            out = self.engine.io.run(self.state, sig, self.engine.feeds(sig).arrays)
+        self.position += len(ids)
         return out
 
     # -- text -----------------------------------------------------------------------------
