@@ -1,7 +1,8 @@
-"""Float DEPTHWISE_CONV_2D, AVERAGE_POOL_2D, MEAN / SUM, SOFTMAX, SIN, COS and RSQRT on cpu with LiteRT's bits: the
-order of XNNPACK's sums (litegpu_cpu.kernels.xnn_order), against LiteRT itself on single-op
-models, every cpu kernel of each op (the 3x3 stride-1 and stride-2 paths, the framed 5x5
-one, the general one; the pool's passes; channel and row sums).
+"""Float DEPTHWISE_CONV_2D, AVERAGE_POOL_2D, MEAN / SUM, SOFTMAX, SIN, COS, RSQRT, TANH and
+few-row FULLY_CONNECTED on cpu with LiteRT's bits: the order of XNNPACK's sums
+(litegpu_cpu.kernels.xnn_order), against LiteRT itself on single-op models, every cpu
+kernel of each op (the 3x3 stride-1 and stride-2 paths, the framed 5x5 one, the general
+one; the pool's passes; channel and row sums, over one run of axes or several).
 
 The tap orders, the pool's tree and the channel sums are XNNPACK's on any x86 host; a
 depthwise tap is one fused multiply-add only where XNNPACK runs its FMA3 or AVX-512F
@@ -266,6 +267,29 @@ def test_row_sums_give_litert_bits(case):
     assert_same_bits(*run_both(reduce_model(op, shape, axes, keep), [x]))
 
 
+SEVERAL_RUNS = [  # axes in several runs (kept axes between), or with reduced axes of size 1
+    ("MEAN", (1, 8, 2560), [0, 2], False),       # a LayerNorm's decomposition (phi-2)
+    ("MEAN", (1, 4, 768), [0, 2], True), ("MEAN", (2, 3, 100), [0, 2], False), ("SUM", (4, 5, 37), [0, 2], True),
+    ("MEAN", (2, 3, 4, 50), [1, 3], False), ("MEAN", (2, 3, 4, 50), [0, 1, 3], True),
+    ("MEAN", (2, 3, 4, 50), [0, 2], False), ("SUM", (3, 2, 5, 7), [0, 2], True),    # channel sums
+    ("MEAN", (2, 3, 4, 5, 6), [0, 2, 3], False), ("MEAN", (4, 1, 5, 6), [1, 3], True),
+    ("MEAN", (1, 3, 4, 5), [0, 2], True), ("MEAN", (2, 1, 50), [0, 2], False), ("MEAN", (1, 7, 1, 9), [0, 2], True),
+]
+
+
+@avx512_host
+@pytest.mark.parametrize("case", SEVERAL_RUNS, ids=_reduce_id)
+def test_sums_over_several_runs_give_litert_bits(case):
+    """XNNPACK sums the innermost run of axes and accumulates over the others' positions:
+    ``out += sum * scale``, fused for row sums, rounded twice for channel sums."""
+    op, shape, axes, keep = case
+    x = (np.random.default_rng(sum(shape)).standard_normal(shape) * 2 + 0.3).astype(F32)
+    assert_same_bits(*run_both(reduce_model(op, shape, axes, keep), [x]))
+    squares = (("MEAN", (1, 8, 2560), (0, 2)), ("MEAN", (2, 3, 4, 5, 6), (1, 3)), ("MEAN", (2, 3, 4, 50), (0, 2)))
+    if (op, shape, tuple(axes)) in squares:
+        assert_same_bits(*run_both(square_reduce_model(op, shape, tuple(axes)), [x]))
+
+
 @njit
 def _row_sums(x, out):
     for r in range(x.shape[0]):
@@ -383,3 +407,35 @@ def test_a_mean_of_squares_gives_litert_bits(op, shape, axes):
     assert_same_bits(*run_both(square_reduce_model(op, shape, axes, residual=True), [x]))
     ours, litert = run_both(square_reduce_model(op, shape, axes, second_reader=True), [x])
     np.testing.assert_allclose(ours, litert, rtol=1e-6)
+
+
+@fma_host
+def test_tanh_gives_litert_bits():
+    """XNNPACK's rational 9/8 fit, clamped where it reaches +-1; inf, NaN and signed zeros."""
+    rng = np.random.default_rng(11)
+    x = np.concatenate([rng.standard_normal(4000).astype(F32) * scale for scale in (0.01, 0.5, 3, 100)] +
+                       [np.array([0, -0.0, 7.9807181358, -8, np.inf, -np.inf, np.nan], F32)]).astype(F32)
+    assert_same_bits(*run_both(unary_model("TANH", x.shape), [x]))
+
+
+def fully_connected_model(m: int, k: int, o: int, bias: bool) -> bytes:
+    rng = np.random.default_rng(k + o)
+    b = ModelBuilder()
+    x = b.input("x", (m, k), F32)
+    w = b.const("w", (rng.standard_normal((o, k)) / np.sqrt(k)).astype(F32))
+    y = b.tensor("y", (m, o), F32)
+    b.op("FULLY_CONNECTED", [x, w, b.const("b", rng.standard_normal(o).astype(F32)) if bias else -1], [y])
+    b.output(y)
+    return b.build()
+
+
+@fma_host
+@pytest.mark.parametrize("m,k,o,bias", [(1, 1536, 16, False), (2, 4096, 16, True), (1, 768, 2, True),
+                                        (3, 1024, 96, False), (1, 64, 3, True), (4, 1024, 1000, True),
+                                        (1, 2048, 450, False)])
+def test_few_row_products_give_litert_bits(m, k, o, bias):
+    """Every output one chain of fused multiply-adds from the bias, K in order, as XNNPACK's
+    f32 GEMM microkernels add: wide weights in panels of 64 columns, narrow deep ones
+    (16x1536, a small decoder's attention output) in panels of 16."""
+    x = np.random.default_rng(m * k).standard_normal((m, k)).astype(F32)
+    assert_same_bits(*run_both(fully_connected_model(m, k, o, bias), [x]))

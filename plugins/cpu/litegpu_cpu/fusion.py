@@ -67,12 +67,13 @@ _FLOAT_BINARY = ("ADD", "SUB", "MUL", "DIV", "MAXIMUM", "MINIMUM", "SQUARED_DIFF
 _FUNCTIONS = {"exp": "_exp32({0})", "fma": "_fma32({0}, {1}, {2})"}
 # The cpu's own formulas, and why: LOGISTIC and TANH call kernels.xnn_sigmoid's sigmoid32
 # (XNNPACK's AVX-512F kernel to the bit where LiteRT runs it, else kernels.mathfn's) and
-# mathfn's tanh64, which vectorize (the GPU's 1 / (1 + exp(-x)) rounds twice, its tanh is
-# a rational fit within 4e-7); SIN, COS and RSQRT are XNNPACK's (mathfn's xnn_sin32,
+# mathfn's tanh32 (XNNPACK's rational fit where LiteRT runs it, else tanh64 rounded), which
+# vectorize (the GPU's 1 / (1 + exp(-x)) rounds twice, its tanh is litegpu's own rational
+# fit within 4e-7); SIN, COS and RSQRT are XNNPACK's (mathfn's xnn_sin32,
 # xnn_cos32 and xnn_rsqrt32: LiteRT's bits, where numba's libm calls do not match).
 _CPU_UNARY = {
     "LOGISTIC": "_sigmoid32({a})",
-    "TANH": "_tanh64(np.float64({a}))",
+    "TANH": "_tanh32({a})",
     "SIN": "_xnn_sin32({a})",
     "COS": "_xnn_cos32({a})",
     "RSQRT": "_xnn_rsqrt32({a})",
@@ -84,7 +85,7 @@ _GELU = "_gelu32({a})"
 _GELU_TANH = "_gelu_tanh32({a})"
 # The mathfn functions the import line names (with that module's digest, so editing it
 # changes every source using it); sigmoid32 comes from xnn_sigmoid, with its digest.
-_MATHFN = ("exp32", "tanh64", "gelu32", "gelu_tanh32", "fma32", "xnn_sin32", "xnn_cos32", "xnn_rsqrt32")
+_MATHFN = ("exp32", "tanh32", "gelu32", "gelu_tanh32", "fma32", "xnn_sin32", "xnn_cos32", "xnn_rsqrt32")
 _UNARY_OPS = frozenset(_FLOAT_UNARY) | frozenset(_CPU_UNARY)
 _OPERAND_TYPES = {"f": ir.REAL, "i": ir.INT}
 

@@ -26,7 +26,7 @@ from litegpu.backend import NodeContext
 
 from ..jit import carray, njit
 from .common import F32, all_float32
-from .mathfn import row_range32, tanh64, xnn_rsqrt32
+from .mathfn import row_range32, tanh32, xnn_rsqrt32
 from .misc import softmax_row
 from .registry import bindable, kernel
 from .tasks import advanced, bind_task, in_sequence, row_tasks, task_function
@@ -154,7 +154,7 @@ def _attention_task(t, qp, ktp, vp, maskp, outp, scratchp, _a6, _a7, ip, fp):
         for s in range(s_size):
             acc = scores[s]
             if ip[_CAP]:
-                acc = np.float32(tanh64(np.float64(acc / cap))) * cap
+                acc = tanh32(acc / cap) * cap
             scores[s] = maskp[mask_row + s] + acc
         _softmax_in_place(scratchp, at, s_size)
         out = carray(advanced(outp, row * d), d)

@@ -12,7 +12,7 @@ from litegpu.backend import NodeContext
 
 from . import xnn_sigmoid
 from .common import activation_in_place
-from .mathfn import fma32, gelu32, gelu_tanh32
+from .mathfn import fma32, gelu32, gelu_tanh32, tanh32
 from .registry import bindable, kernel
 from .tasks import bind_task, int32_pointer, row_tasks, task_function
 
@@ -217,7 +217,6 @@ def _rsqrt(x, out):
 kernel("RELU")(_unary(_relu))
 kernel("RELU6")(_unary(_relu6))
 kernel("RELU_N1_TO_1")(_unary(_relu_n1_to_1))
-kernel("TANH")(_unary(np.tanh))
 kernel("EXP")(_unary(np.exp))
 kernel("NEG")(_unary(np.negative))
 kernel("ABS")(_unary(np.abs))
@@ -229,14 +228,14 @@ _numpy_logistic = _unary(_exp_neg, _add_one, np.reciprocal)
 
 
 # What :func:`_float_unary_task` computes (``ip[2]``).
-_GELU, _GELU_TANH, _HARD_SWISH, SIGMOID, SWISH = range(5)
+_GELU, _GELU_TANH, _HARD_SWISH, SIGMOID, SWISH, _TANH = range(6)
 
 
 @task_function(fastmath={"contract"})
 def _float_unary_task(t, xp, outp, _a2, _a3, _a4, _a5, _a6, _a7, ip, _fp):
     """Elements ``t * chunk ..`` of a float32 one-input op (``ip``: size, chunk, which):
-    GELU by :func:`.mathfn.gelu32` or :func:`.mathfn.gelu_tanh32`: float32 code that
-    vectorizes (a float64 erf form, behind numba's zero-division check, ran at ~1.2 ns an
+    GELU by :func:`.mathfn.gelu32` or :func:`.mathfn.gelu_tanh32` and TANH by
+    :func:`.mathfn.tanh32`: float32 code that vectorizes (a float64 erf form, behind numba's zero-division check, ran at ~1.2 ns an
     element and lost all relative accuracy for x < -3); HARD_SWISH as ``x * clamp(x / 6
     + 1/2, 0, 1)``, the multiply-add fused as XNNPACK's; LOGISTIC by
     :func:`.xnn_sigmoid.sigmoid32`, and SWISH (``x * LOGISTIC(x)``, fused by :mod:`..fusion`)
@@ -251,6 +250,9 @@ def _float_unary_task(t, xp, outp, _a2, _a3, _a4, _a5, _a6, _a7, ip, _fp):
     if which == _GELU_TANH:
         for i in range(start, end):
             outp[i] = gelu_tanh32(xp[i])
+    elif which == _TANH:
+        for i in range(start, end):
+            outp[i] = tanh32(xp[i])
     elif which == _GELU:
         for i in range(start, end):
             outp[i] = gelu32(xp[i])
@@ -338,6 +340,12 @@ def cast_kernel(ctx: NodeContext):
 def gelu_kernel(ctx: NodeContext):
     """GELU (exact erf form or tanh approximation) through one task function."""
     return float_unary(ctx, _GELU_TANH if ctx.attrs.get("approximate", False) else _GELU)
+
+
+@kernel("TANH")
+def tanh_kernel(ctx: NodeContext):
+    """TANH through one task function (XNNPACK's rational fit where LiteRT runs it)."""
+    return float_unary(ctx, _TANH)
 
 
 @kernel("HARD_SWISH")

@@ -352,10 +352,39 @@ def xnn_gelu_tanh32(x):
                             _GT_B2, _GT_B4, _GT_B6, _GT_B8, _GT_B10)
 
 
+# XNNPACK's TANH (``src/f32-vtanh/``, ``rational_9_8_div``: the kernels LiteRT runs on x86
+# with FMA3 or AVX-512F): ``z * p(z^2) / q(z^2)``, z the input clamped where the fit
+# reaches +-1 with its min and max (a NaN stays), the Horner steps fused multiply-adds.
+_TH_MAX = np.float32(7.9807181358)
+_TH_A3, _TH_A5, _TH_A7, _TH_A9 = (np.float32(c) for c in (1.3412411511e-01, 3.5330520477e-03, 2.1235626264e-05,
+                                                          1.4248920266e-08))
+_TH_B2, _TH_B4, _TH_B6, _TH_B8 = (np.float32(c) for c in (4.6745735407e-01, 2.6018999517e-02, 3.3472978976e-04,
+                                                          8.1365948290e-07))
+
+
+@njit(cache=True, inline="always")
+def xnn_tanh32(x0):
+    """tanh of a float32 as XNNPACK's ``f32-vtanh`` rational 9/8 kernels compute it."""
+    x = _TH_MAX if _TH_MAX < x0 else x0
+    x = -_TH_MAX if -_TH_MAX > x else x
+    x2 = x * x
+    p = x * fma32(x2, fma32(x2, fma32(x2, fma32(x2, _TH_A9, _TH_A7), _TH_A5), _TH_A3), _F1_32)
+    q = fma32(x2, fma32(x2, fma32(x2, fma32(x2, _TH_B8, _TH_B6), _TH_B4), _TH_B2), _F1_32)
+    return p / q
+
+
+@njit(cache=True, inline="always")
+def accurate_tanh32(x):
+    """tanh of a float32 through :func:`tanh64`, rounded once."""
+    return np.float32(tanh64(np.float64(x)))
+
+
 gelu32 = xnn_gelu32 if _XNN_FMA else accurate_gelu32
 """The cpu's GELU: LiteRT's bits where XNNPACK runs its FMA kernels, else :func:`accurate_gelu32`."""
 gelu_tanh32 = xnn_gelu_tanh32 if _XNN_FMA else accurate_gelu_tanh32
 """The cpu's tanh-approximated GELU, chosen as :data:`gelu32` is."""
+tanh32 = xnn_tanh32 if _XNN_FMA else accurate_tanh32
+"""The cpu's TANH, chosen as :data:`gelu32` is."""
 
 
 @intrinsic

@@ -210,11 +210,12 @@ def _reducer(ufunc, mean: bool):
         if axes is None:
             return None
         shape = ctx.inputs[0].shape
-        kept = tuple(1 if i in axes else d for i, d in enumerate(shape))
         count = int(np.prod([shape[i] for i in axes], dtype=np.int64))
         if count == 0:
             return None
         scale = np.float32(count)
+        if ufunc is np.add:
+            shape, axes = _without_unit_reductions(shape, axes)
         contiguous = one_run(axes)
         if contiguous:
             # One run of axes: reduce the middle of an [outer, count, inner] view.
@@ -224,8 +225,8 @@ def _reducer(ufunc, mean: bool):
         if ufunc is np.add and contiguous:
             # LiteRT runs XNNPACK's sums (:mod:`.xnn_order`): times ``1.0f / count`` for a
             # mean; a channel sum unless the run ends at the last axis (a kept last axis
-            # of size 1 too: XNNPACK merges adjacent axes, it drops no size-1 one), else a
-            # row sum, XNNPACK's where its lanes are the AVX-512F kernel's, else float64 in
+            # of size 1 too: XNNPACK merges adjacent axes, it drops no size-1 one; a reduced
+            # one is a single pass, dropped above), else a row sum, XNNPACK's where its lanes are the AVX-512F kernel's, else float64 in
             # any order.
             xnn_scale = np.array([np.float32(1) / np.float32(count) if mean else 1], F32)
             if axes[-1] != len(shape) - 1:
@@ -241,12 +242,15 @@ def _reducer(ufunc, mean: bool):
             def bind(inputs, outputs):
                 return bind_task(task, 1, (inputs[0],), (outputs[0],), params, xnn_scale)
             return bindable(bind)
+        if ufunc is np.add and xnn_order.RSUM_MATCHES_LITERT:
+            return _xnn_runs_reducer(shape, axes, count, mean, squared)
         if contiguous:
             def reduce(x, out):
                 ufunc.reduce(x.reshape(view_in), axis=1, out=out.reshape(view_out))
         else:
             def reduce(x, out):
-                ufunc.reduce(np.square(x) if squared else x, axis=axes, keepdims=True, out=out.reshape(kept))
+                ufunc.reduce(np.square(x) if squared else x, axis=axes, keepdims=True,
+                             out=out.reshape(tuple(1 if i in axes else d for i, d in enumerate(shape))))
         if ufunc in (np.maximum, np.minimum):
             reduce = _in_litert_order(reduce, axes, ufunc is np.maximum, bool(ctx.attrs.get("empty_infinite")))
 
@@ -261,6 +265,83 @@ def _reducer(ufunc, mean: bool):
         return run
     factory.__doc__ = f"{'Mean' if mean else ufunc.__name__} over constant axes into the output."
     return factory
+
+
+def _without_unit_reductions(shape: tuple[int, ...], axes: tuple[int, ...]):
+    """``(shape, axes)`` less the reduced axes of size 1 but the last: XNNPACK's sum over
+    such an axis is one pass, ``0 + sum * scale`` as without it (a kept axis, or a last
+    axis, decides which kernel sums and stays)."""
+    last = len(shape) - 1
+    drop = {i for i in axes if shape[i] == 1 and i != last}
+    if not drop or len(drop) == len(axes):
+        return shape, axes
+    keep = [i for i in range(len(shape)) if i not in drop]
+    return tuple(shape[i] for i in keep), tuple(keep.index(i) for i in axes if i not in drop)
+
+
+def _xnn_runs_reducer(shape: tuple[int, ...], axes: tuple[int, ...], count: int, mean: bool, squared: int):
+    """MEAN or SUM over axes in several runs (kept axes between them), in XNNPACK's order
+    (``xnn_compute_contiguous_reduce`` / ``xnn_compute_discontiguous_reduce`` in
+    ``src/operator-run.c``): the innermost run is summed as for one run, and the output
+    accumulates those sums, times the scale, over the outer runs' positions in order. When
+    the last axis is reduced that is the row sum's ``out += sum * scale``, one fused
+    multiply-add; else the channel sum's, a product then a sum. The input is first laid
+    out [kept before, outer reduced, innermost run (, kept after)], a copy."""
+    rank = len(shape)
+    runs: list[list[int]] = []
+    for a in axes:
+        if runs and runs[-1][-1] == a - 1:
+            runs[-1].append(a)
+        else:
+            runs.append([a])
+    inner_run = runs[-1]
+    outer_reduced = [a for run in runs[:-1] for a in run]
+    after = list(range(inner_run[-1] + 1, rank))
+    before = [i for i in range(rank) if i not in axes and i not in after]
+    perm = before + outer_reduced + inner_run + after
+    size = lambda dims: int(np.prod([shape[i] for i in dims], dtype=np.int64))    # noqa: E731
+    view = (size(before), size(outer_reduced), size(inner_run), size(after))
+    scale = np.float32(np.float32(1) / np.float32(count)) if mean else np.float32(1)
+    rows = not after
+
+    def run(inputs, outputs):
+        x = np.ascontiguousarray(inputs[0].reshape(shape).transpose(perm)).reshape(view)
+        if rows:
+            _xnn_row_runs(x, outputs[0].reshape(view[0]), scale, squared)
+        else:
+            _xnn_channel_runs(x, outputs[0].reshape(view[0], view[3]), scale, squared)
+    return run
+
+
+@njit(cache=True)
+def _xnn_row_runs(x, out, scale, squared):
+    """``out[k] = fold(acc <- fma(rowsum(x[k, o]), scale, acc))`` from 0 over ``o`` (see
+    :func:`_xnn_runs_reducer`); x [K, O, N]."""
+    for k in range(x.shape[0]):
+        acc = np.float32(0)
+        for o in range(x.shape[1]):
+            row = x[k, o]
+            total = rsum2_avx512f(row, 0, row.size) if squared else rsum_avx512f(row, 0, row.size)
+            acc = madd(total, scale, acc)
+        out[k] = acc
+
+
+@njit(cache=True)
+def _xnn_channel_runs(x, out, scale, squared):
+    """``out[k, c] = fold(acc <- acc + sum_r x[k, o, r, c] * scale)`` from 0 over ``o``,
+    each channel sum from 0 with the rows in order (see :func:`_xnn_runs_reducer`); x
+    [K, O, R, C]."""
+    total = np.empty(x.shape[3], np.float32)
+    for k in range(x.shape[0]):
+        out[k, :] = 0
+        for o in range(x.shape[1]):
+            total[:] = 0
+            for r in range(x.shape[2]):
+                row = x[k, o, r]
+                for c in range(row.size):
+                    total[c] = madd(row[c], row[c], total[c]) if squared else row[c] + total[c]
+            for c in range(total.size):
+                out[k, c] = out[k, c] + total[c] * scale
 
 
 def _in_litert_order(reduce, axes: tuple[int, ...], largest: bool, empty_infinite: bool):
