@@ -63,7 +63,13 @@ vocab 512, KV cache 128, prefill 16):
   and FFN, query/key norms, GELU-tanh, embedding scale, a sliding-window layer then a global;
 - ``qwen``: Qwen 3 (``examples/qwen/qwen3.py``): query/key RMS norms;
 - ``qwen2``: Qwen 2.5 (``examples/qwen/qwen.py``): biases on the q/k/v projections;
-- ``smollm``: SmolLM2 (``examples/smollm``), a Llama shape with plain RoPE.
+- ``smollm``: SmolLM2 (``examples/smollm``), a Llama shape with plain RoPE;
+- ``gemma2``: Gemma 2 (``examples/gemma/gemma2.py``): attention and final-logit soft-capping
+  (``TANH``), a sliding-window layer then a global;
+- ``phi2``: Phi-2 (``examples/phi/phi2.py``): LayerNorm (a MEAN over axes [0, 2]), GELU,
+  rotary on 40% of each head, attention and FFN in parallel, biases;
+- ``openelm``: OpenELM (``examples/openelm``): heads and KV groups that differ from layer to
+  layer (2/1, then 4/2), query/key norms.
 
 Weight variants are litert-torch 0.10's own recipes (``converter.QuantizationName``): ``f32``,
 ``fp16``, ``int8_dynamic``, ``int8_weight_only``, ``int4_block32``, ``int4_block128``.
@@ -170,8 +176,9 @@ class Family:
     build: Callable[[], tuple[Any, type]]   # -> (ModelConfig at TINY size, model class)
 
 
-def _shrink(config, local_global: bool = False):
-    """Shrinks an example's ModelConfig to TINY in place (blocks may share sub-configs)."""
+def _shrink(config, local_global: bool = False, heads: tuple[tuple[int, int], ...] = ()):
+    """Shrinks an example's ModelConfig to TINY in place (blocks may share sub-configs);
+    ``heads``: (query heads, KV groups) per layer where they differ from layer to layer."""
     config.vocab_size = TINY.vocab_size
     config.num_layers = TINY.num_layers
     config.embedding_dim = TINY.embedding_dim
@@ -182,9 +189,8 @@ def _shrink(config, local_global: bool = False):
     for i in range(TINY.num_layers):
         block = config.block_config(i)
         attn = block.attn_config
-        attn.num_heads = TINY.num_heads
+        attn.num_heads, attn.num_query_groups = heads[i] if heads else (TINY.num_heads, TINY.num_query_groups)
         attn.head_dim = TINY.head_dim
-        attn.num_query_groups = TINY.num_query_groups
         block.ff_config.intermediate_size = TINY.intermediate_size
         if local_global:
             _make_local_global(attn, is_global=(i == TINY.num_layers - 1))
@@ -220,6 +226,26 @@ def _qwen2():
     return _shrink(qwen.get_0_5b_model_config()), qwen.Qwen
 
 
+def _gemma2():
+    from litert_torch.generative.examples.gemma import gemma2
+    return _shrink(gemma2.get_model_config_2b(), local_global=True), gemma2.Gemma2
+
+
+def _phi2():
+    from litert_torch.generative.examples.phi import phi2
+    return _shrink(phi2.get_model_config()), phi2.Phi2
+
+
+def _openelm():
+    from litert_torch.generative.examples.openelm import openelm
+    config = openelm.get_model_config()
+    # Each layer its own config, as OpenELM's (whose head counts grow with depth).
+    config.block_configs = [dataclasses.replace(config.block_config(i), attn_config=dataclasses.replace(
+        config.block_config(i).attn_config), ff_config=dataclasses.replace(config.block_config(i).ff_config))
+        for i in range(TINY.num_layers)]
+    return _shrink(config, heads=((2, 1), (4, 2))), openelm.OpenELM
+
+
 def _smollm():
     from litert_torch.generative.examples.smollm import smollm
     return _shrink(smollm.get_model_config_v2()), smollm.SmolLM2
@@ -232,6 +258,10 @@ FAMILIES = {f.name: f for f in (
     Family("qwen", "Qwen 3: q/k RMS norms", _qwen),
     Family("qwen2", "Qwen 2.5: q/k/v projection biases", _qwen2),
     Family("smollm", "SmolLM2: Llama shape, plain RoPE", _smollm),
+    Family("gemma2", "Gemma 2: attention and final logit soft-capping (TANH), sliding-window + global layer",
+           _gemma2),
+    Family("phi2", "Phi-2: LayerNorm, GELU, partial rotary, parallel attention and FFN, biases", _phi2),
+    Family("openelm", "OpenELM: head counts that differ from layer to layer, q/k norms", _openelm),
 )}
 
 

@@ -21,7 +21,8 @@ from litegpu.lm import Engine, SamplerConfig
 from litegpu.testing.lm_bundle import BundleWriter
 
 # (file, tolerance of the largest logit error relative to LiteRT's largest logit)
-MODELS = [("llama_f32_comp", 1e-4), ("llama_int8_dynamic_nocomp", 5e-3), ("llama_int4_block32_comp", 5e-3)]
+MODELS = [("llama_f32_comp", 1e-4), ("llama_int8_dynamic_nocomp", 5e-3), ("llama_int4_block32_comp", 5e-3),
+          ("phi2_int8_dynamic_comp", 5e-3), ("gemma2_int8_dynamic_comp", 5e-3)]
 PROMPT = [5, 17, 99, 3, 250, 7, 64, 128, 9, 11, 300, 42]
 
 

@@ -157,11 +157,19 @@ def test_softmax(opencl, width):
 
 
 @pytest.mark.parametrize("op, options", [("LOGISTIC", {}), ("GELU", {"approximate": False}),
-                                         ("GELU", {"approximate": True})])
-def test_logistic_and_gelu(opencl, op, options):
-    """XNNPACK's AVX-512F sigmoid (its table of 2**(k/32), vscalefps, flushed results) and
-    its rational GELU fits, over a swish's range, the tails, and the edges."""
+                                         ("GELU", {"approximate": True}), ("TANH", {})])
+def test_logistic_gelu_and_tanh(opencl, op, options):
+    """XNNPACK's AVX-512F sigmoid (its table of 2**(k/32), vscalefps, flushed results), its
+    rational GELU and tanh fits, over a swish's range, the tails, and the edges."""
     rng = np.random.default_rng(5)
     x = np.concatenate([rng.standard_normal(20000) * 4, np.linspace(-110, 110, 4001),
                         [0, -0.0, 1e-30, -1e-30, 88, -88, 3e38, -3e38, np.inf, -np.inf, np.nan]]).astype(F32)
     assert_litert_bits_on_opencl(unary_model(op, x.shape, **options), [x])
+
+
+@pytest.mark.parametrize("shape, axes", [((1, 8, 2560), [0, 2]), ((1, 4, 768), [0, 2]), ((4, 1, 5, 6), [1, 3])])
+def test_means_over_reduced_unit_axes(opencl, shape, axes):
+    """A MEAN whose runs are one once its reduced size-1 axes go (a LayerNorm decomposition's
+    [0, 2] of [1, rows, width]) is XNNPACK's one-run sum, as LiteRT's."""
+    xs = (np.random.default_rng(sum(shape)).standard_normal(shape) * 2 + 0.3).astype(F32)
+    assert_litert_bits_on_opencl(reduce_model("MEAN", shape, axes, True), [xs])

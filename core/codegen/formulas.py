@@ -9,12 +9,11 @@ LiteRT's quirks, as in :mod:`litegpu.ops.elementwise`: MAXIMUM is ``a > b ? a : 
 MINIMUM ``a < b ? a : b`` (the second operand wins on NaN; the ``swapped`` attr says which
 is first); clamps let NaN through (XNNPACK's ``max(lo, x)`` then ``min(hi, x)``: the
 second operand wins when either is NaN); FLOOR_MOD takes the divisor's sign; ROUND is
-half to even. TANH uses a rational fit that vectorizes, saturating exactly as LiteRT's
-does (see :func:`_saturating`).
+half to even.
 
 The ops whose results feed a decoder's hybrid products (which quantize their input rows
 on the fly, where an ulp can become a quantum) compute LiteRT's bits: SIN, COS, RSQRT,
-LOGISTIC and GELU are XNNPACK's AVX-512F / FMA kernels step by step (in float32 whatever
+LOGISTIC, GELU and TANH are XNNPACK's AVX-512F / FMA kernels step by step (in float32 whatever
 the arithmetic precision; bit casts and tables lane by lane), as the cpu backend's are.
 """
 from __future__ import annotations
@@ -29,42 +28,23 @@ from . import ir
 from .ir import Expr, call, select
 from .rsqrt14 import rsqrt14
 
-# tanh(z) ~= z * P(z^2) / Q(z^2) on |z| < 9 (tanh(9) is 1 within 3e-8): fitted for litegpu
-# (least squares on the relative error, reweighted towards minimax, against numpy's tanh);
-# in float32 the error is below 4.2e-7 absolute and relative. Q has positive coefficients,
-# so no poles. It vectorizes where the tanh builtin runs per element on
-# PoCL: TANH over [1, 112, 112, 32] ~100 us instead of ~450-850.
-_TANH_P = (0.9999999883967433, 0.1294940942054203, 0.002952604031026913, 9.54172979243835e-06,
-           -1.3526827803700403e-08, 1.9944962348361628e-11)
-_TANH_Q = (1.0, 0.4628272889421511, 0.023895277916024946, 0.00023239962829071925)
+# TANH as XNNPACK's ``f32-vtanh`` rational 9/8 kernels compute it with fused multiply-adds
+# (the cpu backend's ``mathfn.xnn_tanh32`` reads its constants from here): z the input
+# clamped where the fit reaches +-1 exactly, ``z * p(z^2) / q(z^2)``.
+XNN_TANH_FIT = (7.9807181358e+00, (1.3412411511e-01, 3.5330520477e-03, 2.1235626264e-05, 1.4248920266e-08),
+                (4.6745735407e-01, 2.6018999517e-02, 3.3472978976e-04, 8.1365948290e-07))
 
 
-def _horner(coefs: Sequence[float], t: Expr) -> Expr:
-    """``coefs[0] + t * (coefs[1] + t * (...))``."""
-    expr: Expr | float = coefs[-1]
-    for c in reversed(coefs[:-1]):
-        expr = c + t * expr
-    return expr
-
-
-def _saturating(z: Expr, bound: float, fit: Expr) -> Expr:
-    """``fit`` (an odd function's rational fit, of ``z``) where ``|z| < bound``, else exactly
-    -1 or 1. Exact saturation is what LiteRT's GELU has: past its cut-off ``1 + erf`` (or
-    ``1 + tanh``) is 0, so a large negative x gives -0 and -inf gives NaN (``-inf * 0``)
-    where a fit's ``1 - 6e-8`` gave ``x * 3e-8`` (and -inf). NaN takes the fit, which keeps it.
-
-    The fit is held to [-1, 1] too: in half arithmetic its polynomials round so that it
-    overshoots near the cut-off (tanh's reached -1.015 at -8.76); held, its error in half
-    stays below 1.7e-3. ``fit / max(|fit|, 1)`` holds it (x / |x| is exactly 1 or -1) and
-    keeps NaN."""
-    held = fit / call("fmax", call("fabs", fit), 1.0)
-    return select(call("fabs", z) >= bound, call("clamp", z, -1.0, 1.0), held)
-
-
-def tanh(z: Expr) -> Expr:
-    """tanh by the rational fit above (NaN stays NaN)."""
-    t = z * z
-    return _saturating(z, 9, z * _horner(_TANH_P, t) / _horner(_TANH_Q, t))
+def xnn_tanh(x0: Expr) -> Expr:
+    """XNNPACK's tanh of a float32 ``x0`` (see above); its min and max keep a NaN."""
+    top, (a3, a5, a7, a9), (b2, b4, b6, b8) = XNN_TANH_FIT
+    x = select(top < x0, top, x0)
+    x = select(-top > x, -top, x)
+    x2 = x * x
+    fma = lambda a, b, c: call("fma", a, b, c)   # noqa: E731 - Horner in fused steps
+    p = x * fma(x2, fma(x2, fma(x2, fma(x2, a9, a7), a5), a3), 1.0)
+    q = fma(x2, fma(x2, fma(x2, fma(x2, b8, b6), b4), b2), 1.0)
+    return p / q
 
 
 def hard_swish(x: Expr) -> Expr:
@@ -295,7 +275,7 @@ UNARY: dict[str, Callable[[Expr, dict], Expr]] = {
     "SQUARE": lambda x, a: x * x,
     "SIN": _in_float(lambda x: _rational_sine(_turns_removed(x))),
     "COS": _in_float(lambda x: _rational_sine((_PI_HALF_HI - _turns_removed(x)) + _PI_HALF_LO)),
-    "TANH": lambda x, a: tanh(x),
+    "TANH": _in_float(xnn_tanh),
     "LOGISTIC": _in_float(_per_lane(xnn_sigmoid)),
     "HARD_SWISH": lambda x, a: hard_swish(x),
     "GELU": lambda x, a: _in_float(lambda v: xnn_gelu(v, bool(a.get("approximate", False))))(x, a),

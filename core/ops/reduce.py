@@ -48,6 +48,19 @@ def one_run(axes: tuple[int, ...] | list[int]) -> bool:
     return bool(axes) and tuple(axes) == tuple(range(axes[0], axes[-1] + 1))
 
 
+def without_unit_reductions(shape: tuple[int, ...], axes: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """``(shape, axes)`` less the reduced axes of size 1 but the last (the same elements, in
+    the same order). XNNPACK's sum over such an axis is a single pass, ``0 + sum * scale``
+    as without it, while a kept axis and a last axis decide which of its kernels sums: so
+    a LayerNorm's MEAN over [0, 2] of [1, rows, width] is one run, its row sums."""
+    last = len(shape) - 1
+    drop = {i for i in axes if shape[i] == 1 and i != last}
+    if not drop or len(drop) == len(axes):
+        return shape, axes
+    keep = [i for i in range(len(shape)) if i not in drop]
+    return tuple(shape[i] for i in keep), tuple(keep.index(i) for i in axes if i not in drop)
+
+
 def reduced_shape(shape: tuple[int, ...], axes: tuple[int, ...], keep_dims: bool) -> tuple[int, ...]:
     """The shape left after reducing ``axes``: kept as 1 with ``keep_dims``, else dropped."""
     if keep_dims:

@@ -121,7 +121,7 @@ def attention(g: NodeGen) -> list[KernelSpec]:
         dot = b.var("dot", 0.0, FLOAT)
         with b.for_("j", 0, d) as j:
             b.assign(dot, call("fma", qs.load(j), k.load(key + j, as_float=True), dot))
-        logit = dot if not cap else b.let("capped", call("tanh", dot / cap) * cap)
+        logit = dot if not cap else b.let("capped", formulas.xnn_tanh(dot / cap) * cap)
         score = b.let("score", mask.load(mask_row + s, as_float=True) + logit)
         b.local_store(scores, s, score)
         b.assign(top, call("fmax", top, score))

@@ -28,7 +28,7 @@ import numpy as np
 from litegpu.ops.nn import (bilinear_axis, builtin_pool_range, conv_output_size, nearest_axis, pool_divisor_is_window,
                             xnn_max9, xnn_max_pool_passes)
 from litegpu.ops.registry import ACTIVATION_RANGES
-from litegpu.ops.reduce import L2_EPSILON, one_run, reduction_axes
+from litegpu.ops.reduce import L2_EPSILON, one_run, reduction_axes, without_unit_reductions
 
 from .. import formulas, ir
 from ..ir import Expr, call, logical_and, select
@@ -380,8 +380,10 @@ def reduce(g: NodeGen) -> list[KernelSpec]:
     op, dtype = g.ctx.node.op, np.dtype(x_spec.dtype)
     if dtype != _F32:
         return [_int_reduce(g, op, dtype, kept, red, count, n_out)]
-    if op in ("MEAN", "SUM") and one_run(axes) and count:
-        return [_xnn_sum(g, shape, axes, count, op == "MEAN")]
+    if op in ("MEAN", "SUM") and count:
+        xnn_shape, xnn_axes = without_unit_reductions(shape, axes)
+        if one_run(xnn_axes):
+            return [_xnn_sum(g, xnn_shape, xnn_axes, count, op == "MEAN")]
     if g.attrs.get("squared"):
         raise Decline("a sum of squares over axes that are not one run")
     sign = None
@@ -406,7 +408,8 @@ def reduce(g: NodeGen) -> list[KernelSpec]:
 # -- MEAN and SUM in XNNPACK's order -------------------------------------------------------
 #
 # LiteRT hands a float MEAN / SUM over one run of adjacent axes to XNNPACK, which views the
-# input as [outer, rows, inner] (merging adjacent axes, dropping no size-1 one) and sums in
+# input as [outer, rows, inner] (merging adjacent axes, dropping no size-1 one; a reduced one
+# but the last is a single pass, the same sums without it: without_unit_reductions) and sums in
 # a fixed order (the cpu backend's ``litegpu_cpu.kernels.xnn_order`` says which, read from
 # XNNPACK's sources): where the run does not end at the last axis, ``rdsum``, each output a
 # float32 sum from 0 over the rows in order; where it does, the AVX-512F row sum ``rsum``

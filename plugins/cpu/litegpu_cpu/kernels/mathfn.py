@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 from llvmlite import binding, ir
 
-from litegpu.codegen.formulas import XNN_GELU_FITS
+from litegpu.codegen.formulas import XNN_GELU_FITS, XNN_TANH_FIT
 from litegpu.ops.elementwise import GELU_TANH_CUBIC, SQRT_2_OVER_PI
 
 from ..jit import cgutils, intrinsic, njit, types
@@ -353,13 +353,12 @@ def xnn_gelu_tanh32(x):
 
 
 # XNNPACK's TANH (``src/f32-vtanh/``, ``rational_9_8_div``: the kernels LiteRT runs on x86
-# with FMA3 or AVX-512F): ``z * p(z^2) / q(z^2)``, z the input clamped where the fit
-# reaches +-1 with its min and max (a NaN stays), the Horner steps fused multiply-adds.
-_TH_MAX = np.float32(7.9807181358)
-_TH_A3, _TH_A5, _TH_A7, _TH_A9 = (np.float32(c) for c in (1.3412411511e-01, 3.5330520477e-03, 2.1235626264e-05,
-                                                          1.4248920266e-08))
-_TH_B2, _TH_B4, _TH_B6, _TH_B8 = (np.float32(c) for c in (4.6745735407e-01, 2.6018999517e-02, 3.3472978976e-04,
-                                                          8.1365948290e-07))
+# with FMA3 or AVX-512F; constants shared with the GPU formulas): ``z * p(z^2) / q(z^2)``, z
+# the input clamped where the fit reaches +-1 with its min and max (a NaN stays), the
+# Horner steps fused multiply-adds.
+(_TH_MAX, (_TH_A3, _TH_A5, _TH_A7, _TH_A9), (_TH_B2, _TH_B4, _TH_B6, _TH_B8)) = (
+    np.float32(XNN_TANH_FIT[0]), tuple(np.float32(c) for c in XNN_TANH_FIT[1]),
+    tuple(np.float32(c) for c in XNN_TANH_FIT[2]))
 
 
 @njit(cache=True, inline="always")

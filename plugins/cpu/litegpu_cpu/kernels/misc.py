@@ -12,7 +12,7 @@ import numpy as np
 
 from litegpu.backend import NodeContext
 from litegpu.ops.nn import bilinear_axis
-from litegpu.ops.reduce import one_run, x86_extreme
+from litegpu.ops.reduce import one_run, without_unit_reductions, x86_extreme
 
 from ..jit import carray, njit
 from .common import F32, activation_in_place, all_float32, clamp_bounds, optional_input
@@ -215,7 +215,7 @@ def _reducer(ufunc, mean: bool):
             return None
         scale = np.float32(count)
         if ufunc is np.add:
-            shape, axes = _without_unit_reductions(shape, axes)
+            shape, axes = without_unit_reductions(shape, axes)
         contiguous = one_run(axes)
         if contiguous:
             # One run of axes: reduce the middle of an [outer, count, inner] view.
@@ -225,9 +225,9 @@ def _reducer(ufunc, mean: bool):
         if ufunc is np.add and contiguous:
             # LiteRT runs XNNPACK's sums (:mod:`.xnn_order`): times ``1.0f / count`` for a
             # mean; a channel sum unless the run ends at the last axis (a kept last axis
-            # of size 1 too: XNNPACK merges adjacent axes, it drops no size-1 one; a reduced
-            # one is a single pass, dropped above), else a row sum, XNNPACK's where its lanes are the AVX-512F kernel's, else float64 in
-            # any order.
+            # of size 1 too: XNNPACK merges adjacent axes, it drops no size-1 one; a
+            # reduced one is a single pass, dropped above), else a row sum, XNNPACK's
+            # where its lanes are the AVX-512F kernel's, else float64 in any order.
             xnn_scale = np.array([np.float32(1) / np.float32(count) if mean else 1], F32)
             if axes[-1] != len(shape) - 1:
                 params = np.array([outer, count, inner, squared], np.int64)
@@ -265,18 +265,6 @@ def _reducer(ufunc, mean: bool):
         return run
     factory.__doc__ = f"{'Mean' if mean else ufunc.__name__} over constant axes into the output."
     return factory
-
-
-def _without_unit_reductions(shape: tuple[int, ...], axes: tuple[int, ...]):
-    """``(shape, axes)`` less the reduced axes of size 1 but the last: XNNPACK's sum over
-    such an axis is one pass, ``0 + sum * scale`` as without it (a kept axis, or a last
-    axis, decides which kernel sums and stays)."""
-    last = len(shape) - 1
-    drop = {i for i in axes if shape[i] == 1 and i != last}
-    if not drop or len(drop) == len(axes):
-        return shape, axes
-    keep = [i for i in range(len(shape)) if i not in drop]
-    return tuple(shape[i] for i in keep), tuple(keep.index(i) for i in axes if i not in drop)
 
 
 def _xnn_runs_reducer(shape: tuple[int, ...], axes: tuple[int, ...], count: int, mean: bool, squared: int):
