@@ -174,6 +174,8 @@ class Family:
     name: str
     summary: str
     build: Callable[[], tuple[Any, type]]   # -> (ModelConfig at TINY size, model class)
+    # Weight variants the converter refuses for this shape, and why (not planned).
+    refused: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 def _shrink(config, local_global: bool = False, heads: tuple[tuple[int, int], ...] = ()):
@@ -261,7 +263,9 @@ FAMILIES = {f.name: f for f in (
     Family("gemma2", "Gemma 2: attention and final logit soft-capping (TANH), sliding-window + global layer",
            _gemma2),
     Family("phi2", "Phi-2: LayerNorm, GELU, partial rotary, parallel attention and FFN, biases", _phi2),
-    Family("openelm", "OpenELM: head counts that differ from layer to layer, q/k norms", _openelm),
+    Family("openelm", "OpenELM: head counts that differ from layer to layer, q/k norms", _openelm,
+           refused={"int4_block128": "its first layer's attention output has 64 inputs, which the converter "
+                                     "cannot cut into blocks of 128"}),
 )}
 
 
@@ -876,8 +880,12 @@ class Manifest:
 def plan(families: list[str], variants: list[str], composites: str,
          layouts: list[str]) -> list[Job]:
     settings = {"both": (True, False), "on": (True,), "off": (False,)}[composites]
+    for f in families:
+        for v in variants:
+            if v in FAMILIES[f].refused:
+                log.info("not planned: %s %s: %s", f, v, FAMILIES[f].refused[v])
     return [Job(f, v, c, lay) for lay in layouts for f in families for v in variants
-            for c in settings]
+            for c in settings if v not in FAMILIES[f].refused]
 
 
 def make_one(job: Job, out_dir: Path, manifest: Manifest, versions: dict, force: bool,

@@ -439,3 +439,21 @@ def test_few_row_products_give_litert_bits(m, k, o, bias):
     (16x1536, a small decoder's attention output) in panels of 16."""
     x = np.random.default_rng(m * k).standard_normal((m, k)).astype(F32)
     assert_same_bits(*run_both(fully_connected_model(m, k, o, bias), [x]))
+
+
+@fma_host
+@pytest.mark.parametrize("a_shape, b_shape, adj_y", [((2, 16, 128), (128, 32), False),
+                                                     ((1, 2, 16, 128), (1, 1, 128, 32), False),
+                                                     ((2, 16, 32), (1, 128, 32), True), ((2, 16, 128), (2, 128, 32), False)])
+def test_batched_products_give_litert_bits(a_shape, b_shape, adj_y):
+    """BATCH_MATMUL of run-time operands, one B for every batch of A too (a KV group read by
+    several query heads): each output XNNPACK's one chain of fused multiply-adds over K."""
+    b = ModelBuilder()
+    x, y = b.input("a", a_shape, F32), b.input("b", b_shape, F32)
+    out = [*np.broadcast_shapes(a_shape[:-2], b_shape[:-2]), a_shape[-2], b_shape[-2] if adj_y else b_shape[-1]]
+    z = b.tensor("z", out, F32)
+    b.op("BATCH_MATMUL", [x, y], [z], adj_y=adj_y)
+    b.output(z)
+    rng = np.random.default_rng(len(a_shape))
+    assert_same_bits(*run_both(b.build(), [rng.standard_normal(a_shape).astype(F32),
+                                           rng.standard_normal(b_shape).astype(F32)]))

@@ -101,10 +101,16 @@ def batch_matmul(ctx: NodeContext):
     if not all_float32(ctx, (0, 1)):
         return None
     adj_x, adj_y = bool(ctx.attrs.get("adj_x")), bool(ctx.attrs.get("adj_y"))
+    a_shape, b_shape = tuple(ctx.inputs[0].shape), tuple(ctx.inputs[1].shape)
     if not adj_x:     # B packed as it runs, the float GEMM's tiles (an attention in a prefill)
-        tiled = batched_product(tuple(ctx.inputs[0].shape), tuple(ctx.inputs[1].shape), adj_y, current_threads())
+        if len(a_shape) > 2 and int(np.prod(b_shape[:-2], dtype=np.int64)) == 1:
+            # One B for every batch of A (a KV group read by several query heads): XNNPACK's
+            # one GEMM over A's rows stacked, each output still one chain over K.
+            a_shape, b_shape = (1, int(np.prod(a_shape[:-1], dtype=np.int64)), a_shape[-1]), (1, *b_shape[-2:])
+        tiled = batched_product(a_shape, b_shape, adj_y, current_threads())
         if tiled is not None:
-            return bindable(lambda inputs, outputs: tiled(inputs[0], inputs[1], outputs[0]))
+            return bindable(lambda inputs, outputs: tiled(inputs[0].reshape(a_shape), inputs[1].reshape(b_shape),
+                                                          outputs[0].reshape(a_shape[:-1] + (-1,))))
     ensure_gemm_policy()
     batched = gemm.batched_matmul(tuple(ctx.inputs[0].shape), tuple(ctx.inputs[1].shape), adj_x, adj_y)
     if batched is not None:
