@@ -260,7 +260,10 @@ class CompiledSubgraph:
         for t, spec in host_specs.items():
             # A variable starts where TFLite's ResetVariableTensor puts it (int8: its zero point).
             initial = variable_initial_value(sg.tensors[t]) if sg.tensors[t].is_variable else 0
-            self.host[t] = spec.value if spec.value is not None else np.full(spec.shape, initial, spec.dtype)
+            # (zeros: memory the OS maps on first write, so a signature run on its caller's
+            # arrays, a decoder's KV cache, never commits its own copies)
+            self.host[t] = spec.value if spec.value is not None else \
+                np.full(spec.shape, initial, spec.dtype) if initial else np.zeros(spec.shape, spec.dtype)
         log.info("subgraph %d: %d nodes planned into %d partitions (%d folded) in %.1f ms", sg_index,
                  len(contexts), len(planned), len(folded), (time.perf_counter() - start) * 1e3)
         self.programs: list[tuple[Program, list[int], list[int]]] = [

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from ai_edge_litert.interpreter import Interpreter as LiteRT
 
+from litegpu import load_model
 from litegpu.errors import InvalidArgumentError, ModelFormatError, ResourceLimitError
 from litegpu.lm import Engine, SamplerConfig
 from litegpu.testing.lm_bundle import BundleWriter
@@ -189,3 +190,23 @@ def test_a_bundle_generates_litert_lm_s_text(name, tmp_path, decoder, litert_lm_
     assert run.returncode == 0, run.stderr[-2000:]
     with Engine(bundle) as engine:
         assert engine.create_session().generate("Why is the sky blue?") == eval(run.stdout)
+
+
+@pytest.mark.parametrize("name, product", [("llama_int8_dynamic_comp", "DynamicQuantizedMatmul"),
+                                           ("llama_int4_block32_comp", "BlockwiseQuantizedMatmul")])
+def test_prefill_and_decode_share_their_packed_weights(decoder, monkeypatch, name, product):
+    """The prefill and decode signatures name the same weight buffers: each weight is packed
+    once (litegpu_cpu.kernels.shared_weights), and the answers stay LiteRT's."""
+    from litegpu_cpu.kernels import qb4w, qd8gemm
+    cls = getattr(qd8gemm if product == "DynamicQuantizedMatmul" else qb4w, product)
+    made = []
+    init = cls.__init__
+    monkeypatch.setattr(cls, "__init__", lambda self, *a, **k: (init(self, *a, **k), made.append(self))[0])
+    path = decoder(name)
+    tokens, _ = _greedy(Engine(path), 8)
+    model = load_model(str(path))
+    weights = [sg.tensors[n.inputs[1]].data for sg in model.subgraphs for n in sg.nodes if n.op == "FULLY_CONNECTED"]
+    buffers = {w.__array_interface__["data"][0] for w in weights}
+    assert len(made) == len(weights) > len(buffers)       # the prefill's products read the decode's weights
+    assert len({id(p.weights) for p in made}) == len(buffers)
+    assert tokens == _greedy(Engine(path, runtime=LiteRT), 8)[0]

@@ -69,6 +69,9 @@ class _Reader:
         self.data = data
         self.buf = Buffer(data)
         self.fuse_composites = fuse_composites
+        # Arrays made from a buffer (INT4 unpacked, blockwise scales widened), once per buffer:
+        # a decoder's prefill and decode subgraphs name the same weights.
+        self.made: dict[tuple, np.ndarray] = {}
 
     @staticmethod
     def fused(composite: Node, tensors: Sequence[Tensor], decomposition: Subgraph) -> Node | None:
@@ -147,7 +150,7 @@ class _Reader:
         inputs = _indices(t.array(1, "[int]", "inputs"), n, f"{t.path}.inputs")
         outputs = _indices(t.array(2, "[int]", "outputs"), n, f"{t.path}.outputs")
         nodes = [self._node(i, ot, n, t.path) for i, ot in enumerate(t.tables(3, "operators"))]
-        tensors = _resolve_blockwise(t.path, _written_empties_are_activations(nodes, tensors))
+        tensors = _resolve_blockwise(t.path, _written_empties_are_activations(nodes, tensors), self.made)
         in_file = nodes
         nodes, tensors = _fold_weight_ops(nodes, tensors)
         kept = {node.index for node in nodes}
@@ -174,7 +177,9 @@ class _Reader:
         quant = None if q is None else _quantization(q, name, type_name, dtype, shape, constant=raw.size > 0)
         data = None
         if type_name == "INT4" and raw.size:
-            data = _unpack_int4(raw, shape, f"{t.path}.buffer")
+            data = self.made.get(("int4", buffer_index, shape))
+            if data is None:
+                data = self.made["int4", buffer_index, shape] = _unpack_int4(raw, shape, f"{t.path}.buffer")
         elif buffer_index and raw.size == 0 and dtype is not None and 0 in shape:
             data = np.zeros(shape, dtype)  # a constant with no elements (e.g. empty reduction axes)
             data.flags.writeable = False
@@ -371,9 +376,10 @@ def _blockwise(q: Table, name: str, shape: tuple[int, ...]) -> Quantization:
                         q.scalar(6, "int", 0, "quantized_dimension"), block)
 
 
-def _resolve_blockwise(path: str, tensors: list[Tensor]) -> list[Tensor]:
+def _resolve_blockwise(path: str, tensors: list[Tensor], made: dict[tuple, np.ndarray]) -> list[Tensor]:
     """Blockwise quantizations with their scales: [channels, blocks] float32 from the
-    constant tensor each names (the quantizer writes them as FLOAT16 beside the weights)."""
+    constant tensor each names (the quantizer writes them as FLOAT16 beside the weights),
+    widened once per stored array (``made``)."""
     for i, t in enumerate(tensors):
         q = t.quantization
         if q is None or not q.block_size:
@@ -387,9 +393,15 @@ def _resolve_blockwise(path: str, tensors: list[Tensor]) -> list[Tensor]:
         if scales.dtype.kind != "f" or scales.size != expected[0] * expected[1]:
             raise ModelFormatError(f"{where}: scales tensor {k} ({scales.dtype}, shape {list(scales.shape)}) does not "
                                    f"hold one float per block of {t.name!r}: {expected[0]} x {expected[1]}")
-        scales = scales.astype(np.float32).reshape(expected)
-        if not np.all(np.isfinite(scales)):
-            raise ModelFormatError(f"{where}: scales of {t.name!r} must be finite")
+        key = ("scales", scales.__array_interface__["data"][0], scales.dtype.str, scales.size, expected)
+        widened = made.get(key)
+        if widened is None:
+            widened = scales.astype(np.float32).reshape(expected)
+            if not np.all(np.isfinite(widened)):
+                raise ModelFormatError(f"{where}: scales of {t.name!r} must be finite")
+            widened.flags.writeable = False
+            made[key] = widened
+        scales = widened
         tensors[i] = replace(t, quantization=replace(q, scales=scales))
     return tensors
 

@@ -24,6 +24,8 @@ whole number of such pairs (a multiple of 8 values; exporters write 32 or 128).
 """
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 from llvmlite import ir
 
@@ -36,6 +38,7 @@ from .packed import NR, VECTOR, carried_loop, clamp_vector, fma_function, load_v
 from .qd8gemm import SharedRowsProduct, tiled_rows
 from .qgemm import _ROW_PANELS, _SUMS, _TILE_PANELS, MR, VNNI, _dot4, _task_share, pack, split, tile_geometry
 from .registry import bindable
+from .shared_weights import shared_packing
 from .tasks import bind_task, task_function
 from .threads import current as current_threads
 
@@ -193,25 +196,35 @@ class BlockwiseQuantizedMatmul(SharedRowsProduct):
     packs them), ``bias`` (or None), clamped to ``[lo, hi]``; packed here once."""
 
     def __init__(self, w_nk: np.ndarray, scales: np.ndarray, block: int, bias: np.ndarray | None, lo: float,
-                 hi: float, threads: int, vnni: bool | None = None) -> None:
+                 hi: float, threads: int, vnni: bool | None = None,
+                 packed: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> None:
         n, k = w_nk.shape
         if block % 8 or k % block or scales.shape != (n, k // block):
             raise ValueError(f"blockwise weights {w_nk.shape} with scales {scales.shape} and block {block}")
         super().__init__(k, threads)
         self.n, self.block = n, block
-        w_nk = np.asarray(w_nk, np.int8)
-        self.weights = pack_nibbles(w_nk)
-        panels, blocks = self.weights.shape[0], k // block
-        padded = np.zeros((panels * NR, blocks), np.float32)
-        padded[:n] = scales
-        self.scales = np.ascontiguousarray(padded.reshape(panels, NR, blocks).transpose(0, 2, 1))
-        self.ksums = np.zeros(panels * NR, np.float32)
-        self.ksums[:n] = blockwise_zero_point_sums(w_nk, scales, block)
+        # (``packed``: :meth:`pack_weights` of these weights, made once for every node reading them)
+        self.weights, self.scales, self.ksums = self.pack_weights(w_nk, scales, block) if packed is None else packed
+        panels = self.weights.shape[0]
         self.bias = np.zeros(panels * NR, np.float32)
         if bias is not None:
             self.bias[:n] = np.asarray(bias, np.float32).reshape(-1)
         self.clamp = np.array([lo, hi], np.float32)
         self.task = _qb4w_vnni if (VNNI if vnni is None else vnni) else _qb4w_plain
+
+    @staticmethod
+    def pack_weights(w_nk: np.ndarray, scales: np.ndarray, block: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The nibbles packed for the tiles, the scales by panel, and each column's zero-point
+        sums (padded columns 0)."""
+        n, k = w_nk.shape
+        w_nk = np.asarray(w_nk, np.int8)
+        weights = pack_nibbles(w_nk)
+        panels, blocks = weights.shape[0], k // block
+        padded = np.zeros((panels * NR, blocks), np.float32)
+        padded[:n] = scales
+        ksums = np.zeros(panels * NR, np.float32)
+        ksums[:n] = blockwise_zero_point_sums(w_nk, scales, block)
+        return weights, np.ascontiguousarray(padded.reshape(panels, NR, blocks).transpose(0, 2, 1)), ksums
 
     def bind_quantized(self, q: np.ndarray, row_scale: np.ndarray, row_c: np.ndarray, out: np.ndarray):
         """The product alone, on rows quantized elsewhere (see :class:`.qd8gemm.SharedRowsProduct`)."""
@@ -238,8 +251,12 @@ def blockwise_fully_connected(ctx: NodeContext):
     n, k = w.shape
     m = int(np.prod(ctx.inputs[0].shape)) // k
     lo, hi = clamp_bounds(ctx.attrs["activation"])
-    product = BlockwiseQuantizedMatmul(w, ctx.attrs["block_scale"], ctx.attrs["block_size"],
-                                       None if bias_spec is None else bias_spec.value, lo, hi, current_threads())
+    scales, block = ctx.attrs["block_scale"], ctx.attrs["block_size"]
+    digest = hashlib.blake2b(np.ascontiguousarray(scales).tobytes(), digest_size=16).digest()  # (a node's own copy)
+    held = shared_packing("qb4w", (w,), (block, digest), lambda: BlockwiseQuantizedMatmul.pack_weights(w, scales, block))
+    product = BlockwiseQuantizedMatmul(w, scales, block, None if bias_spec is None else bias_spec.value, lo, hi,
+                                       current_threads(), packed=held.value)
+    product.held = held
     run = bindable(lambda inputs, outputs: product.bind(inputs[0].reshape(m, k), outputs[0].reshape(m, n)))
     run.quantized_rows = product      # for the backend to pair products reading one x
     return run

@@ -359,7 +359,7 @@ class HybridDepthwise:
         cpad = -(-self.c // NR) * NR
         self.weights = np.zeros((self.kh * self.kw, cpad), np.int8)
         self.weights[:, :self.c] = w.reshape(-1, self.c)
-        self.wsum = self.weights.astype(np.int32).sum(axis=0, dtype=np.int32)
+        self.wsum = self.weights.sum(axis=0, dtype=np.int32)
         self.zeros = np.zeros(cpad, np.int32)
         self.channel = np.zeros((2, cpad), np.float32)
         self.channel[0, :self.c] = weight_scale

@@ -30,6 +30,7 @@ from .packed import NR, carried_loop, clamp_vector, fma_function, load_vector, s
 from .qgemm import (_ROW_PANELS, _SUMS, _TILE_PANELS, MR, VNNI, _task_share, k_steps, pack, split, tile_geometry,
                     tile_sums)
 from .registry import bindable
+from .shared_weights import shared_packing
 from .threads import current as current_threads
 from .tasks import bind_task, in_sequence, int8_pointer, int32_pointer, task_function
 
@@ -396,17 +397,16 @@ class DynamicQuantizedMatmul(SharedRowsProduct):
     packed here once; ``threads``: the threads the tasks are cut for."""
 
     def __init__(self, w_kn: np.ndarray, weight_scale: np.ndarray, bias: np.ndarray | None, lo: float, hi: float,
-                 threads: int, vnni: bool | None = None) -> None:
+                 threads: int, vnni: bool | None = None, packed: tuple[np.ndarray, np.ndarray] | None = None) -> None:
         k, n = w_kn.shape
         if w_kn.dtype != np.int8 or k == 0 or n == 0:
             raise ValueError(f"dynamically quantized product takes a non-empty int8 weight, not "
                              f"{w_kn.dtype} {w_kn.shape}")
         super().__init__(k, threads)
         self.n = n
-        self.weights = pack(w_kn)
+        # (``packed``: :meth:`pack_weights` of ``w_kn``, made once for every node reading it)
+        self.weights, self.colsums = self.pack_weights(w_kn) if packed is None else packed
         columns = self.weights.shape[0] * NR
-        self.colsums = np.zeros(columns, np.int32)
-        self.colsums[:n] = w_kn.astype(np.int64).sum(axis=0)
         self.weight_scale = np.zeros(columns, np.float32)
         self.weight_scale[:n] = np.broadcast_to(np.asarray(weight_scale, np.float32), (n,))
         self.bias = np.zeros(columns, np.float32)
@@ -416,6 +416,14 @@ class DynamicQuantizedMatmul(SharedRowsProduct):
         vnni = VNNI if vnni is None else vnni
         self.task = _qd8_vnni if vnni else _qd8_plain
         self.indirect_task = _qd8_indirect_vnni if vnni else _qd8_indirect_plain
+
+    @staticmethod
+    def pack_weights(w_kn: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``w_kn`` [K, N] packed for the tiles, and its column sums (padded columns 0)."""
+        weights = pack(w_kn)
+        colsums = np.zeros(weights.shape[0] * NR, np.int32)
+        colsums[:w_kn.shape[1]] = w_kn.sum(axis=0, dtype=np.int64)
+        return weights, colsums
 
     def bind_quantized(self, q: np.ndarray, row_scale: np.ndarray, row_c: np.ndarray, out: np.ndarray):
         """The product alone, on rows quantized elsewhere: int8 ``q`` [M, K4] (K rounded up
@@ -477,8 +485,10 @@ def hybrid_fully_connected(ctx: NodeContext):
     o, k = w.shape
     m = int(np.prod(ctx.inputs[0].shape)) // k
     lo, hi = clamp_bounds(ctx.attrs["activation"])
-    product = DynamicQuantizedMatmul(np.ascontiguousarray(w.T), ctx.attrs["weight_scale"],
-                                     None if bias_spec is None else bias_spec.value, lo, hi, current_threads())
+    held = shared_packing("qd8", (w,), (), lambda: DynamicQuantizedMatmul.pack_weights(w.T))
+    product = DynamicQuantizedMatmul(w.T, ctx.attrs["weight_scale"], None if bias_spec is None else bias_spec.value,
+                                     lo, hi, current_threads(), packed=held.value)
+    product.held = held
     run = bindable(lambda inputs, outputs: product.bind(inputs[0].reshape(m, k), outputs[0].reshape(m, o)))
     run.quantized_rows = product      # for the backend to pair products reading one x
     return run

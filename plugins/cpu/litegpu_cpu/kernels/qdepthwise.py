@@ -183,7 +183,7 @@ class QuantizedDepthwise:
         if bias is not None:
             self.init[:self.c] = bias
         # A window inside the image: every tap's -zx * w summed into the start.
-        self.inner = (self.init - int(x_zero_point) * self.weights.astype(np.int64).sum(axis=0)).astype(np.int32)
+        self.inner = (self.init - int(x_zero_point) * self.weights.sum(axis=0, dtype=np.int64)).astype(np.int32)
         self.scales = np.zeros(cpad, np.float32)
         self.scales[:self.c] = np.broadcast_to(np.asarray(scales, np.float32), (self.c,))
         self.geometry = tuple(int(g) for g in geometry)

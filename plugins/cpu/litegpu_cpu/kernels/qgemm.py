@@ -267,7 +267,7 @@ def initial_sums(w_kn: np.ndarray, bias: np.ndarray | None, x_zero_point: int) -
     k, n = w_kn.shape
     sums = np.zeros(-(-n // NR) * NR, np.int64)
     sums[:n] = (0 if bias is None else np.asarray(bias, np.int64)) \
-        - (128 + int(x_zero_point)) * w_kn.astype(np.int64).sum(axis=0)
+        - (128 + int(x_zero_point)) * w_kn.sum(axis=0, dtype=np.int64)
     if np.abs(sums).max(initial=0) >= 2 ** 31:
         raise ValueError("quantized product: a column's bias and weight sum overflow int32")
     return sums.astype(np.int32)
