@@ -17,7 +17,7 @@ import numpy as np
 
 from .backend import COMPLETE, Event
 from .errors import InvalidArgumentError
-from .executor import CompiledSubgraph, FutureEvent
+from .executor import BOUND_SETS, CompiledSubgraph, FutureEvent
 from .graph import Signature
 from .interpreter import tensor_details
 from .model import load_model
@@ -145,8 +145,8 @@ class CompiledModel:
         self._worker: ThreadPoolExecutor | None = None
         self._pending: Future | None = None   # the last run submitted to the worker, until done
         self._queue_lock = threading.Lock()   # the choice between worker and caller, per run
-        # Host runs on the same buffers again (a decoder's steps): (signature, buffer ids) ->
-        # (arrays by tensor, their binding key, the buffers).
+        # Host runs made on the caller's buffers, for the next run on them (a decoder's steps):
+        # (signature, buffer ids) -> (arrays by tensor, their binding key, the buffers).
         self._host_runs: dict[tuple[int, ...], tuple] = {}
 
     @classmethod
@@ -443,9 +443,6 @@ class CompiledModel:
             # (a host buffer's array is fixed for its life; the buffers are kept with it, so
             # that no other buffer takes their ids)
             known = (arrays, compiled.binding_key(arrays), buffers)
-            if len(self._host_runs) >= 8:
-                self._host_runs.pop(next(iter(self._host_runs)))
-            self._host_runs[ids] = known
         for buf in buffers:
             if buf.event is not None:
                 buf.wait()
@@ -455,6 +452,10 @@ class CompiledModel:
             with self._session.guard.serialized(f"run of signature {sig.key!r}"):
                 if not compiled.run_on(known[0], known[1]):
                     return False
+        if ids not in self._host_runs:      # (bound now: the subgraph keeps these arrays anyway)
+            if len(self._host_runs) >= 2 * BOUND_SETS:
+                self._host_runs.pop(next(iter(self._host_runs)))
+            self._host_runs[ids] = known
         for buf in output_buffers:
             if buf.event is not None:
                 buf.set_event(None)

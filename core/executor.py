@@ -32,7 +32,7 @@ from .transfers import DeviceRunner
 log = logging.getLogger("litegpu")
 
 #: Sets of a caller's arrays a subgraph keeps its steps bound to (see ``CompiledSubgraph.run_on``).
-_BOUND_SETS = 4
+BOUND_SETS = 4
 
 #: Ops whose output is their input's bytes under another shape (see ``_plan_arena``).
 VIEW_OPS = frozenset({"RESHAPE", "SQUEEZE", "EXPAND_DIMS"})
@@ -395,7 +395,7 @@ class CompiledSubgraph:
         nothing run, where that cannot be done (a device partition, run-time shapes, arrays
         not of the tensors' shapes and dtypes, an unsafe alias) or is not worth it yet (arrays
         not used in a recent call: binding steps to arrays costs a slow first run). The
-        steps bound to a set of arrays are kept for later runs on them (:data:`_BOUND_SETS`
+        steps bound to a set of arrays are kept for later runs on them (:data:`BOUND_SETS`
         sets: a decoder's prefill and decode).
 
         An input and an output may be one array when the output is written in place:
@@ -412,7 +412,7 @@ class CompiledSubgraph:
             # Binding costs a slow first run: only arrays seen in an earlier call are worth it.
             if key not in self._seen_arrays:
                 self._seen_arrays[key] = None
-                if len(self._seen_arrays) > 2 * _BOUND_SETS:
+                if len(self._seen_arrays) > 2 * BOUND_SETS:
                     self._seen_arrays.pop(next(iter(self._seen_arrays)))
                 return False
             if self.runner is not None or not self._safe_aliases(arrays):
@@ -420,7 +420,7 @@ class CompiledSubgraph:
             bound = self.bind(arrays)
             if bound is None:
                 return False
-            if len(self._bound_on) >= _BOUND_SETS:
+            if len(self._bound_on) >= BOUND_SETS:
                 self._bound_on.pop(next(iter(self._bound_on)))
             self._bound_on[key] = (bound, tuple(arrays.values()))   # (the arrays kept alive with their binding)
         else:

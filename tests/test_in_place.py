@@ -154,3 +154,36 @@ def test_buffers_that_overlap_without_being_one_array_are_copied(run_on_results)
         np.testing.assert_array_equal(cache_out.array, want)
         np.testing.assert_array_equal(doubled.array, 2 * want)
     assert run_on_results == [False, False, False]
+
+
+def test_buffers_used_once_are_not_kept() -> None:
+    """A run's buffers are remembered for the next run on them only once the subgraph is
+    bound to them (their second run, or a first whose arrays took a freed set's ids): a
+    caller making new buffers for every run keeps at most the bound sets alive, and a
+    caller reusing hers finds them."""
+    import gc
+    import weakref
+
+    from litegpu.executor import BOUND_SETS
+    model = litegpu.CompiledModel.from_buffer(cache_model(extra_reader=False),
+                                              hardware_accel=litegpu.HardwareAccelerator.CPU)
+    names = model.get_signature_list()["decode"]
+
+    def fresh():
+        ins = {n: model.create_input_buffer_by_name("decode", n) for n in names["inputs"]}
+        outs = {n: model.create_output_buffer_by_name("decode", n) for n in names["outputs"]}
+        ins["start"].write(np.zeros(4, np.int32))
+        return ins, outs
+
+    gone = []
+    for _ in range(12):
+        ins, outs = fresh()
+        model.run_by_name("decode", ins, outs)
+        gone.append(weakref.ref(ins["cache"]))
+        del ins, outs
+    gc.collect()
+    assert sum(ref() is not None for ref in gone) <= BOUND_SETS and len(model._host_runs) <= BOUND_SETS
+    ins, outs = fresh()
+    for _ in range(3):
+        model.run_by_name("decode", ins, outs)
+    assert any(ins["cache"] in known[2] for known in model._host_runs.values())

@@ -266,7 +266,7 @@ class _CompiledIO:
         copies into the device buffer."""
         model = self.model
         inputs = {n: model.create_input_buffer_by_name(sig.key, n) for n in names}
-        arrays = {n: np.zeros(buf.get_tensor_details()["shape"], buf.get_tensor_details()["dtype"])
+        arrays = {n: np.zeros(*(lambda d: (d["shape"], d["dtype"]))(buf.get_tensor_details()))
                   if buf.is_device else buf.array for n, buf in inputs.items()}
         outputs = {n: model.create_output_buffer_by_name(sig.key, n)
                    for n in model.get_signature_list()[sig.key]["outputs"] if n not in sig.kv_names}
