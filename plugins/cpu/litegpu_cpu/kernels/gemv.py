@@ -3,12 +3,12 @@ heads, classifier tops and recurrent cells, ``out[M, O] = clamp(x[M, K] @ W[O, K
 for M up to :data:`MAX_ROWS`.
 
 Such a product is bound by reading the weights (when they are large) or by the latency of
-its chains of multiply-adds (when they are small), not by arithmetic. So W is packed into
-panels of 64 output columns, ``[O / 64, K, 64]``: one K step of a panel is one contiguous
-run of four vectors, the weights stream through the prefetchers in order, and the tile
-(:func:`_panel_codegen`, LLVM IR) keeps the panel's sums for two rows, eight independent
-vector chains, in registers. Narrow weights that 64-column panels would pad by more than
-an eighth take panels of 16 columns, one vector.
+its chains of multiply-adds (when they are small), not by arithmetic. W is in the float
+GEMM's panels of 16 output columns, ``[O / 16, K, 16]`` (:func:`.packed.pack`: one packing
+serves a decoder's prefill, which runs the GEMM, and its decode steps, which run this), and
+the tile (:func:`_panel_codegen`, LLVM IR) takes four panels side by side, the weights
+streaming through the prefetchers in four runs, keeping their sums for two rows, eight
+independent vector chains, in registers. Up to three panels left over take a tile of one.
 
 Each output is XNNPACK's one chain: from the bias, one fused multiply-add per K step in
 order, as its ``f32_gemm`` microkernels add (LiteRT's bits). Dot products along K in
@@ -24,19 +24,18 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 
-from ..jit import carray, intrinsic, njit, types
+from ..jit import intrinsic, njit, types
 from .common import F32, clamp_bounds
 from .gemm import SPLIT_MIN_MACS
-from .packed import NR, carried_loop, clamp_vector, fma_function, load_vector, splat_vector, store_vector
+from .packed import NR, carried_loop, clamp_vector, fma_function, load_vector, pack, splat_vector, store_vector
 from .tasks import bind_task, task_function
 
 # Products of at most this many rows run here.
 MAX_ROWS = 4
-# Output columns per panel: four vectors.
-PANEL = 4 * NR
-# Weights this small (floats, padded) stay in panels however much padding they carry:
-# they sit in cache, and the tile's time is its chain latency, not its reads.
-_SMALL_WEIGHTS = 1 << 16
+# Panels a wide tile takes side by side.
+WIDE = 4
+# K steps ahead of the tile each panel's weights are fetched (16 cache lines).
+AHEAD = 16
 
 
 def _panel_codegen(vectors: int):
@@ -54,13 +53,24 @@ def _panel_ir(builder, vectors, x_ptr, w_ptr, b_ptr, d_ptr, depth_, w0_, j0_, lo
     x_at, d_at = offsets[:rows], offsets[rows:]
     i64 = ir.IntType(64)
     fma = fma_function(builder)
-    width = vectors * NR
     bias = [load_vector(builder, b_ptr, builder.add(j0_, ir.Constant(i64, v * NR))) for v in range(vectors)]
 
+    panel_floats = builder.mul(depth_, ir.Constant(i64, NR))
+
+    prefetch = builder.module.declare_intrinsic("llvm.prefetch", fnty=ir.FunctionType(
+        ir.VoidType(), [ir.IntType(8).as_pointer(), ir.IntType(32), ir.IntType(32), ir.IntType(32)]))
+
     def step(q, sums):
-        """One K step: the panel's vectors of W, each row's x broadcast, FMAs."""
-        w_at = builder.add(w0_, builder.mul(q, ir.Constant(i64, width)))
-        w = [load_vector(builder, w_ptr, builder.add(w_at, ir.Constant(i64, v * NR))) for v in range(vectors)]
+        """One K step: a vector of W from each panel, each row's x broadcast, FMAs; each
+        panel's run fetched :data:`AHEAD` steps ahead (four runs at once outran the
+        hardware prefetchers: a 100M decoder's float decode step 9.3 -> 10.3 ms without)."""
+        w_at = builder.add(w0_, builder.mul(q, ir.Constant(i64, NR)))
+        at = [builder.add(w_at, builder.mul(panel_floats, ir.Constant(i64, v))) for v in range(vectors)]
+        for a in at:
+            ahead = builder.gep(w_ptr, [builder.add(a, ir.Constant(i64, AHEAD * NR))])
+            builder.call(prefetch, [builder.bitcast(ahead, ir.IntType(8).as_pointer()), ir.Constant(ir.IntType(32), 0),
+                                    ir.Constant(ir.IntType(32), 3), ir.Constant(ir.IntType(32), 1)])
+        w = [load_vector(builder, w_ptr, a) for a in at]
         out = []
         for r, x_i in enumerate(x_at):
             xv = splat_vector(builder, builder.load(builder.gep(x_ptr, [builder.add(x_i, q)])))
@@ -80,94 +90,84 @@ _TILE_HEAD = (types.CPointer(types.float32),) * 4 + (types.int64,) * 3 + (types.
 
 
 def _tiles(vectors: int):
-    """The one- and two-row tiles over panels of ``vectors`` vectors."""
+    """The one- and two-row tiles over ``vectors`` panels side by side."""
     codegen = _panel_codegen(vectors)
 
     @intrinsic
     def tile_1(typingctx, xp, wp, bp, dp, depth, w0, j0, lo, hi, x0, d0):
-        """Row ``x0`` (a float offset into ``xp``) times the panel at float offset ``w0`` of
-        the packed weights ``wp`` (``depth`` steps of a panel's width), plus the panel's
-        biases from ``bp[j0]``, clamped to ``lo .. hi``, stored at float offset ``d0`` of
-        ``dp``. Its vector sums start at the bias and stay in registers over all of K; NaN
-        propagates."""
+        """Row ``x0`` (a float offset into ``xp``) times the panels from float offset ``w0`` of
+        the packed weights ``wp`` (``depth`` steps of 16 floats each), plus their biases from
+        ``bp[j0]``, clamped to ``lo .. hi``, stored at float offset ``d0`` of ``dp``. Its
+        vector sums start at the bias and stay in registers over all of K; NaN propagates."""
         return types.void(*_TILE_HEAD, types.int64, types.int64), codegen
 
     @intrinsic
     def tile_2(typingctx, xp, wp, bp, dp, depth, w0, j0, lo, hi, x0, x1, d0, d1):
-        """``tile_1`` for two rows at once (``x0``, ``x1`` to ``d0``, ``d1``): each panel
-        step loaded once for both."""
+        """``tile_1`` for two rows at once (``x0``, ``x1`` to ``d0``, ``d1``): each step of
+        the panels loaded once for both."""
         return types.void(*_TILE_HEAD, *[types.int64] * 4), codegen
     return tile_1, tile_2
 
 
-_tile_1, _tile_2 = _tiles(PANEL // NR)
-_narrow_1, _narrow_2 = _tiles(1)
+_wide_1, _wide_2 = _tiles(WIDE)
+_one_1, _one_2 = _tiles(1)
 
 
 @njit(cache=True, inline="always")
-def _panel_range(xp, wp, biasp, outp, tailp, rows, depth, width, p0, p1, lo, hi, narrow):
-    """Panels ``p0 .. p1`` of ``out``: two rows at a time (the panel read once for both), an
-    odd last row alone; a last panel wider than what is left of the output through the
-    scratch rows ``tailp``."""
-    panel = NR if narrow else PANEL
-    for p in range(p0, p1):
-        j0 = p * panel
-        w0 = p * depth * panel
-        whole = j0 + panel <= width
-        dst, stride, at = (outp, width, j0) if whole else (tailp, panel, np.int64(0))
+def _panel_range(xp, wp, biasp, outp, tailp, rows, depth, width, p0, p1, lo, hi):
+    """Panels ``p0 .. p1`` of ``out``: four at a time while they are whole, the rest one by
+    one; two rows at a time (the weights read once for both), an odd last row alone; a
+    last panel wider than what is left of the output through the scratch rows ``tailp``."""
+    p = p0
+    while p < p1:
+        j0 = p * NR
+        w0 = p * depth * NR
+        wide = p + WIDE <= p1 and j0 + WIDE * NR <= width
+        whole = j0 + NR <= width
+        dst, stride, at = (outp, width, j0) if whole else (tailp, NR, np.int64(0))
         for r in range(0, rows - 1, 2):
-            if narrow:
-                _narrow_2(xp, wp, biasp, dst, depth, w0, j0, lo, hi, r * depth, (r + 1) * depth, r * stride + at,
-                          (r + 1) * stride + at)
-            else:
-                _tile_2(xp, wp, biasp, dst, depth, w0, j0, lo, hi, r * depth, (r + 1) * depth, r * stride + at,
+            if wide:
+                _wide_2(xp, wp, biasp, dst, depth, w0, j0, lo, hi, r * depth, (r + 1) * depth, r * stride + at,
                         (r + 1) * stride + at)
-        if rows % 2:
-            if narrow:
-                _narrow_1(xp, wp, biasp, dst, depth, w0, j0, lo, hi, (rows - 1) * depth, (rows - 1) * stride + at)
             else:
-                _tile_1(xp, wp, biasp, dst, depth, w0, j0, lo, hi, (rows - 1) * depth, (rows - 1) * stride + at)
+                _one_2(xp, wp, biasp, dst, depth, w0, j0, lo, hi, r * depth, (r + 1) * depth, r * stride + at,
+                       (r + 1) * stride + at)
+        if rows % 2:
+            if wide:
+                _wide_1(xp, wp, biasp, dst, depth, w0, j0, lo, hi, (rows - 1) * depth, (rows - 1) * stride + at)
+            else:
+                _one_1(xp, wp, biasp, dst, depth, w0, j0, lo, hi, (rows - 1) * depth, (rows - 1) * stride + at)
         if not whole:
             for r in range(rows):
                 for c in range(width - j0):
-                    outp[r * width + j0 + c] = tailp[r * panel + c]
+                    outp[r * width + j0 + c] = tailp[r * NR + c]
+        p += WIDE if wide else 1
 
 
 @task_function()
 def _gemv_task(t, xp, wp, biasp, outp, tailp, _a5, _a6, _a7, ip, fp):
     """Part ``t`` of ``ip[3]`` of the output panels of ``out = clamp(x @ w.T + bias)`` for a
-    few rows ``x`` [M, K]; ``ip``: M, K, O, parts, then 1 where the panels are
-    16 columns wide, else 64 (:func:`panels`; ``bias`` padded to whole panels, ``tailp``
-    scratch rows for a last panel wider than what is left of the output); ``fp``: lo, hi."""
-    rows, depth, width, parts, narrow = ip[0], ip[1], ip[2], ip[3], ip[4]
-    panel = NR if narrow else PANEL
-    count = (width + panel - 1) // panel
-    part = (count + parts - 1) // parts
-    _panel_range(xp, wp, biasp, outp, tailp, rows, depth, width, t * part, min(count, (t + 1) * part), fp[0], fp[1],
-                 narrow)
+    few rows ``x`` [M, K]; ``ip``: M, K, O, parts (``w``: :func:`.packed.pack`'s panels;
+    ``bias`` padded to whole panels, ``tailp`` scratch rows for a last panel wider than
+    what is left of the output); ``fp``: lo, hi. A part's panels are whole wide tiles but
+    the last part's."""
+    rows, depth, width, parts = ip[0], ip[1], ip[2], ip[3]
+    count = (width + NR - 1) // NR
+    share = (count + parts - 1) // parts
+    part = (share + WIDE - 1) // WIDE * WIDE
+    _panel_range(xp, wp, biasp, outp, tailp, rows, depth, width, t * part, min(count, (t + 1) * part), fp[0], fp[1])
 
 
-def panels(w_ok: np.ndarray, width: int = PANEL) -> np.ndarray:
-    """``w_ok`` [O, K] as [ceil(O / width), K, width] panels of ``width`` output columns
-    (zeros past O)."""
-    o, k = w_ok.shape
-    padded = np.zeros((-(-o // width) * width, k), F32)
-    padded[:o] = w_ok
-    return np.ascontiguousarray(padded.reshape(-1, width, k).transpose(0, 2, 1))
-
-
-def gemv(m: int, k: int, w_ok: np.ndarray, bias: np.ndarray, activation: str):
+def gemv(m: int, k: int, w_ok: np.ndarray, bias: np.ndarray, activation: str, packed: np.ndarray | None = None):
     """``bind(x [M, K], out [M, O]) -> call`` computing ``out = clamp(x @ w_ok.T + bias)``
     for ``m`` up to :data:`MAX_ROWS` as one :func:`_gemv_task`, its output panels in two
-    halves (one per thread) when it is big enough to share."""
+    parts (one per thread) when it is big enough to share. ``packed``: :func:`.packed.pack`
+    of ``w_ok.T``, where it is made already."""
     o = w_ok.shape[0]
     floats = np.array(clamp_bounds(activation), F32)
     parts = 2 if m * k * o >= SPLIT_MIN_MACS else 1
-    padded = -(-o // PANEL) * PANEL
-    narrow = not ((padded - o) * 8 <= o or padded * k <= _SMALL_WEIGHTS)
-    width = NR if narrow else PANEL
-    weights = panels(w_ok, width)
-    bias = np.concatenate([np.asarray(bias, F32), np.zeros(-(-o // width) * width - o, F32)])
-    tail = np.empty(MAX_ROWS * PANEL, F32)
-    params = np.array([m, k, o, parts, narrow], np.int64)
+    weights = pack(w_ok.T) if packed is None else packed
+    bias = np.concatenate([np.asarray(bias, F32), np.zeros(weights.shape[0] * NR - o, F32)])
+    tail = np.empty(MAX_ROWS * NR, F32)
+    params = np.array([m, k, o, parts], np.int64)
     return lambda x2, out2: bind_task(_gemv_task, parts, (x2, weights, bias), (out2, tail), params, floats)

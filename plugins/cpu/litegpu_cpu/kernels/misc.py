@@ -20,8 +20,9 @@ from . import gemm, gemv
 from .mathfn import exp_sum32, fma32, row_range32, sum64, xnn_exp_nonpositive32
 from . import xnn_order
 from .xnn_order import madd, radd_avx512f, rsum2_avx512f, rsum_avx512f
-from .packed import batched_product, packed_matmul
+from .packed import batched_product, fits, pack as gemm_panels, packed_matmul
 from .registry import bindable, kernel
+from .shared_weights import shared_packing
 from .tasks import ARRAYS, advanced, bind_task, int64_pointer, row_tasks, task_function, uint8_pointer
 from .threads import current as current_threads, ensure_gemm_policy
 
@@ -33,11 +34,19 @@ def constant_product(m: int, k: int, w_ok: np.ndarray, bias: np.ndarray, activat
     computing ``out = clamp(x @ w_ok.T + bias)`` in one task function: the GEMV
     (:mod:`.gemv`) for a few rows, else the packed GEMM (:mod:`.packed`) where it fits;
     None otherwise, for the caller's BLAS path (:func:`.gemm.bind_matmul`, bias and clamp
-    fused)."""
+    fused). Both take W in one packing, made once for every node reading it (a decoder's
+    prefill runs the GEMM and its decode steps the GEMV on the same weights)."""
+    if m > gemv.MAX_ROWS and not fits(m, w_ok.shape[0]):
+        return None
+    held = shared_packing("f32", (w_ok,), (), lambda: gemm_panels(w_ok.T))
     if m <= gemv.MAX_ROWS:
-        return gemv.gemv(m, k, w_ok, bias, activation)
-    packed = packed_matmul(w_ok.T, bias, *clamp_bounds(activation), m)
-    return None if packed is None else packed.bind
+        bind = gemv.gemv(m, k, w_ok, bias, activation, packed=held.value)
+    else:
+        product = packed_matmul(w_ok.T, bias, *clamp_bounds(activation), m, packed=held.value)
+        if product is None:
+            return None
+        bind = product.bind
+    return lambda x, out, held=held: bind(x, out)
 
 
 @kernel("FULLY_CONNECTED")

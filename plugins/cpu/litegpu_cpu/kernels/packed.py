@@ -311,13 +311,13 @@ class PackedMatmul:
     dilation along the width is 1); see :meth:`bind`. Without, A is ``x`` [M, K] itself."""
 
     def __init__(self, w_kn: np.ndarray, bias: np.ndarray, lo: float, hi: float, threads: int,
-                 offsets: tuple[int, ...] = (0,)) -> None:
+                 offsets: tuple[int, ...] = (0,), packed: np.ndarray | None = None) -> None:
         k, n = w_kn.shape
         if not fits(MR, n) or k % len(offsets) or np.shape(bias) != (n,):
             raise ValueError(f"packed matmul takes N > 0, K a multiple of the taps and N biases, "
                              f"not K={k} N={n} with {len(offsets)} taps and {np.shape(bias)} biases")
         self.task = _packed_gemm
-        self.weights = pack(w_kn)
+        self.weights = pack(w_kn) if packed is None else packed   # (made already: :func:`pack` of w_kn)
         self.bias = np.zeros(self.weights.shape[0] * NR, F32)   # whole panels: the tile loads 16
         self.bias[:n] = bias
         self.floats = np.array([lo, hi], F32)
@@ -346,14 +346,15 @@ class PackedMatmul:
                          self.floats)
 
 
-def packed_matmul(w_kn: np.ndarray, bias: np.ndarray | None, lo: float, hi: float, m: int) -> PackedMatmul | None:
+def packed_matmul(w_kn: np.ndarray, bias: np.ndarray | None, lo: float, hi: float, m: int,
+                  packed: np.ndarray | None = None) -> PackedMatmul | None:
     """A :class:`PackedMatmul` for products of ``m`` rows with ``w_kn`` (bias None: zero),
     cut for numba's current thread count (the backend sets it before it compiles), or
-    None when :func:`fits` says no."""
+    None when :func:`fits` says no. ``packed``: :func:`pack` of ``w_kn``, made already."""
     n = w_kn.shape[1]
     if not fits(m, n):
         return None
-    return PackedMatmul(w_kn, np.zeros(n, F32) if bias is None else bias, lo, hi, current_threads())
+    return PackedMatmul(w_kn, np.zeros(n, F32) if bias is None else bias, lo, hi, current_threads(), packed=packed)
 
 
 # -- products of two activations (BATCH_MATMUL) -------------------------------------------------
