@@ -18,7 +18,7 @@ the arithmetic precision; bit casts and tables lane by lane), as the cpu backend
 """
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Callable
 
 import numpy as np
 
