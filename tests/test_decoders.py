@@ -210,3 +210,32 @@ def test_prefill_and_decode_share_their_packed_weights(decoder, monkeypatch, nam
     assert len(made) == len(weights) > len(buffers)       # the prefill's products read the decode's weights
     assert len({id(p.weights) for p in made}) == len(buffers)
     assert tokens == _greedy(Engine(path, runtime=LiteRT), 8)[0]
+
+
+def test_sessions_of_one_engine_on_two_threads_each_get_their_own_tokens(decoder):
+    """Two threads, a session each on one engine: the sessions share the engine's input
+    arrays, which a step fills and runs under the engine's lock, and each has its own
+    output buffers (a shared logits buffer let one thread sample the other's logits), so
+    each thread's tokens are what it gets alone."""
+    import threading
+    path = decoder("llama_int8_dynamic_comp")
+    prompts = [PROMPT, [9, 8, 7, 300, 2, 55, 41, 18, 77, 5, 6, 10]]
+    with Engine(path) as engine:
+        alone = []
+        for prompt in prompts:
+            session = engine.create_session()
+            session.prefill_tokens(prompt)
+            alone.append([session.decode_token() for _ in range(32)])
+        together: list = [None, None]
+
+        def run(i: int) -> None:
+            session = engine.create_session()
+            session.prefill_tokens(prompts[i])
+            together[i] = [session.decode_token() for _ in range(32)]
+        for _ in range(8):
+            threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert together == alone

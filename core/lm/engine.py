@@ -208,12 +208,13 @@ class _Feeds:
 
 class _KvState:
     """A session's KV cache on a :class:`_CompiledIO`: its sets of buffers (one updated in
-    place, or two a step reads and writes in turn), whose set is read next, and each
-    signature's run maps for it, made once."""
+    place, or two a step reads and writes in turn), whose set is read next, its output
+    buffers, and each signature's run maps for it, made once."""
 
     def __init__(self, sets: list[dict]) -> None:
         self.sets = sets
         self.turn = 0
+        self.outputs: dict[str, dict] = {}     # each signature's non-cache output buffers
         self.maps: dict[tuple[str, int], tuple[dict, dict]] = {}
 
 
@@ -234,9 +235,9 @@ class _CompiledIO:
         # Caches of ended sessions, zeroed for the next: the model's steps stay bound to
         # their arrays (binding a new set costs a slow first run).
         self._free: list[_KvState] = []
-        # Per signature: its input buffers (the feeds), the ones a run copies in (device
-        # buffers; a host buffer is the array the step fills), its non-cache output buffers.
-        self._buffers: dict[str, tuple[dict, tuple, dict]] = {}
+        # Per signature: its input buffers (the feeds) and the ones a run copies in (device
+        # buffers; a host buffer is the array the step fills). Outputs are each session's.
+        self._buffers: dict[str, tuple[dict, tuple]] = {}
         self._signatures: dict[str, tuple[dict, dict]] | None = None
 
     @classmethod
@@ -268,10 +269,8 @@ class _CompiledIO:
         inputs = {n: model.create_input_buffer_by_name(sig.key, n) for n in names}
         arrays = {n: np.zeros(*(lambda d: (d["shape"], d["dtype"]))(buf.get_tensor_details()))
                   if buf.is_device else buf.array for n, buf in inputs.items()}
-        outputs = {n: model.create_output_buffer_by_name(sig.key, n)
-                   for n in model.get_signature_list()[sig.key]["outputs"] if n not in sig.kv_names}
         copied = tuple((inputs[n], arrays[n]) for n in names if inputs[n].is_device)
-        self._buffers[sig.key] = (inputs, copied, outputs)
+        self._buffers[sig.key] = (inputs, copied)
         return arrays
 
     def new_state(self, decode: _Signature) -> "_KvState":
@@ -294,17 +293,23 @@ class _CompiledIO:
 
     def run(self, state: "_KvState", sig: _Signature, feeds: dict[str, np.ndarray]) -> dict:
         """Run ``sig`` on the arrays :meth:`feed_arrays` gave (``feeds``, filled) and the
-        session's cache; the non-cache outputs by name."""
-        inputs, copied, outputs = self._buffers[sig.key]
+        session's cache; the non-cache outputs by name, in the session's own buffers (another
+        session's steps leave them alone)."""
+        inputs, copied = self._buffers[sig.key]
         for buf, array in copied:
             buf.write(array)
         maps = state.maps.get((sig.key, state.turn))
         if maps is None:
+            outputs = state.outputs.get(sig.key)
+            if outputs is None:
+                outputs = state.outputs[sig.key] = {
+                    n: self.model.create_output_buffer_by_name(sig.key, n)
+                    for n in self.model.get_signature_list()[sig.key]["outputs"] if n not in sig.kv_names}
             current, other = state.sets[state.turn], state.sets[(state.turn + 1) % len(state.sets)]
             maps = state.maps[sig.key, state.turn] = ({**inputs, **current}, {**outputs, **other})
         self.model.run_by_name(sig.key, *maps)
         state.turn = (state.turn + 1) % len(state.sets)
-        return {name: buf.array for name, buf in outputs.items()}
+        return {name: buf.array for name, buf in state.outputs[sig.key].items()}
 
     def report(self, key: str):
         """The signature's delegation report."""
