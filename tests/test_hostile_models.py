@@ -719,3 +719,25 @@ def test_vector_shared_by_many_tables_is_refused(mlp) -> None:
     out += struct.pack("<I", k) + bytes(4 * k)                    # k inputs, all tensor 0
     struct.pack_into("<I", out, field, vec - field)
     expect_error(bytes(out), r"operators\[\d+\]\.inputs", "more elements than twice")
+
+
+@pytest.mark.parametrize("op", ["MAX_POOL_2D", "AVERAGE_POOL_2D"])
+def test_a_pool_window_of_billions_of_taps_runs_on_what_it_covers(op) -> None:
+    """A fuzzed file's 2**29-row filter over a 10-row input (SAME): the cpu takes the window
+    clipped to the input, in memory that does not grow with the filter (XNNPACK's tap
+    tables needed gigabytes), and each output is the pool of the pixels it covers."""
+    b = ModelBuilder()
+    x = b.input("x", (1, 10, 11, 2), np.float32)
+    y = b.tensor("y", (1, 4, 4, 2), np.float32)
+    b.op(op, [x], [y], padding="SAME", stride_w=3, stride_h=3, filter_width=4, filter_height=(1 << 29) + 4)
+    b.output(y)
+    it = litegpu.Interpreter(model_content=b.build())
+    it.allocate_tensors()
+    xv = np.random.default_rng(0).standard_normal((1, 10, 11, 2)).astype(np.float32)
+    it.set_tensor(it.get_input_details()[0]["index"], xv)
+    it.invoke()
+    got = it.get_tensor(it.get_output_details()[0]["index"])
+    pool = np.max if op == "MAX_POOL_2D" else np.mean
+    for j, (c0, c1) in enumerate([(0, 3), (2, 6), (5, 9), (8, 11)]):    # every row, the columns in the window
+        want = pool(xv[0, :, c0:c1], axis=(0, 1))
+        np.testing.assert_allclose(got[0, :, j], np.broadcast_to(want, (4, 2)), rtol=1e-6)

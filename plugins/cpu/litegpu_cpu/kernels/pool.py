@@ -234,6 +234,12 @@ def xnn_avg_pool_plan(x_shape, out_shape, fh, fw, sh, sw, pt, pl, pixelwise):
     return n * out_shape[1], np.concatenate([np.array(params, np.int64), passes.reshape(-1)])
 
 
+# Windows up to this many taps get XNNPACK's pass tables (18 int64 per 9 taps); a larger one
+# (a hostile file's 2**29-row filter on a 10-row input) takes the builtin kernel's clipped
+# window, whose memory does not grow with the filter.
+_XNN_MAX_TAPS = 1 << 16
+
+
 def _pool_factory(ctx: NodeContext, is_max: bool):
     if not all_float32(ctx) or len(ctx.inputs[0].shape) != 4:
         return None     # a rank-5 MAX_POOL_2D input runs in the reference
@@ -246,6 +252,8 @@ def _pool_factory(ctx: NodeContext, is_max: bool):
     n, h, w, c = ctx.inputs[0].shape
     _, oh, ow, _ = ctx.outputs[0].shape
     tasks, chunk = row_tasks(n * oh, n * oh * ow * c, _PARALLEL_SIZE)
+    if kernel == "xnnpack" and fh * fw > _XNN_MAX_TAPS:
+        kernel = "builtin"
     if kernel == "xnnpack" and is_max:
         passes = np.ascontiguousarray(np.array(xnn_max_pool_passes(fh, fw), np.int64).reshape(-1))
         params = np.array([n * oh, chunk, h, w, c, oh, ow, passes.size // 18, fw, sh, sw, pt, pl, 1, 0], np.int64)
