@@ -265,10 +265,11 @@ class _CompiledIO:
         """The arrays each step fills for the ``names`` inputs of ``sig``: a host input
         buffer's own array (the run reads it where it lies), else one that :meth:`run`
         copies into the device buffer."""
-        model = self.model
-        inputs = {n: model.create_input_buffer_by_name(sig.key, n) for n in names}
-        arrays = {n: np.zeros(*(lambda d: (d["shape"], d["dtype"]))(buf.get_tensor_details()))
-                  if buf.is_device else buf.array for n, buf in inputs.items()}
+        inputs = {n: self.model.create_input_buffer_by_name(sig.key, n) for n in names}
+        arrays = {}
+        for n, buf in inputs.items():
+            details = buf.get_tensor_details()
+            arrays[n] = np.zeros(details["shape"], details["dtype"]) if buf.is_device else buf.array
         copied = tuple((inputs[n], arrays[n]) for n in names if inputs[n].is_device)
         self._buffers[sig.key] = (inputs, copied)
         return arrays
@@ -493,9 +494,10 @@ class Session:
                                      + (" or the bundle's max_num_tokens)" if self.engine.metadata else ")"))
 
     def _run(self, sig: _Signature, ids: list[int]) -> dict:
+        feeds = self.engine.feeds(sig)
         with self.engine.lock:     # sessions of one engine share its feed arrays
-            self.engine.feeds(sig).fill(ids, self.position)
-            out = self.engine.io.run(self.state, sig, self.engine.feeds(sig).arrays)
+            feeds.fill(ids, self.position)
+            out = self.engine.io.run(self.state, sig, feeds.arrays)
         self.position += len(ids)
         return out
 

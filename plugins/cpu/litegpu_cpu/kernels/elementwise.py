@@ -235,8 +235,9 @@ _GELU, _GELU_TANH, _HARD_SWISH, SIGMOID, SWISH, _TANH = range(6)
 def _float_unary_task(t, xp, outp, _a2, _a3, _a4, _a5, _a6, _a7, ip, _fp):
     """Elements ``t * chunk ..`` of a float32 one-input op (``ip``: size, chunk, which):
     GELU by :func:`.mathfn.gelu32` or :func:`.mathfn.gelu_tanh32` and TANH by
-    :func:`.mathfn.tanh32`: float32 code that vectorizes (a float64 erf form, behind numba's zero-division check, ran at ~1.2 ns an
-    element and lost all relative accuracy for x < -3); HARD_SWISH as ``x * clamp(x / 6
+    :func:`.mathfn.tanh32`: float32 code that vectorizes (a float64 erf form, behind
+    numba's zero-division check, ran at ~1.2 ns an element and lost all relative accuracy
+    for x < -3); HARD_SWISH as ``x * clamp(x / 6
     + 1/2, 0, 1)``, the multiply-add fused as XNNPACK's; LOGISTIC by
     :func:`.xnn_sigmoid.sigmoid32`, and SWISH (``x * LOGISTIC(x)``, fused by :mod:`..fusion`)
     with it, 16 lanes at a time where it is XNNPACK's AVX-512F kernel
