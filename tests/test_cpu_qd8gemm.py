@@ -38,6 +38,8 @@ def rows(m: int, k: int) -> np.ndarray:
     (1, 300, 70, 2, True, (-1.0, 1.0)),         # one row
     (64, 128, 512, 2, True, (0.0, 6.0)),        # tiny_bert's shapes: panels split over tasks
     (200, 64, 20, 2, True, (-np.inf, np.inf)),  # rows split over tasks
+    (20, 40, 109, 1, False, (-np.inf, np.inf)),  # wide tiles of four panels, then two, then a partial one
+    (64, 96, 1129, 2, True, (-2.0, 2.0)),       # panels split in wide chunks, each with a rest
 ])
 def test_product_equals_the_hybrid_reference(vnni, m, k, n, threads, bias, clamp):
     w = RNG.integers(-127, 128, (k, n)).astype(np.int8)

@@ -32,6 +32,8 @@ PATHS = [pytest.param(False, id="plain"),
     (100, 37, 3, 1, False),       # K not a multiple of 4, one partial panel, per-tensor scale
     (3136, 24, 144, 2, True),     # rows split over tasks
     (49, 960, 320, 2, True),
+    (13, 20, 109, 1, True),       # wide tiles of four panels, then two, then a partial one clamped
+    (30, 64, 1129, 2, True),      # panels split in wide chunks, the last with two- and one-panel rest
 ])
 def test_quantized_matmul_is_exact(vnni, m, k, n, threads, per_channel):
     k4 = -(-k // 4) * 4
@@ -72,11 +74,13 @@ def test_extreme_values_do_not_overflow():
 
 
 def test_split_covers_every_row_and_panel_once():
-    for m, n, k in [(3136, 144, 24), (1, 1000, 1280), (49, 320, 960), (6, 16, 8)]:
+    for m, n, k in [(3136, 144, 24), (1, 1000, 1280), (49, 320, 960), (6, 16, 8), (64, 2048, 768), (64, 1129, 96)]:
         row_chunk, row_tasks, panel_chunk, panel_tasks = qgemm.split(m, n, k, 2)
         assert row_chunk % qgemm.MR == 0 or row_tasks == 1
         assert (row_tasks - 1) * row_chunk < m <= row_tasks * row_chunk
         panels = -(-n // qgemm.NR)
+        wide = panels >= 4 * qgemm._WIDE_PANELS     # whole wide tiles per task
+        assert panel_tasks == 1 or panel_chunk % (qgemm._WIDE_PANELS if wide else qgemm._TILE_PANELS) == 0
         assert (panel_tasks - 1) * panel_chunk < panels <= panel_tasks * panel_chunk
 
 

@@ -27,8 +27,8 @@ from .common import clamp_bounds, optional_input
 from .mathfn import maxnum32, minnum32, row_range32
 
 from .packed import NR, carried_loop, clamp_vector, fma_function, load_vector, splat_vector, store_panel
-from .qgemm import (_ROW_PANELS, _SUMS, _TILE_PANELS, MR, VNNI, _task_share, k_steps, pack, split, tile_geometry,
-                    tile_sums)
+from .qgemm import (_ROW_PANELS, _SUMS, _TILE_PANELS, _WIDE_PANELS, MR, VNNI, _task_share, k_steps, pack, split,
+                    tile_geometry, tile_sums, wide_end)
 from .registry import bindable
 from .shared_weights import shared_packing
 from .threads import current as current_threads
@@ -88,8 +88,10 @@ def _make_tile(vnni: bool, rows: int, panels: int):
     return tile
 
 
-_tile_vnni, _row_vnni = _make_tile(True, MR, _TILE_PANELS), _make_tile(True, 1, _ROW_PANELS)
-_tile_plain, _row_plain = _make_tile(False, MR, _TILE_PANELS), _make_tile(False, 1, _ROW_PANELS)
+_tile_vnni, _wide_vnni, _row_vnni = (_make_tile(True, MR, _TILE_PANELS), _make_tile(True, MR, _WIDE_PANELS),
+                                     _make_tile(True, 1, _ROW_PANELS))
+_tile_plain, _wide_plain, _row_plain = (_make_tile(False, MR, _TILE_PANELS), _make_tile(False, MR, _WIDE_PANELS),
+                                        _make_tile(False, 1, _ROW_PANELS))
 
 
 # -- the product of a convolution without its im2col (indirect) ----------------------------
@@ -166,7 +168,12 @@ def _qd8_vnni(t, qp, wp, colsump, wscalep, biasp, rowscalep, rowcp, outp, ip, fp
     the clamp's lo, hi)."""
     r0, r1, p0, p1 = _task_share(t, ip)
     tiled = tiled_rows(r0, r1)
-    for p in range(p0, p1, _TILE_PANELS):
+    wide = wide_end(p0, p1)
+    for p in range(p0, wide, _WIDE_PANELS):
+        for r in range(r0, tiled, MR):
+            _wide_vnni(qp, wp, colsump, wscalep, biasp, rowscalep, rowcp, outp, r, r1 - 1, ip[3], ip[1], ip[2],
+                       p, p1 - 1, fp[0], fp[1])
+    for p in range(wide, p1, _TILE_PANELS):
         for r in range(r0, tiled, MR):
             _tile_vnni(qp, wp, colsump, wscalep, biasp, rowscalep, rowcp, outp, r, r1 - 1, ip[3], ip[1], ip[2],
                        p, p1 - 1, fp[0], fp[1])
@@ -181,7 +188,12 @@ def _qd8_plain(t, qp, wp, colsump, wscalep, biasp, rowscalep, rowcp, outp, ip, f
     """:func:`_qd8_vnni` in plain LLVM vector arithmetic."""
     r0, r1, p0, p1 = _task_share(t, ip)
     tiled = tiled_rows(r0, r1)
-    for p in range(p0, p1, _TILE_PANELS):
+    wide = wide_end(p0, p1)
+    for p in range(p0, wide, _WIDE_PANELS):
+        for r in range(r0, tiled, MR):
+            _wide_plain(qp, wp, colsump, wscalep, biasp, rowscalep, rowcp, outp, r, r1 - 1, ip[3], ip[1], ip[2],
+                       p, p1 - 1, fp[0], fp[1])
+    for p in range(wide, p1, _TILE_PANELS):
         for r in range(r0, tiled, MR):
             _tile_plain(qp, wp, colsump, wscalep, biasp, rowscalep, rowcp, outp, r, r1 - 1, ip[3], ip[1], ip[2],
                         p, p1 - 1, fp[0], fp[1])
