@@ -118,6 +118,7 @@ class CpuProgram(Program):
     def __init__(self, partition: Partition, options: CompileOptions) -> None:
         from .fusion import FusedGroup, make_fused_kernel
         from .kernels import make_kernel
+        from .kernels.attention import AttentionChain
         self.partition = partition
         # Called first in every run: the run's thread may not be the one that compiled.
         self._threads_here = _threads_setter(options.num_threads)
@@ -146,8 +147,8 @@ class CpuProgram(Program):
         self.steps = []
         self.step_nodes: list[tuple[NodeContext, ...]] = []   # the nodes each step computes
         for group, nodes in _groups(partition):
-            if isinstance(group, FusedGroup):
-                kernel = make_fused_kernel(group)
+            if isinstance(group, (FusedGroup, AttentionChain)):
+                kernel = make_fused_kernel(group) if isinstance(group, FusedGroup) else group.kernel()
                 self.steps.append((kernel, [slot(t) for t in group.inputs], [slot(t) for t in group.outputs],
                                    False, group.nodes[0]))
                 self.step_nodes.append(tuple(nodes))
@@ -562,16 +563,21 @@ def _groups(partition: Partition) -> list[tuple]:
     """The partition's steps as ``(what to compile, its nodes)``: a FusedGroup for each
     fused run, a node with the follower it computes too (a conv and its RELU) as one node
     context, else single node contexts."""
-    from .fusion import folded_pair, generate_alone, plan_group
+    from .fusion import folded_pair, generate_alone, plan_group, reader_counts
+    from .kernels.attention import attention_chain
     nodes = partition.nodes
     steps = partition.steps or [[i] for i in range(len(nodes))]
     last_reader: dict[int, int] = {}
     for pos, ctx in enumerate(nodes):
         for t in ctx.node.inputs:
             last_reader[t] = pos
+    readers = reader_counts(nodes, partition.outputs)
     out: list = []
     for positions in steps:
         run = [nodes[p] for p in positions]
+        if len(run) > 3 and (chain := attention_chain(run, 0, readers)) is not None and len(chain.nodes) == len(run):
+            out.append((chain, run))
+            continue
         if len(run) == 2 and (folded := folded_pair(*run)) is not None:
             out.append((folded, run))
             continue

@@ -45,6 +45,7 @@ from litegpu.ops.registry import CLAMP_ACTIVATIONS
 
 from .generated import load_generated
 from .kernels import mathfn, xnn_sigmoid
+from .kernels.attention import attention_chain
 from .kernels.qelementwise import folded_table
 from .kernels.registry import bindable, is_quantized_node
 from .kernels.tasks import ARRAYS, bind_task
@@ -177,17 +178,21 @@ def fusion_runs(nodes: list[NodeContext], outputs=()) -> list[list[int]]:
     node followed by one it can compute itself (:func:`folded_pair`: a conv and its clamp,
     swish on int8), and every other node alone. ``outputs`` are the tensors read after the nodes.
 
+    An attention's chain of nodes (:func:`.kernels.attention.attention_chain`) is one step too.
+
     Disabled with ``LITEGPU_CPU_FUSION=0``.
     """
     if not env.flag("LITEGPU_CPU_FUSION", True):
         return [[i] for i in range(len(nodes))]
-    readers: dict[int, int] = dict.fromkeys(outputs, 1)
-    for ctx in nodes:
-        for t in ctx.node.inputs:
-            readers[t] = readers.get(t, 0) + 1
+    readers = reader_counts(nodes, outputs)
     steps: list[list[int]] = []
     i = 0
     while i < len(nodes):
+        chain = attention_chain(nodes, i, readers)
+        if chain is not None:
+            steps.append(list(range(i, i + len(chain.nodes))))
+            i += len(chain.nodes)
+            continue
         j = i + 1
         if fusable(nodes[i]):
             shape = tuple(nodes[i].outputs[0].shape)
@@ -201,6 +206,15 @@ def fusion_runs(nodes: list[NodeContext], outputs=()) -> list[list[int]]:
         steps.append(list(range(i, j)))
         i = j
     return steps
+
+
+def reader_counts(nodes: list[NodeContext], outputs=()) -> dict[int, int]:
+    """How many of ``nodes`` read each tensor, plus one for each of ``outputs`` (read after them)."""
+    readers: dict[int, int] = dict.fromkeys(outputs, 1)
+    for ctx in nodes:
+        for t in ctx.node.inputs:
+            readers[t] = readers.get(t, 0) + 1
+    return readers
 
 
 # Ops whose cpu kernels clamp on store, and the standalone ops that are such a clamp.

@@ -1,0 +1,398 @@
+"""A decoder's attention as one step over the keys its mask leaves visible.
+
+litert-torch writes a decoder's attention without its composite as a chain of nodes:
+
+    scores = BATCH_MATMUL(q, k)          [..., M, C] over the whole KV cache (C keys)
+    (a logit cap: MUL, TANH, MUL)
+    (RESHAPE)  scores + mask  (RESHAPE)  the mask -inf past each query's position
+    probs = SOFTMAX(scores)
+    out = BATCH_MATMUL(probs, v)         [..., M, Dv]
+
+so a prefill of 64 tokens into a cache of 512, or a decode step early in the cache,
+multiplies by every one of the C keys, though the mask gives all but the first few a
+probability of exactly 0. :func:`attention_chain` finds such chains (the cpu backend's
+schedule makes each one step) and :class:`AttentionChain` runs one as a task function
+that first reads the mask: the keys whose mask is -inf in every row (a suffix of the
+cache) are left out of both products and the softmax. The result is the chain's, to the
+bit:
+
+- a score is one fused multiply-add chain over the head dimension in order (the float
+  GEMM's tiles, :mod:`.packed`, as the unfused BATCH_MATMUL computes it), for the visible
+  keys only; the cap's ops are the cpu's (``x * c``, the cpu TANH), the mask is added,
+  and the cpu SOFTMAX's row (:func:`.misc.softmax_row`) runs over them;
+- the visible span is rounded up to a multiple of 64, so that the softmax's sum
+  (XNNPACK's blocks of 64, :func:`.xnn_order.radd_avx512f`) adds the same values in the
+  same lanes; the keys left out would only add exact zeros (``exp(-inf)``); a span that
+  does not end at a whole block of 64 takes every key;
+- each output is one fused multiply-add chain over the keys in order; a key left out
+  would add ``0 * v``, which leaves a sum unchanged.
+
+So the only difference from the nodes run one by one is where a key left out holds an
+infinity or NaN (a score ``inf - inf`` is NaN there, and ``0 * inf`` too): LiteRT then
+gives NaN, this step the finite value. A session's cache past its position holds zeros
+or finite old entries, never those.
+
+The packed tiles need at least MR rows; a batch with fewer (a decode step's few query
+heads) is copied into a task's scratch rows and its results copied back.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from litegpu.backend import NodeContext
+
+from ..jit import carray, njit
+from .common import F32
+from .mathfn import row_range32, tanh32
+from .misc import softmax_row
+from .packed import MR, NR, _tile2, _transpose16
+from .tasks import advanced, bind_task, in_sequence, int64_pointer, task_function
+from .threads import current as current_threads
+
+# Keys come in blocks of this many: the softmax's sum order is XNNPACK's blocks of 64.
+KEY_BLOCK = 64
+# Tasks of the products, per thread.
+_TASKS_PER_THREAD = 4
+
+# ip: the int64 parameters of every task of a chain.
+(_BATCHES, _M, _D, _C, _DV, _BLOCK, _BLOCKS, _K_T, _V_T, _MASK_ROWS, _SCRATCH, _PER_TASK, _TAP,
+ _SIZE, _OPS) = range(15)
+# The scores' own ops before the mask (a logit cap: MUL, TANH, MUL), codes from ip[_OPS + 1]
+# on, each's constant in fp: x * c, x / c, tanh(x) (the cpu TANH's, :data:`.mathfn.tanh32`).
+_MUL, _DIV, _TANH = 1, 2, 3
+# _TAP must be the float tiles' tap table (packed._PARAMS): one tap at offset 0.
+assert _TAP == 12
+
+
+@task_function()
+def _visible_keys_task(t, maskp, tablep, _a2, _a3, _a4, _a5, _a6, _a7, ip, _fp):
+    """The span of keys the products take, into ``table[0]``: past the last key whose mask
+    is above -inf in some row, rounded up to :data:`KEY_BLOCK`; every key when that is
+    not a whole block of the C (or the mask hides every key)."""
+    c, rows = ip[_C], ip[_MASK_ROWS]
+    whole = c // KEY_BLOCK
+    span = c
+    if whole * KEY_BLOCK == c or not _sees(maskp, rows, c, whole * KEY_BLOCK, c):
+        # Whole blocks from the last: hidden in every row (a count over the block that
+        # vectorizes), until one that is not.
+        span = whole * KEY_BLOCK
+        while span > 0 and not _sees(maskp, rows, c, span - KEY_BLOCK, span):
+            span -= KEY_BLOCK
+    int64_pointer(tablep)[0] = span if span > 0 else c
+
+
+@njit(cache=True, inline="always")
+def _sees(maskp, rows, c, j0, j1):
+    """True when some row of the mask [rows, c] is above -inf (or NaN) in columns ``j0 .. j1``."""
+    for r in range(rows):
+        hidden = 0
+        for j in range(r * c + j0, r * c + j1):
+            hidden += maskp[j] == -np.inf
+        if hidden < j1 - j0:
+            return True
+    return False
+
+
+@njit(cache=True, inline="always")
+def _pack(srcp, outp, k, n, stride, transposed):
+    """B [k, n] as :func:`.packed.pack` lays out a weight (panel p at ``p * k * NR``, [k][NR],
+    zeros past n): B's rows ``stride`` floats apart, or, ``transposed``, B given as its n
+    columns, each a row ``stride`` floats long."""
+    panels = (n + NR - 1) // NR
+    for p in range(panels):
+        base = p * k * NR
+        lanes = min(NR, n - p * NR)
+        done = 0
+        if transposed:
+            if lanes == NR:
+                src = carray(srcp, ((p * NR + NR - 1) * stride + k,))
+                out = carray(outp, (base + k * NR,))
+                while done + NR <= k:
+                    _transpose16(src, p * NR * stride + done, stride, out, base + done * NR)
+                    done += NR
+            for lane in range(lanes):
+                for q in range(done, k):
+                    outp[base + q * NR + lane] = srcp[(p * NR + lane) * stride + q]
+        else:
+            for q in range(k):
+                for lane in range(lanes):
+                    outp[base + q * NR + lane] = srcp[q * stride + p * NR + lane]
+        for lane in range(lanes, NR):
+            for q in range(k):
+                outp[base + q * NR + lane] = np.float32(0)
+
+
+@task_function()
+def _pack_task(t, kp, vp, packedp, tablep, _a4, _a5, _a6, _a7, ip, _fp):
+    """Task ``t``: batch ``t // 2``'s keys (even t: the scores' B, ``[D, span]``, panels
+    of keys) or values (odd t: the output's B, ``[span, Dv]``, panels of Dv packed for
+    ``span`` keys), into ``packed`` (a batch's keys, then its values, :data:`_SIZE` floats
+    a batch in all)."""
+    b = t // 2
+    d, c, dv = ip[_D], ip[_C], ip[_DV]
+    span = int64_pointer(tablep)[0]
+    out = advanced(packedp, b * ip[_SIZE])
+    if t % 2 == 0:      # keys: B[j, s] = k[s, j] ([C, D] rows, transposed) or k[j, s] ([D, C])
+        _pack(advanced(kp, b * c * d), out, d, span, d if ip[_K_T] else c, ip[_K_T])
+    else:               # values: B[s, j] = v[s, j] ([C, Dv]) or v[j, s] ([Dv, C], transposed)
+        _pack(advanced(vp, b * c * dv), advanced(out, ((c + NR - 1) // NR) * NR * d), span, dv,
+              c if ip[_V_T] else dv, ip[_V_T])
+
+
+@njit(cache=True, inline="always")
+def _tiles(xp, wp, zerosp, outp, ip, rows, c, length, n):
+    """``out[rows, n] = x[rows, :length] @ W`` (x's rows ``c`` floats apart, W packed
+    for ``length`` K steps): the float GEMM's tiles, each a chain of fused multiply-adds
+    over K in order; the last tile moved back to end with the rows (rows >= MR)."""
+    panels = (n + NR - 1) // NR
+    for p in range(0, panels, 2):
+        p2 = min(p + 1, panels - 1)
+        r = 0
+        while r < rows:
+            r = min(r, rows - MR)
+            _tile2(xp, wp, zerosp, outp, ip, r, r, 1, c, length, 1, n, p * NR, p2 * NR,
+                   np.float32(-np.inf), np.float32(np.inf))
+            r += MR
+
+
+@task_function()
+def _chain_task(t, qp, packedp, maskp, outp, scratchp, tablep, _a6, _a7, ip, fp):
+    """Task ``t``: rows ``block * (t % blocks) ..`` of batch ``t // blocks``: their scores
+    over the visible keys, the scores' own ops (``fp``: their constants), the mask added,
+    the softmax, then their outputs."""
+    m, d, c, dv, block = ip[_M], ip[_D], ip[_C], ip[_DV], ip[_BLOCK]
+    b, first = t // ip[_BLOCKS], block * (t % ip[_BLOCKS])
+    rows = min(block, m - first)
+    table = int64_pointer(tablep)
+    span = table[0]
+    row0 = b * m + first                   # the flat row of the chain's scores
+    # Scratch: zeros (the tiles' bias), then each task's scores, q rows and out rows.
+    zeros = scratchp
+    mine = advanced(scratchp, ip[_SCRATCH] + t * ip[_PER_TASK])
+    tiled = max(rows, MR)
+    scores = mine
+    x = advanced(qp, row0 * d)
+    out = advanced(outp, row0 * dv)
+    if rows < MR:       # too few rows for a tile: copied into scratch, the last repeated
+        staged = advanced(mine, tiled * c)
+        for r in range(MR):
+            src = min(r, rows - 1)
+            for j in range(d):
+                staged[r * d + j] = x[src * d + j]
+        x = staged
+        out = advanced(mine, tiled * c + MR * d)
+    keys = advanced(packedp, b * ip[_SIZE])
+    _tiles(x, keys, zeros, scores, ip, tiled, d, d, span)
+    for r in range(rows):
+        at = r * span
+        for o in range(ip[_OPS]):
+            code, constant = ip[_OPS + 1 + o], fp[o]
+            for j in range(span):
+                value = scores[at + j]
+                if code == _MUL:
+                    value = value * constant
+                elif code == _DIV:
+                    value = value / constant
+                else:
+                    value = tanh32(value)
+                scores[at + j] = value
+        mask = table[1 + row0 + r]
+        for j in range(span):
+            scores[at + j] = scores[at + j] + maskp[mask + j]
+        lo, hi = row_range32(scores, at, span, np.float32(np.inf), np.float32(-np.inf))
+        softmax_row(scores, scores, at, span, hi)
+    values = advanced(keys, ((c + NR - 1) // NR) * NR * d)
+    _tiles(scores, values, zeros, out, ip, tiled, span, span, dv)
+    if rows < MR:
+        final = advanced(outp, row0 * dv)
+        for r in range(rows):
+            for j in range(dv):
+                final[r * dv + j] = out[r * dv + j]
+
+
+@dataclass
+class AttentionChain:
+    """The nodes of one attention (:func:`attention_chain`) as one step: inputs q, k, mask,
+    v; output the second product's."""
+
+    nodes: list[NodeContext]
+    inputs: list[int]
+    outputs: list[int]
+    k_transposed: bool        # k given as [..., C, D] (the first product's adj_y)
+    v_transposed: bool        # v given as [..., Dv, C] (the second's adj_y)
+    score_ops: tuple = ()     # (code, constant) of each op on the scores before the mask
+
+    def kernel(self):
+        """The step's kernel: ``run(inputs, outputs)`` with ``run.bind`` (see
+        :func:`.registry.bindable`)."""
+        from .registry import bindable
+        first, add, last = self.nodes[0], self._add(), self.nodes[-1]
+        q_shape, scores_shape = tuple(first.inputs[0].shape), tuple(first.outputs[0].shape)
+        batches = int(np.prod(q_shape[:-2], dtype=np.int64))
+        m, d, c = q_shape[-2], q_shape[-1], scores_shape[-1]
+        dv = int(last.outputs[0].shape[-1])
+        mask_index = 1 if add.node.inputs[0] == self._scores_before(add) else 0
+        mask_shape = tuple(add.inputs[mask_index].shape)
+        rows = _mask_rows(tuple(add.outputs[0].shape), mask_shape)
+        threads = max(current_threads(), 1)
+        blocks = max(1, min(-(-m // MR), -(-_TASKS_PER_THREAD * threads // batches)))
+        block = -(-m // blocks) if m < MR else -(-(-(-m // blocks)) // MR) * MR
+        blocks = -(-m // block)
+        tiled = max(block, MR)
+        per_task = tiled * c + MR * (d + dv)
+        zeros = -(-max(c, dv) // NR) * NR
+        size = -(-c // NR) * NR * d + -(-dv // NR) * NR * c
+        params = np.zeros(_OPS + 1 + len(self.score_ops), np.int64)
+        params[[_BATCHES, _M, _D, _C, _DV, _BLOCK, _BLOCKS, _K_T, _V_T, _MASK_ROWS, _SCRATCH, _PER_TASK, _SIZE,
+                _OPS]] = [batches, m, d, c, dv, block, blocks, self.k_transposed, self.v_transposed,
+                          int(np.prod(mask_shape, dtype=np.int64)) // c, zeros, per_task, size, len(self.score_ops)]
+        params[_OPS + 1:] = [code for code, _ in self.score_ops]
+        constants = np.array([constant for _, constant in self.score_ops] or [0.0], F32)
+
+        def bind(inputs, outputs):
+            q, k, mask, v = inputs
+            table = np.concatenate([[c], rows]).astype(np.int64)
+            packed = np.empty(batches * size, F32)
+            scratch = np.zeros(zeros + batches * blocks * per_task, F32)
+            return in_sequence([
+                bind_task(_visible_keys_task, 1, (mask,), (table,), params, dtypes=(F32, np.int64)),
+                bind_task(_pack_task, 2 * batches, (k, v), (packed, table), params,
+                          dtypes=(F32, F32, F32, np.int64)),
+                bind_task(_chain_task, batches * blocks, (q, packed, mask), (outputs[0], scratch, table), params,
+                          constants, dtypes=(F32, F32, F32, F32, F32, np.int64))])
+        run = bindable(bind)
+        run.kernel_name = "attention.AttentionChain"
+        return run
+
+    def _add(self) -> NodeContext:
+        return next(ctx for ctx in self.nodes if ctx.node.op == "ADD")
+
+    def _scores_before(self, add: NodeContext) -> int:
+        """The chain's value the ADD reads (the other operand is the mask)."""
+        produced = {ctx.node.outputs[0] for ctx in self.nodes}
+        return next(t for t in add.node.inputs if t in produced)
+
+
+def _mask_rows(shape: tuple[int, ...], mask_shape: tuple[int, ...]) -> np.ndarray:
+    """For each row of the ADD's output ``shape`` (its leading axes flattened, in order),
+    the offset of the mask's row it adds (the mask broadcast from ``mask_shape``)."""
+    lead = shape[:-1]
+    aligned = (1,) * (len(shape) - len(mask_shape)) + tuple(mask_shape)
+    strides = np.zeros(len(lead), np.int64)
+    step = int(shape[-1])
+    for axis in range(len(lead) - 1, -1, -1):
+        if aligned[axis] != 1:
+            strides[axis] = step
+        step *= int(aligned[axis])
+    index = np.indices(lead, dtype=np.int64).reshape(len(lead), -1) if lead else np.zeros((0, 1), np.int64)
+    return (strides[:, None] * index).sum(axis=0)
+
+
+def attention_chain(nodes: list[NodeContext], i: int, readers: dict[int, int]) -> AttentionChain | None:
+    """The attention starting at ``nodes[i]`` (see the module docstring), when ``nodes[i:]``
+    begin with one: a float32 BATCH_MATMUL, RESHAPEs, an ADD of a mask (no activation;
+    the mask's last axis the keys', broadcast over the rest), RESHAPEs, a SOFTMAX (beta
+    1), RESHAPEs, and a BATCH_MATMUL of the probabilities (shaped as the scores) and v,
+    each value read by the next node alone (``readers``: how many nodes or outputs read
+    each tensor). None otherwise."""
+    first = nodes[i]
+    if first.node.op != "BATCH_MATMUL" or not _plain_product(first):
+        return None
+    q, k = first.inputs[0], first.inputs[1]
+    q_shape, k_shape, scores_shape = tuple(q.shape), tuple(k.shape), tuple(first.outputs[0].shape)
+    if len(q_shape) < 3 or q_shape[:-2] != k_shape[:-2] or len(scores_shape) != len(q_shape):
+        return None
+    c = scores_shape[-1]
+    chain = [first]
+    value = first.node.outputs[0]
+    stage = "add"
+    v_view = None       # a RESHAPE of v among the chain's nodes: (its input, its output)
+    score_ops = []
+    for ctx in nodes[i + 1:]:
+        op = ctx.node.op
+        if op == "RESHAPE" and v_view is None and value not in ctx.node.inputs and readers.get(
+                ctx.node.outputs[0], 0) == 1:
+            v_view = (ctx.node.inputs[0], ctx.node.outputs[0])
+            chain.append(ctx)
+            continue
+        if readers.get(value, 0) != 1 or value not in ctx.node.inputs:
+            return None
+        if op == "RESHAPE" and ctx.node.inputs[0] == value and tuple(ctx.outputs[0].shape)[-1:] == (c,):
+            pass
+        elif stage == "add" and (score_op := _score_op(ctx, value)) is not None:
+            score_ops.append(score_op)
+        elif op == "ADD" and stage == "add" and _mask_add(ctx, value, c):
+            stage = "softmax"
+        elif op == "SOFTMAX" and stage == "softmax" and float(ctx.attrs.get("beta", 1.0)) == 1.0 \
+                and ctx.inputs[0].dtype == F32:
+            stage = "product"
+        elif op == "BATCH_MATMUL" and stage == "product" and ctx.node.inputs[0] == value and _plain_product(ctx) \
+                and tuple(ctx.inputs[0].shape) == scores_shape:
+            v_shape = tuple(ctx.inputs[1].shape)
+            v_transposed = bool(ctx.attrs.get("adj_y"))
+            if v_shape[:-2] != q_shape[:-2] or (v_shape[-1] if v_transposed else v_shape[-2]) != c:
+                return None
+            v = ctx.node.inputs[1]
+            if v_view is not None:      # the reshape is a view: its input holds v's values in order
+                if v != v_view[1]:
+                    return None
+                v = v_view[0]
+            chain.append(ctx)
+            return AttentionChain(chain, [first.node.inputs[0], first.node.inputs[1], _other(chain, "ADD"), v],
+                                  [ctx.node.outputs[0]], bool(first.attrs.get("adj_y")), v_transposed,
+                                  tuple(score_ops))
+        else:
+            return None
+        chain.append(ctx)
+        value = ctx.node.outputs[0]
+    return None
+
+
+def _score_op(ctx: NodeContext, value: int) -> tuple[int, float] | None:
+    """``(code, constant)`` of a node the scores may pass before the mask (a logit cap):
+    a TANH, or a MUL or DIV of them by a float32 constant scalar, no activation; None for
+    any other node."""
+    if ctx.node.inputs.count(value) != 1 or ctx.outputs[0].dtype != F32 \
+            or tuple(ctx.outputs[0].shape) != tuple(ctx.inputs[ctx.node.inputs.index(value)].shape):
+        return None
+    if ctx.node.op == "TANH":
+        return _TANH, 0.0
+    if ctx.node.op not in ("MUL", "DIV") or ctx.attrs.get("activation", "NONE") != "NONE":
+        return None
+    other = ctx.inputs[1 - ctx.node.inputs.index(value)]
+    if other.value is None or other.dtype != F32 or np.size(other.value) != 1 \
+            or (ctx.node.op == "DIV" and ctx.node.inputs[0] != value):
+        return None
+    return (_MUL if ctx.node.op == "MUL" else _DIV), float(np.asarray(other.value).reshape(()))
+
+
+def _plain_product(ctx: NodeContext) -> bool:
+    """A float32 BATCH_MATMUL without adj_x, of non-empty operands with one batch shape."""
+    a, b, out = ctx.inputs[0], ctx.inputs[1], ctx.outputs[0]
+    return (not ctx.attrs.get("adj_x") and all(s.dtype == F32 for s in (a, b, out))
+            and all(n > 0 for s in (a, b, out) for n in s.shape) and len(a.shape) == len(b.shape))
+
+
+def _mask_add(ctx: NodeContext, value: int, c: int) -> bool:
+    """An ADD of the chain's ``value`` and a float32 mask over its last axis of ``c`` keys."""
+    if ctx.attrs.get("activation", "NONE") != "NONE" or ctx.node.inputs.count(value) != 1:
+        return False
+    other = ctx.inputs[1 - ctx.node.inputs.index(value)]
+    out, scores = tuple(ctx.outputs[0].shape), tuple(ctx.inputs[ctx.node.inputs.index(value)].shape)
+    mask = tuple(other.shape)
+    try:
+        broadcast = np.broadcast_shapes(scores, mask)
+    except ValueError:
+        return False
+    # The scores are not repeated (the output holds them in their order, perhaps with
+    # leading axes of 1 more), the mask is, along every axis but the keys'.
+    return (other.dtype == F32 and broadcast == out and np.prod(out) == np.prod(scores) and mask[-1:] == (c,))
+
+
+def _other(chain: list[NodeContext], op: str) -> int:
+    """The operand of the chain's ``op`` node that no node of the chain produced."""
+    produced = {ctx.node.outputs[0] for ctx in chain}
+    node = next(ctx for ctx in chain if ctx.node.op == op)
+    return next(t for t in node.node.inputs if t not in produced)
