@@ -73,6 +73,25 @@ def test_the_cpu_rms_norm_has_litert_s_bits_on_avx512f(case):
     np.testing.assert_array_equal(_litegpu(data, feeds)[0], _litert(data, feeds))
 
 
+@pytest.mark.parametrize("args", [("prefill", 8, 256, 4, 2, 16, 70, None), ("decode-cap", 1, 320, 4, 1, 16, 100, 3.0),
+                                  ("decode-first", 1, 128, 4, 2, 32, 0, None)], ids=lambda a: a[0])
+def test_the_cpu_attention_skips_hidden_keys_without_changing_a_bit(args):
+    """A mask of -inf leaves the keys past the last visible block out of the cpu kernel's
+    products and softmax; the same mask with float32's lowest finite value instead hides
+    them only through exp(): every key is taken. The two give the same bits."""
+    from litegpu.testing.cases.composite import sdpa_case
+    variant, t, s, heads, kv_heads, dim, start, cap = args
+    data, feeds = sdpa_case(variant, t, s, heads, kv_heads, dim, start=start, logit_cap=cap).build()
+    finite = feeds[:3] + [np.where(feeds[3] == -np.inf, np.finfo(F32).min, feeds[3]).astype(F32)]
+    assert (feeds[3] == -np.inf).any()
+    outs = []
+    for mask_feeds in (feeds, finite):
+        got, report = _litegpu(data, mask_feeds)
+        assert report.kernels == [(0, SDPA, "cpu", "composite.attention")]
+        outs.append(got)
+    np.testing.assert_array_equal(outs[0], outs[1])
+
+
 @pytest.mark.parametrize("case_id", [f"{RMS_NORM}-prefill16", f"{SDPA}-decode-gqa4x2", f"{SDPA}-prefill-logit-cap"])
 def test_the_fused_node_runs_on_each_backend(backend, case_id):
     """The conformance suite skips a node a backend refuses; here refusing is a failure."""

@@ -225,3 +225,15 @@ def test_legacy_layout(queries):
     assert_same_bits(ours, run_unfused(content, xs)[0])
     if xnn_order.RSUM_MATCHES_LITERT:
         assert_same_bits(ours, run(content, xs, LiteRT)[0])
+
+
+def test_a_finite_mask_gives_the_same_bits():
+    """The causal mask with float32's lowest value for -inf hides keys only through exp():
+    the step takes every key. Its results are those of the -inf mask, whose hidden keys
+    the step leaves out."""
+    groups, heads, queries, d, keys, dv = 2, 3, 16, 32, 384, 32
+    shape = (1, 1, queries, keys)
+    content = chain_model(groups, heads, queries, d, keys, dv, True, True, shape)
+    xs = inputs(groups, heads, queries, d, keys, dv, True, True, causal_mask(shape, 20))
+    finite = xs[:2] + [np.maximum(xs[2], np.finfo(F32).min)] + xs[3:]
+    assert_same_bits(run(content, xs, litegpu.Interpreter)[0], run(content, finite, litegpu.Interpreter)[0])

@@ -220,4 +220,6 @@ CASES = [
     sdpa_case("decode-mqa-odd", 1, 33, 3, 1, 12, start=32, scale=0.3),
     sdpa_case("prefill-logit-cap", 8, 32, 4, 2, 16, start=10, logit_cap=2.5),
     sdpa_case("decode-logit-cap-mqa", 1, 48, 4, 1, 16, start=30, logit_cap=1.0),
+    sdpa_case("prefill-into-long-cache", 8, 256, 4, 2, 16, start=70),
+    sdpa_case("decode-long-cache-cap", 1, 320, 4, 1, 16, start=100, logit_cap=3.0),
 ]

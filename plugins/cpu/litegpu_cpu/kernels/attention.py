@@ -68,19 +68,24 @@ assert _TAP == 12
 
 @task_function()
 def _visible_keys_task(t, maskp, tablep, _a2, _a3, _a4, _a5, _a6, _a7, ip, _fp):
-    """The span of keys the products take, into ``table[0]``: past the last key whose mask
-    is above -inf in some row, rounded up to :data:`KEY_BLOCK`; every key when that is
-    not a whole block of the C (or the mask hides every key)."""
-    c, rows = ip[_C], ip[_MASK_ROWS]
+    """The span of keys the products take (:func:`visible_span`), into ``table[0]``."""
+    int64_pointer(tablep)[0] = visible_span(maskp, ip[_MASK_ROWS], ip[_C])
+
+
+@njit(cache=True, inline="always")
+def visible_span(maskp, rows, c):
+    """The keys an attention takes of the mask [rows, c]: up to the end of the last block of
+    :data:`KEY_BLOCK` in which some row is above -inf (or NaN); all ``c`` when that block
+    is the last, partial one, or when the mask hides every key."""
     whole = c // KEY_BLOCK
-    span = c
-    if whole * KEY_BLOCK == c or not _sees(maskp, rows, c, whole * KEY_BLOCK, c):
-        # Whole blocks from the last: hidden in every row (a count over the block that
-        # vectorizes), until one that is not.
-        span = whole * KEY_BLOCK
-        while span > 0 and not _sees(maskp, rows, c, span - KEY_BLOCK, span):
-            span -= KEY_BLOCK
-    int64_pointer(tablep)[0] = span if span > 0 else c
+    if whole * KEY_BLOCK != c and _sees(maskp, rows, c, whole * KEY_BLOCK, c):
+        return c
+    # Whole blocks from the last: hidden in every row (a count over the block that
+    # vectorizes), until one that is not.
+    span = whole * KEY_BLOCK
+    while span > 0 and not _sees(maskp, rows, c, span - KEY_BLOCK, span):
+        span -= KEY_BLOCK
+    return span if span > 0 else c
 
 
 @njit(cache=True, inline="always")

@@ -27,9 +27,10 @@ from litegpu.backend import NodeContext
 from ..jit import carray, njit
 from .common import F32, all_float32
 from .mathfn import row_range32, tanh32, xnn_rsqrt32
+from .attention import visible_span
 from .misc import softmax_row
 from .registry import bindable, kernel
-from .tasks import advanced, bind_task, in_sequence, row_tasks, task_function
+from .tasks import advanced, bind_task, in_sequence, int64_pointer, row_tasks, task_function
 from .xnn_order import RSUM_MATCHES_LITERT, madd, rsum2_avx512f
 
 # Rows (times their width) from which a node is cut into tasks over the threads.
@@ -102,12 +103,20 @@ _ROWS, _CHUNK, _T, _H, _KV, _S, _D, _MASK_B, _MASK_H, _MASK_T, _CAP = range(11)
 
 
 @task_function()
-def _keys_by_dimension_task(t, kp, ktp, _a2, _a3, _a4, _a5, _a6, _a7, ip, _fp):
-    """``kt[b, g, j, s] = k[b, s, g, j]`` (``ip``: B, S, KV, D): the keys laid out so that
-    :func:`_attention_task` reads a dimension of every key in a row."""
+def _visible_task(t, maskp, spanp, _a2, _a3, _a4, _a5, _a6, _a7, ip, _fp):
+    """The keys the attention takes (:func:`.attention.visible_span` of the mask, as its
+    rows of S: ``ip``: rows, S), into ``span[0]``."""
+    int64_pointer(spanp)[0] = visible_span(maskp, ip[0], ip[1])
+
+
+@task_function()
+def _keys_by_dimension_task(t, kp, spanp, ktp, _a3, _a4, _a5, _a6, _a7, ip, _fp):
+    """``kt[b, g, j, s] = k[b, s, g, j]`` for the visible keys (``ip``: B, S, KV, D): the
+    keys laid out so that :func:`_attention_task` reads a dimension of every key in a row."""
     b_size, s_size, kv_heads, d = ip[0], ip[1], ip[2], ip[3]
+    span = int64_pointer(spanp)[0]
     for b in range(b_size):
-        for s in range(s_size):
+        for s in range(span):
             for g in range(kv_heads):
                 src = ((b * s_size + s) * kv_heads + g) * d
                 dst = (b * kv_heads + g) * d * s_size + s
@@ -116,16 +125,18 @@ def _keys_by_dimension_task(t, kp, ktp, _a2, _a3, _a4, _a5, _a6, _a7, ip, _fp):
 
 
 @task_function()
-def _attention_task(t, qp, ktp, vp, maskp, outp, scratchp, _a6, _a7, ip, fp):
+def _attention_task(t, qp, ktp, vp, maskp, spanp, outp, scratchp, _a7, ip, fp):
     """Rows ``t * chunk ..`` of attention, a row being one (batch, query position, head) of
     q ``[B, T, H, D]`` (its flat row index), over k (as ``kt`` [B, KV, D, S],
     :func:`_keys_by_dimension_task`) and v ``[B, S, KV, D]`` (head h reads kv
     head ``h // (H / KV)``) and the mask (``ip``: its strides for batch, head and query
     position, 0 where it broadcasts; stride 1 over S). ``fp``: the scale, the logit cap
     (used where ``ip[_CAP]``). ``scratch``: S + D floats per task (the scores, the scaled
-    query)."""
+    query). Only the keys ``span[0]`` leaves visible are taken (see :mod:`.attention`: a
+    key the mask hides in every row would add exact zeros)."""
     rows, chunk, t_size, heads, kv_heads = ip[_ROWS], ip[_CHUNK], ip[_T], ip[_H], ip[_KV]
     s_size, d = ip[_S], ip[_D]
+    span = int64_pointer(spanp)[0]
     scale, cap = fp[0], fp[1]
     group = heads // kv_heads
     at = t * (s_size + d)
@@ -143,24 +154,24 @@ def _attention_task(t, qp, ktp, vp, maskp, outp, scratchp, _a6, _a7, ip, fp):
         # score is still one multiply-add chain over the head dimension in order
         # (XNNPACK's), the chains side by side in vector lanes (one chain at a time left a
         # tiny decoder's prefill attention at ~12 GMAC/s).
-        for s in range(s_size):
+        for s in range(span):
             scores[s] = np.float32(0)
         base = (b * kv_heads + kv) * d * s_size
         for j in range(d):
             q = qs[j]
             keys = base + j * s_size
-            for s in range(s_size):
+            for s in range(span):
                 scores[s] = madd(q, ktp[keys + s], scores[s])
-        for s in range(s_size):
+        for s in range(span):
             acc = scores[s]
             if ip[_CAP]:
                 acc = tanh32(acc / cap) * cap
             scores[s] = maskp[mask_row + s] + acc
-        _softmax_in_place(scratchp, at, s_size)
+        _softmax_in_place(scratchp, at, span)
         out = carray(advanced(outp, row * d), d)
         for j in range(d):
             out[j] = np.float32(0)
-        for s in range(s_size):
+        for s in range(span):
             p = scores[s]
             value = ((b * s_size + s) * kv_heads + kv) * d
             for j in range(d):
@@ -204,11 +215,16 @@ def attention(ctx: NodeContext):
     floats = np.array([ctx.attrs["scale"], cap or 1.0], F32)
 
     layout = np.array([b, s, kv, d], np.int64)
+    mask_rows = np.array([int(np.prod(ctx.inputs[3].shape, dtype=np.int64)) // s, s], np.int64)
+    i64 = np.dtype(np.int64)
 
     def bind(inputs, outputs):
         scratch = np.empty(tasks * (s + d), F32)
         kt = np.empty(b * kv * d * s, F32)
-        return in_sequence([bind_task(_keys_by_dimension_task, 1, (inputs[1],), (kt,), layout),
-                            bind_task(_attention_task, tasks, (inputs[0], kt, inputs[2], inputs[3]),
-                                      (outputs[0], scratch), params, floats)])
+        span = np.array([s], np.int64)
+        return in_sequence([bind_task(_visible_task, 1, (inputs[3],), (span,), mask_rows, dtypes=(F32, i64)),
+                            bind_task(_keys_by_dimension_task, 1, (inputs[1], span), (kt,), layout,
+                                      dtypes=(F32, i64, F32)),
+                            bind_task(_attention_task, tasks, (inputs[0], kt, inputs[2], inputs[3], span),
+                                      (outputs[0], scratch), params, floats, dtypes=(F32,) * 4 + (i64, F32, F32))])
     return bindable(bind)
