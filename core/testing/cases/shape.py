@@ -304,6 +304,9 @@ add(case("BROADCAST_TO", "expand-rank", [In(f32(3, 1)), Const(i32(2, 3, 4))], [(
          version=2))
 add(case("BROADCAST_TO", "int32-int64-shape", [In(ints(I32, 1, 2)), Const(i64(3, 2))], [((3, 2), I32)],
          version=2))
+add(case("BROADCAST_TO", "kv-groups", [In(f32(1, 2, 1, 16, 8)), Const(i32(1, 2, 3, 16, 8))], [((1, 2, 3, 16, 8), F)],
+         version=2))
+add(case("BROADCAST_TO", "bool-middle-axis", [In(bools(2, 1, 3)), Const(i32(2, 5, 3))], [((2, 5, 3), B)], version=2))
 add(case("REVERSE_V2", "axis1", [In(f32(3, 4, 2)), Const(i32(1))], [((3, 4, 2), F)]))
 add(case("REVERSE_V2", "axis-minus1", [In(f32(3, 4)), Const(i32(-1))], [((3, 4), F)]))
 add(case("REVERSE_V2", "two-axes", [In(f32(2, 3, 4)), Const(i32(0, 1))], [((2, 3, 4), F)]))

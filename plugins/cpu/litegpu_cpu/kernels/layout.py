@@ -263,6 +263,22 @@ def strided_copy(dtype: np.dtype, dims, steps, origin: int = 0):
                                                       dtypes=(dtype, dtype)))
 
 
+@kernel("BROADCAST_TO")
+def broadcast_to(ctx: NodeContext):
+    """A strided copy reading each broadcast axis with stride 0 (:func:`strided_copy`: a
+    task function, so a decoder's grouped-query expansion of its KV cache chains with the
+    steps around it); None (the reference) for more than six merged axes."""
+    shape, out = tuple(ctx.inputs[0].shape), tuple(ctx.outputs[0].shape)
+    if len(shape) > len(out):
+        return None
+    aligned = (1,) * (len(out) - len(shape)) + shape
+    if any(a not in (1, o) for a, o in zip(aligned, out)):
+        return None
+    strides = [int(np.prod(aligned[d + 1:], dtype=np.int64)) for d in range(len(out))]
+    return strided_copy(np.dtype(ctx.inputs[0].dtype), list(out),
+                        [0 if a == 1 else step for a, step in zip(aligned, strides)])
+
+
 @kernel("TRANSPOSE")
 def transpose(ctx: NodeContext):
     """A strided copy with the permutation fixed at compile time (:func:`strided_copy`),
