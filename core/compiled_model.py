@@ -177,7 +177,9 @@ class CompiledModel:
                           precision_loss_allowed=not options.gpu_options.enforce_f32,
                           extra={**environment.options, **options.gpu_options.extra()},
                           placement=options.placement)
-        return cls(session, environment)
+        compiled = cls(session, environment)
+        model.release_pages()
+        return compiled
 
     @property
     def environment(self) -> Environment:

@@ -6,6 +6,7 @@ keep their own state.
 from __future__ import annotations
 
 import hashlib
+import mmap
 
 from dataclasses import dataclass, field
 from typing import Any
@@ -119,6 +120,19 @@ class Model:
     nbytes: int = 0
     # The file's bytes (a memory map or bytes), kept for :meth:`digest`.
     content: Any = field(default=None, repr=False, compare=False)
+
+    def release_pages(self) -> None:
+        """Let the OS drop the model file's pages from this process's memory, where the model
+        is a memory map (or a view of one): after compiling, the kernels hold their own
+        packings of the weights, and a page read again comes back from the page cache, as a
+        first read does. A 100M-parameter int8 decoder held its file's 100 MB resident beside
+        its packed weights. Nothing happens for bytes, or where the OS has no ``madvise``."""
+        mapped = self.content.obj if isinstance(self.content, memoryview) else self.content
+        if isinstance(mapped, mmap.mmap) and hasattr(mmap, "MADV_DONTNEED") and not mapped.closed:
+            try:
+                mapped.madvise(mmap.MADV_DONTNEED)
+            except (OSError, ValueError):   # (a mapping the OS will not advise: it keeps its pages)
+                pass
 
     def digest(self) -> str:
         """SHA-256 of the model file (hex), computed once: part of compiled-kernel cache keys."""

@@ -4,10 +4,13 @@ DYNAMIC_UPDATE_SLICE, as LiteRT-LM runs decoders; any other sharing takes the co
 and still gives the right answer. Reshapes of arena tensors share their input's bytes."""
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 
 import litegpu
+from litegpu.compiled_model import CompiledModel
 from litegpu.executor import CompiledSubgraph
 from litegpu.testing.builder import ModelBuilder
 
@@ -187,3 +190,42 @@ def test_buffers_used_once_are_not_kept() -> None:
     for _ in range(3):
         model.run_by_name("decode", ins, outs)
     assert any(ins["cache"] in known[2] for known in model._host_runs.values())
+
+
+def _resident_kb(path) -> int:
+    """This process's resident KB of its mappings of ``path`` (Linux's smaps)."""
+    total, inside = 0, False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()
+            if head and "-" in head[0] and len(head) >= 5:     # a mapping's first line
+                inside = line.rstrip().endswith(str(path))
+            elif inside and line.startswith("Rss:"):
+                total += int(head[1])
+    return total
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads Linux's /proc/self/smaps")
+def test_a_compiled_model_lets_its_file_pages_go(shared_model):
+    """After compiling, the model file's pages leave the process's memory (the kernels hold
+    their own packings); the runs read what they need again and give LiteRT's results."""
+    path = shared_model("mobilenet_v2").resolve()
+    model = litegpu.load_model(path)
+    model.digest()                                    # every page of the file read once
+    assert _resident_kb(path) > 4096
+    model.release_pages()
+    assert _resident_kb(path) < 1024
+    compiled = CompiledModel.from_file(path)
+    assert _resident_kb(path) < 4096
+    x = np.random.default_rng(3).standard_normal((1, 224, 224, 3)).astype(np.float32)
+    ins = compiled.create_input_buffers(0)
+    ins[0].write(x)
+    outs = compiled.create_output_buffers(0)
+    compiled.run_by_index(0, ins, outs)
+    from ai_edge_litert.interpreter import Interpreter as LiteRT
+    litert = LiteRT(model_path=str(path))
+    litert.allocate_tensors()
+    litert.set_tensor(litert.get_input_details()[0]["index"], x)
+    litert.invoke()
+    want = litert.get_tensor(litert.get_output_details()[0]["index"])
+    np.testing.assert_allclose(outs[0].array, want, rtol=0, atol=1e-4 * np.abs(want).max())

@@ -341,7 +341,10 @@ class Engine:
         if path.suffix == ".litertlm":
             self.bundle = Bundle.open(path)
             self.metadata = self.bundle.metadata
-            source = {"model_content": bytes(self.bundle.model_bytes())}
+            # The model read where the bundle is mapped (a copy held a second 100 MB of a
+            # 100M decoder); LiteRT's Interpreter (``runtime``) takes bytes.
+            view = self.bundle.model_bytes()
+            source = {"model_content": bytes(view) if runtime is not None else view}
             if self.tokenizer is None:
                 self.tokenizer = self.bundle.tokenizer()
         else:
