@@ -40,6 +40,11 @@ log = logging.getLogger("benchmarks.decoders")
 # --litert-lm: a pause after each runtime's block, so the other does not start beside the
 # first one's worker threads still spinning down.
 SETTLE_S = 0.05
+# --litert-lm: litegpu's warm-up after that pause lasts at least this long. A LiteRT-LM block
+# times its prefill right after building its engine (busy cores); litegpu's timed block
+# followed one warm block after the pause, and a tiny decoder's prefill (16 tokens, ~60 us
+# hot) then still ran at 2-3x its hot time (the cores not yet back from the pause).
+WARM_S = 0.03
 DEFAULT_DIR = Path(os.environ.get("LITEGPU_DECODERS_DIR", Path.home() / ".cache" / "litegpu" / "decoders"))
 
 
@@ -115,7 +120,9 @@ def versus_litert_lm(path: Path, backend: str, threads: int, rounds: int) -> dic
         for r in range(rounds + 1):     # round 0 warms both
             lm, _ = litert_lm_block(path, "litert-lm-cpu", shape, threads, cache)   # warms its fresh engine first
             time.sleep(SETTLE_S)
-            litegpu_block(engine, shape, prompt)    # so litegpu warms too, after LiteRT-LM's run left the caches
+            warm = time.perf_counter()              # so litegpu warms too, after LiteRT-LM's run left the caches
+            while time.perf_counter() - warm < WARM_S:
+                litegpu_block(engine, shape, prompt)
             ours = litegpu_block(engine, shape, prompt)
             time.sleep(SETTLE_S)
             if r:
