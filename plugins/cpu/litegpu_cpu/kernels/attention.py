@@ -43,11 +43,11 @@ import numpy as np
 
 from litegpu.backend import NodeContext
 
-from ..jit import carray, njit
+from ..jit import njit
 from .common import F32
 from .mathfn import row_range32, tanh32
 from .misc import softmax_row
-from .packed import MR, NR, _tile2, _transpose16
+from .packed import MR, NR, _tile2, pack_panels
 from .tasks import advanced, bind_task, in_sequence, int64_pointer, task_function
 from .threads import current as current_threads
 
@@ -100,35 +100,6 @@ def _sees(maskp, rows, c, j0, j1):
     return False
 
 
-@njit(cache=True, inline="always")
-def _pack(srcp, outp, k, n, stride, transposed):
-    """B [k, n] as :func:`.packed.pack` lays out a weight (panel p at ``p * k * NR``, [k][NR],
-    zeros past n): B's rows ``stride`` floats apart, or, ``transposed``, B given as its n
-    columns, each a row ``stride`` floats long."""
-    panels = (n + NR - 1) // NR
-    for p in range(panels):
-        base = p * k * NR
-        lanes = min(NR, n - p * NR)
-        done = 0
-        if transposed:
-            if lanes == NR:
-                src = carray(srcp, ((p * NR + NR - 1) * stride + k,))
-                out = carray(outp, (base + k * NR,))
-                while done + NR <= k:
-                    _transpose16(src, p * NR * stride + done, stride, out, base + done * NR)
-                    done += NR
-            for lane in range(lanes):
-                for q in range(done, k):
-                    outp[base + q * NR + lane] = srcp[(p * NR + lane) * stride + q]
-        else:
-            for q in range(k):
-                for lane in range(lanes):
-                    outp[base + q * NR + lane] = srcp[q * stride + p * NR + lane]
-        for lane in range(lanes, NR):
-            for q in range(k):
-                outp[base + q * NR + lane] = np.float32(0)
-
-
 @task_function()
 def _pack_task(t, kp, vp, packedp, tablep, _a4, _a5, _a6, _a7, ip, _fp):
     """Task ``t``: batch ``t // 2``'s keys (even t: the scores' B, ``[D, span]``, panels
@@ -140,10 +111,10 @@ def _pack_task(t, kp, vp, packedp, tablep, _a4, _a5, _a6, _a7, ip, _fp):
     span = int64_pointer(tablep)[0]
     out = advanced(packedp, b * ip[_SIZE])
     if t % 2 == 0:      # keys: B[j, s] = k[s, j] ([C, D] rows, transposed) or k[j, s] ([D, C])
-        _pack(advanced(kp, b * c * d), out, d, span, d if ip[_K_T] else c, ip[_K_T])
+        pack_panels(advanced(kp, b * c * d), out, d, span, d if ip[_K_T] else c, ip[_K_T], 0, (span + NR - 1) // NR)
     else:               # values: B[s, j] = v[s, j] ([C, Dv]) or v[j, s] ([Dv, C], transposed)
-        _pack(advanced(vp, b * c * dv), advanced(out, ((c + NR - 1) // NR) * NR * d), span, dv,
-              c if ip[_V_T] else dv, ip[_V_T])
+        pack_panels(advanced(vp, b * c * dv), advanced(out, ((c + NR - 1) // NR) * NR * d), span, dv,
+                    c if ip[_V_T] else dv, ip[_V_T], 0, (dv + NR - 1) // NR)
 
 
 @njit(cache=True, inline="always")

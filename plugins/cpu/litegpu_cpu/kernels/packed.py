@@ -413,29 +413,35 @@ def _pack_share(t, bp, outp, ip):
     zeros past N (``ip``: K, N, transposed, chunk)."""
     k, n, transposed, chunk = ip[0], ip[1], ip[2], ip[3]
     panels = (n + NR - 1) // NR
-    for p in range(t * chunk, min(panels, (t + 1) * chunk)):
+    pack_panels(bp, outp, k, n, k if transposed else n, transposed, t * chunk, min(panels, (t + 1) * chunk))
+
+
+@njit(cache=True, inline="always")
+def pack_panels(srcp, outp, k, n, stride, transposed, p0, p1):
+    """Panels ``p0 .. p1`` of B [k, n] as :func:`pack` lays out a weight (panel p at ``p * k *
+    NR``, [k][NR], zeros past n): B's rows ``stride`` floats apart, or, ``transposed``, B
+    given as its n columns, each a row of k floats ``stride`` apart."""
+    for p in range(p0, p1):
         base = p * k * NR
         lanes = min(NR, n - p * NR)
+        done = 0
         if transposed:
-            # Each column of the panel is a row of b: whole 16 x 16 blocks transposed in
-            # registers (element by element, a 512 x 64 batch took 9.5 us, a quarter of an
-            # attention's product), the rest one by one.
-            done = 0
+            # Each column of the panel is a row of the source: whole 16 x 16 blocks
+            # transposed in registers (element by element, a 512 x 64 batch took 9.5 us, a
+            # quarter of an attention's product), the rest one by one.
             if lanes == NR:
-                b = carray(bp, (n * k,))
-                out = carray(outp, ((p + 1) * k * NR,))
+                src = carray(srcp, ((p * NR + NR - 1) * stride + k,))
+                out = carray(outp, (base + k * NR,))
                 while done + NR <= k:
-                    _transpose16(b, p * NR * k + done, k, out, base + done * NR)
+                    _transpose16(src, p * NR * stride + done, stride, out, base + done * NR)
                     done += NR
             for lane in range(lanes):
-                src = (p * NR + lane) * k
                 for q in range(done, k):
-                    outp[base + q * NR + lane] = bp[src + q]
+                    outp[base + q * NR + lane] = srcp[(p * NR + lane) * stride + q]
         else:
             for q in range(k):
-                src = q * n + p * NR
                 for lane in range(lanes):
-                    outp[base + q * NR + lane] = bp[src + lane]
+                    outp[base + q * NR + lane] = srcp[q * stride + p * NR + lane]
         for lane in range(lanes, NR):
             for q in range(k):
                 outp[base + q * NR + lane] = np.float32(0)
