@@ -426,6 +426,20 @@ class CompiledModel:
                 buf.set_event(event)
         return event
 
+    def _expect_reuse(self, signature_key: str, input_map: dict[str, TensorBuffer],
+                      output_map: dict[str, TensorBuffer]) -> None:
+        """These host buffers will be run again, as they are (a decoder's cache and feeds,
+        :mod:`litegpu.lm`): the signature's first run on them binds its steps to their
+        arrays (:meth:`CompiledSubgraph.expect_reuse`) instead of first taking the copying
+        path. Nothing happens for device buffers or a run with device partitions."""
+        i = self._index(signature_key)
+        sig, compiled = self._signatures[i], self._compiled[i]
+        buffers = [input_map.get(n) for n in sig.inputs] + [output_map.get(n) for n in sig.outputs]
+        if compiled.runner is not None or any(b is None or b.is_device for b in buffers):
+            return
+        tensors = (*sig.inputs.values(), *sig.outputs.values())
+        compiled.expect_reuse(compiled.binding_key({t: buf.array for t, buf in zip(tensors, buffers)}))
+
     def _in_place(self, sig: Signature, compiled: CompiledSubgraph, input_buffers: Sequence[TensorBuffer],
                   output_buffers: Sequence[TensorBuffer]) -> bool:
         """A synchronous run of a subgraph on the host, on host buffers, made on the buffers'

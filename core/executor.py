@@ -430,6 +430,15 @@ class CompiledSubgraph:
         run_steps(bound.steps)
         return True
 
+    def expect_reuse(self, key: tuple) -> None:
+        """The caller will run on the arrays of binding ``key`` (:meth:`binding_key`) again:
+        their first :meth:`run_on` binds the steps to them at once, where a first call on
+        new arrays otherwise takes the copying path (binding costs a slow first run, wasted
+        on arrays used once)."""
+        self._seen_arrays[key] = None
+        if len(self._seen_arrays) > 2 * BOUND_SETS:
+            self._seen_arrays.pop(next(iter(self._seen_arrays)))
+
     def _safe_aliases(self, arrays: dict[int, np.ndarray]) -> bool:
         """True when the arrays that share memory are the in-place updates :meth:`run_on` allows."""
         items = list(arrays.items())

@@ -241,18 +241,23 @@ def test_sessions_of_one_engine_on_two_threads_each_get_their_own_tokens(decoder
             assert together == alone
 
 
-def test_an_engine_binds_its_cache_before_the_first_session(decoder):
-    """Opening an engine runs each signature twice on a cache (the second run binds the
-    model's steps to its arrays) and keeps that cache, zeroed, for the first session: its
-    first steps run on bound arrays (no copying path), and its tokens and logits are those
-    of LiteRT, whose cache starts at zeros."""
+def test_a_session_s_first_steps_bind_to_its_cache(decoder):
+    """The engine tells the model that a session's cache and feeds are run again, so the
+    first prefill and the first decode step each bind the model's steps to those arrays
+    (where a first run on new arrays takes the copying path), and the tokens and logits
+    are LiteRT's."""
     path = decoder("llama_f32_comp")
     with Engine(path) as engine:
         model = engine.io.model
-        bound = {ids[0] for ids in model._host_runs}
-        assert bound == {s.key for s in (*engine.prefills, engine.decode)}
+        session = engine.create_session()
+        assert not model._host_runs
+        session.prefill_tokens(PROMPT)
+        used = next(s.key for s in engine.prefills if s.length >= len(PROMPT) - 1)
+        assert {ids[0] for ids in model._host_runs} == {used}
+        session.decode_token()
+        assert engine.decode.key in {ids[0] for ids in model._host_runs}
+        del session
         tokens, logits = _greedy(engine, 8)
-        assert {ids[0] for ids in model._host_runs} == bound and len(model._host_runs) == len(bound)
     want_tokens, want = _greedy(Engine(path, runtime=LiteRT), 8)
     assert tokens == want_tokens
     np.testing.assert_allclose(logits, want, rtol=0, atol=1e-4 * np.abs(want).max())

@@ -308,6 +308,8 @@ class _CompiledIO:
                     for n in self.model.get_signature_list()[sig.key]["outputs"] if n not in sig.kv_names}
             current, other = state.sets[state.turn], state.sets[(state.turn + 1) % len(state.sets)]
             maps = state.maps[sig.key, state.turn] = ({**inputs, **current}, {**outputs, **other})
+            # (every step runs on these buffers: the first binds the model's steps to them)
+            self.model._expect_reuse(sig.key, *maps)
         self.model.run_by_name(sig.key, *maps)
         state.turn = (state.turn + 1) % len(state.sets)
         return {name: buf.array for name, buf in state.outputs[sig.key].items()}
@@ -361,21 +363,6 @@ class Engine:
         limit = self.kv_length if not (self.metadata and self.metadata.max_num_tokens) else \
             min(self.kv_length, self.metadata.max_num_tokens)
         self.max_num_tokens = min(limit, max_num_tokens) if max_num_tokens else limit
-        if isinstance(self.io, _CompiledIO) and self.io.in_place:
-            self._bind_cache()
-
-    def _bind_cache(self) -> None:
-        """Run each signature twice on a session's cache before any session: the first run on
-        new arrays takes the copying path, the second binds the model's steps to them, and
-        the cache then goes back for the first session, so that its first prefill and decode
-        steps run as fast as later ones (a 100M int8 decoder's first 64 tokens: 265 tok/s,
-        the steps after them ~430)."""
-        session = Session(self)
-        for sig in (*self.prefills, self.decode):
-            for _ in range(2):
-                session.position = 0
-                session._run(sig, [0])
-        del session     # (its cache goes back to the engine, bound, for the first session)
 
     def __enter__(self) -> "Engine":
         return self
