@@ -560,9 +560,9 @@ def _failure(ctx: NodeContext, exc: Exception) -> LiteGpuError | None:
 
 
 def _groups(partition: Partition) -> list[tuple]:
-    """The partition's steps as ``(what to compile, its nodes)``: a FusedGroup for each
-    fused run, a node with the follower it computes too (a conv and its RELU) as one node
-    context, else single node contexts."""
+    """The partition's steps as ``(what to compile, its nodes)``: an AttentionChain for an
+    attention's chain of nodes, a FusedGroup for each fused run, a node with the follower it
+    computes too (a conv and its RELU) as one node context, else single node contexts."""
     from .fusion import folded_pair, generate_alone, plan_group, reader_counts
     from .kernels.attention import attention_chain
     nodes = partition.nodes
