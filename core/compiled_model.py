@@ -128,6 +128,15 @@ def _output_copier(compiled: CompiledSubgraph, t: int, buf: TensorBuffer):
     return finish
 
 
+def _host_run(sig: Signature, compiled: CompiledSubgraph, buffers: Sequence[TensorBuffer]) -> tuple:
+    """``(arrays by tensor, their binding key, the buffers)`` of a run of ``sig`` on host
+    ``buffers`` (its inputs, then its outputs). A host buffer's array is fixed for its life;
+    the buffers are kept with it, so that no other buffer takes their ids."""
+    tensors = (*sig.inputs.values(), *sig.outputs.values())
+    arrays = {t: buf.array for t, buf in zip(tensors, buffers)}
+    return arrays, compiled.binding_key(arrays), tuple(buffers)
+
+
 class CompiledModel:
     """A model compiled for a set of accelerators; run it through TensorBuffers."""
 
@@ -437,8 +446,7 @@ class CompiledModel:
         buffers = [input_map.get(n) for n in sig.inputs] + [output_map.get(n) for n in sig.outputs]
         if compiled.runner is not None or any(b is None or b.is_device for b in buffers):
             return
-        tensors = (*sig.inputs.values(), *sig.outputs.values())
-        compiled.expect_reuse(compiled.binding_key({t: buf.array for t, buf in zip(tensors, buffers)}))
+        compiled.expect_reuse(_host_run(sig, compiled, buffers)[1])
 
     def _in_place(self, sig: Signature, compiled: CompiledSubgraph, input_buffers: Sequence[TensorBuffer],
                   output_buffers: Sequence[TensorBuffer]) -> bool:
@@ -454,11 +462,7 @@ class CompiledModel:
         if known is None:
             if any(b.is_device for b in buffers):
                 return False
-            tensors = (*sig.inputs.values(), *sig.outputs.values())
-            arrays = {t: buf.array for t, buf in zip(tensors, buffers)}
-            # (a host buffer's array is fixed for its life; the buffers are kept with it, so
-            # that no other buffer takes their ids)
-            known = (arrays, compiled.binding_key(arrays), buffers)
+            known = _host_run(sig, compiled, buffers)
         for buf in buffers:
             if buf.event is not None:
                 buf.wait()

@@ -411,9 +411,7 @@ class CompiledSubgraph:
         if bound is None:
             # Binding costs a slow first run: only arrays seen in an earlier call are worth it.
             if key not in self._seen_arrays:
-                self._seen_arrays[key] = None
-                if len(self._seen_arrays) > 2 * BOUND_SETS:
-                    self._seen_arrays.pop(next(iter(self._seen_arrays)))
+                self.expect_reuse(key)      # (the next call on them binds)
                 return False
             if self.runner is not None or not self._safe_aliases(arrays):
                 return False

@@ -209,8 +209,7 @@ class AttentionChain:
         batches = int(np.prod(q_shape[:-2], dtype=np.int64))
         m, d, c = q_shape[-2], q_shape[-1], scores_shape[-1]
         dv = int(last.outputs[0].shape[-1])
-        mask_index = 1 if add.node.inputs[0] == self._scores_before(add) else 0
-        mask_shape = tuple(add.inputs[mask_index].shape)
+        mask_shape = tuple(add.inputs[add.node.inputs.index(self.inputs[2])].shape)
         rows = _mask_rows(tuple(add.outputs[0].shape), mask_shape)
         threads = max(current_threads(), 1)
         blocks = max(1, min(-(-m // MR), -(-_TASKS_PER_THREAD * threads // batches)))
@@ -244,11 +243,6 @@ class AttentionChain:
 
     def _add(self) -> NodeContext:
         return next(ctx for ctx in self.nodes if ctx.node.op == "ADD")
-
-    def _scores_before(self, add: NodeContext) -> int:
-        """The chain's value the ADD reads (the other operand is the mask)."""
-        produced = {ctx.node.outputs[0] for ctx in self.nodes}
-        return next(t for t in add.node.inputs if t in produced)
 
 
 def _mask_rows(shape: tuple[int, ...], mask_shape: tuple[int, ...]) -> np.ndarray:
