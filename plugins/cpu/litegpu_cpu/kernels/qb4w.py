@@ -36,7 +36,7 @@ from ..jit import intrinsic, types
 from .common import clamp_bounds, optional_input
 from .packed import NR, VECTOR, carried_loop, clamp_vector, fma_function, load_vector, splat_vector, store_panel
 from .qd8gemm import SharedRowsProduct, tiled_rows
-from .qgemm import _ROW_PANELS, _SUMS, _TILE_PANELS, MR, VNNI, _dot4, _task_share, pack, split, tile_geometry
+from .qgemm import _ROW_PANELS, _SUMS, _TILE_PANELS, MR, VNNI, _dot4, _task_share, panel_words, split, tile_geometry
 from .registry import bindable
 from .shared_weights import shared_packing
 from .tasks import bind_task, task_function
@@ -50,10 +50,14 @@ def pack_nibbles(w_nk: np.ndarray) -> np.ndarray:
     """int4 values (held as int8) ``w_nk`` [N, K], K a multiple of 8, as :func:`.qgemm.pack`'s
     panels with K steps ``2i`` and ``2i + 1`` in one 64-byte vector: ``[ceil(N/16), K/8, 16,
     4]`` bytes, step ``2i``'s value in each low nibble, step ``2i + 1``'s in the high one."""
-    packed = pack(np.ascontiguousarray(w_nk.T)).view(np.uint8)
-    panels, groups = packed.shape[:2]
-    low, high = packed[:, 0::2] & 0xF, packed[:, 1::2] & 0xF
-    return np.ascontiguousarray((low | (high << 4)).view(np.int8).reshape(panels, groups // 2, NR, 4))
+    n, k = w_nk.shape
+    n16 = -(-n // NR) * NR
+    padded = np.zeros((n16, k), np.int8)
+    padded[:n] = w_nk
+    # Word i of a column holds K steps 4i..4i+3: pairs of words make one word of nibbles.
+    words = padded.view(np.uint32).reshape(n16, k // 8, 2)
+    nibbles = (words[:, :, 0] & 0x0F0F0F0F) | ((words[:, :, 1] & 0x0F0F0F0F) << 4)
+    return panel_words(nibbles).view(np.int8).reshape(n16 // NR, k // 8, NR, 4)
 
 
 def _nibble_steps(builder, vnni: bool, panels: int, w_ptr, w_panels: list, x_ptr, x_rows: list, w_first, chains: int):

@@ -21,6 +21,7 @@ import numpy as np
 from llvmlite import ir
 
 from litegpu.backend import NodeContext
+from litegpu.quant import row_sums
 
 from ..jit import intrinsic, njit, types
 from .common import clamp_bounds, optional_input
@@ -434,7 +435,7 @@ class DynamicQuantizedMatmul(SharedRowsProduct):
         """``w_kn`` [K, N] packed for the tiles, and its column sums (padded columns 0)."""
         weights = pack(w_kn)
         colsums = np.zeros(weights.shape[0] * NR, np.int32)
-        colsums[:w_kn.shape[1]] = w_kn.sum(axis=0, dtype=np.int64)
+        colsums[:w_kn.shape[1]] = row_sums(w_kn.T)
         return weights, colsums
 
     def bind_quantized(self, q: np.ndarray, row_scale: np.ndarray, row_c: np.ndarray, out: np.ndarray):

@@ -26,6 +26,8 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import binding, ir
 
+from litegpu.quant import row_sums
+
 from ..jit import cgutils, intrinsic, njit, types
 from .packed import NR, carried_loop, splat_vector
 from .tasks import bind_task, task_function
@@ -276,9 +278,17 @@ def pack(w_kn: np.ndarray) -> np.ndarray:
     """int8 W [K, N] as ``[ceil(N/16), ceil(K/4), 16, 4]`` bytes, zeros past K and N."""
     k, n = w_kn.shape
     k4, n16 = -(-k // 4) * 4, -(-n // NR) * NR
-    padded = np.zeros((k4, n16), np.int8)
-    padded[:k, :n] = w_kn
-    return np.ascontiguousarray(padded.reshape(k4 // 4, 4, n16 // NR, NR).transpose(2, 0, 3, 1))
+    padded = np.zeros((n16, k4), np.int8)
+    padded[:n, :k] = w_kn.T
+    # (a column's four K steps are one int32 word: moving words, not bytes, is ~10x faster)
+    return panel_words(padded.view(np.int32)).view(np.int8).reshape(n16 // NR, k4 // 4, NR, 4)
+
+
+def panel_words(words: np.ndarray) -> np.ndarray:
+    """Words ``[N, G]`` (N a multiple of 16) as ``[N/16, G, 16]``: each panel's 16 columns
+    side by side for every group of K steps."""
+    n, groups = words.shape
+    return np.ascontiguousarray(words.reshape(n // NR, NR, groups).transpose(0, 2, 1))
 
 
 def initial_sums(w_kn: np.ndarray, bias: np.ndarray | None, x_zero_point: int) -> np.ndarray:
@@ -287,7 +297,7 @@ def initial_sums(w_kn: np.ndarray, bias: np.ndarray | None, x_zero_point: int) -
     k, n = w_kn.shape
     sums = np.zeros(-(-n // NR) * NR, np.int64)
     sums[:n] = (0 if bias is None else np.asarray(bias, np.int64)) \
-        - (128 + int(x_zero_point)) * w_kn.sum(axis=0, dtype=np.int64)
+        - (128 + int(x_zero_point)) * row_sums(w_kn.T)
     if np.abs(sums).max(initial=0) >= 2 ** 31:
         raise ValueError("quantized product: a column's bias and weight sum overflow int32")
     return sums.astype(np.int32)
