@@ -111,3 +111,31 @@ def test_cuda_buffers_are_cuda_arrays(cuda_device):
     iface = outs[0].__cuda_array_interface__
     assert iface["shape"] == (3, 5) and iface["typestr"] == "<f4" and iface["data"][0] != 0
     np.testing.assert_array_equal(outs[0].read(15, np.float32).reshape(3, 5), np.maximum(x, 0))
+
+
+def test_runs_on_pointers_seen_again_replay_a_captured_graph():
+    """The policy of CUDA graphs (no driver needed): a run on pointers seen in a recent run
+    captures, later ones replay; two alternating sets (a decoder's KV caches) both get one;
+    the oldest of too many goes; a capture the stream refuses turns graphs off."""
+    from litegpu.errors import ExecutionError
+    from litegpu_cuda.program import GraphCache
+    captured, destroyed = [], []
+
+    def capture():
+        captured.append(f"graph{len(captured)}")
+        return captured[-1]
+
+    graphs = GraphCache(destroyed.append, keep=2)
+    a, b, c = (1, 2), (3, 4), (5, 6)
+    assert [graphs.graph_for(p, capture) for p in (a, b, a, b, a, b)] == [
+        None, None, "graph0", "graph1", "graph0", "graph1"]
+    assert captured == ["graph0", "graph1"] and destroyed == []
+    assert [graphs.graph_for(p, capture) for p in (c, c)] == [None, "graph2"] and destroyed == ["graph0"]
+    graphs.close()
+    assert sorted(destroyed) == ["graph0", "graph1", "graph2"]
+
+    def refused():
+        raise ExecutionError("cuStreamBeginCapture failed: CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED")
+    off = GraphCache(destroyed.append)
+    assert [off.graph_for(a, refused) for _ in range(3)] == [None, None, None] and not off.enabled
+    assert GraphCache(destroyed.append, enabled=False).graph_for(a, capture) is None and len(captured) == 3

@@ -262,3 +262,38 @@ def test_constant_out_of_range_indices_are_declined_with_a_reason(opencl):
     assert len(refused) == 1 and "out of range" in refused[0][3].reason
 
 
+
+
+# -- views ------------------------------------------------------------------------------------------
+
+def _views_model():
+    """Reshapes of an intermediate (a chain of them), of an input, and one handed out."""
+    b = ModelBuilder()
+    x = b.input("x", (2, 3, 4), F32)
+    s = b.tensor("s", (2, 3, 4), F32)
+    b.op("SOFTMAX", [x], [s], beta=1.0)
+    r = b.tensor("r", (6, 4), F32)
+    b.op("RESHAPE", [s, b.const("shape_r", np.array([6, 4], I32))], [r])
+    e = b.tensor("e", (1, 6, 4), F32)
+    b.op("EXPAND_DIMS", [r, b.const("axis", np.array(0, I32))], [e])
+    y = b.tensor("y", (1, 6, 4), F32)
+    b.op("MUL", [e, b.const("c", data(F32, 1, 6, 4))], [y])
+    z = b.tensor("z", (24,), F32)
+    b.op("RESHAPE", [x, b.const("shape_z", np.array([24], I32))], [z])
+    w = b.tensor("w", (24,), F32)
+    b.op("LOGISTIC", [z], [w])
+    o = b.tensor("o", (4, 6), F32)
+    b.op("RESHAPE", [s, b.const("shape_o", np.array([4, 6], I32))], [o])
+    b.output(y, w, o)
+    return b.build(), [data(F32, 2, 3, 4)]
+
+
+def test_a_lone_reshape_launches_nothing_and_its_readers_read_its_input(opencl):
+    from litegpu.model import load_model
+    from litegpu.session import Session
+    built = _views_model()
+    program = Session(load_model(built[0]), ["opencl"]).compile(0).programs[0][0]
+    copied = [launch.nodes[0].node.op for launch in program.launches if len(launch.nodes) == 1
+              and launch.nodes[0].node.op in ("RESHAPE", "EXPAND_DIMS")]
+    assert copied == ["RESHAPE"], copied        # only the reshape handed out copies
+    check(opencl, built, launches=len(program.launches))

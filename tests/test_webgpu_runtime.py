@@ -296,6 +296,36 @@ def test_events_complete_in_order_and_fences_are_reused(device):
     assert free_before >= 1 and len(device.fences._free) == free_before
 
 
+
+def test_alternating_bindings_reuse_their_bind_groups(device):
+    """A decoder's steps alternate two KV caches: each launch keeps the bind groups of its
+    last two bindings, and a third binding makes a new one in place of the oldest."""
+    from litegpu_webgpu.dispatch import Binding, Launch, groups_of, run_kernels, submit
+    from litegpu_webgpu.tensor import new_tensor, read, write
+    b = ir.KernelBuilder()
+    acc = b.buffer(np.float32, writes=True)
+    i = b.let("i", b.global_id(0))
+    b.store(acc, i, acc.load(i) + 1.0)
+    n = 256
+    spec = KernelSpec(WgslRenderer(Precision()).kernel(b.kernel((n,))).source, (n,), None, [])
+    tensors = [new_tensor(device, Precision(), (n,), np.float32) for _ in range(3)]
+    for t in tensors:
+        write(t, np.zeros(n, np.float32))
+    run_kernels(device, [(spec, [tensors[0]])]).wait()     # (builds the pipeline)
+    launch = Launch(device.pipelines.get(spec.source), groups_of(spec, device), [None], io=[(0, 0)])
+    groups = []
+    for t in (0, 1, 0, 1, 2, 0):
+        launch.bind(0, Binding(tensors[t].buffer, tensors[t].offset, tensors[t].binding_size))
+        groups.append(launch.bind_group(device))
+        submit(device, [launch]).wait()
+    assert groups[0] is groups[2] and groups[1] is groups[3] and groups[0] is not groups[1]
+    assert groups[4] not in groups[:4] and groups[5] is not groups[0]     # the oldest went
+    for t, runs in zip(tensors, (4, 2, 1)):     # (the first ran once more, building the pipeline)
+        out = np.empty(n, np.float32)
+        read(t, out)
+        assert (out == runs).all()
+
+
 # -- a real partition's program ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("precision", ["F32", "F32_F16", "F16"])

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
@@ -44,7 +45,37 @@ def partition_kernels(partition: Partition, precision: Precision, dialect: Diale
         except Decline as exc:   # supports() said yes: a disagreement is our bug, named clearly
             raise UnsupportedError(f"node {ctx.node.index} ({ctx.node.op}): {exc}") from None
         step_kernels.append(kernels)
-    return step_kernels
+    return _alias_views(partition, step_kernels, precision)
+
+
+# Ops whose output holds its input's elements in the same order: in a device's row-major
+# storage, the same bytes.
+_VIEWS = ("RESHAPE", "SQUEEZE", "EXPAND_DIMS")
+
+
+def _alias_views(partition: Partition, step_kernels: list[list[KernelSpec]], precision: Precision
+                 ) -> list[list[KernelSpec]]:
+    """The steps with each lone view (a reshape not fused into a producer) launching
+    nothing and the kernels after it reading its input in its place: a decoder step has
+    ~90 reshapes, each a copy kernel and a launch. A view whose output the partition hands
+    out (bound per run), or whose storage differs from its input's, still copies."""
+    specs, nodes = partition.specs, partition.nodes
+    keep = set(partition.outputs)
+    renamed: dict[int, int] = {}
+    out: list[list[KernelSpec]] = []
+    for step, kernels in zip(partition.steps or [[i] for i in range(len(nodes))], step_kernels):
+        kernels = [k if not any(a.tensor in renamed for a in k.args) else
+                   replace(k, args=[replace(a, tensor=renamed[a.tensor]) if a.tensor in renamed else a
+                                    for a in k.args]) for k in kernels]
+        node = nodes[step[0]].node
+        if len(step) == 1 and node.op in _VIEWS and node.inputs and node.outputs[0] not in keep:
+            source, view = node.inputs[0], node.outputs[0]
+            source = renamed.get(source, source)
+            if specs[view].value is None and precision.storage_of(specs[source]) == precision.storage_of(specs[view]):
+                renamed[view] = source
+                kernels = []
+        out.append(kernels)
+    return out
 
 
 def assemble(step_kernels: list[list[KernelSpec]], precision: Precision, dialect: Dialect = OPENCL
@@ -144,6 +175,18 @@ def _save_failed(source: str, log: str, dialect: Dialect) -> Path:
             f.write(source)
         path = Path(f.name)
     return path
+
+
+def io_uses(launches) -> dict[int, list[tuple[object, int]]]:
+    """Per input or output tensor, the ``(launch, parameter position)`` pairs that read or
+    write it, from each launch's ``io`` list: what a run changes when it binds another
+    buffer to the tensor. (A decoder's steps alternate two KV caches: looking at every
+    launch for each of its ~40 cache tensors cost milliseconds a step.)"""
+    uses: dict[int, list[tuple[object, int]]] = {}
+    for launch in launches:
+        for position, t in launch.io:
+            uses.setdefault(t, []).append((launch, position))
+    return uses
 
 
 def lifetimes(step_kernels: list[list[KernelSpec]], io: set[int], specs) -> dict[int, tuple[int, int]]:

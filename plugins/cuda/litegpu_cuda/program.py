@@ -8,23 +8,32 @@ allocation planned by lifetime, constants are uploaded, and each launch gets an
 argument block: one device pointer per kernel parameter, already at its tensor's
 offset. A run writes the bound input and output pointers into those blocks,
 enqueues every launch on the stream and returns an event recorded after the last.
+
+A partition run again on the same input and output pointers (a decoder's steps) is
+captured as a CUDA graph at its second run on them and replayed from then on: one
+``cuGraphLaunch`` in place of hundreds of ``cuLaunchKernel`` calls from Python. A few
+graphs are kept per program, by pointers; a stream that cannot be captured (the legacy
+default stream a user handed over) runs launch by launch, as does every program under
+``LITEGPU_CUDA_GRAPHS=0``.
 """
 from __future__ import annotations
 
 import logging
 import math
 import os
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from litegpu import env
 from litegpu.backend import CompileOptions, Event, Partition, Program
 from litegpu.codegen import Precision, requested_precision
 from litegpu.codegen.nodegen import StoredTensor
 from litegpu.codegen.cuda import CUDA
-from litegpu.codegen.render import assemble_parts, blocks, build_failure, lifetimes, partition_kernels
+from litegpu.codegen.render import assemble_parts, blocks, build_failure, io_uses, lifetimes, partition_kernels
 from litegpu.errors import ExecutionError, InvalidArgumentError
 from litegpu.kernel_cache import KernelCache, compile_forbidden, options_key
 from litegpu.memory import Usage, plan_arena
@@ -34,6 +43,8 @@ from .device import Device, Memory, check
 
 log = logging.getLogger("litegpu.cuda")
 API = "cuda"
+GRAPHS_ENV = "LITEGPU_CUDA_GRAPHS"
+MAX_GRAPHS = 4    # per program: a decoder alternates two KV caches
 ALIGNMENT = 256   # cuMemAlloc's own alignment: every tensor's pointer is as aligned as an allocation
 
 
@@ -252,7 +263,10 @@ class CudaProgram(Program):
                 grid, block = blocks(k)
                 self.launches.append(_Launch(functions[name], grid, block, values, io_args,
                                              [partition.nodes[p] for p in step], name))
+        self._uses = io_uses(self.launches)
         self._bound: dict[int, CudaTensor] = {}
+        self._graphs = GraphCache(lambda graph: check(cu.cuGraphExecDestroy(graph)), env.flag(GRAPHS_ENV, True))
+        weakref.finalize(self, self._graphs.close)   # (the cache holds no reference to the program)
 
     def _upload(self, array: np.ndarray) -> int:
         array = np.ascontiguousarray(array)
@@ -281,18 +295,93 @@ class CudaProgram(Program):
         order_after(device, wait_for)
         for t, x in (*zip(self.inputs, inputs), *zip(self.outputs, outputs)):
             self._bind(t, x)
-        launch_kernel, stream = device.cu.cuLaunchKernel, device.stream
-        for launch in self.launches:
-            check(launch_kernel(launch.function, *launch.grid, *launch.block, 0, stream,
-                                launch.pointers.ctypes.data, 0), f"cuLaunchKernel ({launch.name})")
+        graph = self._graphs.graph_for(tuple(self._bound[t].ptr for t in (*self.inputs, *self.outputs)),
+                                       self._capture)
+        if graph is not None:
+            check(device.cu.cuGraphLaunch(graph, device.stream), "cuGraphLaunch")
+        else:
+            self._launch_all()
         return device.record()
+
+    def _launch_all(self) -> None:
+        """Enqueue every launch on the stream, on the pointers bound now."""
+        cu, stream = self.device.cu, self.device.stream
+        launch_kernel, success = cu.cuLaunchKernel, cu.CUresult.CUDA_SUCCESS
+        for launch in self.launches:
+            result = launch_kernel(launch.function, *launch.grid, *launch.block, 0, stream,
+                                   launch.pointers.ctypes.data, 0)
+            if result[0] != success:
+                check(result, f"cuLaunchKernel ({launch.name})")
+
+    def _capture(self) -> Any:
+        """The launches, on the pointers bound now, captured as an instantiated graph;
+        ExecutionError where the stream cannot capture."""
+        cu, stream = self.device.cu, self.device.stream
+        check(cu.cuStreamBeginCapture(stream, cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
+              "cuStreamBeginCapture")
+        graph = None
+        try:
+            try:
+                self._launch_all()
+            finally:   # (a capture left open would turn every later call on the stream into an error)
+                graph = check(cu.cuStreamEndCapture(stream), "cuStreamEndCapture")
+            return check(cu.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
+        finally:
+            if graph is not None:
+                cu.cuGraphDestroy(graph)
 
     def _bind(self, t: int, tensor: CudaTensor) -> None:
         if self._bound.get(t) is tensor:
             return
         CudaTensor.check_binding(t, tensor, self.io_layout[t])
-        for launch in self.launches:
-            for pos, tt in launch.io:
-                if tt == t:
-                    launch.values[pos] = tensor.ptr
+        for launch, pos in self._uses.get(t, ()):
+            launch.values[pos] = tensor.ptr
         self._bound[t] = tensor
+
+
+
+class GraphCache:
+    """Which runs of a program replay a captured graph (see the module docstring): a run on
+    pointers seen in one of the last few runs captures, and later runs on them replay it;
+    the ``keep`` newest graphs are kept (``destroy(graph)`` for the others). A failed
+    capture turns graphs off for good."""
+
+    def __init__(self, destroy: Callable[[Any], None], enabled: bool = True, keep: int = MAX_GRAPHS) -> None:
+        self._destroy, self.enabled, self._keep = destroy, enabled, keep
+        self._graphs: dict[tuple, Any] = {}
+        self._seen: dict[tuple, None] = {}    # pointers of recent runs launched one by one
+
+    def graph_for(self, pointers: tuple, capture: Callable[[], Any]) -> Any:
+        """The graph to launch for a run on ``pointers`` (``capture()`` makes one, or raises
+        ExecutionError); None: launch one by one."""
+        if not self.enabled:
+            return None
+        graph = self._graphs.get(pointers)
+        if graph is not None:
+            return graph
+        if pointers not in self._seen:
+            self._seen[pointers] = None
+            if len(self._seen) > self._keep:
+                del self._seen[next(iter(self._seen))]
+            return None
+        try:
+            graph = capture()
+        except ExecutionError as exc:
+            log.info("cuda: launching kernels one by one: the stream could not be captured as a CUDA graph (%s)",
+                     exc)
+            self.enabled = False
+            self.close()
+            return None
+        if len(self._graphs) >= self._keep:
+            self._destroy(self._graphs.pop(next(iter(self._graphs))))
+        self._graphs[pointers] = graph
+        return graph
+
+    def close(self) -> None:
+        """Destroy every graph kept."""
+        graphs, self._graphs = list(self._graphs.values()), {}
+        for graph in graphs:
+            try:
+                self._destroy(graph)
+            except Exception:   # noqa: BLE001 - at interpreter exit the driver may be gone
+                pass

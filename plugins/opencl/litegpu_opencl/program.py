@@ -25,7 +25,7 @@ from .build import BuildFailed, build_program, build_source, store_warmed_binary
 from litegpu.codegen import Precision, requested_precision
 from litegpu.codegen.nodegen import StoredTensor
 from litegpu.codegen.opencl import OPENCL
-from litegpu.codegen.render import assemble, build_failure, lifetimes, partition_kernels
+from litegpu.codegen.render import assemble, build_failure, io_uses, lifetimes, partition_kernels
 from .device import Device
 from .driver_caches import POCL_PLATFORM, new_kernel
 
@@ -194,6 +194,7 @@ class ClProgram(Program):
                     kernel.set_arg(pos + 1, offset)
                 self.launches.append(_Launch(kernel, k.global_size, k.local_size, io_args,
                                              [partition.nodes[p] for p in step], f"k_{k.digest}"))
+        self._uses = io_uses(self.launches)
         self._bound: dict[int, ClTensor] = {}
         if log.isEnabledFor(logging.DEBUG):
             log.debug("OpenCL program (%s): %s", "from cache" if self.cache_hit else "built", "; ".join(
@@ -321,10 +322,8 @@ class ClProgram(Program):
         if self._bound.get(t) is tensor:
             return
         ClTensor.check_binding(t, tensor, self.io_layout[t])
-        for launch in self.launches:
-            for pos, tt in launch.io:
-                if tt == t:
-                    launch.kernel.set_arg(pos, tensor.buffer)
+        for launch, pos in self._uses.get(t, ()):
+            launch.kernel.set_arg(pos, tensor.buffer)
         self._bound[t] = tensor
 
 

@@ -2,8 +2,8 @@
 
 A :class:`Launch` is one kernel with its pipeline, the groups it dispatches and what each
 of its bindings covers (a buffer, an offset, a size). Its bind group is made when first
-needed and again only when a binding changes (a run binding other input or output
-tensors). :func:`submit` records every launch of a run into one compute pass (WebGPU
+needed and again only when its bindings change to ones it has not had just before (a
+run binding other input or output tensors; the last two groups are kept). :func:`submit` records every launch of a run into one compute pass (WebGPU
 orders the dispatches of a pass: each sees what the one before wrote), ends the command
 buffer with the fence copy (see :mod:`.fence`) and submits it once.
 
@@ -40,7 +40,7 @@ class Binding:
 class Launch:
     """One dispatch of a kernel (see the module docstring)."""
 
-    __slots__ = ("pipeline", "groups", "bindings", "io", "name", "nodes", "_group")
+    __slots__ = ("pipeline", "groups", "bindings", "io", "name", "nodes", "_group", "_made")
 
     def __init__(self, pipeline: Pipeline, groups: tuple[int, int, int], bindings: list[Binding | None],
                  io: list[tuple[int, int]] = (), name: str = "", nodes: Sequence = ()) -> None:
@@ -51,6 +51,9 @@ class Launch:
         self.name = name
         self.nodes = nodes           # the NodeContexts of the step it belongs to
         self._group: Any = None
+        # The last two bind groups made, by their bindings: a decoder's steps alternate two
+        # KV caches, and would otherwise make their groups again every step.
+        self._made: dict[tuple, Any] = {}
 
     def bind(self, position: int, binding: Binding) -> None:
         """Point binding ``position`` at ``binding`` (the bind group is made again when used)."""
@@ -61,9 +64,15 @@ class Launch:
     def bind_group(self, device: "Device") -> Any:
         """The bind group of the current bindings."""
         if self._group is None:
-            entries = [{"binding": j, "resource": {"buffer": b.buffer, "offset": b.offset, "size": b.size}}
-                       for j, b in enumerate(self.bindings)]
-            self._group = device.device.create_bind_group(layout=self.pipeline.layout, entries=entries)
+            key = tuple(self.bindings)
+            self._group = self._made.get(key)
+            if self._group is None:
+                entries = [{"binding": j, "resource": {"buffer": b.buffer, "offset": b.offset, "size": b.size}}
+                           for j, b in enumerate(self.bindings)]
+                self._group = self._made[key] = device.device.create_bind_group(layout=self.pipeline.layout,
+                                                                                entries=entries)
+                if len(self._made) > 2:
+                    del self._made[next(iter(self._made))]
         return self._group
 
 

@@ -21,7 +21,7 @@ from litegpu import progress
 from litegpu.backend import CompileOptions, Event, Partition, Program
 from litegpu.codegen import Precision, requested_precision
 from litegpu.codegen.nodegen import KernelSpec
-from litegpu.codegen.render import assemble, build_failure, lifetimes, partition_kernels
+from litegpu.codegen.render import assemble, build_failure, io_uses, lifetimes, partition_kernels
 from litegpu.codegen.wgsl import WgslDialect
 from litegpu.errors import InvalidArgumentError, UnsupportedError
 from litegpu.memory import Usage
@@ -87,6 +87,7 @@ class WebGpuProgram(Program):
                 if any(g == 0 for g in k.global_size):
                     continue
                 self.launches.append(self._launch(k, pipelines[k.source], io, specs, nodes))
+        self._uses = io_uses(self.launches)
         self._bound: dict[int, WgpuTensor] = {}
         if log.isEnabledFor(logging.DEBUG):
             log.debug("WebGPU program: %s", "; ".join(
@@ -268,8 +269,6 @@ class WebGpuProgram(Program):
         if tensor.device is not self.device:
             raise InvalidArgumentError(f"tensor {t}: its buffer belongs to another WebGPU device than the program's")
         binding = Binding(tensor.buffer, tensor.offset, tensor.binding_size)
-        for launch in self.launches:
-            for position, tt in launch.io:
-                if tt == t:
-                    launch.bind(position, binding)
+        for launch, position in self._uses.get(t, ()):
+            launch.bind(position, binding)
         self._bound[t] = tensor
