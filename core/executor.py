@@ -22,7 +22,7 @@ from .errors import (ExecutionError, InvalidArgumentError, LiteGpuError, ModelFo
 from .graph import Model, Subgraph
 from .quant import variable_initial_value
 from .memory import ArenaPlan, Usage, plan_arena
-from .ops import DynamicShape, TensorSpec, get_op
+from .ops import VIEW_OPS, DynamicShape, TensorSpec, get_op
 from . import progress
 from .partition import CPU, DelegationReport, assign
 from .profile import run_profiled
@@ -33,9 +33,6 @@ log = logging.getLogger("litegpu")
 
 #: Sets of a caller's arrays a subgraph keeps its steps bound to (see ``CompiledSubgraph.run_on``).
 BOUND_SETS = 4
-
-#: Ops whose output is their input's bytes under another shape (see ``_plan_arena``).
-VIEW_OPS = frozenset({"RESHAPE", "SQUEEZE", "EXPAND_DIMS"})
 
 
 def default_memory_limit() -> int:

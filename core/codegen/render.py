@@ -15,6 +15,7 @@ from typing import Callable
 from litegpu import env
 from litegpu.backend import Partition
 from litegpu.errors import KernelBuildError, UnsupportedError
+from litegpu.ops import VIEW_OPS
 
 from .dialect import Dialect
 from .fusion import followers, step_producer
@@ -48,11 +49,6 @@ def partition_kernels(partition: Partition, precision: Precision, dialect: Diale
     return _alias_views(partition, step_kernels, precision)
 
 
-# Ops whose output holds its input's elements in the same order: in a device's row-major
-# storage, the same bytes.
-_VIEWS = ("RESHAPE", "SQUEEZE", "EXPAND_DIMS")
-
-
 def _alias_views(partition: Partition, step_kernels: list[list[KernelSpec]], precision: Precision
                  ) -> list[list[KernelSpec]]:
     """The steps with each lone view (a reshape not fused into a producer) launching
@@ -68,7 +64,7 @@ def _alias_views(partition: Partition, step_kernels: list[list[KernelSpec]], pre
                    replace(k, args=[replace(a, tensor=renamed[a.tensor]) if a.tensor in renamed else a
                                     for a in k.args]) for k in kernels]
         node = nodes[step[0]].node
-        if len(step) == 1 and node.op in _VIEWS and node.inputs and node.outputs[0] not in keep:
+        if len(step) == 1 and node.op in VIEW_OPS and node.inputs and node.outputs[0] not in keep:
             source, view = node.inputs[0], node.outputs[0]
             source = renamed.get(source, source)
             if specs[view].value is None and precision.storage_of(specs[source]) == precision.storage_of(specs[view]):
@@ -175,6 +171,28 @@ def _save_failed(source: str, log: str, dialect: Dialect) -> Path:
             f.write(source)
         path = Path(f.name)
     return path
+
+
+def launched(partition: Partition, step_kernels: list[list[KernelSpec]]) -> list[tuple[KernelSpec, list]]:
+    """Each kernel to launch (none with an empty global size), in order, with the nodes
+    it runs: its step's, and those of the steps before it that launch nothing (a view its
+    readers read in place, an empty output), so a profile accounts for every node. Steps
+    launching nothing at the end go with the last launch."""
+    steps = partition.steps or [[i] for i in range(len(partition.nodes))]
+    out: list[tuple[KernelSpec, list]] = []
+    waiting: list = []
+    for step, kernels in zip(steps, step_kernels):
+        nodes = waiting + [partition.nodes[p] for p in step]
+        kernels = [k for k in kernels if all(g > 0 for g in k.global_size)]
+        if not kernels:
+            waiting = nodes
+            continue
+        out += [(k, nodes) for k in kernels]
+        waiting = []
+    if waiting and out:
+        kernel, nodes = out[-1]
+        out[-1] = (kernel, nodes + waiting)
+    return out
 
 
 def io_uses(launches) -> dict[int, list[tuple[object, int]]]:

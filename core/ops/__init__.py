@@ -8,9 +8,9 @@ from . import hybrid_lstm  # noqa: F401,E402  (after hybrid: the hybrid LSTM ref
 from . import integer_lstm  # noqa: F401,E402  (after quantized: the full-integer LSTM references)
 from . import composite  # noqa: F401,E402  (litert-torch's composites as fused ops)
 from .registry import (DynamicShape, OpDef, TensorSpec, all_ops, apply_activation, broadcast_shapes,
-                       check_inputs, const_input, defop, get_op, normalize_axis, register, value_of)
+                       check_inputs, const_input, defop, get_op, normalize_axis, register, value_of, VIEW_OPS)
 
 __all__ = [
     "DynamicShape", "OpDef", "TensorSpec", "all_ops", "apply_activation", "broadcast_shapes",
-    "check_inputs", "const_input", "defop", "get_op", "normalize_axis", "register", "value_of",
+    "check_inputs", "const_input", "defop", "get_op", "normalize_axis", "register", "value_of", "VIEW_OPS",
 ]

@@ -38,7 +38,7 @@ import numpy as np
 from ..errors import ModelFormatError, UnsupportedError
 from ..graph import Node, Subgraph, Tensor
 from .reduce import softmax
-from .registry import OpDef, TensorSpec, check_inputs, register
+from .registry import VIEW_OPS, OpDef, TensorSpec, check_inputs, register
 
 RMS_NORM = "odml.rms_norm"
 SDPA = "odml.scaled_dot_product_attention"
@@ -112,10 +112,6 @@ def rms_norm(x: np.ndarray, w: np.ndarray, epsilon: float) -> np.ndarray:
     return (x * r) * np.asarray(w, np.float32)
 
 
-#: Ops that only move data: a decomposition may put them anywhere.
-_LAYOUT = ("RESHAPE", "SQUEEZE", "EXPAND_DIMS")
-
-
 def rms_norm_decomposition_check(node: Node, tensors: Sequence[Tensor], body: Subgraph) -> None:
     """Raise UnsupportedError unless ``body`` computes litert-torch's rms norm of its two
     inputs with this epsilon (:func:`rms_norm`) and nothing else: ``MUL(x, x)``, ``MEAN``
@@ -132,7 +128,7 @@ def rms_norm_decomposition_check(node: Node, tensors: Sequence[Tensor], body: Su
 
     steps = []
     for n in body.nodes:
-        if n.op in _LAYOUT and n.inputs and n.outputs:
+        if n.op in VIEW_OPS and n.inputs and n.outputs:
             root[n.outputs[0]] = of(n.inputs[0])
         else:
             steps.append(n)

@@ -240,6 +240,10 @@ ACTIVATION_RANGES: dict[str, tuple[float, float]] = {
     "SIGN_BIT": (-np.inf, np.inf),
 }
 #: The fused activations that clamp (the codes of ``fused_activation_function`` but TANH, SIGN_BIT).
+#: Ops whose output is their input's elements in the same order under another shape: in
+#: row-major storage, the same bytes (a runtime may alias the two).
+VIEW_OPS = frozenset({"RESHAPE", "SQUEEZE", "EXPAND_DIMS"})
+
 CLAMP_ACTIVATIONS = ("NONE", "RELU", "RELU_N1_TO_1", "RELU6")
 
 

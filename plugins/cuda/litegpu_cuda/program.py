@@ -33,7 +33,8 @@ from litegpu.backend import CompileOptions, Event, Partition, Program
 from litegpu.codegen import Precision, requested_precision
 from litegpu.codegen.nodegen import StoredTensor
 from litegpu.codegen.cuda import CUDA
-from litegpu.codegen.render import assemble_parts, blocks, build_failure, io_uses, lifetimes, partition_kernels
+from litegpu.codegen.render import (assemble_parts, blocks, build_failure, io_uses, launched, lifetimes,
+                                    partition_kernels)
 from litegpu.errors import ExecutionError, InvalidArgumentError
 from litegpu.kernel_cache import KernelCache, compile_forbidden, options_key
 from litegpu.memory import Usage, plan_arena
@@ -237,32 +238,27 @@ class CudaProgram(Program):
         consts: dict[int, int] = {}
         self.launches: list[_Launch] = []
         functions: dict[str, Any] = {}
-        steps = partition.steps or [[i] for i in range(len(partition.nodes))]
-        for step, kernels in zip(steps, step_kernels):
-            for k in kernels:
-                if any(g == 0 for g in k.global_size):
-                    continue
-                name = f"k_{k.digest}"
-                if name not in functions:
-                    functions[name] = check(cu.cuModuleGetFunction(module_of[name], name.encode()),
-                                            "cuModuleGetFunction")
-                values = np.zeros(len(k.args), np.uint64)
-                io_args = []
-                for n, a in enumerate(k.args):
-                    if a.tensor is not None and a.tensor in io:
-                        io_args.append((n, a.tensor))
-                    elif a.tensor is not None and specs[a.tensor].value is not None:
-                        if a.tensor not in consts:
-                            spec = specs[a.tensor]
-                            consts[a.tensor] = self._upload(np.asarray(spec.value).astype(self.precision.storage_of(spec)))
-                        values[n] = consts[a.tensor]
-                    elif a.tensor is not None:
-                        values[n] = self.arena.ptr + plan.offsets[a.tensor]
-                    else:
-                        values[n] = self._upload(a.const)
-                grid, block = blocks(k)
-                self.launches.append(_Launch(functions[name], grid, block, values, io_args,
-                                             [partition.nodes[p] for p in step], name))
+        for k, nodes in launched(partition, step_kernels):
+            name = f"k_{k.digest}"
+            if name not in functions:
+                functions[name] = check(cu.cuModuleGetFunction(module_of[name], name.encode()),
+                                        "cuModuleGetFunction")
+            values = np.zeros(len(k.args), np.uint64)
+            io_args = []
+            for n, a in enumerate(k.args):
+                if a.tensor is not None and a.tensor in io:
+                    io_args.append((n, a.tensor))
+                elif a.tensor is not None and specs[a.tensor].value is not None:
+                    if a.tensor not in consts:
+                        spec = specs[a.tensor]
+                        consts[a.tensor] = self._upload(np.asarray(spec.value).astype(self.precision.storage_of(spec)))
+                    values[n] = consts[a.tensor]
+                elif a.tensor is not None:
+                    values[n] = self.arena.ptr + plan.offsets[a.tensor]
+                else:
+                    values[n] = self._upload(a.const)
+            grid, block = blocks(k)
+            self.launches.append(_Launch(functions[name], grid, block, values, io_args, nodes, name))
         self._uses = io_uses(self.launches)
         self._bound: dict[int, CudaTensor] = {}
         self._graphs = GraphCache(lambda graph: check(cu.cuGraphExecDestroy(graph)), env.flag(GRAPHS_ENV, True))

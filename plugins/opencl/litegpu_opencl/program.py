@@ -25,7 +25,7 @@ from .build import BuildFailed, build_program, build_source, store_warmed_binary
 from litegpu.codegen import Precision, requested_precision
 from litegpu.codegen.nodegen import StoredTensor
 from litegpu.codegen.opencl import OPENCL
-from litegpu.codegen.render import assemble, build_failure, io_uses, lifetimes, partition_kernels
+from litegpu.codegen.render import assemble, build_failure, io_uses, launched, lifetimes, partition_kernels
 from .device import Device
 from .driver_caches import POCL_PLATFORM, new_kernel
 
@@ -167,33 +167,28 @@ class ClProgram(Program):
         self._constants: list[Any] = []
         consts: dict[int, Any] = {}
         self.launches: list[_Launch] = []
-        steps = partition.steps or [[i] for i in range(len(partition.nodes))]
-        for step, kernels in zip(steps, step_kernels):
-            for k in kernels:
-                if any(g == 0 for g in k.global_size):
-                    continue
-                kernel = new_kernel(cl, self.program, f"k_{k.digest}")
-                io_args = []
-                for n, a in enumerate(k.args):
-                    pos, offset = 2 * n, _ZERO
-                    if a.tensor is not None and a.tensor in io:   # set when a run binds it
-                        io_args.append((pos, a.tensor))
-                        kernel.set_arg(pos + 1, offset)
-                        continue
-                    if a.tensor is not None and specs[a.tensor].value is not None:
-                        if a.tensor not in consts:
-                            spec = specs[a.tensor]
-                            consts[a.tensor] = self._upload(
-                                np.asarray(spec.value).astype(self.precision.storage_of(spec)), convert=False)
-                        buffer = consts[a.tensor]
-                    elif a.tensor is not None:
-                        buffer, offset = self.arena, arena_at[a.tensor]
-                    else:
-                        buffer = self._upload(a.const, convert=False)
-                    kernel.set_arg(pos, buffer)
+        for k, nodes in launched(partition, step_kernels):
+            kernel = new_kernel(cl, self.program, f"k_{k.digest}")
+            io_args = []
+            for n, a in enumerate(k.args):
+                pos, offset = 2 * n, _ZERO
+                if a.tensor is not None and a.tensor in io:   # set when a run binds it
+                    io_args.append((pos, a.tensor))
                     kernel.set_arg(pos + 1, offset)
-                self.launches.append(_Launch(kernel, k.global_size, k.local_size, io_args,
-                                             [partition.nodes[p] for p in step], f"k_{k.digest}"))
+                    continue
+                if a.tensor is not None and specs[a.tensor].value is not None:
+                    if a.tensor not in consts:
+                        spec = specs[a.tensor]
+                        consts[a.tensor] = self._upload(
+                            np.asarray(spec.value).astype(self.precision.storage_of(spec)), convert=False)
+                    buffer = consts[a.tensor]
+                elif a.tensor is not None:
+                    buffer, offset = self.arena, arena_at[a.tensor]
+                else:
+                    buffer = self._upload(a.const, convert=False)
+                kernel.set_arg(pos, buffer)
+                kernel.set_arg(pos + 1, offset)
+            self.launches.append(_Launch(kernel, k.global_size, k.local_size, io_args, nodes, f"k_{k.digest}"))
         self._uses = io_uses(self.launches)
         self._bound: dict[int, ClTensor] = {}
         if log.isEnabledFor(logging.DEBUG):

@@ -21,7 +21,7 @@ from litegpu import progress
 from litegpu.backend import CompileOptions, Event, Partition, Program
 from litegpu.codegen import Precision, requested_precision
 from litegpu.codegen.nodegen import KernelSpec
-from litegpu.codegen.render import assemble, build_failure, io_uses, lifetimes, partition_kernels
+from litegpu.codegen.render import assemble, build_failure, io_uses, launched, lifetimes, partition_kernels
 from litegpu.codegen.wgsl import WgslDialect
 from litegpu.errors import InvalidArgumentError, UnsupportedError
 from litegpu.memory import Usage
@@ -67,7 +67,6 @@ class WebGpuProgram(Program):
         progress.report(f"webgpu: generating kernels for {len(partition.nodes)} nodes")
         make = kernels or (lambda precision, dialect: partition_kernels(partition, precision, dialect))
         step_kernels = make(self.precision, device.dialect)
-        steps = partition.steps or [[i] for i in range(len(partition.nodes))]
         built_before = device.pipelines.misses
         pipelines = self._pipelines(partition, step_kernels)
         self.pipelines_built = device.pipelines.misses - built_before
@@ -81,12 +80,8 @@ class WebGpuProgram(Program):
         self._constants, self._const_buffers = self._upload_constants(step_kernels, io, specs)
         self.const_bytes = sum(b.size for b in self._constants.values())
         self.launches: list[Launch] = []
-        for step, kernels in zip(steps, step_kernels):
-            nodes = [partition.nodes[p] for p in step]
-            for k in kernels:
-                if any(g == 0 for g in k.global_size):
-                    continue
-                self.launches.append(self._launch(k, pipelines[k.source], io, specs, nodes))
+        self.launches = [self._launch(k, pipelines[k.source], io, specs, nodes)
+                         for k, nodes in launched(partition, step_kernels)]
         self._uses = io_uses(self.launches)
         self._bound: dict[int, WgpuTensor] = {}
         if log.isEnabledFor(logging.DEBUG):
