@@ -109,19 +109,30 @@ def _visible_task(t, maskp, spanp, _a2, _a3, _a4, _a5, _a6, _a7, ip, _fp):
     int64_pointer(spanp)[0] = visible_span(maskp, ip[0], ip[1])
 
 
+# Keys per task of :func:`_keys_by_dimension_task`, and per block it moves at a time: a
+# block's keys are read once (16 keys x D floats stay in L1 while each dimension's 16
+# values are written as one cache line).
+_KEY_CHUNK = 256
+_KEY_BLOCK = 16
+
+
 @task_function()
 def _keys_by_dimension_task(t, kp, spanp, ktp, _a3, _a4, _a5, _a6, _a7, ip, _fp):
-    """``kt[b, g, j, s] = k[b, s, g, j]`` for the visible keys (``ip``: B, S, KV, D): the
-    keys laid out so that :func:`_attention_task` reads a dimension of every key in a row."""
-    b_size, s_size, kv_heads, d = ip[0], ip[1], ip[2], ip[3]
+    """``kt[b, g, j, s] = k[b, s, g, j]`` for the visible keys of task ``t``'s (batch, kv
+    head) and chunk of keys (``ip``: B, S, KV, D, chunks per head): the keys laid out so
+    that :func:`_attention_task` reads a dimension of every key in a row. (One key at a
+    time, every write went to another page: 8 ms for a 4096-entry cache.)"""
+    s_size, kv_heads, d, chunks = ip[1], ip[2], ip[3], ip[4]
     span = int64_pointer(spanp)[0]
-    for b in range(b_size):
-        for s in range(span):
-            for g in range(kv_heads):
-                src = ((b * s_size + s) * kv_heads + g) * d
-                dst = (b * kv_heads + g) * d * s_size + s
-                for j in range(d):
-                    ktp[dst + j * s_size] = kp[src + j]
+    head, chunk = t // chunks, t % chunks
+    b, g = head // kv_heads, head % kv_heads
+    dst = head * d * s_size
+    for s0 in range(chunk * _KEY_CHUNK, min(span, (chunk + 1) * _KEY_CHUNK), _KEY_BLOCK):
+        s1 = min(span, s0 + _KEY_BLOCK)
+        for j in range(d):
+            row = dst + j * s_size
+            for s in range(s0, s1):
+                ktp[row + s] = kp[((b * s_size + s) * kv_heads + g) * d + j]
 
 
 @task_function()
@@ -214,7 +225,8 @@ def attention(ctx: NodeContext):
                       np.int64)
     floats = np.array([ctx.attrs["scale"], cap or 1.0], F32)
 
-    layout = np.array([b, s, kv, d], np.int64)
+    chunks = -(-s // _KEY_CHUNK)
+    layout = np.array([b, s, kv, d, chunks], np.int64)
     mask_rows = np.array([int(np.prod(ctx.inputs[3].shape, dtype=np.int64)) // s, s], np.int64)
     i64 = np.dtype(np.int64)
 
@@ -223,7 +235,7 @@ def attention(ctx: NodeContext):
         kt = np.empty(b * kv * d * s, F32)
         span = np.array([s], np.int64)
         return in_sequence([bind_task(_visible_task, 1, (inputs[3],), (span,), mask_rows, dtypes=(F32, i64)),
-                            bind_task(_keys_by_dimension_task, 1, (inputs[1], span), (kt,), layout,
+                            bind_task(_keys_by_dimension_task, b * kv * chunks, (inputs[1], span), (kt,), layout,
                                       dtypes=(F32, i64, F32)),
                             bind_task(_attention_task, tasks, (inputs[0], kt, inputs[2], inputs[3], span),
                                       (outputs[0], scratch), params, floats, dtypes=(F32,) * 4 + (i64, F32, F32))])
