@@ -56,12 +56,13 @@ KEY_BLOCK = 64
 # Tasks of the products, per thread.
 _TASKS_PER_THREAD = 4
 
-# ip: the int64 parameters of every task of a chain.
+# ip: the int64 parameters of every task of an attention.
 (_BATCHES, _M, _D, _C, _DV, _BLOCK, _BLOCKS, _K_T, _V_T, _MASK_ROWS, _SCRATCH, _PER_TASK, _TAP,
- _SIZE, _OPS) = range(15)
+ _SIZE, _K_LD, _V_LD, _Q_SCALED, _OPS) = range(18)
 # The scores' own ops before the mask (a logit cap: MUL, TANH, MUL), codes from ip[_OPS + 1]
 # on, each's constant in fp: x * c, x / c, tanh(x) (the cpu TANH's, :data:`.mathfn.tanh32`).
-_MUL, _DIV, _TANH = 1, 2, 3
+# The query's scale (where ip[_Q_SCALED]) follows them in fp.
+MUL, DIV, TANH = 1, 2, 3
 # _TAP must be the float tiles' tap table (packed._PARAMS): one tap at offset 0.
 assert _TAP == 12
 
@@ -105,16 +106,19 @@ def _pack_task(t, kp, vp, packedp, tablep, _a4, _a5, _a6, _a7, ip, _fp):
     """Task ``t``: batch ``t // 2``'s keys (even t: the scores' B, ``[D, span]``, panels
     of keys) or values (odd t: the output's B, ``[span, Dv]``, panels of Dv packed for
     ``span`` keys), into ``packed`` (a batch's keys, then its values, :data:`_SIZE` floats
-    a batch in all)."""
+    a batch in all); a batch's k and v start where the table says, their rows (or
+    columns, transposed) ``ip[_K_LD]`` and ``ip[_V_LD]`` floats apart."""
     b = t // 2
     d, c, dv = ip[_D], ip[_C], ip[_DV]
-    span = int64_pointer(tablep)[0]
+    table = int64_pointer(tablep)
+    span = table[0]
+    bases = 1 + 3 * ip[_BATCHES] * ip[_M]
     out = advanced(packedp, b * ip[_SIZE])
     if t % 2 == 0:      # keys: B[j, s] = k[s, j] ([C, D] rows, transposed) or k[j, s] ([D, C])
-        pack_panels(advanced(kp, b * c * d), out, d, span, d if ip[_K_T] else c, ip[_K_T], 0, (span + NR - 1) // NR)
+        pack_panels(advanced(kp, table[bases + b]), out, d, span, ip[_K_LD], ip[_K_T], 0, (span + NR - 1) // NR)
     else:               # values: B[s, j] = v[s, j] ([C, Dv]) or v[j, s] ([Dv, C], transposed)
-        pack_panels(advanced(vp, b * c * dv), advanced(out, ((c + NR - 1) // NR) * NR * d), span, dv,
-                    c if ip[_V_T] else dv, ip[_V_T], 0, (dv + NR - 1) // NR)
+        pack_panels(advanced(vp, table[bases + ip[_BATCHES] + b]), advanced(out, ((c + NR - 1) // NR) * NR * d),
+                    span, dv, ip[_V_LD], ip[_V_T], 0, (dv + NR - 1) // NR)
 
 
 @njit(cache=True, inline="always")
@@ -135,30 +139,32 @@ def _tiles(xp, wp, zerosp, outp, ip, rows, c, length, n):
 
 @task_function()
 def _chain_task(t, qp, packedp, maskp, outp, scratchp, tablep, _a6, _a7, ip, fp):
-    """Task ``t``: rows ``block * (t % blocks) ..`` of batch ``t // blocks``: their scores
-    over the visible keys, the scores' own ops (``fp``: their constants), the mask added,
-    the softmax, then their outputs."""
+    """Task ``t``: rows ``block * (t % blocks) ..`` of batch ``t // blocks``: their q rows
+    (where the table says, times the scale where asked) copied into its scratch, their
+    scores over the visible keys, the scores' own ops (``fp``: their constants), the mask
+    added, the softmax, then their outputs, copied to where the table says."""
     m, d, c, dv, block = ip[_M], ip[_D], ip[_C], ip[_DV], ip[_BLOCK]
     b, first = t // ip[_BLOCKS], block * (t % ip[_BLOCKS])
     rows = min(block, m - first)
+    every = ip[_BATCHES] * m
     table = int64_pointer(tablep)
     span = table[0]
-    row0 = b * m + first                   # the flat row of the chain's scores
+    row0 = b * m + first                   # the flat row of the attention's scores
     # Scratch: zeros (the tiles' bias), then each task's scores, q rows and out rows.
     zeros = scratchp
-    mine = advanced(scratchp, ip[_SCRATCH] + t * ip[_PER_TASK])
     tiled = max(rows, MR)
-    scores = mine
-    x = advanced(qp, row0 * d)
-    out = advanced(outp, row0 * dv)
-    if rows < MR:       # too few rows for a tile: copied into scratch, the last repeated
-        staged = advanced(mine, tiled * c)
-        for r in range(MR):
-            src = min(r, rows - 1)
+    scores = advanced(scratchp, ip[_SCRATCH] + t * ip[_PER_TASK])
+    x = advanced(scores, tiled * c)
+    out = advanced(x, tiled * d)
+    scale = fp[ip[_OPS]]
+    for r in range(tiled):      # (fewer rows than a tile: the last repeated)
+        src = table[1 + every + row0 + min(r, rows - 1)]
+        if ip[_Q_SCALED]:
             for j in range(d):
-                staged[r * d + j] = x[src * d + j]
-        x = staged
-        out = advanced(mine, tiled * c + MR * d)
+                x[r * d + j] = qp[src + j] * scale
+        else:
+            for j in range(d):
+                x[r * d + j] = qp[src + j]
     keys = advanced(packedp, b * ip[_SIZE])
     _tiles(x, keys, zeros, scores, ip, tiled, d, d, span)
     for r in range(rows):
@@ -167,9 +173,9 @@ def _chain_task(t, qp, packedp, maskp, outp, scratchp, tablep, _a6, _a7, ip, fp)
             code, constant = ip[_OPS + 1 + o], fp[o]
             for j in range(span):
                 value = scores[at + j]
-                if code == _MUL:
+                if code == MUL:
                     value = value * constant
-                elif code == _DIV:
+                elif code == DIV:
                     value = value / constant
                 else:
                     value = tanh32(value)
@@ -181,11 +187,50 @@ def _chain_task(t, qp, packedp, maskp, outp, scratchp, tablep, _a6, _a7, ip, fp)
         softmax_row(scores, scores, at, span, hi)
     values = advanced(keys, ((c + NR - 1) // NR) * NR * d)
     _tiles(scores, values, zeros, out, ip, tiled, span, span, dv)
-    if rows < MR:
-        final = advanced(outp, row0 * dv)
-        for r in range(rows):
-            for j in range(dv):
-                final[r * dv + j] = out[r * dv + j]
+    for r in range(rows):
+        dst = table[1 + 2 * every + row0 + r]
+        for j in range(dv):
+            outp[dst + j] = out[r * dv + j]
+
+
+def attention_step(batches: int, m: int, d: int, c: int, dv: int, mask_rows: np.ndarray, mask_size: int,
+                   q_rows: np.ndarray, out_rows: np.ndarray, k_bases: np.ndarray, v_bases: np.ndarray,
+                   k_layout: tuple[int, bool], v_layout: tuple[int, bool], score_ops: tuple = (),
+                   q_scale: float | None = None):
+    """``bind(q, k, mask, v, out)`` for an attention of ``batches`` batches of ``m`` query
+    rows of ``d`` over ``c`` keys, values of ``dv`` (see the module docstring): per flat
+    row (``batch * m + row``) the offsets of its mask row, q row and output row; per batch
+    where its k and v start; ``k_layout``: (the floats between its rows, whether k is
+    given as [C, D] rows: keys, transposed) and ``v_layout``: (the same, whether v is
+    [Dv, C]); ``score_ops``: (code, constant) of the ops on the scores before the mask;
+    ``q_scale``: a scale q is multiplied by first."""
+    threads = max(current_threads(), 1)
+    blocks = max(1, min(-(-m // MR), -(-_TASKS_PER_THREAD * threads // batches)))
+    block = -(-m // blocks) if m < MR else -(-(-(-m // blocks)) // MR) * MR
+    blocks = -(-m // block)
+    tiled = max(block, MR)
+    per_task = tiled * (c + d + dv)
+    zeros = -(-max(c, dv) // NR) * NR
+    size = -(-c // NR) * NR * d + -(-dv // NR) * NR * c
+    params = np.zeros(_OPS + 1 + len(score_ops), np.int64)
+    params[[_BATCHES, _M, _D, _C, _DV, _BLOCK, _BLOCKS, _K_T, _V_T, _MASK_ROWS, _SCRATCH, _PER_TASK, _SIZE,
+            _K_LD, _V_LD, _Q_SCALED, _OPS]] = [
+        batches, m, d, c, dv, block, blocks, k_layout[1], v_layout[1], mask_size // c, zeros, per_task, size,
+        k_layout[0], v_layout[0], q_scale is not None, len(score_ops)]
+    params[_OPS + 1:] = [code for code, _ in score_ops]
+    constants = np.array([constant for _, constant in score_ops] + [1.0 if q_scale is None else q_scale], F32)
+    offsets = np.concatenate([mask_rows, q_rows, out_rows, k_bases, v_bases]).astype(np.int64)
+
+    def bind(q, k, mask, v, out):
+        table = np.concatenate([[c], offsets]).astype(np.int64)
+        packed = np.empty(batches * size, F32)
+        scratch = np.zeros(zeros + batches * blocks * per_task, F32)
+        return in_sequence([
+            bind_task(_visible_keys_task, 1, (mask,), (table,), params, dtypes=(F32, np.int64)),
+            bind_task(_pack_task, 2 * batches, (k, v), (packed, table), params, dtypes=(F32, F32, F32, np.int64)),
+            bind_task(_chain_task, batches * blocks, (q, packed, mask), (out, scratch, table), params,
+                      constants, dtypes=(F32, F32, F32, F32, F32, np.int64))])
+    return bind
 
 
 @dataclass
@@ -210,34 +255,13 @@ class AttentionChain:
         m, d, c = q_shape[-2], q_shape[-1], scores_shape[-1]
         dv = int(last.outputs[0].shape[-1])
         mask_shape = tuple(add.inputs[add.node.inputs.index(self.inputs[2])].shape)
-        rows = _mask_rows(tuple(add.outputs[0].shape), mask_shape)
-        threads = max(current_threads(), 1)
-        blocks = max(1, min(-(-m // MR), -(-_TASKS_PER_THREAD * threads // batches)))
-        block = -(-m // blocks) if m < MR else -(-(-(-m // blocks)) // MR) * MR
-        blocks = -(-m // block)
-        tiled = max(block, MR)
-        per_task = tiled * c + MR * (d + dv)
-        zeros = -(-max(c, dv) // NR) * NR
-        size = -(-c // NR) * NR * d + -(-dv // NR) * NR * c
-        params = np.zeros(_OPS + 1 + len(self.score_ops), np.int64)
-        params[[_BATCHES, _M, _D, _C, _DV, _BLOCK, _BLOCKS, _K_T, _V_T, _MASK_ROWS, _SCRATCH, _PER_TASK, _SIZE,
-                _OPS]] = [batches, m, d, c, dv, block, blocks, self.k_transposed, self.v_transposed,
-                          int(np.prod(mask_shape, dtype=np.int64)) // c, zeros, per_task, size, len(self.score_ops)]
-        params[_OPS + 1:] = [code for code, _ in self.score_ops]
-        constants = np.array([constant for _, constant in self.score_ops] or [0.0], F32)
-
-        def bind(inputs, outputs):
-            q, k, mask, v = inputs
-            table = np.concatenate([[c], rows]).astype(np.int64)
-            packed = np.empty(batches * size, F32)
-            scratch = np.zeros(zeros + batches * blocks * per_task, F32)
-            return in_sequence([
-                bind_task(_visible_keys_task, 1, (mask,), (table,), params, dtypes=(F32, np.int64)),
-                bind_task(_pack_task, 2 * batches, (k, v), (packed, table), params,
-                          dtypes=(F32, F32, F32, np.int64)),
-                bind_task(_chain_task, batches * blocks, (q, packed, mask), (outputs[0], scratch, table), params,
-                          constants, dtypes=(F32, F32, F32, F32, F32, np.int64))])
-        run = bindable(bind)
+        rows = np.arange(batches * m, dtype=np.int64)
+        every = np.arange(batches, dtype=np.int64)
+        bind = attention_step(batches, m, d, c, dv, _mask_rows(tuple(add.outputs[0].shape), mask_shape),
+                              int(np.prod(mask_shape, dtype=np.int64)), rows * d, rows * dv, every * c * d,
+                              every * c * dv, (d if self.k_transposed else c, self.k_transposed),
+                              (c if self.v_transposed else dv, self.v_transposed), self.score_ops)
+        run = bindable(lambda inputs, outputs: bind(*inputs, outputs[0]))
         run.kernel_name = "attention.AttentionChain"
         return run
 
@@ -328,14 +352,14 @@ def _score_op(ctx: NodeContext, value: int) -> tuple[int, float] | None:
             or tuple(ctx.outputs[0].shape) != tuple(ctx.inputs[ctx.node.inputs.index(value)].shape):
         return None
     if ctx.node.op == "TANH":
-        return _TANH, 0.0
+        return TANH, 0.0
     if ctx.node.op not in ("MUL", "DIV") or ctx.attrs.get("activation", "NONE") != "NONE":
         return None
     other = ctx.inputs[1 - ctx.node.inputs.index(value)]
     if other.value is None or other.dtype != F32 or np.size(other.value) != 1 \
             or (ctx.node.op == "DIV" and ctx.node.inputs[0] != value):
         return None
-    return (_MUL if ctx.node.op == "MUL" else _DIV), float(np.asarray(other.value).reshape(()))
+    return (MUL if ctx.node.op == "MUL" else DIV), float(np.asarray(other.value).reshape(()))
 
 
 def _plain_product(ctx: NodeContext) -> bool:
