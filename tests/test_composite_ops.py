@@ -259,3 +259,31 @@ def test_every_composite_of_an_exported_decoder_is_fused(name):
     report = it.get_signature_runner("decode").get_delegation_report()
     kernels = {(op, kernel) for _, op, _, kernel in report.kernels if op.startswith("odml.")}
     assert kernels == {(RMS_NORM, "composite.rms_norm")}
+
+
+@pytest.mark.parametrize("b, t, s, heads, kv_heads, mask_shape, cap", [
+    (2, 7, 200, 6, 2, (2, 6, 7, 200), None),        # a mask per batch and head, rows past a tile
+    (3, 1, 130, 4, 4, (3, 1, 1, 130), 5.0),         # decode rows of three batches, a logit cap
+    (1, 13, 64, 8, 1, (13, 64), None)])             # one kv head for all, the mask broadcast
+def test_the_cpu_attention_places_every_batch_head_and_mask_row(b, t, s, heads, kv_heads, mask_shape, cap):
+    """Shapes litert-torch does not export (it writes batch 1 and a [1, 1, T, S] mask) but
+    the op takes: the cpu kernel's rows, k and v bases and mask rows against the op's
+    float32 reference."""
+    from litegpu.backend import NodeContext
+    from litegpu.graph import Node
+    from litegpu.ops.registry import TensorSpec
+    from litegpu_cpu.kernels import KERNELS
+    dim = 16
+    q = RNG.standard_normal((b, t, heads, dim)).astype(F32)
+    k, v = (RNG.standard_normal((b, s, kv_heads, dim)).astype(F32) for _ in range(2))
+    mask = np.where(RNG.random(mask_shape) < 0.3, -np.inf, RNG.standard_normal(mask_shape)).astype(F32)
+    mask[..., 0] = 0     # every row sees a key
+    attrs = {"scale": 0.25, "logit_cap": cap or 0.0}
+    node = Node(index=0, op=SDPA, opcode=206, version=1, inputs=(0, 1, 2, 3), outputs=(4,))
+    ctx = NodeContext(node=node, opdef=get_op(SDPA), attrs=attrs,
+                      inputs=[TensorSpec(x.shape, np.dtype(F32)) for x in (q, k, v, mask)],
+                      outputs=[TensorSpec(q.shape, np.dtype(F32))])
+    out = np.full(q.shape, np.nan, F32)       # a row left unwritten fails
+    KERNELS[SDPA](ctx)([q, k, v, mask], [out])
+    want = get_op(SDPA).reference([q, k, v, mask], attrs)[0]
+    np.testing.assert_allclose(out, want, rtol=2e-5, atol=2e-5 * np.abs(want).max())
