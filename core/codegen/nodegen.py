@@ -174,9 +174,12 @@ class NodeGen:
 
     def __init__(self, ctx: NodeContext, precision: Precision, specs: dict[int, TensorSpec],
                  followers: list[Follower] | None = None, out_tensor: int | None = None,
-                 dialect: Dialect = OPENCL) -> None:
+                 dialect: Dialect = OPENCL, lanes: int = 1) -> None:
         self.ctx = ctx
         self.dialect = dialect
+        #: Work-items that share one row or output in kernels that split one (see
+        #: :func:`litegpu.codegen.render.kernel_lanes`); 1: a work-item each.
+        self.lanes = lanes
         self.attrs = ctx.attrs
         self.precision = precision
         self.specs = specs

@@ -7,6 +7,7 @@ as OpenCL counts them; see :func:`blocks` for APIs that launch whole groups).
 from __future__ import annotations
 
 import hashlib
+import os
 import tempfile
 from dataclasses import replace
 from pathlib import Path
@@ -14,7 +15,7 @@ from typing import Callable
 
 from litegpu import env
 from litegpu.backend import Partition
-from litegpu.errors import KernelBuildError, UnsupportedError
+from litegpu.errors import InvalidArgumentError, KernelBuildError, UnsupportedError
 from litegpu.ops import VIEW_OPS
 
 from .dialect import Dialect
@@ -24,25 +25,46 @@ from .nodegen import KernelSpec, NodeGen, Precision
 from .opencl import OPENCL
 
 
+#: Work-items that share one row or output in the kernels that split one (an attention
+#: row, a product of a few rows) on a GPU.
+GPU_LANES = 64
+LANES_ENV = "LITEGPU_GPU_LANES"
+
+
+def kernel_lanes(on_cpu: bool = False) -> int:
+    """The work-items a kernel puts on one row or output where it can split one: a GPU's
+    :data:`GPU_LANES`; 1 on a CPU device (PoCL, lavapipe), which runs a work-group on one
+    core, where a barrier costs more than the lanes save. ``$LITEGPU_GPU_LANES`` overrides
+    both (tests, tuning). Any count gives the same results."""
+    raw = os.environ.get(LANES_ENV, "").strip()
+    if raw:
+        if not raw.isdigit() or int(raw) < 1:
+            raise InvalidArgumentError(f"{LANES_ENV}={raw!r} is not a positive count of work-items")
+        return int(raw)
+    return 1 if on_cpu else GPU_LANES
+
+
 def generate(ctx, precision: Precision, specs, step_followers=None, out_tensor=None,
-             dialect: Dialect = OPENCL) -> list[KernelSpec]:
+             dialect: Dialect = OPENCL, lanes: int = 1) -> list[KernelSpec]:
     """The kernels of one node (with its followers); raises Decline or UnsupportedError."""
     gen = load_all().get(ctx.node.op)
     if gen is None:
         raise Decline(f"no GPU kernel for {ctx.node.op}")
-    return gen.fn(NodeGen(ctx, precision, specs, step_followers, out_tensor, dialect))
+    return gen.fn(NodeGen(ctx, precision, specs, step_followers, out_tensor, dialect, lanes))
 
 
-def partition_kernels(partition: Partition, precision: Precision, dialect: Dialect = OPENCL
-                      ) -> list[list[KernelSpec]]:
-    """The kernels of each step of ``partition`` (a node with its followers)."""
+def partition_kernels(partition: Partition, precision: Precision, dialect: Dialect = OPENCL,
+                      lanes: int | None = None) -> list[list[KernelSpec]]:
+    """The kernels of each step of ``partition`` (a node with its followers); ``lanes``:
+    see :func:`kernel_lanes` (default: a GPU's)."""
+    lanes = kernel_lanes() if lanes is None else lanes
     nodes = partition.nodes
     step_kernels: list[list[KernelSpec]] = []
     for step in partition.steps or [[i] for i in range(len(nodes))]:
         ctx, _ = step_producer(nodes, step)
         out_tensor = nodes[step[-1]].node.outputs[0]
         try:
-            kernels = generate(ctx, precision, partition.specs, followers(nodes, step), out_tensor, dialect)
+            kernels = generate(ctx, precision, partition.specs, followers(nodes, step), out_tensor, dialect, lanes)
         except Decline as exc:   # supports() said yes: a disagreement is our bug, named clearly
             raise UnsupportedError(f"node {ctx.node.index} ({ctx.node.op}): {exc}") from None
         step_kernels.append(kernels)

@@ -9,12 +9,12 @@ Sums, scores and the softmax are ``float`` whatever the storage or arithmetic pr
   (the decomposition's, which LiteRT runs), ``RSQRT(0 + sum * (1 / D) + epsilon)`` (the
   formula of the RSQRT op), then ``(x * r) * w`` stored through the epilogue, read four
   at a time where the row allows.
-- attention: one work-group per (batch, query position, head) row, of :data:`LANES`
-  work-items, with the row's scaled query and its S scores in local memory: the scores
+- attention: one work-group per (batch, query position, head) row, of ``NodeGen.lanes``
+  work-items (:func:`..render.kernel_lanes`: 64 on a GPU, 1 on a CPU device), with the row's scaled query and its S scores in local memory: the scores
   (a fused multiply-add chain per key, the logit cap, the mask) and their maximum, then
   the SOFTMAX op's exponentials and sum (XNNPACK's, as :mod:`.pool`), then each output
   element a fused multiply-add chain of ``p_s = e_s * (1 / sum)`` times ``v_s``: the steps
-  LiteRT's XNNPACK lowers the composite to. The local memory (D + S + LANES floats)
+  LiteRT's XNNPACK lowers the composite to. The local memory (D + S + lanes floats)
   must fit the dialect's ``max_local_bytes``, else the node declines (and runs on cpu):
   16 KiB in WebGPU holds about 4000 keys.
 """
@@ -30,11 +30,6 @@ from .pool import xnn_row_total
 
 _F32 = np.dtype(np.float32)
 _INT_MAX = 2**31 - 1
-
-#: Work-items per attention row. On PoCL's CPU device a work-group runs on one core and
-#: its barriers are expensive (see :mod:`.lstm`), so one work-item walking the row is
-#: fastest there; a GPU wants more. Any value is correct.
-LANES = 1
 
 
 def _float_operands(g: NodeGen, count: int) -> None:
@@ -89,7 +84,8 @@ def attention(g: NodeGen) -> list[KernelSpec]:
     batch, t_size, heads, d = (int(n) for n in g.ctx.inputs[0].shape)
     s_size, kv_heads = int(g.ctx.inputs[1].shape[1]), int(g.ctx.inputs[1].shape[2])
     rows = batch * t_size * heads
-    local_bytes = 4 * (d + s_size + LANES)
+    lanes = g.lanes      # work-items per row (render.kernel_lanes): any count is correct
+    local_bytes = 4 * (d + s_size + lanes)
     if local_bytes > g.dialect.max_local_bytes:
         raise Decline(f"attention over {s_size} keys of {d} needs {local_bytes} bytes of local memory per row; "
                       f"{g.dialect.name} gives a work-group {g.dialect.max_local_bytes}")
@@ -102,7 +98,7 @@ def attention(g: NodeGen) -> list[KernelSpec]:
     group = heads // kv_heads
     qs = b.local_array("qs", FLOAT, d)
     scores = b.local_array("scores", FLOAT, s_size)
-    partial = b.local_array("partial", FLOAT, LANES)
+    partial = b.local_array("partial", FLOAT, lanes)
     lid = b.let("lid", b.local_id(0))
     row = b.let("row", b.group_id(1))
     h = b.let("h", row % heads)
@@ -111,12 +107,12 @@ def attention(g: NodeGen) -> list[KernelSpec]:
     kv_base = b.let("kv_base", n * (s_size * kv_heads * d) + (h / group) * d)
     terms = [ir.times(index, stride) for index, stride in ((n, mask_b), (h, mask_h), (position, mask_t)) if stride]
     mask_row = b.let("mask_row", ir.total(terms) if terms else 0)
-    with b.for_("j", lid, d, LANES) as j:
+    with b.for_("j", lid, d, lanes) as j:
         b.local_store(qs, j, q.load(row * d + j, as_float=True) * scale)
     b.barrier()
     # The scores and this work-item's largest.
     top = b.var("top", ir.lit(-np.inf, FLOAT))
-    with b.for_("s", lid, s_size, LANES) as s:
+    with b.for_("s", lid, s_size, lanes) as s:
         key = b.let("key", kv_base + s * (kv_heads * d))
         dot = b.var("dot", 0.0, FLOAT)
         with b.for_("j", 0, d) as j:
@@ -128,11 +124,11 @@ def attention(g: NodeGen) -> list[KernelSpec]:
     b.local_store(partial, lid, top)
     b.barrier()
     m = b.var("m", ir.lit(-np.inf, FLOAT))
-    with b.for_("i", 0, LANES) as i:
+    with b.for_("i", 0, lanes) as i:
         b.assign(m, call("fmax", m, partial.load(i)))
     # The exponentials (in place of the scores), and their sum in XNNPACK's order (each
     # work-item adds the whole row).
-    with b.for_("s", lid, s_size, LANES) as s:
+    with b.for_("s", lid, s_size, lanes) as s:
         b.local_store(scores, s, formulas.xnn_exp_nonpositive(b.let("d", scores.load(s) - m, FLOAT)))
     b.barrier()
     total = b.let("total", xnn_row_total(b, lambda i, lanes: scores.load(i, lanes), ir.lit(0, ir.INT), s_size,
@@ -140,10 +136,10 @@ def attention(g: NodeGen) -> list[KernelSpec]:
     inverse = b.let("inverse", 1.0 / total)
     # The outputs: this row's D values, each the probabilities' products with the values
     # added in order (XNNPACK's batched matmul).
-    with b.for_("j", lid, d, LANES) as j:
+    with b.for_("j", lid, d, lanes) as j:
         acc = b.var("acc", 0.0, FLOAT)
         with b.for_("s", 0, s_size) as s:
             p = scores.load(s) * inverse
             b.assign(acc, call("fma", p, v.load(kv_base + s * (kv_heads * d) + j, as_float=True), acc))
         g.store_output(b, row * d + j, acc.cast(ir.REAL))
-    return [g.kernel(b, (LANES, rows), (LANES, 1))]
+    return [g.kernel(b, (lanes, rows), (lanes, 1))]

@@ -5,7 +5,8 @@ ROW_QUANTIZE runs one work-item per row: the row's range and zero point in float
 XNNPACK's order (as :func:`litegpu.ops.hybrid.xnn_quantize_rows`), then the int8 codes.
 HYBRID_FULLY_CONNECTED runs one work-item per output element over int8 weight codes kept
 as int8 in device memory (a quarter of the dequantized floats' bytes), stored ``[K, N]``
-so neighbouring work-items read neighbouring bytes. Its sums are int32, exact; the scaling
+so neighbouring work-items read neighbouring bytes; for a few rows (a decode step) a
+work-group per output element, its work-items summing segments of K. Its sums are int32, exact; the scaling
 is XNNPACK's float32 arithmetic step by step: per output channel
 ``fma(float(sum) * row_scale, weight_scale, bias)``; per block (INT4 LLM weights) a float32
 accumulator from the block zero-point sums times ``zp + 128``, one fused multiply-add per
@@ -57,10 +58,16 @@ def row_quantize(g: NodeGen) -> list[KernelSpec]:
     return r.kernel()
 
 
+# Rows of x up to which a product puts a work-group on each output (a decode step's few
+# rows: one work-item per output would leave a GPU nearly idle, each walking all of K).
+_SPLIT_ROWS = 8
+
+
 @generator("HYBRID_FULLY_CONNECTED", epilogue=True)
 def hybrid_fully_connected(g: NodeGen) -> list[KernelSpec]:
     """HYBRID_FULLY_CONNECTED (:func:`litegpu.float_view.hybrid_fully_connected`), one
-    output element per work-item (see the module docstring)."""
+    output element per work-item, or per work-group for a few rows (see the module
+    docstring)."""
     codes, weights, scales = g.ctx.inputs[0], g.ctx.inputs[2], g.ctx.inputs[4]
     if weights.value is None or scales.value is None:
         raise Decline("weights computed at run time")
@@ -72,6 +79,9 @@ def hybrid_fully_connected(g: NodeGen) -> list[KernelSpec]:
     rows = int(np.prod(tuple(codes.shape), dtype=np.int64)) // k if k else 0
     block = int(g.attrs["block_size"])
     scale_values = np.asarray(scales.value, np.float32)
+    segment = block or -(-k // g.lanes)
+    if g.lanes > 1 and k and rows <= _SPLIT_ROWS and 4 * -(-k // segment) <= g.dialect.max_local_bytes:
+        return [_split_product(g, w, rows, block, segment, scale_values, bias_spec)]
     b = g.new_kernel()
     q = g.input(b, 0)
     params = g.input(b, 1)
@@ -108,3 +118,58 @@ def hybrid_fully_connected(g: NodeGen) -> list[KernelSpec]:
             y = y + bias
     g.store_output(b, o, b.let("y", y, ir.FLOAT).cast(ir.REAL))
     return [g.kernel(b, (rows * n,))]
+
+
+def _split_product(g: NodeGen, w: np.ndarray, rows: int, block: int, segment: int, scale_values: np.ndarray,
+                   bias_spec) -> KernelSpec:
+    """The product with a work-group of ``g.lanes`` work-items per output element: K cut in
+    segments of ``segment`` (a block of blockwise weights), each segment's exact integer
+    sum by one work-item into local memory, then the first work-item scales them as the
+    per-element kernel does (integer sums are the same in any order; the blocks' fused
+    multiply-adds stay in order). The weights stay ``[N, K]``: a work-item reads its
+    segment's bytes in a row."""
+    n, k = w.shape
+    lanes, segments = g.lanes, -(-k // segment)
+    b = g.new_kernel()
+    q = g.input(b, 0)
+    params = g.input(b, 1)
+    weights = g.const(b, np.ascontiguousarray(w))
+    sums = b.local_array("sums", ir.INT, segments)
+    lid = b.let("lid", b.local_id(0))
+    o = b.let("o", b.group_id(1))
+    m = b.let("m", o / n)
+    c = b.let("c", o % n)
+    zp = b.let("zp", params.load(m * 2 + 1, as_float=True), ir.FLOAT)
+    # (blockwise: the codes plus 128, as XNNPACK's qb4w sums them; else minus the zero point)
+    offset = b.let("offset", -zp.cast(ir.INT) if not block else ir.lit(128, ir.INT))
+    with b.for_("seg", lid, segments, lanes) as seg:
+        start = b.let("k0", seg * segment)
+        stop = b.let("k1", call("min", start + segment, k))
+        part = b.var("part", 0, ir.INT)
+        with b.for_("i", start, stop) as i:
+            b.assign(part, (q.load(m * k + i).cast(ir.INT) + offset) * weights.load(c * k + i).cast(ir.INT), "+")
+        b.local_store(sums, seg, part)
+    b.barrier()
+    with b.if_(lid.eq(0)):
+        row_scale = b.let("row_scale", params.load(m * 2, as_float=True), ir.FLOAT)
+        bias = (g.const(b, np.asarray(bias_spec.value, np.float32), storage=False).load(c, as_float=True)
+                if bias_spec is not None else None)
+        if not block:
+            total = b.var("total", 0, ir.INT)
+            with b.for_("s", 0, segments) as s:
+                b.assign(total, sums.load(s), "+")
+            channel_scale = g.const(b, scale_values, storage=False).load(c, as_float=True)
+            y = call("fma", total.cast(ir.FLOAT) * row_scale, channel_scale,
+                     bias if bias is not None else ir.lit(0.0, ir.FLOAT))
+        else:
+            zero_point_sums = g.const(b, blockwise_zero_point_sums(w, scale_values, block), storage=False)
+            block_scales = g.const(b, np.ascontiguousarray(scale_values.T), storage=False)   # [K / block, N]
+            acc = b.var("acc", zero_point_sums.load(c, as_float=True) * (zp + 128.0), ir.FLOAT)
+            with b.for_("blk", 0, segments) as blk:
+                b.assign(acc, call("fma", sums.load(blk).cast(ir.FLOAT), block_scales.load(blk * n + c, as_float=True),
+                                   acc))
+            y = acc * row_scale
+            if bias is not None:
+                y = y + bias
+        g.store_output(b, o, b.let("y", y, ir.FLOAT).cast(ir.REAL))
+    return g.kernel(b, (lanes, rows * n), (lanes, 1))

@@ -25,7 +25,8 @@ from .build import BuildFailed, build_program, build_source, store_warmed_binary
 from litegpu.codegen import Precision, requested_precision
 from litegpu.codegen.nodegen import StoredTensor
 from litegpu.codegen.opencl import OPENCL
-from litegpu.codegen.render import assemble, build_failure, io_uses, launched, lifetimes, partition_kernels
+from litegpu.codegen.render import (assemble, build_failure, io_uses, kernel_lanes, launched, lifetimes,
+                                    partition_kernels)
 from .device import Device
 from .driver_caches import POCL_PLATFORM, new_kernel
 
@@ -135,7 +136,7 @@ class ClProgram(Program):
         self.outputs = list(partition.outputs)
         specs = partition.specs
         progress.report(f"opencl: generating kernels for {len(partition.nodes)} nodes")
-        step_kernels = partition_kernels(partition, self.precision)
+        step_kernels = partition_kernels(partition, self.precision, lanes=kernel_lanes(not device.is_gpu))
         self.kernel_count = sum(len(k) for k in step_kernels)
         source, self.function_count = assemble(step_kernels, self.precision)
         try:

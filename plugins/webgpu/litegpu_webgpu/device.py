@@ -164,6 +164,11 @@ class Device:
         """The device's name as its adapter gives it."""
         return str(self.adapter.info.get("device", "")).strip() or "WebGPU device"
 
+    @cached_property
+    def is_cpu(self) -> bool:
+        """True for an adapter that is a CPU (lavapipe)."""
+        return str(self.adapter.info.get("adapter_type", "")) == "CPU"
+
     def info(self) -> dict:
         """What ``litegpu backends`` shows."""
         info, limits = self.adapter.info, self.limits
@@ -172,7 +177,7 @@ class Device:
         yes = lambda f: "yes" if f in self.features else "no"   # noqa: E731
         return {
             "device": self.name,
-            "type": "CPU" if adapter_type == "CPU" else "GPU",
+            "type": "CPU" if self.is_cpu else "GPU",
             "adapter type": adapter_type,
             "backend": info.get("backend_type", ""),
             "vendor": info.get("vendor", "") or f"0x{int(info.get('vendor_id', 0)):04x}",

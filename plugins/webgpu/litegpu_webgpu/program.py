@@ -21,7 +21,8 @@ from litegpu import progress
 from litegpu.backend import CompileOptions, Event, Partition, Program
 from litegpu.codegen import Precision, requested_precision
 from litegpu.codegen.nodegen import KernelSpec
-from litegpu.codegen.render import assemble, build_failure, io_uses, launched, lifetimes, partition_kernels
+from litegpu.codegen.render import (assemble, build_failure, io_uses, kernel_lanes, launched, lifetimes,
+                                    partition_kernels)
 from litegpu.codegen.wgsl import WgslDialect
 from litegpu.errors import InvalidArgumentError, UnsupportedError
 from litegpu.memory import Usage
@@ -65,7 +66,8 @@ class WebGpuProgram(Program):
         self.inputs, self.outputs = list(partition.inputs), list(partition.outputs)
         specs = partition.specs
         progress.report(f"webgpu: generating kernels for {len(partition.nodes)} nodes")
-        make = kernels or (lambda precision, dialect: partition_kernels(partition, precision, dialect))
+        make = kernels or (lambda precision, dialect: partition_kernels(
+            partition, precision, dialect, kernel_lanes(device.is_cpu)))
         step_kernels = make(self.precision, device.dialect)
         built_before = device.pipelines.misses
         pipelines = self._pipelines(partition, step_kernels)

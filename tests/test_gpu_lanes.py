@@ -1,0 +1,105 @@
+"""Kernels that put a work-group on one row or output (``NodeGen.lanes``): a GPU's 64
+work-items, 1 on a CPU device. PoCL and lavapipe are CPU devices, so these run them with
+``LITEGPU_GPU_LANES`` set: the hybrid product of a decode step's few rows (each work-item
+an exact integer sum of a segment of K) and the attention composite, against LiteRT (on
+opencl, whose arithmetic is XNNPACK's, to the bit) and against the same kernels on one
+lane."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from ai_edge_litert.interpreter import Interpreter as LiteRT
+
+import litegpu
+from litegpu.codegen.render import LANES_ENV, kernel_lanes
+from litegpu.errors import InvalidArgumentError
+from litegpu.model import load_model
+from litegpu.session import Session
+from litegpu.testing.builder import ModelBuilder
+from litegpu.testing.cases.composite import sdpa_case
+from test_int4_weights import hybrid_fc
+
+RNG = np.random.default_rng(11)
+
+
+def per_channel_fc(rows: int, k: int, units: int, act: str) -> bytes:
+    """A hybrid FULLY_CONNECTED with int8 weights per channel and a bias, then an ADD the
+    product's store takes as its epilogue."""
+    b = ModelBuilder()
+    x = b.input("x", (rows, k), np.float32)
+    scales = RNG.uniform(0.004, 0.02, units).astype(np.float32)
+    w = b.const("w", RNG.integers(-127, 128, (units, k)).astype(np.int8), scale=scales, zero_point=[0] * units,
+                quantized_dimension=0)
+    y = b.tensor("y", (rows, units), np.float32)
+    b.op("FULLY_CONNECTED", [x, w, b.const("bias", RNG.normal(size=units).astype(np.float32))], [y],
+         fused_activation_function=act, asymmetric_quantize_inputs=True, version=12)
+    z = b.tensor("z", (rows, units), np.float32)
+    b.op("ADD", [y, b.const("c", RNG.normal(size=units).astype(np.float32))], [z])
+    b.output(z)
+    return b.build()
+
+
+def _run(make, data: bytes, feeds: list[np.ndarray]) -> np.ndarray:
+    it = make(data)
+    it.allocate_tensors()
+    for d, v in zip(it.get_input_details(), feeds):
+        it.set_tensor(d["index"], v)
+    it.invoke()
+    return it.get_tensor(it.get_output_details()[0]["index"])
+
+
+def _local_sizes(data: bytes, backend: str, op: str) -> set:
+    programs = Session(load_model(data), [backend]).compile(0).programs
+    return {launch.local_size if hasattr(launch, "local_size") else launch.groups for program, _, _ in programs
+            for launch in getattr(program, "launches", []) if launch.nodes[0].node.op == op}
+
+
+CASES = {
+    "int8-decode": lambda: (per_channel_fc(1, 300, 40, "RELU"), [(3 * RNG.standard_normal((1, 300))).astype(np.float32)]),
+    "int8-rows": lambda: (per_channel_fc(5, 64, 17, "NONE"), [RNG.standard_normal((5, 64)).astype(np.float32)]),
+    "int4-block32": lambda: (hybrid_fc(1, 32, units=37, depth=256), [(3 * RNG.standard_normal((1, 256))).astype(np.float32)]),
+    "int4-block128-rows": lambda: (hybrid_fc(3, 128, units=20, depth=384), [RNG.standard_normal((3, 384)).astype(np.float32)]),
+    "attention-decode": lambda: sdpa_case("d", 1, 200, 6, 2, 32, start=120).build(),
+    "attention-prefill": lambda: sdpa_case("p", 9, 64, 4, 1, 16, start=3, logit_cap=4.0).build(),
+}
+OPS = {"int8": "HYBRID_FULLY_CONNECTED", "int4": "HYBRID_FULLY_CONNECTED", "attention": "odml.scaled_dot_product_attention"}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_work_groups_per_output_give_the_one_lane_results(opencl, monkeypatch, case):
+    data, feeds = CASES[case]()
+    op = OPS[case.split("-")[0]]
+    results = {}
+    for lanes in ("1", "64"):
+        monkeypatch.setenv(LANES_ENV, lanes)
+        assert _local_sizes(data, "opencl", op) == ({None} if lanes == "1" and op.startswith("HYBRID") else
+                                                      {(int(lanes), 1)}), lanes
+        delegate = litegpu.load_delegate("opencl")
+        results[lanes] = _run(lambda d: litegpu.Interpreter(model_content=d, experimental_delegates=[delegate]),
+                              data, feeds)
+    np.testing.assert_array_equal(results["64"], results["1"])
+    want = _run(lambda d: LiteRT(model_content=d), data, feeds)
+    if op.startswith("HYBRID"):   # XNNPACK's arithmetic, step for step
+        np.testing.assert_array_equal(results["64"], want)
+    else:
+        np.testing.assert_allclose(results["64"], want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("case", ["int8-decode", "int4-block32", "attention-decode"])
+def test_work_groups_per_output_on_webgpu(webgpu, monkeypatch, case):
+    data, feeds = CASES[case]()
+    monkeypatch.setenv(LANES_ENV, "64")
+    got = _run(lambda d: litegpu.Interpreter(model_content=d, experimental_delegates=[litegpu.load_delegate("webgpu")]),
+               data, feeds)
+    want = _run(lambda d: LiteRT(model_content=d), data, feeds)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+def test_lanes_are_a_gpus_and_one_on_a_cpu_device(monkeypatch):
+    monkeypatch.delenv(LANES_ENV, raising=False)
+    assert kernel_lanes() == 64 and kernel_lanes(on_cpu=True) == 1
+    monkeypatch.setenv(LANES_ENV, "8")
+    assert kernel_lanes(on_cpu=True) == 8
+    monkeypatch.setenv(LANES_ENV, "many")
+    with pytest.raises(InvalidArgumentError, match="LITEGPU_GPU_LANES"):
+        kernel_lanes()
