@@ -59,8 +59,10 @@ def row_quantize(g: NodeGen) -> list[KernelSpec]:
 
 
 # Rows of x up to which a product puts a work-group on each output (a decode step's few
-# rows: one work-item per output would leave a GPU nearly idle, each walking all of K).
+# rows: one work-item per output would leave a GPU nearly idle, each walking all of K),
+# and the most outputs it does so for (the work-groups of one axis CUDA and WebGPU allow).
 _SPLIT_ROWS = 8
+_SPLIT_OUTPUTS = 65535
 
 
 @generator("HYBRID_FULLY_CONNECTED", epilogue=True)
@@ -80,7 +82,8 @@ def hybrid_fully_connected(g: NodeGen) -> list[KernelSpec]:
     block = int(g.attrs["block_size"])
     scale_values = np.asarray(scales.value, np.float32)
     segment = block or -(-k // g.lanes)
-    if g.lanes > 1 and k and rows <= _SPLIT_ROWS and 4 * -(-k // segment) <= g.dialect.max_local_bytes:
+    if g.lanes > 1 and k and rows <= _SPLIT_ROWS and rows * n <= _SPLIT_OUTPUTS \
+            and 4 * -(-k // segment) <= g.dialect.max_local_bytes:
         return [_split_product(g, w, rows, block, segment, scale_values, bias_spec)]
     b = g.new_kernel()
     q = g.input(b, 0)
