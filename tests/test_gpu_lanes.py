@@ -57,6 +57,9 @@ def _local_sizes(data: bytes, backend: str, op: str) -> set:
 CASES = {
     "int8-decode": lambda: (per_channel_fc(1, 300, 40, "RELU"), [(3 * RNG.standard_normal((1, 300))).astype(np.float32)]),
     "int8-rows": lambda: (per_channel_fc(5, 64, 17, "NONE"), [RNG.standard_normal((5, 64)).astype(np.float32)]),
+    # A row of zeros (an empty range), one of negative zeros and negatives, one positive.
+    "int8-ranges": lambda: (per_channel_fc(3, 70, 9, "NONE"), [np.stack([
+        np.zeros(70), np.where(np.arange(70) % 3, -0.0, -RNG.random(70)), RNG.random(70)]).astype(np.float32)]),
     "int4-block32": lambda: (hybrid_fc(1, 32, units=37, depth=256), [(3 * RNG.standard_normal((1, 256))).astype(np.float32)]),
     "int4-block128-rows": lambda: (hybrid_fc(3, 128, units=20, depth=384), [RNG.standard_normal((3, 384)).astype(np.float32)]),
     "attention-decode": lambda: sdpa_case("d", 1, 200, 6, 2, 32, start=120).build(),

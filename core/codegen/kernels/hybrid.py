@@ -22,7 +22,7 @@ from .. import ir
 from ..ir import call, select
 from ..nodegen import KernelSpec, NodeGen
 from . import Decline, generator
-from .pool import _Rows
+from .pool import _check_indexable, _Rows
 
 _F32 = np.dtype(np.float32)
 
@@ -33,11 +33,24 @@ def row_quantize(g: NodeGen) -> list[KernelSpec]:
     hold 0 (NaNs skipped), ``inv = 255 / (max - min)`` (1 for an empty range), the zero
     point from the end that loses less, rounded to even; the codes
     ``clamp(rint(x * inv) + zp, -128, 127)`` (a NaN is quantized to zp); the row's
-    ``(1 / inv, zp)``."""
+    ``(1 / inv, zp)``. One work-item per row, or with several lanes (see
+    :func:`..render.kernel_lanes`) a work-group: each work-item takes every lanes-th
+    value, and the range is the same whatever the order (a ``-0`` for ``0`` changes
+    nothing after it)."""
+    if g.lanes > 1:
+        return [_row_quantize_split(g)]
     r = _Rows(g, float_output=False)
     b = r.b
     lo = b.let("lo", r.fold(0.0, lambda a, v, n: call("fmin", a, v)).cast(ir.FLOAT), ir.FLOAT)
     hi = b.let("hi", r.fold(0.0, lambda a, v, n: call("fmax", a, v)).cast(ir.FLOAT), ir.FLOAT)
+    _quantize_row(g, b, lo, hi, b.global_id(0), r.base, r.n, 0, 1, lambda k: r.x.load(r.base + k, as_float=True))
+    return r.kernel()
+
+
+def _quantize_row(g: NodeGen, b: ir.KernelBuilder, lo, hi, row, base, n: int, first, step: int, value) -> None:
+    """ROW_QUANTIZE's scale, zero point and codes of the row with range ``lo .. hi``: its
+    params at ``row`` (stored by the work-item with ``first`` 0), its codes ``first, first
+    + step ..`` (``value(k)``: the row's value ``k``)."""
     inv = b.let("inv", select(lo.eq(hi), 1.0, 255.0 / (hi - lo)), ir.FLOAT)
     low_scaled = b.let("low_scaled", lo * inv, ir.FLOAT)
     high_scaled = b.let("high_scaled", hi * inv, ir.FLOAT)
@@ -46,16 +59,53 @@ def row_quantize(g: NodeGen) -> list[KernelSpec]:
     zp_real = select(from_min + from_max > 0.0, -128.0 - low_scaled, 127.0 - high_scaled)
     zp = b.let("zp", call("rint", call("clamp", zp_real, -128.0, 127.0)), ir.FLOAT)
     params = g.output(b, 1)
-    row = b.let("r2", b.global_id(0) * 2)
-    b.store(params, row, 1.0 / inv)
-    b.store(params, row + 1, zp)
+
+    def store_params():
+        at = b.let("r2", row * 2)
+        b.store(params, at, 1.0 / inv)
+        b.store(params, at + 1, zp)
+    if isinstance(first, int):
+        store_params()
+    else:
+        with b.if_(first.eq(0)):
+            store_params()
     codes = g.output(b, 0)
-    with b.for_("k", 0, r.n) as k:
-        steps = b.let("steps", call("rint", r.x.load(r.base + k, as_float=True) * inv), ir.FLOAT)
+    with b.for_("k", first, n, step) as k:
+        steps = b.let("steps", call("rint", value(k) * inv), ir.FLOAT)
         # fmax(s, 0) + fmin(s, 0) is s, and 0 for a NaN (each returns the other operand).
         steps = call("fmax", steps, 0.0) + call("fmin", steps, 0.0)
-        b.store(codes, r.base + k, call("clamp", steps + zp, -128.0, 127.0).cast(ir.CHAR))
-    return r.kernel()
+        b.store(codes, base + k, call("clamp", steps + zp, -128.0, 127.0).cast(ir.CHAR))
+
+
+def _row_quantize_split(g: NodeGen) -> KernelSpec:
+    """ROW_QUANTIZE with a work-group of ``g.lanes`` per row (see :func:`row_quantize`)."""
+    if g.ctx.inputs[0].dtype != _F32:
+        raise Decline(f"ROW_QUANTIZE on {g.ctx.inputs[0].dtype} tensors")
+    _check_indexable(g)
+    shape = tuple(int(d) for d in g.ctx.inputs[0].shape)
+    n = shape[-1] if shape else 1
+    rows = int(np.prod(shape, dtype=np.int64)) // n if n else 0
+    lanes = g.lanes
+    b = g.new_kernel()
+    x = g.input(b, 0)
+    lid = b.let("lid", b.local_id(0))
+    row = b.let("row", b.group_id(1))
+    base = b.let("base", row * n)
+    lows, highs = b.local_array("lows", ir.FLOAT, lanes), b.local_array("highs", ir.FLOAT, lanes)
+    lo, hi = b.var("lo", 0.0, ir.FLOAT), b.var("hi", 0.0, ir.FLOAT)
+    with b.for_("k", lid, n, lanes) as k:
+        v = b.let("v", x.load(base + k, as_float=True), ir.FLOAT)
+        b.assign(lo, call("fmin", lo, v))
+        b.assign(hi, call("fmax", hi, v))
+    b.local_store(lows, lid, lo)
+    b.local_store(highs, lid, hi)
+    b.barrier()
+    row_lo, row_hi = b.var("row_lo", 0.0, ir.FLOAT), b.var("row_hi", 0.0, ir.FLOAT)
+    with b.for_("i", 0, lanes) as i:
+        b.assign(row_lo, call("fmin", row_lo, lows.load(i)))
+        b.assign(row_hi, call("fmax", row_hi, highs.load(i)))
+    _quantize_row(g, b, row_lo, row_hi, row, base, n, lid, lanes, lambda k: x.load(base + k, as_float=True))
+    return g.kernel(b, (lanes, rows), (lanes, 1))
 
 
 # Rows of x up to which a product puts a work-group on each output (a decode step's few
