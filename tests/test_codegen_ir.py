@@ -144,8 +144,31 @@ def _library(n: int = 400):
     return b.kernel((n,)), [xs], reference
 
 
+def _xnn_totals_shared(rows: int = 6, length: int = 300, group: int = 64):
+    """XNNPACK's row sums (rsum2 of squares, radd) by a work-group, each accumulator lane a
+    work-item's, minus the same sums by one work-item: exactly 0 (the values span eight
+    decades, so another order of additions would show)."""
+    from litegpu.codegen.kernels.pool import xnn_row_total, xnn_row_total_shared
+    b = ir.KernelBuilder()
+    x, y = b.buffer(np.float32), b.buffer(np.float32, writes=True)
+    row, lid = b.let("row", b.group_id(0)), b.let("lid", b.local_id(0))
+    base = b.let("base", row * length)
+    for j, kind in enumerate(("rsum2", "radd")):
+        shared = b.let(f"shared_{kind}", xnn_row_total_shared(b, lambda i: x.load(i, as_float=True), base, length,
+                                                              kind, lid, group), ir.FLOAT)
+        with b.if_(lid.eq(0)):
+            single = b.let(f"single_{kind}", xnn_row_total(b, lambda i, n: x.load(i, n, as_float=True), base, length,
+                                                           kind), ir.FLOAT)
+            b.store(y, row * 2 + j, (shared - single).cast(ir.REAL))
+    rng = np.random.default_rng(8)
+    # (at most 6e4: half storage holds them)
+    xs = (np.clip(np.exp(rng.normal(0, 2.5, rows * length)), 1e-4, 6e4) * rng.choice([-1, 1], rows * length))
+    xs = xs.astype(F32)
+    return b.kernel((rows * group,), (group,)), [xs], lambda xs: np.zeros(rows * 2, F32)
+
+
 KERNELS = {"nan_clamp_bias": _nan_clamp_bias, "vec4_math": _vec4_math, "row_sums": _row_sums,
-           "integers": _integers, "library": _library}
+           "integers": _integers, "library": _library, "xnn_totals_shared": _xnn_totals_shared}
 # Relative tolerance per precision mode (half storage rounds inputs to 11 bits).
 TOLERANCE = {"F32": 2e-6, "F32_F16": 2e-3, "F16": 1e-2}
 

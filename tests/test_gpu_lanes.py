@@ -1,7 +1,8 @@
 """Kernels that put a work-group on one row or output (``NodeGen.lanes``): a GPU's 64
 work-items, 1 on a CPU device. PoCL and lavapipe are CPU devices, so these run them with
 ``LITEGPU_GPU_LANES`` set: the hybrid product of a decode step's few rows (each work-item
-an exact integer sum of a segment of K) and the attention composite, against LiteRT (on
+an exact integer sum of a segment of K), its row quantization, the rms norm (XNNPACK's
+accumulator lanes one work-item each) and the attention composite, against LiteRT (on
 opencl, whose arithmetic is XNNPACK's, to the bit) and against the same kernels on one
 lane."""
 from __future__ import annotations
@@ -16,7 +17,7 @@ from litegpu.errors import InvalidArgumentError
 from litegpu.model import load_model
 from litegpu.session import Session
 from litegpu.testing.builder import ModelBuilder
-from litegpu.testing.cases.composite import sdpa_case
+from litegpu.testing.cases.composite import rms_norm_case, sdpa_case
 from test_int4_weights import hybrid_fc
 
 RNG = np.random.default_rng(11)
@@ -63,9 +64,14 @@ CASES = {
     "int4-block32": lambda: (hybrid_fc(1, 32, units=37, depth=256), [(3 * RNG.standard_normal((1, 256))).astype(np.float32)]),
     "int4-block128-rows": lambda: (hybrid_fc(3, 128, units=20, depth=384), [RNG.standard_normal((3, 384)).astype(np.float32)]),
     "attention-decode": lambda: sdpa_case("d", 1, 200, 6, 2, 32, start=120).build(),
+    # Rows the sum's blocks of 64, its extra blocks of 16 and its tail each cover.
+    "rms-768": lambda: rms_norm_case("r", (1, 1, 768), 1e-6).build(),
+    "rms-odd": lambda: rms_norm_case("o", (3, 2, 100), 1e-5, scale=3.0).build(),
+    "rms-short": lambda: rms_norm_case("s", (1, 40), 1e-5).build(),
     "attention-prefill": lambda: sdpa_case("p", 9, 64, 4, 1, 16, start=3, logit_cap=4.0).build(),
 }
-OPS = {"int8": "HYBRID_FULLY_CONNECTED", "int4": "HYBRID_FULLY_CONNECTED", "attention": "odml.scaled_dot_product_attention"}
+OPS = {"int8": "HYBRID_FULLY_CONNECTED", "int4": "HYBRID_FULLY_CONNECTED", "attention": "odml.scaled_dot_product_attention",
+       "rms": "odml.rms_norm"}
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -75,20 +81,20 @@ def test_work_groups_per_output_give_the_one_lane_results(opencl, monkeypatch, c
     results = {}
     for lanes in ("1", "64"):
         monkeypatch.setenv(LANES_ENV, lanes)
-        assert _local_sizes(data, "opencl", op) == ({None} if lanes == "1" and op.startswith("HYBRID") else
+        assert _local_sizes(data, "opencl", op) == ({None} if lanes == "1" and op != OPS["attention"] else
                                                       {(int(lanes), 1)}), lanes
         delegate = litegpu.load_delegate("opencl")
         results[lanes] = _run(lambda d: litegpu.Interpreter(model_content=d, experimental_delegates=[delegate]),
                               data, feeds)
     np.testing.assert_array_equal(results["64"], results["1"])
     want = _run(lambda d: LiteRT(model_content=d), data, feeds)
-    if op.startswith("HYBRID"):   # XNNPACK's arithmetic, step for step
+    if op != OPS["attention"]:   # XNNPACK's arithmetic, step for step
         np.testing.assert_array_equal(results["64"], want)
     else:
         np.testing.assert_allclose(results["64"], want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
 
 
-@pytest.mark.parametrize("case", ["int8-decode", "int4-block32", "attention-decode"])
+@pytest.mark.parametrize("case", ["int8-decode", "int4-block32", "attention-decode", "rms-odd"])
 def test_work_groups_per_output_on_webgpu(webgpu, monkeypatch, case):
     data, feeds = CASES[case]()
     monkeypatch.setenv(LANES_ENV, "64")

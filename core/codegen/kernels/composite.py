@@ -5,12 +5,14 @@ compute), written as :mod:`litegpu.codegen.ir` kernels so every dialect renders 
 Sums, scores and the softmax are ``float`` whatever the storage or arithmetic precision
 (as in :mod:`.pool`); only the stored values are ``real``.
 
-- rms norm: one work-item per row of the last axis: the sum of squares in XNNPACK's order
+- rms norm: one work-item per row of the last axis (a work-group of ``NodeGen.lanes``
+  sharing the row where there are several): the sum of squares in XNNPACK's order
   (the decomposition's, which LiteRT runs), ``RSQRT(0 + sum * (1 / D) + epsilon)`` (the
   formula of the RSQRT op), then ``(x * r) * w`` stored through the epilogue, read four
   at a time where the row allows.
 - attention: one work-group per (batch, query position, head) row, of ``NodeGen.lanes``
-  work-items (:func:`..render.kernel_lanes`: 64 on a GPU, 1 on a CPU device), with the row's scaled query and its S scores in local memory: the scores
+  work-items (:func:`..render.kernel_lanes`: 64 on a GPU, 1 on a CPU device), with the
+  row's scaled query and its S scores in local memory: the scores
   (a fused multiply-add chain per key, the logit cap, the mask) and their maximum, then
   the SOFTMAX op's exponentials and sum (XNNPACK's, as :mod:`.pool`), then each output
   element a fused multiply-add chain of ``p_s = e_s * (1 / sum)`` times ``v_s``: the steps
@@ -26,7 +28,7 @@ from .. import formulas, ir
 from ..ir import FLOAT, call
 from ..nodegen import KernelSpec, NodeGen
 from . import Decline, generator
-from .pool import xnn_row_total
+from .pool import xnn_row_total, xnn_row_total_shared
 
 _F32 = np.dtype(np.float32)
 _INT_MAX = 2**31 - 1
@@ -52,17 +54,26 @@ def rms_norm(g: NodeGen) -> list[KernelSpec]:
     x, w = g.input(b, 0), g.input(b, 1)
     if rows == 0 or d == 0:
         return [g.kernel(b, (0,))]
-    lanes = 4 if d % 4 == 0 and g.dialect.max_lanes >= 4 else 1
-    base = b.let("base", b.global_id(0) * d)
     # The mean of the squares as LiteRT's XNNPACK computes the decomposition's (a folded
-    # sum of squares in its rsum2 order, times 1 / D): see pool's MEAN.
-    total = b.let("total", xnn_row_total(b, lambda i, n: x.load(i, n, as_float=True), base, d, "rsum2"), FLOAT)
+    # sum of squares in its rsum2 order, times 1 / D): see pool's MEAN. With lanes, a
+    # work-group per row shares the sum (the same bits) and the outputs.
+    if g.lanes > 1:
+        lid = b.let("lid", b.local_id(0))
+        base = b.let("base", b.group_id(1) * d)
+        total = b.let("total", xnn_row_total_shared(b, lambda i: x.load(i, as_float=True), base, d, "rsum2", lid,
+                                                    g.lanes), FLOAT)
+        first, step, width = lid, g.lanes, 1
+    else:
+        width = 4 if d % 4 == 0 and g.dialect.max_lanes >= 4 else 1
+        base = b.let("base", b.global_id(0) * d)
+        total = b.let("total", xnn_row_total(b, lambda i, n: x.load(i, n, as_float=True), base, d, "rsum2"), FLOAT)
+        first, step = 0, width
     mean = b.let("mean", 0.0 + total * float(np.float32(1) / np.float32(d)), FLOAT)
     r = b.let("r", formulas.UNARY["RSQRT"](mean + float(np.float32(g.attrs["epsilon"])), {}))
-    with b.for_("k", 0, d, lanes) as k:
-        y = b.let("y", (x.load(base + k, lanes, as_float=True) * r) * w.load(k, lanes, as_float=True))
-        g.store_output(b, base + k, y.cast(ir.REAL.with_lanes(lanes)))
-    return [g.kernel(b, (rows,))]
+    with b.for_("k", first, d, step) as k:
+        y = b.let("y", (x.load(base + k, width, as_float=True) * r) * w.load(k, width, as_float=True))
+        g.store_output(b, base + k, y.cast(ir.REAL.with_lanes(width)))
+    return [g.kernel(b, (g.lanes, rows), (g.lanes, 1)) if g.lanes > 1 else g.kernel(b, (rows,))]
 
 
 def _mask_strides(mask_shape: tuple[int, ...]) -> tuple[int, int, int]:

@@ -506,6 +506,60 @@ def xnn_row_total(b: ir.KernelBuilder, load: Callable[[Expr, int], Expr], base: 
     return (half.lane(0) + half.lane(2)) + (half.lane(1) + half.lane(3))
 
 
+def xnn_row_total_shared(b: ir.KernelBuilder, load: Callable[[Expr], Expr], base: Expr, n: int, kind: str,
+                         lid: Expr, lanes: int) -> Expr:
+    """:func:`xnn_row_total` by a work-group of ``lanes`` work-items (``lid`` this one's;
+    ``load(index)`` one float): each of XNNPACK's accumulator lanes (16 per accumulator)
+    is one work-item's, which adds its values in the vector lane's order; the first
+    work-item then merges them and adds the tail lane by lane as the vector code does, and
+    shares the total through local memory. The same bits as one work-item's sum. Ends with
+    a barrier: call it where every work-item of the group does."""
+    count, spread = XNN_ROW_SUMS[kind]
+    squared = kind == "rsum2"
+    width = 16 * len(spread)
+    full = n // width * width
+    # Blocks of 16 after the main loop that go to accumulators before merging (rsum, rsum2).
+    extra = [] if kind == "radd" else [full + 16 * j for j in range(count - 1) if n - full - 16 * j >= 16]
+    partial = b.local_array("partial", ir.FLOAT, count * 16)
+    shared = b.local_array("shared_total", ir.FLOAT, 1)
+
+    def add(acc: Expr, v: Expr) -> Expr:
+        return call("fma", v, v, acc) if squared else acc + v
+
+    with b.for_("p", lid, count * 16, lanes) as p:
+        a, lane = b.let("a", p / 16), b.let("lane", p % 16)
+        acc = b.var("acc", ir.lit(0.0, ir.FLOAT), ir.FLOAT)
+        if full:
+            with b.for_("i", 0, full, width) as i:
+                for k, to in enumerate(spread):
+                    with b.if_(a.eq(to)):
+                        b.assign(acc, add(acc, load(base + i + 16 * k + lane)))
+        for j, at in enumerate(extra):
+            with b.if_(a.eq(j)):
+                b.assign(acc, add(acc, load(base + at + lane)))
+        b.local_store(partial, p, acc)
+    b.barrier()
+    with b.if_(lid.eq(0)):
+        accs = [[partial.load(16 * a + lane) for lane in range(16)] for a in range(count)]
+        if squared:
+            merged = [b.let(f"m{lane}", (accs[0][lane] + accs[2][lane]) + (accs[1][lane] + accs[3][lane]), ir.FLOAT)
+                      for lane in range(16)]
+        else:
+            merged = [b.let(f"m{lane}", accs[0][lane] + accs[1][lane], ir.FLOAT) for lane in range(16)]
+        i = full + 16 * len(extra)
+        if kind == "radd":
+            while n - i >= 16:
+                merged = [b.let(f"m{lane}", add(merged[lane], load(base + i + lane)), ir.FLOAT) for lane in range(16)]
+                i += 16
+        if i < n:
+            merged = [b.let(f"m{lane}", add(merged[lane], load(base + i + lane) if i + lane < n
+                                              else ir.lit(0.0, ir.FLOAT)), ir.FLOAT) for lane in range(16)]
+        half = [(merged[j] + merged[8 + j]) + (merged[4 + j] + merged[12 + j]) for j in range(4)]
+        b.local_store(shared, 0, (half[0] + half[2]) + (half[1] + half[3]))
+    b.barrier()
+    return shared.load(0)
+
+
 def _row_reduce(g: NodeGen, red, kept, n_out: int, init: float, comb: Comb, finish, sign: str | None) -> KernelSpec:
     """The innermost run is reduced and contiguous: each work-item folds its rows a vector
     at a time (see :func:`_fold`). An extreme (``sign``: REDUCE_MAX / REDUCE_MIN) folds
