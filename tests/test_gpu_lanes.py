@@ -1,8 +1,8 @@
 """Kernels that put a work-group on one row or output (``NodeGen.lanes``): a GPU's 64
 work-items, 1 on a CPU device. PoCL and lavapipe are CPU devices, so these run them with
 ``LITEGPU_GPU_LANES`` set: the hybrid product of a decode step's few rows (each work-item
-an exact integer sum of a segment of K), its row quantization, the rms norm (XNNPACK's
-accumulator lanes one work-item each) and the attention composite, against LiteRT (on
+an exact integer sum of a segment of K), its row quantization, the rms norm and SOFTMAX
+(XNNPACK's accumulator lanes one work-item each) and the attention composite, against LiteRT (on
 opencl, whose arithmetic is XNNPACK's, to the bit) and against the same kernels on one
 lane."""
 from __future__ import annotations
@@ -40,6 +40,18 @@ def per_channel_fc(rows: int, k: int, units: int, act: str) -> bytes:
     return b.build()
 
 
+def softmax(shape: tuple[int, ...]) -> tuple[bytes, list[np.ndarray]]:
+    """SOFTMAX (beta 1) of random rows, a third of each row -inf (an attention's mask)."""
+    b = ModelBuilder()
+    x = b.input("x", shape, np.float32)
+    y = b.tensor("y", shape, np.float32)
+    b.op("SOFTMAX", [x], [y], beta=1.0)
+    b.output(y)
+    values = (4 * RNG.standard_normal(shape)).astype(np.float32)
+    values[..., 2 * shape[-1] // 3:] = -np.inf
+    return b.build(), [values]
+
+
 def _run(make, data: bytes, feeds: list[np.ndarray]) -> np.ndarray:
     it = make(data)
     it.allocate_tensors()
@@ -68,10 +80,12 @@ CASES = {
     "rms-768": lambda: rms_norm_case("r", (1, 1, 768), 1e-6).build(),
     "rms-odd": lambda: rms_norm_case("o", (3, 2, 100), 1e-5, scale=3.0).build(),
     "rms-short": lambda: rms_norm_case("s", (1, 40), 1e-5).build(),
+    "softmax-512": lambda: softmax((1, 4, 3, 512)),
+    "softmax-odd": lambda: softmax((5, 100)),
     "attention-prefill": lambda: sdpa_case("p", 9, 64, 4, 1, 16, start=3, logit_cap=4.0).build(),
 }
 OPS = {"int8": "HYBRID_FULLY_CONNECTED", "int4": "HYBRID_FULLY_CONNECTED", "attention": "odml.scaled_dot_product_attention",
-       "rms": "odml.rms_norm"}
+       "rms": "odml.rms_norm", "softmax": "SOFTMAX"}
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -94,7 +108,7 @@ def test_work_groups_per_output_give_the_one_lane_results(opencl, monkeypatch, c
         np.testing.assert_allclose(results["64"], want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
 
 
-@pytest.mark.parametrize("case", ["int8-decode", "int4-block32", "attention-decode", "rms-odd"])
+@pytest.mark.parametrize("case", ["int8-decode", "int4-block32", "attention-decode", "rms-odd", "softmax-odd"])
 def test_work_groups_per_output_on_webgpu(webgpu, monkeypatch, case):
     data, feeds = CASES[case]()
     monkeypatch.setenv(LANES_ENV, "64")

@@ -721,6 +721,8 @@ def softmax(g: NodeGen) -> list[KernelSpec]:
     beta = float(np.float32(g.attrs["beta"]))
     out = g.output(b)
     if beta == 1.0:
+        if g.lanes > 1 and 4 * (r.n + g.lanes + 3 * 16 + 1) <= g.dialect.max_local_bytes:
+            return [_xnn_softmax_shared(g, r.n, r.rows)]
         return _xnn_softmax(g, r, out)
     park = g.attrs["beta"] >= 0
     side = (lambda i, v, scalar: _raw_store(b, out, i, v)) if park else None
@@ -750,6 +752,38 @@ def _xnn_softmax(g: NodeGen, r: "_Rows", out: ir.Buffer) -> list[KernelSpec]:
     with b.for_("k", 0, n) as k:
         g.store_output(b, base + k, (out.load(base + k, as_float=True) * inv).cast(ir.REAL))
     return r.kernel()
+
+
+def _xnn_softmax_shared(g: NodeGen, n: int, rows: int) -> KernelSpec:
+    """:func:`_xnn_softmax` by a work-group of ``g.lanes`` per row: the maximum (in any
+    order: the same value), the exponentials parked in local memory in the output's
+    storage type (as the one-work-item kernel parks them in the output), their sum by
+    :func:`xnn_row_total_shared` (XNNPACK's order), then each times ``1 / sum``."""
+    lanes = g.lanes
+    b = g.new_kernel()
+    x = g.input(b, 0)
+    lid = b.let("lid", b.local_id(0))
+    base = b.let("base", b.group_id(1) * n)
+    tops = b.local_array("tops", ir.FLOAT, lanes)
+    parked = b.local_array("parked", ir.REAL, n)
+    top = b.var("top", ir.lit(-np.inf, ir.FLOAT), ir.FLOAT)
+    with b.for_("k", lid, n, lanes) as k:
+        b.assign(top, call("fmax", top, x.load(base + k, as_float=True)))
+    b.local_store(tops, lid, top)
+    b.barrier()
+    row_top = b.var("row_top", ir.lit(-np.inf, ir.FLOAT), ir.FLOAT)
+    with b.for_("i", 0, lanes) as i:
+        b.assign(row_top, call("fmax", row_top, tops.load(i)))
+    with b.for_("k", lid, n, lanes) as k:
+        d = b.let("d", x.load(base + k, as_float=True) - row_top, ir.FLOAT)
+        b.local_store(parked, k, formulas.xnn_exp_nonpositive(d).cast(ir.REAL))
+    b.barrier()
+    total = b.let("total", xnn_row_total_shared(b, lambda i: parked.load(i).cast(ir.FLOAT), ir.lit(0, ir.INT), n,
+                                                "radd", lid, lanes), ir.FLOAT)
+    inv = b.let("inv", 1.0 / total, ir.FLOAT)
+    with b.for_("k", lid, n, lanes) as k:
+        g.store_output(b, base + k, (parked.load(k).cast(ir.FLOAT) * inv).cast(ir.REAL))
+    return g.kernel(b, (lanes, rows), (lanes, 1))
 
 
 @generator("LOG_SOFTMAX", epilogue=True)
