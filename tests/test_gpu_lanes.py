@@ -126,3 +126,14 @@ def test_lanes_are_a_gpus_and_one_on_a_cpu_device(monkeypatch):
     monkeypatch.setenv(LANES_ENV, "many")
     with pytest.raises(InvalidArgumentError, match="LITEGPU_GPU_LANES"):
         kernel_lanes()
+
+
+def test_more_rows_than_one_launch_axis_holds_take_a_work_item_each(opencl, monkeypatch):
+    """CUDA and WebGPU launch at most 65535 work-groups along an axis: a row op with more
+    rows than that keeps its one-work-item kernel, whatever the lanes."""
+    monkeypatch.setenv(LANES_ENV, "64")
+    data, feeds = softmax((70000, 3))
+    assert _local_sizes(data, "opencl", "SOFTMAX") == {None}
+    delegate = litegpu.load_delegate("opencl")
+    got = _run(lambda d: litegpu.Interpreter(model_content=d, experimental_delegates=[delegate]), data, feeds)
+    np.testing.assert_array_equal(got, _run(lambda d: LiteRT(model_content=d), data, feeds))

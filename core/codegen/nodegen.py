@@ -162,6 +162,12 @@ class Follower:
     kind: str = ""
 
 
+#: Work-groups one axis of a launch may count on every API (CUDA's grid y and z, WebGPU's
+#: ``maxComputeWorkgroupsPerDimension``): a kernel with a work-group per row or output
+#: takes its one-work-item form past it.
+MAX_GROUPS = 65535
+
+
 class NodeGen:
     """What a generator writes one node's kernels with.
 

@@ -28,7 +28,7 @@ from .. import formulas, ir
 from ..ir import FLOAT, call
 from ..nodegen import KernelSpec, NodeGen
 from . import Decline, generator
-from .pool import xnn_row_total, xnn_row_total_shared
+from .pool import _grouped_rows, xnn_row_total, xnn_row_total_shared
 
 _F32 = np.dtype(np.float32)
 _INT_MAX = 2**31 - 1
@@ -57,7 +57,8 @@ def rms_norm(g: NodeGen) -> list[KernelSpec]:
     # The mean of the squares as LiteRT's XNNPACK computes the decomposition's (a folded
     # sum of squares in its rsum2 order, times 1 / D): see pool's MEAN. With lanes, a
     # work-group per row shares the sum (the same bits) and the outputs.
-    if g.lanes > 1:
+    grouped = _grouped_rows(g)
+    if grouped:
         lid = b.let("lid", b.local_id(0))
         base = b.let("base", b.group_id(1) * d)
         total = b.let("total", xnn_row_total_shared(b, lambda i: x.load(i, as_float=True), base, d, "rsum2", lid,
@@ -73,7 +74,7 @@ def rms_norm(g: NodeGen) -> list[KernelSpec]:
     with b.for_("k", first, d, step) as k:
         y = b.let("y", (x.load(base + k, width, as_float=True) * r) * w.load(k, width, as_float=True))
         g.store_output(b, base + k, y.cast(ir.REAL.with_lanes(width)))
-    return [g.kernel(b, (g.lanes, rows), (g.lanes, 1)) if g.lanes > 1 else g.kernel(b, (rows,))]
+    return [g.kernel(b, (g.lanes, rows), (g.lanes, 1)) if grouped else g.kernel(b, (rows,))]
 
 
 def _mask_strides(mask_shape: tuple[int, ...]) -> tuple[int, int, int]:

@@ -20,9 +20,9 @@ from litegpu.ops.hybrid import blockwise_zero_point_sums
 
 from .. import ir
 from ..ir import call, select
-from ..nodegen import KernelSpec, NodeGen
+from ..nodegen import MAX_GROUPS, KernelSpec, NodeGen
 from . import Decline, generator
-from .pool import _check_indexable, _Rows
+from .pool import _check_indexable, _grouped_rows, _Rows
 
 _F32 = np.dtype(np.float32)
 
@@ -37,7 +37,7 @@ def row_quantize(g: NodeGen) -> list[KernelSpec]:
     :func:`..render.kernel_lanes`) a work-group: each work-item takes every lanes-th
     value, and the range is the same whatever the order (a ``-0`` for ``0`` changes
     nothing after it)."""
-    if g.lanes > 1:
+    if _grouped_rows(g):
         return [_row_quantize_split(g)]
     r = _Rows(g, float_output=False)
     b = r.b
@@ -109,10 +109,8 @@ def _row_quantize_split(g: NodeGen) -> KernelSpec:
 
 
 # Rows of x up to which a product puts a work-group on each output (a decode step's few
-# rows: one work-item per output would leave a GPU nearly idle, each walking all of K),
-# and the most outputs it does so for (the work-groups of one axis CUDA and WebGPU allow).
+# rows: one work-item per output would leave a GPU nearly idle, each walking all of K).
 _SPLIT_ROWS = 8
-_SPLIT_OUTPUTS = 65535
 
 
 @generator("HYBRID_FULLY_CONNECTED", epilogue=True)
@@ -132,7 +130,7 @@ def hybrid_fully_connected(g: NodeGen) -> list[KernelSpec]:
     block = int(g.attrs["block_size"])
     scale_values = np.asarray(scales.value, np.float32)
     segment = block or -(-k // g.lanes)
-    if g.lanes > 1 and k and rows <= _SPLIT_ROWS and rows * n <= _SPLIT_OUTPUTS \
+    if g.lanes > 1 and k and rows <= _SPLIT_ROWS and rows * n <= MAX_GROUPS \
             and 4 * -(-k // segment) <= g.dialect.max_local_bytes:
         return [_split_product(g, w, rows, block, segment, scale_values, bias_spec)]
     b = g.new_kernel()

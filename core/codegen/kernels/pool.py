@@ -32,7 +32,7 @@ from litegpu.ops.reduce import L2_EPSILON, one_run, reduction_axes, without_unit
 
 from .. import formulas, ir
 from ..ir import Expr, call, logical_and, select
-from ..nodegen import KernelSpec, NodeGen, strides_of
+from ..nodegen import MAX_GROUPS, KernelSpec, NodeGen, strides_of
 from . import Decline, generator
 
 _F32 = np.dtype(np.float32)
@@ -506,6 +506,14 @@ def xnn_row_total(b: ir.KernelBuilder, load: Callable[[Expr, int], Expr], base: 
     return (half.lane(0) + half.lane(2)) + (half.lane(1) + half.lane(3))
 
 
+def _grouped_rows(g: NodeGen) -> bool:
+    """Whether a row op over the last axis of input 0 takes a work-group per row: with
+    several lanes (:func:`..render.kernel_lanes`), for at most :data:`MAX_GROUPS` rows."""
+    shape = tuple(int(d) for d in g.ctx.inputs[0].shape)
+    n = shape[-1] if shape else 1
+    return g.lanes > 1 and n > 0 and _size(shape) // n <= MAX_GROUPS
+
+
 def xnn_row_total_shared(b: ir.KernelBuilder, load: Callable[[Expr], Expr], base: Expr, n: int, kind: str,
                          lid: Expr, lanes: int) -> Expr:
     """:func:`xnn_row_total` by a work-group of ``lanes`` work-items (``lid`` this one's;
@@ -721,7 +729,7 @@ def softmax(g: NodeGen) -> list[KernelSpec]:
     beta = float(np.float32(g.attrs["beta"]))
     out = g.output(b)
     if beta == 1.0:
-        if g.lanes > 1 and 4 * (r.n + g.lanes + 3 * 16 + 1) <= g.dialect.max_local_bytes:
+        if _grouped_rows(g) and 4 * (r.n + g.lanes + 3 * 16 + 1) <= g.dialect.max_local_bytes:
             return [_xnn_softmax_shared(g, r.n, r.rows)]
         return _xnn_softmax(g, r, out)
     park = g.attrs["beta"] >= 0
