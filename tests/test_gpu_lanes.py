@@ -67,14 +67,18 @@ def _local_sizes(data: bytes, backend: str, op: str) -> set:
             for launch in getattr(program, "launches", []) if launch.nodes[0].node.op == op}
 
 
+def _rows(rows: int, k: int, scale: float = 1.0) -> np.ndarray:
+    return (scale * RNG.standard_normal((rows, k))).astype(np.float32)
+
+
 CASES = {
-    "int8-decode": lambda: (per_channel_fc(1, 300, 40, "RELU"), [(3 * RNG.standard_normal((1, 300))).astype(np.float32)]),
-    "int8-rows": lambda: (per_channel_fc(5, 64, 17, "NONE"), [RNG.standard_normal((5, 64)).astype(np.float32)]),
+    "int8-decode": lambda: (per_channel_fc(1, 300, 40, "RELU"), [_rows(1, 300, 3.0)]),
+    "int8-rows": lambda: (per_channel_fc(5, 64, 17, "NONE"), [_rows(5, 64)]),
     # A row of zeros (an empty range), one of negative zeros and negatives, one positive.
     "int8-ranges": lambda: (per_channel_fc(3, 70, 9, "NONE"), [np.stack([
         np.zeros(70), np.where(np.arange(70) % 3, -0.0, -RNG.random(70)), RNG.random(70)]).astype(np.float32)]),
-    "int4-block32": lambda: (hybrid_fc(1, 32, units=37, depth=256), [(3 * RNG.standard_normal((1, 256))).astype(np.float32)]),
-    "int4-block128-rows": lambda: (hybrid_fc(3, 128, units=20, depth=384), [RNG.standard_normal((3, 384)).astype(np.float32)]),
+    "int4-block32": lambda: (hybrid_fc(1, 32, units=37, depth=256), [_rows(1, 256, 3.0)]),
+    "int4-block128-rows": lambda: (hybrid_fc(3, 128, units=20, depth=384), [_rows(3, 384)]),
     "attention-decode": lambda: sdpa_case("d", 1, 200, 6, 2, 32, start=120).build(),
     # Rows the sum's blocks of 64, its extra blocks of 16 and its tail each cover.
     "rms-768": lambda: rms_norm_case("r", (1, 1, 768), 1e-6).build(),
@@ -84,8 +88,8 @@ CASES = {
     "softmax-odd": lambda: softmax((5, 100)),
     "attention-prefill": lambda: sdpa_case("p", 9, 64, 4, 1, 16, start=3, logit_cap=4.0).build(),
 }
-OPS = {"int8": "HYBRID_FULLY_CONNECTED", "int4": "HYBRID_FULLY_CONNECTED", "attention": "odml.scaled_dot_product_attention",
-       "rms": "odml.rms_norm", "softmax": "SOFTMAX"}
+OPS = {"int8": "HYBRID_FULLY_CONNECTED", "int4": "HYBRID_FULLY_CONNECTED", "rms": "odml.rms_norm",
+       "softmax": "SOFTMAX", "attention": "odml.scaled_dot_product_attention"}
 
 
 @pytest.mark.parametrize("case", CASES)

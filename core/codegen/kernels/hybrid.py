@@ -6,8 +6,8 @@ XNNPACK's order (as :func:`litegpu.ops.hybrid.xnn_quantize_rows`), then the int8
 HYBRID_FULLY_CONNECTED runs one work-item per output element over int8 weight codes kept
 as int8 in device memory (a quarter of the dequantized floats' bytes), stored ``[K, N]``
 so neighbouring work-items read neighbouring bytes; for a few rows (a decode step) a
-work-group per output element, its work-items summing segments of K. Its sums are int32, exact; the scaling
-is XNNPACK's float32 arithmetic step by step: per output channel
+work-group per output element, its work-items summing segments of K. Its sums are int32,
+exact; the scaling is XNNPACK's float32 arithmetic step by step: per output channel
 ``fma(float(sum) * row_scale, weight_scale, bias)``; per block (INT4 LLM weights) a float32
 accumulator from the block zero-point sums times ``zp + 128``, one fused multiply-add per
 block of its exact sum of ``(q + 128) w`` with the block's scale, times the row's scale,

@@ -3,9 +3,10 @@
 A :class:`Launch` is one kernel with its pipeline, the groups it dispatches and what each
 of its bindings covers (a buffer, an offset, a size). Its bind group is made when first
 needed and again only when its bindings change to ones it has not had just before (a
-run binding other input or output tensors; the last two groups are kept). :func:`submit` records every launch of a run into one compute pass (WebGPU
-orders the dispatches of a pass: each sees what the one before wrote), ends the command
-buffer with the fence copy (see :mod:`.fence`) and submits it once.
+run binding other input or output tensors; the last two groups are kept).
+:func:`submit` records every launch of a run into one compute pass (WebGPU orders the
+dispatches of a pass: each sees what the one before wrote), ends the command buffer with
+the fence copy (see :mod:`.fence`) and submits it once.
 
 :func:`run_kernels` runs rendered kernels on given device tensors without a partition:
 what a program does per run, for tests and tools.
