@@ -257,8 +257,24 @@ def measure_litegpu(bundle: Path, backend: str, shape: dict, rounds: int, thread
                                "max_rel": err / float(np.abs(want["logits"]).max())}
         prompt = prompt_ids(engine.vocab_size, shape["prefill"] + 1)
         blocks = [litegpu_block(engine, shape, prompt) for _ in range(rounds + 1)][1:]   # the first warms
+        try:
+            row["decode_step"] = decode_step(engine)
+        except Exception as exc:  # noqa: BLE001 - a diagnostic must not cost the row its numbers
+            row["decode_step"] = {"error": f"{type(exc).__name__}: {exc}"}
     row["prefill_tok_s"], row["decode_tok_s"] = (max(b[i] for b in blocks) for i in range(2))
     return row
+
+
+def decode_step(engine) -> dict:
+    """What a decode step ran on its device programs: their launches, and the CUDA graphs
+    the cuda ones keep (0: launched kernel by kernel), after the timed blocks."""
+    model = engine.io.model
+    programs = [p for p, _, _ in model._compiled[model.get_signature_index(engine.decode.key)].programs]
+    step = {"launches": sum(len(getattr(p, "launches", ())) for p in programs)}
+    graphs = [p._graphs for p in programs if hasattr(p, "_graphs")]
+    if graphs:
+        step["cuda_graphs"] = sum(len(g) for g in graphs) if all(g.enabled for g in graphs) else "off"
+    return step
 
 
 def measure_litert_lm(bundle: Path, runtime: str, shape: dict, rounds: int, threads: int) -> dict:

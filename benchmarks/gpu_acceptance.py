@@ -1206,9 +1206,14 @@ def decoders_section(run: Run) -> list[str]:
                          _tok_s(row.get("prefill_tok_s")), _tok_s(row.get("decode_tok_s")), *ratios])
     out += _table(["bundle", "runtime", "greedy vs LiteRT, max logit err", "create s", "prefill tok/s",
                    "decode tok/s", "decode / LiteRT-LM GPU", "decode / LiteRT-LM CPU"], body)
-    return out + ["", "Each runtime in its own process, one after another, best of --rounds rounds after a warm "
-                      "one; LiteRT-LM's figures are its own benchmark's (litert_lm.Benchmark). Greedy: the steps "
-                      "that chose LiteRT's token, of those compared.", ""]
+    out += ["", "Each runtime in its own process, one after another, best of --rounds rounds after a warm "
+                "one; LiteRT-LM's figures are its own benchmark's (litert_lm.Benchmark). Greedy: the steps "
+                "that chose LiteRT's token, of those compared.", ""]
+    steps = [f"- {name}, {runtime}: {step['launches']} launches"
+             + (f", CUDA graphs kept: {step['cuda_graphs']}" if "cuda_graphs" in step else "")
+             for runtime, rows in run.decoder_rows.items() for name, row in rows.items()
+             if (step := row.get("decode_step")) and step.get("launches")]
+    return out + (["litegpu's decode step on its devices:", "", *steps, ""] if steps else [])
 
 
 def not_run_section(run: Run) -> list[str]:

@@ -373,6 +373,10 @@ class GraphCache:
         self._graphs[pointers] = graph
         return graph
 
+    def __len__(self) -> int:
+        """How many graphs are kept."""
+        return len(self._graphs)
+
     def close(self) -> None:
         """Destroy every graph kept."""
         graphs, self._graphs = list(self._graphs.values()), {}
