@@ -18,7 +18,7 @@ from litegpu.model import load_model
 from litegpu.session import Session
 from litegpu.testing.builder import ModelBuilder
 from litegpu.testing.cases.composite import rms_norm_case, sdpa_case
-from test_int4_weights import hybrid_fc
+from test_int4_weights import _run, hybrid_fc
 
 RNG = np.random.default_rng(11)
 
@@ -50,15 +50,6 @@ def softmax(shape: tuple[int, ...]) -> tuple[bytes, list[np.ndarray]]:
     values = (4 * RNG.standard_normal(shape)).astype(np.float32)
     values[..., 2 * shape[-1] // 3:] = -np.inf
     return b.build(), [values]
-
-
-def _run(make, data: bytes, feeds: list[np.ndarray]) -> np.ndarray:
-    it = make(data)
-    it.allocate_tensors()
-    for d, v in zip(it.get_input_details(), feeds):
-        it.set_tensor(d["index"], v)
-    it.invoke()
-    return it.get_tensor(it.get_output_details()[0]["index"])
 
 
 def _local_sizes(data: bytes, backend: str, op: str) -> set:

@@ -22,7 +22,7 @@ from .. import ir
 from ..ir import call, select
 from ..nodegen import MAX_GROUPS, KernelSpec, NodeGen
 from . import Decline, generator
-from .pool import _check_indexable, _grouped_rows, _Rows
+from .pool import _grouped_rows, _Rows
 
 _F32 = np.dtype(np.float32)
 
@@ -37,9 +37,9 @@ def row_quantize(g: NodeGen) -> list[KernelSpec]:
     :func:`..render.kernel_lanes`) a work-group: each work-item takes every lanes-th
     value, and the range is the same whatever the order (a ``-0`` for ``0`` changes
     nothing after it)."""
-    if _grouped_rows(g):
-        return [_row_quantize_split(g)]
     r = _Rows(g, float_output=False)
+    if _grouped_rows(g):
+        return [_row_quantize_split(g, r.n, r.rows)]
     b = r.b
     lo = b.let("lo", r.fold(0.0, lambda a, v, n: call("fmin", a, v)).cast(ir.FLOAT), ir.FLOAT)
     hi = b.let("hi", r.fold(0.0, lambda a, v, n: call("fmax", a, v)).cast(ir.FLOAT), ir.FLOAT)
@@ -77,14 +77,8 @@ def _quantize_row(g: NodeGen, b: ir.KernelBuilder, lo, hi, row, base, n: int, fi
         b.store(codes, base + k, call("clamp", steps + zp, -128.0, 127.0).cast(ir.CHAR))
 
 
-def _row_quantize_split(g: NodeGen) -> KernelSpec:
-    """ROW_QUANTIZE with a work-group of ``g.lanes`` per row (see :func:`row_quantize`)."""
-    if g.ctx.inputs[0].dtype != _F32:
-        raise Decline(f"ROW_QUANTIZE on {g.ctx.inputs[0].dtype} tensors")
-    _check_indexable(g)
-    shape = tuple(int(d) for d in g.ctx.inputs[0].shape)
-    n = shape[-1] if shape else 1
-    rows = int(np.prod(shape, dtype=np.int64)) // n if n else 0
+def _row_quantize_split(g: NodeGen, n: int, rows: int) -> KernelSpec:
+    """ROW_QUANTIZE with a work-group of ``g.lanes`` per row of ``n`` (see :func:`row_quantize`)."""
     lanes = g.lanes
     b = g.new_kernel()
     x = g.input(b, 0)
@@ -143,32 +137,43 @@ def hybrid_fully_connected(g: NodeGen) -> list[KernelSpec]:
     row_scale = b.let("row_scale", params.load(m * 2, as_float=True), ir.FLOAT)
     zp = b.let("zp", params.load(m * 2 + 1, as_float=True), ir.FLOAT)
     first = b.let("q0", m * k)
+
+    def sums(blk):
+        """The exact integer sum over K (``blk`` None), or over block ``blk``."""
+        start, count = (0, k) if blk is None else (b.let("k0", blk * block), block)
+        offset = -b.let("zpi", zp.cast(ir.INT)) if blk is None else ir.lit(128, ir.INT)
+        part = b.var("part", 0, ir.INT)
+        with b.for_("i", 0, count) as i:
+            kk = start + i
+            b.assign(part, (q.load(first + kk).cast(ir.INT) + offset) * wt.load(kk * n + c).cast(ir.INT), "+")
+        return part
+    g.store_output(b, o, _scaled(g, b, w, block, scale_values, bias_spec, c, zp, row_scale, sums).cast(ir.REAL))
+    return [g.kernel(b, (rows * n,))]
+
+
+def _scaled(g: NodeGen, b: ir.KernelBuilder, w: np.ndarray, block: int, scale_values: np.ndarray, bias_spec,
+            c, zp, row_scale, sums) -> ir.Expr:
+    """Output element ``c`` from its row's scale and zero point and its exact integer sums
+    (``sums(None)``: over K, per-channel weights; ``sums(blk)``: block ``blk``'s), scaled
+    as XNNPACK scales them (see the module docstring)."""
+    n, k = w.shape
     bias = (g.const(b, np.asarray(bias_spec.value, np.float32), storage=False).load(c, as_float=True)
             if bias_spec is not None else None)
     if not block:
-        zpi = b.let("zpi", zp.cast(ir.INT))
-        acc = b.var("acc", 0, ir.INT)
-        with b.for_("i", 0, k) as i:
-            b.assign(acc, (q.load(first + i).cast(ir.INT) - zpi) * wt.load(i * n + c).cast(ir.INT), "+")
+        total = sums(None)
         channel_scale = g.const(b, scale_values, storage=False).load(c, as_float=True)
-        y = call("fma", acc.cast(ir.FLOAT) * row_scale, channel_scale,
+        y = call("fma", total.cast(ir.FLOAT) * row_scale, channel_scale,
                  bias if bias is not None else ir.lit(0.0, ir.FLOAT))
     else:
         zero_point_sums = g.const(b, blockwise_zero_point_sums(w, scale_values, block), storage=False)
         block_scales = g.const(b, np.ascontiguousarray(scale_values.T), storage=False)   # [K / block, N]
         acc = b.var("acc", zero_point_sums.load(c, as_float=True) * (zp + 128.0), ir.FLOAT)
         with b.for_("blk", 0, k // block) as blk:
-            start = b.let("k0", blk * block)
-            part = b.var("part", 0, ir.INT)
-            with b.for_("i", 0, block) as i:
-                kk = start + i
-                b.assign(part, (q.load(first + kk).cast(ir.INT) + 128) * wt.load(kk * n + c).cast(ir.INT), "+")
-            b.assign(acc, call("fma", part.cast(ir.FLOAT), block_scales.load(blk * n + c, as_float=True), acc))
+            b.assign(acc, call("fma", sums(blk).cast(ir.FLOAT), block_scales.load(blk * n + c, as_float=True), acc))
         y = acc * row_scale
         if bias is not None:
             y = y + bias
-    g.store_output(b, o, b.let("y", y, ir.FLOAT).cast(ir.REAL))
-    return [g.kernel(b, (rows * n,))]
+    return b.let("y", y, ir.FLOAT)
 
 
 def _split_product(g: NodeGen, w: np.ndarray, rows: int, block: int, segment: int, scale_values: np.ndarray,
@@ -203,24 +208,14 @@ def _split_product(g: NodeGen, w: np.ndarray, rows: int, block: int, segment: in
     b.barrier()
     with b.if_(lid.eq(0)):
         row_scale = b.let("row_scale", params.load(m * 2, as_float=True), ir.FLOAT)
-        bias = (g.const(b, np.asarray(bias_spec.value, np.float32), storage=False).load(c, as_float=True)
-                if bias_spec is not None else None)
-        if not block:
+
+        def segment_sums(blk):
+            if blk is not None:       # (blockwise: a segment is a block)
+                return sums.load(blk)
             total = b.var("total", 0, ir.INT)
             with b.for_("s", 0, segments) as s:
                 b.assign(total, sums.load(s), "+")
-            channel_scale = g.const(b, scale_values, storage=False).load(c, as_float=True)
-            y = call("fma", total.cast(ir.FLOAT) * row_scale, channel_scale,
-                     bias if bias is not None else ir.lit(0.0, ir.FLOAT))
-        else:
-            zero_point_sums = g.const(b, blockwise_zero_point_sums(w, scale_values, block), storage=False)
-            block_scales = g.const(b, np.ascontiguousarray(scale_values.T), storage=False)   # [K / block, N]
-            acc = b.var("acc", zero_point_sums.load(c, as_float=True) * (zp + 128.0), ir.FLOAT)
-            with b.for_("blk", 0, segments) as blk:
-                b.assign(acc, call("fma", sums.load(blk).cast(ir.FLOAT), block_scales.load(blk * n + c, as_float=True),
-                                   acc))
-            y = acc * row_scale
-            if bias is not None:
-                y = y + bias
-        g.store_output(b, o, b.let("y", y, ir.FLOAT).cast(ir.REAL))
+            return total
+        g.store_output(b, o, _scaled(g, b, w, block, scale_values, bias_spec, c, zp, row_scale, segment_sums)
+                       .cast(ir.REAL))
     return g.kernel(b, (lanes, rows * n), (lanes, 1))
