@@ -266,11 +266,14 @@ def measure_litegpu(bundle: Path, backend: str, shape: dict, rounds: int, thread
 
 
 def decode_step(engine) -> dict:
-    """What a decode step ran on its device programs: their launches, and the CUDA graphs
-    the cuda ones keep (0: launched kernel by kernel), after the timed blocks."""
+    """What a decode step ran on its device programs, after the timed blocks: their
+    launches (those a step makes: a cache updated in place skips its copies), whether the
+    KV cache was updated in place or alternated between two sets, and the CUDA graphs the
+    cuda ones keep (0: launched kernel by kernel)."""
     model = engine.io.model
     programs = [p for p, _, _ in model._compiled[model.get_signature_index(engine.decode.key)].programs]
-    step = {"launches": sum(len(getattr(p, "launches", ())) for p in programs)}
+    step = {"launches": sum(len(getattr(p, "_running", getattr(p, "launches", ()))) for p in programs),
+            "kv_cache": "in place" if engine.io._in_place else "two sets"}
     graphs = [p._graphs for p in programs if hasattr(p, "_graphs")]
     if graphs:
         step["cuda_graphs"] = sum(len(g) for g in graphs) if all(g.enabled for g in graphs) else "off"

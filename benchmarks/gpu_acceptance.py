@@ -1209,7 +1209,7 @@ def decoders_section(run: Run) -> list[str]:
     out += ["", "Each runtime in its own process, one after another, best of --rounds rounds after a warm "
                 "one; LiteRT-LM's figures are its own benchmark's (litert_lm.Benchmark). Greedy: the steps "
                 "that chose LiteRT's token, of those compared.", ""]
-    steps = [f"- {name}, {runtime}: {step['launches']} launches"
+    steps = [f"- {name}, {runtime}: {step['launches']} launches, KV cache {step['kv_cache']}"
              + (f", CUDA graphs kept: {step['cuda_graphs']}" if "cuda_graphs" in step else "")
              for runtime, rows in run.decoder_rows.items() for name, row in rows.items()
              if (step := row.get("decode_step")) and step.get("launches")]

@@ -128,6 +128,25 @@ def _output_copier(compiled: CompiledSubgraph, t: int, buf: TensorBuffer):
     return finish
 
 
+def _check_device_aliases(sig: Signature, compiled: CompiledSubgraph, bound: dict[int, tuple]) -> None:
+    """One device buffer given for an input and an output, or for two outputs, must be an
+    update in place (:meth:`CompiledSubgraph.updates_in_place`: a KV cache): a device run
+    reads and writes the buffers where they lie, so any other sharing would read what the
+    run has already overwritten. InvalidArgumentError naming the tensors otherwise."""
+    by_buffer: dict[int, list[int]] = {}
+    for t, (_, buffer) in bound.items():
+        by_buffer.setdefault(id(buffer), []).append(t)
+    outputs = set(sig.outputs.values())
+    shared = [ts for ts in by_buffer.values() if len(ts) > 1 and outputs.intersection(ts)]
+    if shared and not (all(len(ts) == 2 for ts in shared) and compiled.updates_in_place([tuple(ts) for ts in shared])):
+        names = {t: n for n, t in (*sig.inputs.items(), *sig.outputs.items())}
+        ts = shared[0]
+        raise InvalidArgumentError(
+            f"signature {sig.key!r}: one device buffer is given for {', '.join(repr(names[t]) for t in ts)}; "
+            "an input and an output share a buffer only where a DYNAMIC_UPDATE_SLICE updates that input in "
+            "place (a KV cache) and nothing else reads it")
+
+
 def _host_run(sig: Signature, compiled: CompiledSubgraph, buffers: Sequence[TensorBuffer]) -> tuple:
     """``(arrays by tensor, their binding key, the buffers)`` of a run of ``sig`` on host
     ``buffers`` (its inputs, then its outputs). A host buffer's array is fixed for its life;
@@ -400,6 +419,7 @@ class CompiledModel:
                 bound[t] = buf.device
             else:
                 host_outputs.append(_output_copier(compiled, t, buf))
+        _check_device_aliases(sig, compiled, bound)
         call = f"run of signature {sig.key!r}"
 
         def run(inputs: list[tuple[int, np.ndarray]]) -> Event:
@@ -447,6 +467,16 @@ class CompiledModel:
         if compiled.runner is not None or any(b is None or b.is_device for b in buffers):
             return
         compiled.expect_reuse(_host_run(sig, compiled, buffers)[1])
+
+    def _updates_in_place(self, signature_key: str, names: Sequence[str]) -> bool:
+        """True when each of the ``names`` inputs of the signature may be given the buffer of
+        the output of the same name (:meth:`CompiledSubgraph.updates_in_place`: a KV cache
+        updated where it lies, on the host or on a device)."""
+        i = self._index(signature_key)
+        sig = self._signatures[i]
+        if any(n not in sig.inputs or n not in sig.outputs for n in names):
+            return False
+        return self._compiled[i].updates_in_place([(sig.inputs[n], sig.outputs[n]) for n in names])
 
     def _in_place(self, sig: Signature, compiled: CompiledSubgraph, input_buffers: Sequence[TensorBuffer],
                   output_buffers: Sequence[TensorBuffer]) -> bool:

@@ -269,6 +269,7 @@ class CompiledSubgraph:
         self._bound: Bound | bool | None = None   # by the first run: the bound steps, or False
         self._bound_on: dict[tuple, tuple] = {}    # run_on's bindings to callers' arrays
         self._seen_arrays: dict[tuple, None] = {}   # the arrays of run_on's recent calls, in order
+        self._in_place: dict[frozenset, bool] = {}   # updates_in_place's answers
         self.report.programs = [f"partition {i} on {backend.name}: {program.summary}"
                                 for i, ((backend, _), (program, _, _)) in enumerate(zip(planned, self.programs))
                                 if program.summary]
@@ -444,8 +445,22 @@ class CompiledSubgraph:
                     if a.ctypes.data != b.ctypes.data or a.nbytes != b.nbytes:
                         return False    # overlapping, not one array: never safe
                     shared.append((t, u))
-        if not shared:
+        return self.updates_in_place(shared)
+
+    def updates_in_place(self, pairs: Sequence[tuple[int, int]]) -> bool:
+        """True when each pair of tensors (an input and an output, in either order) may be
+        one buffer: the input is read by one node only, a DYNAMIC_UPDATE_SLICE (its
+        operand), whose result is the output, so the update writes where the input lies and
+        nothing reads the input afterwards (a KV cache, as LiteRT-LM runs it). A tensor in
+        two pairs is refused."""
+        if not pairs:
             return True
+        key = frozenset(map(frozenset, pairs))
+        if key not in self._in_place:
+            self._in_place[key] = self._updated_in_place(pairs)
+        return self._in_place[key]
+
+    def _updated_in_place(self, pairs: Sequence[tuple[int, int]]) -> bool:
         readers: dict[int, list] = {}
         producer: dict[int, object] = {}
         for node in self.sg.nodes:
@@ -454,9 +469,9 @@ class CompiledSubgraph:
             for o in node.outputs:
                 producer[o] = node
         inputs, outputs = set(self.sg.inputs), set(self.sg.outputs)
-        if len({t for pair in shared for t in pair}) != 2 * len(shared):
-            return False    # one array given for three tensors or more
-        for ts in shared:
+        if len({t for pair in pairs for t in pair}) != 2 * len(pairs):
+            return False    # one buffer given for three tensors or more
+        for ts in pairs:
             x, y = sorted(ts, key=lambda t: t not in inputs)
             node = producer.get(y)
             if x not in inputs or y not in outputs or x in outputs or y in inputs or node is None \

@@ -54,10 +54,13 @@ def run_on_results(monkeypatch) -> list[bool]:
     return seen
 
 
-def _steps(data: bytes, steps: int = 5):
+def _on_host(data: bytes) -> CompiledModel:
+    return litegpu.CompiledModel.from_buffer(data, hardware_accel=litegpu.HardwareAccelerator.CPU)
+
+
+def _steps(model: CompiledModel, steps: int = 5):
     """Run ``steps`` decode steps with one buffer for the cache in and out; yield each step's
     outputs (as arrays) and what the cache should be."""
-    model = litegpu.CompiledModel.from_buffer(data, hardware_accel=litegpu.HardwareAccelerator.CPU)
     cache = model.create_input_buffer_by_name("decode", "cache")
     ins = {n: model.create_input_buffer_by_name("decode", n) for n in ("update", "start")}
     outs = {n: model.create_output_buffer_by_name("decode", n)
@@ -75,7 +78,7 @@ def _steps(data: bytes, steps: int = 5):
 
 
 def test_a_cache_given_as_input_and_output_is_updated_in_place(run_on_results) -> None:
-    for got, want, _ in _steps(cache_model(extra_reader=False)):
+    for got, want, _ in _steps(_on_host(cache_model(extra_reader=False))):
         np.testing.assert_array_equal(got["cache"], want)
         np.testing.assert_array_equal(got["doubled"], 2 * want)
     # (the first run on a set of buffers copies: binding to them pays off from the second)
@@ -85,7 +88,7 @@ def test_a_cache_given_as_input_and_output_is_updated_in_place(run_on_results) -
 def test_a_cache_with_another_reader_is_copied_not_shared(run_on_results) -> None:
     """The old cache is read beside the update: sharing its buffer with the result would
     let the update show through, so the run copies (and the answer is the old plus the new)."""
-    for got, want, old in _steps(cache_model(extra_reader=True)):
+    for got, want, old in _steps(_on_host(cache_model(extra_reader=True))):
         np.testing.assert_array_equal(got["cache"], want)
         np.testing.assert_array_equal(got["mixed"], old + want)
     assert run_on_results and not any(run_on_results)
@@ -109,6 +112,64 @@ def test_separate_buffers_run_in_place_too(run_on_results) -> None:
         np.testing.assert_array_equal(outs["cache"].array, want)
         np.testing.assert_array_equal(ins["cache"].array, start)     # the input is left as it was
     assert run_on_results == [False, True]
+
+
+@pytest.fixture(params=["opencl", "webgpu"])
+def device(request: pytest.FixtureRequest) -> str:
+    """A GPU backend (PoCL and lavapipe in CI); skips or fails as its fixture does."""
+    request.getfixturevalue(request.param)
+    return request.param
+
+
+def _program(model: CompiledModel):
+    """The one device program of a model's first signature."""
+    (program, _, _, _), = model._compiled[0].runner.programs
+    return program
+
+
+def test_a_device_cache_given_as_input_and_output_is_updated_where_it_lies(device) -> None:
+    """One device buffer for the cache in and out: the DYNAMIC_UPDATE_SLICE writes its row
+    into it and its copy of the whole cache is not launched."""
+    model = litegpu.CompiledModel.from_buffer(cache_model(extra_reader=False), backend=device)
+    assert model._updates_in_place("decode", ["cache"])
+    for got, want, _ in _steps(model):
+        np.testing.assert_array_equal(got["cache"], want)
+        np.testing.assert_array_equal(got["doubled"], 2 * want)
+    program = _program(model)
+    assert len(program._running) == len(program.launches) - 1
+
+
+def test_device_caches_in_separate_buffers_are_copied_then_updated(device) -> None:
+    model = litegpu.CompiledModel.from_buffer(cache_model(extra_reader=False), backend=device)
+    names = model.get_signature_list()["decode"]
+    ins = {n: model.create_input_buffer_by_name("decode", n) for n in names["inputs"]}
+    outs = {n: model.create_output_buffer_by_name("decode", n) for n in names["outputs"]}
+    assert ins["cache"].is_device and outs["cache"].is_device
+    start = np.arange(np.prod(CACHE), dtype=np.float32).reshape(CACHE)
+    ins["cache"].write(start)
+    ins["update"].write(np.full(UPDATE, 5.0, np.float32))
+    ins["start"].write(np.array([0, 0, 6, 0], np.int32))
+    model.run_by_name("decode", ins, outs)
+    want = start.copy()
+    want[:, :, 6] = 5.0
+    np.testing.assert_array_equal(outs["cache"].array, want)
+    np.testing.assert_array_equal(ins["cache"].array, start)
+    program = _program(model)
+    assert program._running is program.launches
+
+
+def test_a_device_buffer_shared_where_no_update_is_in_place_is_refused(device) -> None:
+    """The old cache is read beside the update: one device buffer for both would let the
+    update show through (the run reads and writes device buffers where they lie)."""
+    model = litegpu.CompiledModel.from_buffer(cache_model(extra_reader=True), backend=device)
+    names = model.get_signature_list()["decode"]
+    ins = {n: model.create_input_buffer_by_name("decode", n) for n in names["inputs"]}
+    outs = {n: model.create_output_buffer_by_name("decode", n) for n in names["outputs"]}
+    assert not model._updates_in_place("decode", ["cache"])
+    with pytest.raises(litegpu.InvalidArgumentError, match="'cache', 'cache'.*DYNAMIC_UPDATE_SLICE"):
+        model.run_by_name("decode", ins, {**outs, "cache": ins["cache"]})
+    with pytest.raises(litegpu.InvalidArgumentError, match="'doubled', 'mixed'"):
+        model.run_by_name("decode", ins, {**outs, "mixed": outs["doubled"]})
 
 
 def test_a_reshape_of_an_arena_tensor_shares_its_bytes() -> None:

@@ -132,13 +132,17 @@ class KernelSpec:
 
     ``source`` is one kernel named ``KERNEL`` in its dialect; the builder replaces the
     name with one derived from the source, so identical kernels share one compiled
-    function. ``args`` are its buffer parameters in order.
+    function. ``args`` are its buffer parameters in order. ``copy_of``: ``(source,
+    destination)`` tensors when the kernel only copies one into the other element for
+    element, so a run that binds both to one buffer skips it (see
+    :func:`litegpu.codegen.render.running`).
     """
 
     source: str
     global_size: tuple[int, ...]
     local_size: tuple[int, ...] | None
     args: list[Arg]
+    copy_of: tuple[int, int] | None = None
 
     @property
     def digest(self) -> str:

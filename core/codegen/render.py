@@ -84,7 +84,8 @@ def _alias_views(partition: Partition, step_kernels: list[list[KernelSpec]], pre
     for step, kernels in zip(partition.steps or [[i] for i in range(len(nodes))], step_kernels):
         kernels = [k if not any(a.tensor in renamed for a in k.args) else
                    replace(k, args=[replace(a, tensor=renamed[a.tensor]) if a.tensor in renamed else a
-                                    for a in k.args]) for k in kernels]
+                                    for a in k.args],
+                           copy_of=k.copy_of and tuple(renamed.get(t, t) for t in k.copy_of)) for k in kernels]
         node = nodes[step[0]].node
         if len(step) == 1 and node.op in VIEW_OPS and node.inputs and node.outputs[0] not in keep:
             source, view = node.inputs[0], node.outputs[0]
@@ -227,6 +228,18 @@ def io_uses(launches) -> dict[int, list[tuple[object, int]]]:
         for position, t in launch.io:
             uses.setdefault(t, []).append((launch, position))
     return uses
+
+
+def running(launches: list, copies: list, bound: dict) -> list:
+    """The launches a run makes with ``bound`` tensors (``{tensor: device tensor}``, a
+    partition's inputs and outputs) bound: all but the ``copies`` (the launches with a
+    ``copy_of``, see :class:`~litegpu.codegen.nodegen.KernelSpec`) whose source and
+    destination are one device tensor, which would copy each element onto itself (a
+    DYNAMIC_UPDATE_SLICE whose operand and result are one buffer: a KV cache updated where
+    it lies)."""
+    skipped = {id(c) for c in copies if bound.get(c.copy_of[0]) is not None
+               and bound.get(c.copy_of[0]) is bound.get(c.copy_of[1])}
+    return [launch for launch in launches if id(launch) not in skipped] if skipped else launches
 
 
 def lifetimes(step_kernels: list[list[KernelSpec]], io: set[int], specs) -> dict[int, tuple[int, int]]:

@@ -221,17 +221,20 @@ class _KvState:
 class _CompiledIO:
     """Signatures run through a litegpu ``CompiledModel`` on tensor buffers.
 
-    On the host (``in_place``) the KV cache is one set of buffers, each given as both the
-    input and the output of its layer's cache: the model runs on the buffers' own arrays and
-    each step's DYNAMIC_UPDATE_SLICE writes its new entries where the cache lies, as
-    LiteRT-LM runs it (nothing else of the cache is copied). On a device it is two sets of
-    buffers in device memory: a step reads one set and writes the other, then they swap,
-    so the cache never comes back to the host between steps and no buffer is read and
-    written by one run."""
+    The KV cache is one set of buffers, each given as both the input and the output of its
+    layer's cache, where the model allows it (each cache input is read by its
+    DYNAMIC_UPDATE_SLICE alone, whose result is the output: every decoder litert-torch
+    exports): each step's update writes its new entries where the cache lies, as LiteRT-LM
+    runs it, and nothing else of the cache is copied. On the host the model runs on the
+    buffers' own arrays; on a device the buffers are device memory and the cache never
+    comes back to the host. A model that reads a cache input elsewhere gets two sets of
+    buffers: a step reads one set and writes the other, then they swap (on the host, the
+    one set is copied instead)."""
 
-    def __init__(self, model, in_place: bool = False) -> None:
+    def __init__(self, model, host: bool = False) -> None:
         self.model = model
-        self.in_place = in_place
+        self.host = host
+        self._in_place: bool | None = None   # (see new_state)
         # Caches of ended sessions, zeroed for the next: the model's steps stay bound to
         # their arrays (binding a new set costs a slow first run).
         self._free: list[_KvState] = []
@@ -275,8 +278,9 @@ class _CompiledIO:
         return arrays
 
     def new_state(self, decode: _Signature) -> "_KvState":
-        """The sets of KV buffers (one in place, else two), zeros, of the kind the decode
-        signature prefers: an ended session's, when there is one (see :meth:`release`)."""
+        """The sets of KV buffers (one updated in place where the model allows it, else two),
+        zeros, of the kind the decode signature prefers: an ended session's, when there is one
+        (see :meth:`release`)."""
         if self._free:
             state = self._free.pop()
             for buffers in state.sets:
@@ -284,12 +288,16 @@ class _CompiledIO:
                     buf.array[...] = 0
             state.turn = 0
             return state
+        if self._in_place is None:
+            self._in_place = self.host or all(
+                self.model._updates_in_place(key, decode.kv_names)
+                for key, (ins, _) in self.signatures().items() if set(decode.kv_names) <= set(ins))
         return _KvState([{n: self.model.create_input_buffer_by_name(decode.key, n) for n in decode.kv_names}
-                         for _ in range(1 if self.in_place else 2)])
+                         for _ in range(1 if self._in_place else 2)])
 
     def release(self, state: "_KvState") -> None:
         """Keep an ended session's host cache for the next session (a few at most)."""
-        if self.in_place and len(self._free) < 2:
+        if self.host and len(self._free) < 2:
             self._free.append(state)
 
     def run(self, state: "_KvState", sig: _Signature, feeds: dict[str, np.ndarray]) -> dict:

@@ -542,13 +542,16 @@ def strided_slice(g: NodeGen) -> list[KernelSpec]:
 def dynamic_update_slice(g: NodeGen) -> list[KernelSpec]:
     """Two kernels: the operand copied whole, then one work-item per update element writing
     it at the start indices read when it runs, each clamped as
-    :func:`litegpu.ops.shape.update_slice_start` clamps them (a decoder's KV-cache write: its position is an input of each step)."""
+    :func:`litegpu.ops.shape.update_slice_start` clamps them (a decoder's KV-cache write: its
+    position is an input of each step). A run that binds the operand and the result to one
+    buffer (a KV cache updated where it lies) skips the copy (``copy_of``)."""
     shape, update = _in_shape(g, 0), _in_shape(g, 1)
     if np.dtype(g.ctx.inputs[2].dtype) == np.int64 and not g.dialect.int64:
         if g.ctx.inputs[2].value is None:
             raise Decline(f"int64 start indices known only at run time: {g.dialect.name} has no 64-bit integers")
     copy = g.new_kernel()
-    kernels = [walk_kernel(g, copy, Walk(list(shape), list(strides_of(shape))), g.input(copy, 0))]
+    whole = walk_kernel(g, copy, Walk(list(shape), list(strides_of(shape))), g.input(copy, 0))
+    kernels = [whole and replace(whole, copy_of=(g.ctx.node.inputs[0], g.out_tensor))]
     total = _prod(update)
     if total:
         b = g.new_kernel()

@@ -34,7 +34,7 @@ from litegpu.codegen import Precision, requested_precision
 from litegpu.codegen.nodegen import StoredTensor
 from litegpu.codegen.cuda import CUDA
 from litegpu.codegen.render import (assemble_parts, blocks, build_failure, io_uses, launched, lifetimes,
-                                    partition_kernels)
+                                    partition_kernels, running)
 from litegpu.errors import ExecutionError, InvalidArgumentError
 from litegpu.kernel_cache import KernelCache, compile_forbidden, options_key
 from litegpu.memory import Usage, plan_arena
@@ -195,15 +195,16 @@ def build_cubin(device: Device, source: str, options: CompileOptions) -> tuple[b
 
 
 class _Launch:
-    __slots__ = ("function", "grid", "block", "values", "pointers", "io", "nodes", "name")
+    __slots__ = ("function", "grid", "block", "values", "pointers", "io", "nodes", "name", "copy_of")
 
-    def __init__(self, function, grid, block, values: np.ndarray, io, nodes, name) -> None:
+    def __init__(self, function, grid, block, values: np.ndarray, io, nodes, name, copy_of=None) -> None:
         self.function, self.grid, self.block = function, grid, block
         self.values = values   # one uint64 per parameter: the device pointer passed
         # cuLaunchKernel takes an array of pointers to the parameter values.
         self.pointers = np.array([values.ctypes.data + 8 * i for i in range(len(values))], np.uint64)
         self.io = io           # [(parameter position, tensor index)] bound per run
         self.nodes, self.name = nodes, name
+        self.copy_of = copy_of   # see KernelSpec.copy_of
 
 
 class CudaProgram(Program):
@@ -258,9 +259,11 @@ class CudaProgram(Program):
                 else:
                     values[n] = self._upload(a.const)
             grid, block = blocks(k)
-            self.launches.append(_Launch(functions[name], grid, block, values, io_args, nodes, name))
+            self.launches.append(_Launch(functions[name], grid, block, values, io_args, nodes, name, k.copy_of))
         self._uses = io_uses(self.launches)
         self._bound: dict[int, CudaTensor] = {}
+        self._copies = [launch for launch in self.launches if launch.copy_of]
+        self._running = self.launches   # (see run)
         self._graphs = GraphCache(lambda graph: check(cu.cuGraphExecDestroy(graph)), env.flag(GRAPHS_ENV, True))
         weakref.finalize(self, self._graphs.close)   # (the cache holds no reference to the program)
 
@@ -289,8 +292,11 @@ class CudaProgram(Program):
         device = self.device
         device.activate()
         order_after(device, wait_for)
+        changed = False
         for t, x in (*zip(self.inputs, inputs), *zip(self.outputs, outputs)):
-            self._bind(t, x)
+            changed |= self._bind(t, x)
+        if changed and self._copies:
+            self._running = running(self.launches, self._copies, self._bound)
         graph = self._graphs.graph_for(tuple(self._bound[t].ptr for t in (*self.inputs, *self.outputs)),
                                        self._capture)
         if graph is not None:
@@ -300,10 +306,10 @@ class CudaProgram(Program):
         return device.record()
 
     def _launch_all(self) -> None:
-        """Enqueue every launch on the stream, on the pointers bound now."""
+        """Enqueue the launches a run makes (:func:`running`) on the stream, on the pointers bound now."""
         cu, stream = self.device.cu, self.device.stream
         launch_kernel, success = cu.cuLaunchKernel, cu.CUresult.CUDA_SUCCESS
-        for launch in self.launches:
+        for launch in self._running:
             result = launch_kernel(launch.function, *launch.grid, *launch.block, 0, stream,
                                    launch.pointers.ctypes.data, 0)
             if result[0] != success:
@@ -326,13 +332,14 @@ class CudaProgram(Program):
             if graph is not None:
                 cu.cuGraphDestroy(graph)
 
-    def _bind(self, t: int, tensor: CudaTensor) -> None:
+    def _bind(self, t: int, tensor: CudaTensor) -> bool:
         if self._bound.get(t) is tensor:
-            return
+            return False
         CudaTensor.check_binding(t, tensor, self.io_layout[t])
         for launch, pos in self._uses.get(t, ()):
             launch.values[pos] = tensor.ptr
         self._bound[t] = tensor
+        return True
 
 
 

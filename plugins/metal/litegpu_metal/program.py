@@ -18,7 +18,7 @@ from litegpu.backend import CompileOptions, Event, Partition, Program
 from litegpu.codegen import Precision, requested_precision
 from litegpu.codegen.nodegen import StoredTensor
 from litegpu.codegen.metal import METAL
-from litegpu.codegen.render import assemble, build_failure, lifetimes, partition_kernels
+from litegpu.codegen.render import assemble, build_failure, lifetimes, partition_kernels, running
 from litegpu.errors import InvalidArgumentError
 from litegpu.memory import Usage, plan_arena
 
@@ -80,13 +80,14 @@ def read(tensor: MetalTensor, out: np.ndarray, wait_for: Sequence[Event] = ()) -
 
 
 class _Dispatch:
-    __slots__ = ("pipeline", "grid", "group", "args", "io", "name")
+    __slots__ = ("pipeline", "grid", "group", "args", "io", "name", "copy_of")
 
-    def __init__(self, pipeline, grid, group, args, io, name) -> None:
+    def __init__(self, pipeline, grid, group, args, io, name, copy_of=None) -> None:
         self.pipeline, self.grid, self.group = pipeline, grid, group
         self.args = args   # [(buffer, byte offset)] per parameter; io ones are set per run
         self.io = io       # [(parameter position, tensor index)]
         self.name = name
+        self.copy_of = copy_of   # see KernelSpec.copy_of
 
 
 class MetalProgram(Program):
@@ -138,8 +139,8 @@ class MetalProgram(Program):
                         args.append((self._upload(a.const), 0))
                 group = k.local_size or (min(int(pipeline.threadExecutionWidth()), k.global_size[0]),)
                 self.dispatches.append(_Dispatch(pipeline, device.size(k.global_size), device.size(group),
-                                                 args, io_args, name))
-        self._bound: dict[int, MetalTensor] = {}
+                                                 args, io_args, name, k.copy_of))
+        self._copies = [d for d in self.dispatches if d.copy_of]
 
     def _upload(self, array: np.ndarray) -> Any:
         array = np.ascontiguousarray(array)
@@ -160,7 +161,8 @@ class MetalProgram(Program):
 
     def run(self, inputs: Sequence[MetalTensor], outputs: Sequence[MetalTensor], wait_for: Sequence[Event] = ()
             ) -> Event:
-        """Encode and commit every dispatch in one command buffer; it is the event.
+        """Encode and commit the dispatches a run makes (:func:`running`) in one command
+        buffer; it is the event.
 
         Command buffers of the one queue run in order, so earlier metal work needs no
         wait; anything else in ``wait_for`` is waited for here.
@@ -171,7 +173,7 @@ class MetalProgram(Program):
             MetalTensor.check_binding(t, x, self.io_layout[t])
         command_buffer = self.device.queue.commandBuffer()
         encoder = command_buffer.computeCommandEncoder()
-        for d in self.dispatches:
+        for d in running(self.dispatches, self._copies, bound):
             encoder.setComputePipelineState_(d.pipeline)
             for pos, (buf, offset) in enumerate(d.args):
                 encoder.setBuffer_offset_atIndex_(buf, offset, pos)

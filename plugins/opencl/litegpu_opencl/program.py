@@ -25,7 +25,7 @@ from .build import BuildFailed, build_program, build_source, store_warmed_binary
 from litegpu.codegen import Precision, requested_precision
 from litegpu.codegen.nodegen import StoredTensor
 from litegpu.codegen.opencl import OPENCL
-from litegpu.codegen.render import (assemble, build_failure, io_uses, kernel_lanes, launched, lifetimes,
+from litegpu.codegen.render import (assemble, build_failure, io_uses, kernel_lanes, launched, lifetimes, running,
                                     partition_kernels)
 from .device import Device
 from .driver_caches import POCL_PLATFORM, new_kernel
@@ -114,15 +114,16 @@ def precision_for(device: Device, options: CompileOptions) -> Precision:
 
 
 class _Launch:
-    __slots__ = ("kernel", "global_size", "local_size", "io", "nodes", "name")
+    __slots__ = ("kernel", "global_size", "local_size", "io", "nodes", "name", "copy_of")
 
-    def __init__(self, kernel, global_size, local_size, io, nodes=(), name="") -> None:
+    def __init__(self, kernel, global_size, local_size, io, nodes=(), name="", copy_of=None) -> None:
         self.kernel = kernel
         self.global_size = global_size
         self.local_size = local_size
         self.io = io    # [(arg position, tensor index)] of partition inputs/outputs
         self.nodes = nodes   # the NodeContexts of the step it belongs to (for profiling)
         self.name = name     # its kernel function
+        self.copy_of = copy_of   # see KernelSpec.copy_of
 
 
 class ClProgram(Program):
@@ -189,9 +190,12 @@ class ClProgram(Program):
                     buffer = self._upload(a.const, convert=False)
                 kernel.set_arg(pos, buffer)
                 kernel.set_arg(pos + 1, offset)
-            self.launches.append(_Launch(kernel, k.global_size, k.local_size, io_args, nodes, f"k_{k.digest}"))
+            self.launches.append(_Launch(kernel, k.global_size, k.local_size, io_args, nodes, f"k_{k.digest}",
+                                         k.copy_of))
         self._uses = io_uses(self.launches)
         self._bound: dict[int, ClTensor] = {}
+        self._copies = [launch for launch in self.launches if launch.copy_of]
+        self._running = self.launches   # (see _bind_all)
         if log.isEnabledFor(logging.DEBUG):
             log.debug("OpenCL program (%s): %s", "from cache" if self.cache_hit else "built", "; ".join(
                 f"{launch.name} for node{'s' if len(launch.nodes) > 1 else ''} "
@@ -237,7 +241,7 @@ class ClProgram(Program):
         queue, enqueue = self.device.queue, self.cl.enqueue_nd_range_kernel
         event = None
         try:
-            for launch in self.launches:
+            for launch in self._running:
                 event = enqueue(queue, launch.kernel, launch.global_size, launch.local_size, wait_for=cl_wait)
                 cl_wait = None
         except self.cl.Error as exc:
@@ -252,7 +256,7 @@ class ClProgram(Program):
         queue, enqueue = self.device.queue, self.cl.enqueue_nd_range_kernel
         events = []
         try:
-            for launch in self.launches:
+            for launch in self._running:
                 events.append(enqueue(queue, launch.kernel, launch.global_size, launch.local_size,
                                       wait_for=cl_wait))
                 cl_wait = None
@@ -285,7 +289,7 @@ class ClProgram(Program):
         self._bind_all(inputs, outputs)
         event = None
         try:
-            for n, launch in enumerate(self.launches):
+            for n, launch in enumerate(self._running):
                 enqueued = clock()
                 event = enqueue(queue, launch.kernel, launch.global_size, launch.local_size)
                 infos = tuple(node_info(c) for c in launch.nodes)
@@ -308,19 +312,22 @@ class ClProgram(Program):
         return event
 
     def _bind_all(self, inputs: Sequence[ClTensor], outputs: Sequence[ClTensor]) -> None:
-        """Point the launches at these input and output tensors (partition order)."""
-        for t, x in zip(self.inputs, inputs):
-            self._bind(t, x)
-        for t, x in zip(self.outputs, outputs):
-            self._bind(t, x)
+        """Point the launches at these input and output tensors (partition order), and
+        choose the launches a run on them makes (:func:`running`)."""
+        changed = False
+        for t, x in (*zip(self.inputs, inputs), *zip(self.outputs, outputs)):
+            changed |= self._bind(t, x)
+        if changed and self._copies:
+            self._running = running(self.launches, self._copies, self._bound)
 
-    def _bind(self, t: int, tensor: ClTensor) -> None:
+    def _bind(self, t: int, tensor: ClTensor) -> bool:
         if self._bound.get(t) is tensor:
-            return
+            return False
         ClTensor.check_binding(t, tensor, self.io_layout[t])
         for launch, pos in self._uses.get(t, ()):
             launch.kernel.set_arg(pos, tensor.buffer)
         self._bound[t] = tensor
+        return True
 
 
 def _profiling_queue(device: Device, profiler) -> Any:

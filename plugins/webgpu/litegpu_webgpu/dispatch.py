@@ -41,16 +41,18 @@ class Binding:
 class Launch:
     """One dispatch of a kernel (see the module docstring)."""
 
-    __slots__ = ("pipeline", "groups", "bindings", "io", "name", "nodes", "_group", "_made")
+    __slots__ = ("pipeline", "groups", "bindings", "io", "name", "nodes", "copy_of", "_group", "_made")
 
     def __init__(self, pipeline: Pipeline, groups: tuple[int, int, int], bindings: list[Binding | None],
-                 io: list[tuple[int, int]] = (), name: str = "", nodes: Sequence = ()) -> None:
+                 io: list[tuple[int, int]] = (), name: str = "", nodes: Sequence = (),
+                 copy_of: tuple[int, int] | None = None) -> None:
         self.pipeline = pipeline
         self.groups = groups
         self.bindings = bindings     # per binding; None for an I/O tensor not bound yet
         self.io = list(io)           # [(binding, tensor index)] bound per run
         self.name = name
         self.nodes = nodes           # the NodeContexts of the step it belongs to
+        self.copy_of = copy_of       # see KernelSpec.copy_of
         self._group: Any = None
         # The last two bind groups made, by their bindings: a decoder's steps alternate two
         # KV caches, and would otherwise make their groups again every step.

@@ -22,7 +22,7 @@ from litegpu.backend import CompileOptions, Event, Partition, Program
 from litegpu.codegen import Precision, requested_precision
 from litegpu.codegen.nodegen import KernelSpec
 from litegpu.codegen.render import (assemble, build_failure, io_uses, kernel_lanes, launched, lifetimes,
-                                    partition_kernels)
+                                    partition_kernels, running)
 from litegpu.codegen.wgsl import WgslDialect
 from litegpu.errors import InvalidArgumentError, UnsupportedError
 from litegpu.memory import Usage
@@ -86,6 +86,8 @@ class WebGpuProgram(Program):
                          for k, nodes in launched(partition, step_kernels)]
         self._uses = io_uses(self.launches)
         self._bound: dict[int, WgpuTensor] = {}
+        self._copies = [launch for launch in self.launches if launch.copy_of]
+        self._running = self.launches   # (see _prepare)
         if log.isEnabledFor(logging.DEBUG):
             log.debug("WebGPU program: %s", "; ".join(
                 f"{launch.name} for {'+'.join(f'{c.node.index} {c.node.op}' for c in launch.nodes)}"
@@ -196,7 +198,7 @@ class WebGpuProgram(Program):
                 raise UnsupportedError(f"node {ctx.node.index} ({ctx.node.op}): its webgpu kernel binds "
                                        f"{b.size} bytes; {self.device.name} binds at most "
                                        f"{self.device.max_binding} (maxStorageBufferBindingSize)")
-        return Launch(pipeline, groups_of(k, self.device), bindings, io_args, f"k_{k.digest}", nodes)
+        return Launch(pipeline, groups_of(k, self.device), bindings, io_args, f"k_{k.digest}", nodes, k.copy_of)
 
     def _storage_of(self, t: int, specs) -> np.dtype:
         return storage_dtype(self.precision, specs[t].dtype, specs[t].full_precision)
@@ -220,7 +222,7 @@ class WebGpuProgram(Program):
         queue comes first anyway; events of the host, other backends or other devices are
         waited for here."""
         self._prepare(inputs, outputs, wait_for)
-        return submit(self.device, self.launches)
+        return submit(self.device, self._running)
 
     def kernels(self) -> list[tuple[tuple[int, ...], str]]:
         """Each launch's nodes (a producer and its folded followers) and its kernel function."""
@@ -236,12 +238,13 @@ class WebGpuProgram(Program):
         if "timestamp-query" not in self.device.features or not 0 < len(self.launches) <= MAX_TIMED_DISPATCHES:
             return None
         self._prepare(inputs, outputs, wait_for)
+        launches = self._running
         with self.device.calls("preparing timestamp queries"):
-            stamps = Timestamps(self.device, len(self.launches))
+            stamps = Timestamps(self.device, len(launches))
         submitted = time.perf_counter()
-        stamps.event = submit(self.device, self.launches, stamps)
+        stamps.event = submit(self.device, launches, stamps)
         track = f"queue ({self.device.name})"
-        for j, launch in enumerate(self.launches):
+        for j, launch in enumerate(launches):
             infos = tuple(node_info(c) for c in launch.nodes)
             profiler.add_device(stamps.dispatch(j), submitted, Slice(
                 nodes_label(infos), "kernel", "webgpu", track, 0.0, 0.0, infos, "webgpu",
@@ -250,18 +253,20 @@ class WebGpuProgram(Program):
         return stamps.event
 
     def _prepare(self, inputs: Sequence[WgpuTensor], outputs: Sequence[WgpuTensor], wait_for: Sequence[Event]) -> None:
-        """Wait for what the queue does not order (see :meth:`run`) and bind the run's tensors."""
+        """Wait for what the queue does not order (see :meth:`run`), bind the run's tensors
+        and choose the launches a run on them makes (:func:`running`)."""
         for e in wait_for:
             if not (isinstance(e, WebGpuEvent) and e.device is self.device):
                 e.wait()
-        for t, x in zip(self.inputs, inputs):
-            self._bind(t, x)
-        for t, x in zip(self.outputs, outputs):
-            self._bind(t, x)
+        changed = False
+        for t, x in (*zip(self.inputs, inputs), *zip(self.outputs, outputs)):
+            changed |= self._bind(t, x)
+        if changed and self._copies:
+            self._running = running(self.launches, self._copies, self._bound)
 
-    def _bind(self, t: int, tensor: WgpuTensor) -> None:
+    def _bind(self, t: int, tensor: WgpuTensor) -> bool:
         if self._bound.get(t) is tensor:
-            return
+            return False
         WgpuTensor.check_binding(t, tensor, self.io_layout[t])
         if tensor.device is not self.device:
             raise InvalidArgumentError(f"tensor {t}: its buffer belongs to another WebGPU device than the program's")
@@ -269,3 +274,4 @@ class WebGpuProgram(Program):
         for launch, position in self._uses.get(t, ()):
             launch.bind(position, binding)
         self._bound[t] = tensor
+        return True
