@@ -17,7 +17,8 @@ from litegpu.testing.builder import ModelBuilder
 
 
 def _model() -> bytes:
-    """x -> LOGISTIC -> MUL by itself: two nodes, the second one's kernel is broken."""
+    """x -> LOGISTIC -> MUL by itself: two nodes, the second one's kernel is broken (the
+    first's output is an output too, so the two are not one fused region)."""
     b = ModelBuilder()
     x = b.input("x", (2, 8), np.float32)
     y = b.tensor("y", (2, 8), np.float32)
@@ -25,6 +26,7 @@ def _model() -> bytes:
     z = b.tensor("z", (2, 8), np.float32)
     b.op("MUL", [y, y], [z])
     b.output(z)
+    b.output(y)
     return b.build()
 
 

@@ -21,7 +21,7 @@ from dataclasses import replace
 import numpy as np
 
 from litegpu.backend import NodeContext
-from litegpu.ops import TensorSpec
+from litegpu.ops import VIEW_OPS, TensorSpec
 from litegpu.ops.reduce import one_run, reduction_axes
 
 from .formulas import BINARY, UNARY
@@ -149,6 +149,95 @@ def chain_steps(nodes: list[NodeContext], outputs: list[int], max_buffers: int =
         steps.append(step)
         pos += 1
     return steps
+
+
+# -- regions ---------------------------------------------------------------------------------
+
+_INDEX_LIMIT = 2 ** 31   # a region's indices are C ints
+
+
+def _region_op(ctx: NodeContext) -> bool:
+    """Whether a region's kernel (:mod:`.kernels.region`) computes ``ctx``: a walk of a float
+    tensor by constant arguments, a float CONCATENATION, or a float formula (not the float
+    view's exact grid arithmetic, which keeps its own kernels)."""
+    from .kernels.layout import WALKS
+    op, node = ctx.node.op, ctx.node
+    if ctx.dynamic or len(node.outputs) != 1 or ctx.outputs[0] is None or ctx.outputs[0].full_precision:
+        return False
+    specs = [s for s in ctx.inputs if s is not None]
+    if any(np.dtype(s.dtype) != _F32 or int(np.prod(s.shape, dtype=np.int64)) >= _INDEX_LIMIT
+           for s in (ctx.outputs[0], *specs[:1 if op in WALKS or op in UNARY else None])):
+        return False
+    if op in WALKS or op in UNARY:
+        return op != "QUANT_SIM" and bool(specs) and len(specs) == len(node.inputs) and \
+            all(s.value is not None for s in specs[1:])
+    if op == "CONCATENATION":
+        return bool(specs) and len(specs) == len(node.inputs)
+    return op in BINARY and not op.startswith("GRID_") and len(node.inputs) == 2 and len(specs) == 2
+
+
+def fuse_regions(nodes: list[NodeContext], steps: list[list[int]], outputs: list[int],
+                 max_buffers: int = 0) -> list[list[int]]:
+    """``steps`` with the steps that only move, join and combine float elements merged into
+    regions, each one kernel (:mod:`.kernels.region`). A region grows from its last step
+    backwards: a step joins when it is all region ops and every reader of its output is in
+    the region (so nothing else needs the output in memory). A region runs at its last
+    step's place, and its steps' positions make one step there. Regions of one step, or
+    whose kernel would pass ``max_buffers`` parameters, stay as they were."""
+    keep = set(outputs)
+    produced_by = {nodes[step[-1]].node.outputs[0]: k for k, step in enumerate(steps) if nodes[step[-1]].node.outputs}
+    readers: dict[int, set[int]] = {}
+    for k, step in enumerate(steps):
+        for pos in step:
+            for t in nodes[pos].node.inputs:
+                readers.setdefault(t, set()).add(k)
+    able = [all(_region_op(nodes[pos]) for pos in step) for step in steps]
+    claimed: set[int] = set()
+    regions: dict[int, set[int]] = {}
+    for root in reversed(range(len(steps))):
+        # (a lone view launches nothing unless its output is handed out: not worth a region)
+        lone_view = len(steps[root]) == 1 and nodes[steps[root][0]].node.op in VIEW_OPS \
+            and nodes[steps[root][0]].node.outputs[0] not in keep
+        if root in claimed or not able[root] or lone_view:
+            continue
+        members, grew = {root}, True
+        while grew:
+            grew = False
+            for t in {t for k in members for pos in steps[k] for t in nodes[pos].node.inputs}:
+                k = produced_by.get(t)
+                if k is not None and k not in members and k not in claimed and able[k] and t not in keep \
+                        and readers[t] <= members:
+                    members.add(k)
+                    grew = True
+        if len(members) > 1 and (not max_buffers or _region_buffers(nodes, steps, members) <= max_buffers):
+            claimed |= members
+            regions[root] = members
+    return [sorted(pos for k in regions[j] for pos in steps[k]) if j in regions else step
+            for j, step in enumerate(steps) if j not in claimed or j in regions]
+
+
+def _region_buffers(nodes: list[NodeContext], steps: list[list[int]], members: set[int]) -> int:
+    """A region's kernel parameters: the tensors it reads (a constant scalar is inlined) and its output."""
+    inside = {nodes[pos].node.outputs[0] for k in members for pos in steps[k]}
+    read = {(t, spec.value is not None and int(np.prod(spec.shape, dtype=np.int64)) == 1)
+            for k in members for pos in steps[k] for t, spec in zip(nodes[pos].node.inputs, nodes[pos].inputs)
+            if t not in inside}
+    return sum(1 for _, scalar in read if not scalar) + 1
+
+
+def is_region(nodes: list[NodeContext], step: list[int]) -> bool:
+    """Whether ``step`` is a region (:func:`fuse_regions`), not a producer and its followers."""
+    if len(step) < 2:
+        return False
+    if step != list(range(step[0], step[0] + len(step))):
+        return True
+    producer, positions = step_producer(nodes, step)
+    running, shape = producer.node.outputs[0], tuple(producer.outputs[0].shape)
+    for pos in positions:
+        if follower_of(nodes[pos], running, shape) is None:
+            return True
+        running = nodes[pos].node.outputs[0]
+    return False
 
 
 def followers(nodes: list[NodeContext], step: list[int]) -> list[Follower]:

@@ -12,7 +12,7 @@ from litegpu.errors import LiteGpuError
 from litegpu.graph import Model
 
 from .dialect import Dialect
-from .fusion import chain_steps
+from .fusion import chain_steps, fuse_regions
 from .opencl import OPENCL
 from .kernels import Decline, load_all
 from .nodegen import Precision
@@ -49,7 +49,8 @@ def supports(node: NodeContext, model: Model, dialect: Dialect = OPENCL) -> Supp
 
 
 def schedule(nodes: list[NodeContext], outputs: list[int], dialect: Dialect) -> list[list[int]]:
-    """Each producer with the elementwise nodes folded into its kernel (see :mod:`.fusion`),
+    """Each producer with the elementwise nodes folded into its kernel, and the steps that
+    only move, join and combine float elements fused into regions (see :mod:`.fusion`),
     within the dialect's buffer parameters."""
     load_all()
-    return chain_steps(nodes, outputs, dialect.max_buffers)
+    return fuse_regions(nodes, chain_steps(nodes, outputs, dialect.max_buffers), outputs, dialect.max_buffers)

@@ -19,7 +19,8 @@ from litegpu.errors import InvalidArgumentError, KernelBuildError, UnsupportedEr
 from litegpu.ops import VIEW_OPS
 
 from .dialect import Dialect
-from .fusion import followers, step_producer
+from .fusion import followers, is_region, step_producer
+from .kernels.region import region_kernels
 from .kernels import Decline, load_all
 from .nodegen import KernelSpec, NodeGen, Precision
 from .opencl import OPENCL
@@ -64,7 +65,11 @@ def partition_kernels(partition: Partition, precision: Precision, dialect: Diale
         ctx, _ = step_producer(nodes, step)
         out_tensor = nodes[step[-1]].node.outputs[0]
         try:
-            kernels = generate(ctx, precision, partition.specs, followers(nodes, step), out_tensor, dialect, lanes)
+            if is_region(nodes, step):
+                kernels = region_kernels([nodes[p] for p in step], precision, partition.specs, dialect, lanes)
+            else:
+                kernels = generate(ctx, precision, partition.specs, followers(nodes, step), out_tensor, dialect,
+                                   lanes)
         except Decline as exc:   # supports() said yes: a disagreement is our bug, named clearly
             raise UnsupportedError(f"node {ctx.node.index} ({ctx.node.op}): {exc}") from None
         step_kernels.append(kernels)

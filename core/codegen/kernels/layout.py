@@ -30,6 +30,7 @@ are checked in range, so they fit).
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Callable
 
 import numpy as np
 
@@ -454,26 +455,41 @@ def _one(g: NodeGen, w: Walk, fill: Expr | None = None) -> list[KernelSpec]:
     return _kernels(walk_kernel(g, b, w, g.input(b, 0), fill=fill))
 
 
+#: The ops that are one plain walk of their input 0 in the output's order (no bounds, no
+#: destination strides), by op: the walk of a node. Each is the op's generator, and a fused
+#: region (:mod:`.region`) reads such a node's input through it.
+WALKS: dict[str, Callable[[NodeGen], Walk]] = {}
+
+
+def walk(*ops: str):
+    """Register the decorated function as the walk of ``ops`` and their generator."""
+    def wrap(fn: Callable[[NodeGen], Walk]):
+        for op in ops:
+            WALKS[op] = fn
+        generator(*ops, epilogue=True)(lambda g: _one(g, fn(g)))
+        return fn
+    return wrap
+
+
 # -- copies ---------------------------------------------------------------------------------
 
-@generator("RESHAPE", "SQUEEZE", "EXPAND_DIMS", epilogue=True)
-def reshape(g: NodeGen) -> list[KernelSpec]:
+@walk("RESHAPE", "SQUEEZE", "EXPAND_DIMS")
+def reshape(g: NodeGen) -> Walk:
     """Same elements in the same order: one flat (vectorised) copy."""
-    n = _prod(_out_shape(g))
-    return _one(g, Walk([n], [1]))
+    return Walk([_prod(_out_shape(g))], [1])
 
 
-@generator("TRANSPOSE", epilogue=True)
-def transpose(g: NodeGen) -> list[KernelSpec]:
+@walk("TRANSPOSE")
+def transpose(g: NodeGen) -> Walk:
     """Output axis i walks input axis perm[i]; axes that stay together merge."""
     shape = _in_shape(g)
     perm = transpose_perm(len(shape), _const(g, 1, "the permutation"))
     strides = strides_of(shape)
-    return _one(g, Walk([shape[p] for p in perm], [strides[p] for p in perm]))
+    return Walk([shape[p] for p in perm], [strides[p] for p in perm])
 
 
-@generator("REVERSE_V2", epilogue=True)
-def reverse(g: NodeGen) -> list[KernelSpec]:
+@walk("REVERSE_V2")
+def reverse(g: NodeGen) -> Walk:
     """Reversed axes walk backwards from their last element (negative stride)."""
     shape = _in_shape(g)
     value = _const(g, 1, "the axes")
@@ -481,20 +497,20 @@ def reverse(g: NodeGen) -> list[KernelSpec]:
     strides = strides_of(shape)
     src = [-s if a in axes else s for a, s in enumerate(strides)]
     base = sum((shape[a] - 1) * strides[a] for a in axes)
-    return _one(g, Walk(list(shape), src, src_base=base))
+    return Walk(list(shape), src, src_base=base)
 
 
-@generator("BROADCAST_TO", epilogue=True)
-def broadcast_to(g: NodeGen) -> list[KernelSpec]:
+@walk("BROADCAST_TO")
+def broadcast_to(g: NodeGen) -> Walk:
     """Broadcast axes have source stride 0 (numpy rules: shapes aligned at the right)."""
     shape, out = _in_shape(g), _out_shape(g)
     full = (1,) * (len(out) - len(shape)) + shape
     strides = strides_of(full)
-    return _one(g, Walk(list(out), [0 if d == 1 else s for d, s in zip(full, strides)]))
+    return Walk(list(out), [0 if d == 1 else s for d, s in zip(full, strides)])
 
 
-@generator("TILE", epilogue=True)
-def tile(g: NodeGen) -> list[KernelSpec]:
+@walk("TILE")
+def tile(g: NodeGen) -> Walk:
     """Each axis of the output splits into (repeat, original) with strides (0, stride)."""
     shape, out = _in_shape(g), _out_shape(g)
     strides = strides_of(shape)
@@ -502,23 +518,22 @@ def tile(g: NodeGen) -> list[KernelSpec]:
     for d, o, s in zip(shape, out, strides):
         view += [o // d if d else 0, d]
         src += [0, s]
-    return _one(g, Walk(view, src))
+    return Walk(view, src)
 
 
 # -- slices ---------------------------------------------------------------------------------
 
-@generator("SLICE", epilogue=True)
-def slice_(g: NodeGen) -> list[KernelSpec]:
+@walk("SLICE")
+def slice_(g: NodeGen) -> Walk:
     """A walk of the output's shape from the first selected element."""
     shape = _in_shape(g)
     bounds = slice_bounds(shape, _const(g, 1, "begin"), _const(g, 2, "size"))
     strides = strides_of(shape)
-    return _one(g, Walk([e - b for b, e in bounds], list(strides),
-                        src_base=sum(b * s for (b, _), s in zip(bounds, strides))))
+    return Walk([e - b for b, e in bounds], list(strides), src_base=sum(b * s for (b, _), s in zip(bounds, strides)))
 
 
-@generator("STRIDED_SLICE", epilogue=True)
-def strided_slice(g: NodeGen) -> list[KernelSpec]:
+@walk("STRIDED_SLICE")
+def strided_slice(g: NodeGen) -> Walk:
     """LiteRT's plan (new axes inserted, per-axis index ranges) as start and step per axis;
     shrunk and new axes are size-1 axes of the walk, which simplification drops."""
     shape = _in_shape(g)
@@ -533,7 +548,7 @@ def strided_slice(g: NodeGen) -> list[KernelSpec]:
             src.append((ix[1] - ix[0]) * s if len(ix) > 1 else 0)
         else:
             src.append(0)
-    return _one(g, Walk(view, src, src_base=base))
+    return Walk(view, src, src_base=base)
 
 
 # -- DYNAMIC_UPDATE_SLICE -------------------------------------------------------------------

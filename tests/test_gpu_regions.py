@@ -1,0 +1,110 @@
+"""Fused regions on the GPU backends (:func:`litegpu.codegen.fusion.fuse_regions`): nodes
+that only move, join and combine float elements (slices, reshapes, transposes,
+broadcasts, concatenations, elementwise formulas) whose intermediates nothing else reads
+run as one kernel. Against LiteRT on real models: opencl (PoCL, whose float arithmetic is
+XNNPACK's) to the bit in F32, webgpu (lavapipe) in each precision."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from litegpu.codegen.fusion import fuse_regions, is_region
+from litegpu.codegen.offline import gpu_partitions
+from litegpu.codegen.opencl import OPENCL
+from litegpu.model import load_model
+from litegpu.session import Session
+from litegpu.testing.builder import ModelBuilder
+from litegpu.testing.cases.fused import F32, mixed_model, rope_model
+from litegpu.testing.cases.fused import slice_node
+from litegpu.testing.conformance import litegpu_outputs, litert_outputs
+
+RNG = np.random.default_rng(5)
+
+
+def _run(data: bytes, inputs: list[np.ndarray], backend: str, precision: str = "F32"):
+    """The outputs on ``backend`` (through the Interpreter, as a user runs it) and what its
+    program launches: each launch's ops."""
+    got = litegpu_outputs(data, inputs, backend, precision_loss_allowed=precision != "F32",
+                          half_arithmetic=precision == "F16")
+    programs = Session(load_model(data), [backend]).compile(0).programs
+    return got, [[c.node.op for c in launch.nodes] for program, _, _ in programs
+                 for launch in getattr(program, "launches", [])]
+
+
+@pytest.fixture(params=["opencl", "webgpu"])
+def gpu(request: pytest.FixtureRequest) -> str:
+    request.getfixturevalue(request.param)
+    return request.param
+
+
+def test_rotary_embeddings_run_as_one_launch_each(gpu) -> None:
+    data, inputs = rope_model()
+    want = litert_outputs(data, inputs)
+    got, launches = _run(data, inputs, gpu)
+    for g, w in zip(got, want):
+        if gpu == "opencl":
+            np.testing.assert_array_equal(g, w)     # XNNPACK's arithmetic, to the bit
+        else:
+            np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
+    # q (its slice, rotation and scale), k (likewise) and v (its slice): three kernels where
+    # there were 23 launches (two per concatenation).
+    assert len(launches) == 3, launches
+    assert sorted(ops.count("CONCATENATION") for ops in launches) == [0, 1, 1]
+
+
+def test_mixed_walks_joins_and_formulas_agree_with_litert(gpu) -> None:
+    data, inputs = mixed_model()
+    (want,) = litert_outputs(data, inputs)
+    (got,), launches = _run(data, inputs, gpu)
+    if gpu == "opencl":
+        np.testing.assert_array_equal(got, want)
+    else:
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    assert len(launches) == 1, launches
+
+
+@pytest.mark.parametrize("precision", ["F32_F16", "F16"])
+def test_regions_in_half_precision(webgpu, precision) -> None:
+    for data, inputs in (rope_model(), mixed_model()):
+        want = litert_outputs(data, inputs)
+        got, _ = _run(data, inputs, "webgpu", precision)
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=4e-3, atol=4e-3 * float(np.abs(w).max()))
+
+
+def test_an_intermediate_read_elsewhere_stays_in_memory(opencl) -> None:
+    """The slice of q is a model output too: it is stored by its own launch, and the rest
+    of q's region reads it from memory."""
+    b = ModelBuilder()
+    x = b.input("x", (1, 4, 8), F32)
+    low = slice_node(b, x, [0, 0, 0], [1, 4, 4], "low")
+    high = slice_node(b, x, [0, 0, 4], [1, 4, 4], "high")
+    both = b.tensor("both", (1, 4, 8), F32)
+    b.op("CONCATENATION", [high, low], [both], axis=2)
+    b.output(both)
+    b.output(low)
+    data = b.build()
+    inputs = [RNG.standard_normal((1, 4, 8)).astype(F32)]
+    got, launches = _run(data, inputs, "opencl")
+    for g, w in zip(got, litert_outputs(data, inputs)):
+        np.testing.assert_array_equal(g, w)
+    assert ["SLICE"] in launches and ["SLICE", "CONCATENATION"] in launches and len(launches) == 2
+
+
+def test_regions_keep_the_order_of_every_step() -> None:
+    """A region runs at its last step's place: every node is in one step, and each step
+    reads only what steps before it (or itself) made."""
+    data, _ = rope_model()
+    (_, partition), = gpu_partitions(load_model(data), OPENCL)[0]
+    nodes, steps = partition.nodes, partition.steps
+    assert sorted(p for step in steps for p in step) == list(range(len(nodes)))
+    assert sum(is_region(nodes, step) for step in steps) == 3     # q, k and v
+    made_by_steps = {t for c in nodes for t in c.node.outputs}
+    done: set[int] = set()
+    for step in steps:
+        made = {t for p in step for t in nodes[p].node.outputs}
+        assert all(t in done or t in made or t not in made_by_steps for p in step for t in nodes[p].node.inputs)
+        done |= made
+    # Without regions the same nodes are the producers and their followers.
+    assert fuse_regions(nodes, [[p] for p in range(len(nodes))], partition.outputs, max_buffers=2) == \
+        [[p] for p in range(len(nodes))]
