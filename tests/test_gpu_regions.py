@@ -108,3 +108,39 @@ def test_regions_keep_the_order_of_every_step() -> None:
     # Without regions the same nodes are the producers and their followers.
     assert fuse_regions(nodes, [[p] for p in range(len(nodes))], partition.outputs, max_buffers=2) == \
         [[p] for p in range(len(nodes))]
+
+
+def test_a_reshape_keeping_the_last_axis_continues_a_producers_chain(gpu) -> None:
+    """A decoder's attention scores: BATCH_MATMUL, a reshape, the mask's ADD and a reshape
+    back are one launch; so are a product and the residual ADD that broadcasts it to rank 3."""
+    b = ModelBuilder()
+    q = b.input("q", (1, 4, 3, 16), F32)
+    k = b.input("k", (1, 4, 32, 16), F32)
+    mask = b.input("mask", (1, 1, 1, 32), F32)
+    scores = b.tensor("scores", (1, 4, 3, 32), F32)
+    b.op("BATCH_MATMUL", [q, k], [scores], adj_x=False, adj_y=True)
+    flat = b.tensor("flat", (4, 3, 1, 32), F32)
+    b.op("RESHAPE", [scores, b.const("fs", np.array([4, 3, 1, 32], np.int32))], [flat])
+    masked = b.tensor("masked", (4, 3, 1, 32), F32)
+    b.op("ADD", [flat, mask], [masked])
+    back = b.tensor("back", (1, 4, 3, 32), F32)
+    b.op("RESHAPE", [masked, b.const("bs", np.array([1, 4, 3, 32], np.int32))], [back])
+    probs = b.tensor("probs", (1, 4, 3, 32), F32)
+    b.op("SOFTMAX", [back], [probs], beta=1.0)
+    b.output(probs)
+    x = b.input("x", (1, 16), F32)
+    residual = b.input("residual", (1, 1, 8), F32)
+    y = b.tensor("y", (1, 8), F32)
+    b.op("FULLY_CONNECTED", [x, b.const("w", RNG.standard_normal((8, 16)).astype(F32)), -1], [y])
+    out = b.tensor("out", (1, 1, 8), F32)
+    b.op("ADD", [residual, y], [out])
+    b.output(out)
+    data = b.build()
+    inputs = [RNG.standard_normal(s).astype(F32) for s in ((1, 4, 3, 16), (1, 4, 32, 16), (1, 1, 1, 32), (1, 16),
+                                                           (1, 1, 8))]
+    inputs[2][..., 20:] = -np.inf
+    got, launches = _run(data, inputs, gpu)
+    for g, w in zip(got, litert_outputs(data, inputs)):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+    assert ["BATCH_MATMUL", "RESHAPE", "ADD", "RESHAPE"] in launches and ["FULLY_CONNECTED", "ADD"] in launches
+    assert len(launches) == 3, launches

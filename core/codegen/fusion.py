@@ -3,11 +3,12 @@
 A step is a producer followed by a chain of elementwise nodes, each reading the
 previous one's output. A node joins the chain when:
 
-- its op has a formula (:data:`.formulas.UNARY` / :data:`.formulas.BINARY`) and the producer's
-  generator writes through the epilogue;
+- its op has a formula (:data:`.formulas.UNARY` / :data:`.formulas.BINARY`), or is a reshape
+  (the identity on the flat index), and the producer's generator writes through the epilogue;
 - the chain's running tensor is read by this node only and is not a partition output
   (nothing else will look at it, so it never needs memory);
-- everything is float32 and the output has the running tensor's shape;
+- everything is float32 and the output has the running tensor's shape, or its elements in
+  the same order ending in the same axis;
 - a binary node's other operand is a scalar, a tensor of the same shape, or a vector
   over the last axis (indexable from the output's flat index);
 - the kernel keeps within the dialect's buffer parameters (``Dialect.max_buffers``,
@@ -44,12 +45,30 @@ def operand_kind(other: TensorSpec, out_shape: tuple[int, ...]) -> str:
     return ""
 
 
+def _stores_like(out_shape: tuple[int, ...], shape: tuple[int, ...]) -> bool:
+    """Whether a follower's output can be stored where the running tensor (of ``shape``)
+    would be: the same shape, or the same elements in the same order ending in the same
+    axis (a reshape that keeps the last axis), so a store's flat index and channel are the
+    running value's."""
+    if out_shape == shape:
+        return True
+    size = int(np.prod(out_shape, dtype=np.int64))
+    return size == int(np.prod(shape, dtype=np.int64)) and out_shape[-1:] == shape[-1:] and bool(shape)
+
+
 def follower_of(ctx: NodeContext, running: int, shape: tuple[int, ...]) -> Follower | None:
-    """``ctx`` as a follower reading ``running`` (of ``shape``), or None when it cannot be one."""
+    """``ctx`` as a follower reading ``running`` (of ``shape``), or None when it cannot be one.
+    A reshape that keeps the last axis follows as the identity (its readers index its
+    output as the running value's)."""
     op = ctx.node.op
-    if len(ctx.node.outputs) != 1 or ctx.outputs[0].dtype != _F32 or tuple(ctx.outputs[0].shape) != shape:
+    if len(ctx.node.outputs) != 1 or ctx.outputs[0].dtype != _F32:
+        return None
+    out_shape = tuple(ctx.outputs[0].shape)
+    if not _stores_like(out_shape, shape):
         return None
     ins = ctx.node.inputs
+    if op in VIEW_OPS:
+        return Follower(ctx) if ins and ins[0] == running else None
     if op in UNARY and len(ins) >= 1 and ins[0] == running and all(
             s is None or s.value is not None for s in ctx.inputs[1:]):
         return Follower(ctx) if ctx.inputs[0].dtype == _F32 else None
@@ -59,7 +78,7 @@ def follower_of(ctx: NodeContext, running: int, shape: tuple[int, ...]) -> Follo
         spec = ctx.inputs[0 if swap else 1]
         if spec is None or spec.dtype != _F32:
             return None
-        kind = operand_kind(spec, shape)
+        kind = operand_kind(spec, out_shape)
         return Follower(ctx, other, swap, kind) if kind else None
     return None
 

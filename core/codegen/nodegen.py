@@ -24,7 +24,7 @@ import numpy as np
 
 from litegpu.backend import HALF_ARITHMETIC, NodeContext
 from litegpu.errors import InvalidArgumentError, UnsupportedError
-from litegpu.ops import TensorSpec
+from litegpu.ops import VIEW_OPS, TensorSpec
 from litegpu.ops.registry import ACTIVATION_RANGES
 
 from . import formulas, ir
@@ -276,6 +276,8 @@ class NodeGen:
 
         v = stage(0, value, self.attrs.get("activation", "NONE"))
         for k, f in enumerate(self.followers, start=1):
+            if f.ctx.node.op in VIEW_OPS:   # a reshape keeping the last axis: the same value
+                continue
             if f.other is None:
                 expr = formulas.UNARY[f.ctx.node.op](v, f.ctx.attrs)
             else:
