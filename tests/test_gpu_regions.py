@@ -15,7 +15,7 @@ from litegpu.model import load_model
 from litegpu.session import Session
 from litegpu.testing.builder import ModelBuilder
 from litegpu.testing.cases.fused import F32, mixed_model, rope_model
-from litegpu.testing.cases.fused import slice_node
+from litegpu.testing.cases.fused import binary_node, slice_node
 from litegpu.testing.conformance import litegpu_outputs, litert_outputs
 
 RNG = np.random.default_rng(5)
@@ -144,3 +144,33 @@ def test_a_reshape_keeping_the_last_axis_continues_a_producers_chain(gpu) -> Non
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
     assert ["BATCH_MATMUL", "RESHAPE", "ADD", "RESHAPE"] in launches and ["FULLY_CONNECTED", "ADD"] in launches
     assert len(launches) == 3, launches
+
+
+def test_a_follower_may_read_the_chains_own_values(gpu) -> None:
+    """SiLU after a product (``y * sigmoid(y)``: y has two readers, both in the chain) and a
+    square of the running value fold into the product's kernel. Where a value is read
+    outside (the TANH, an output too) the chain ends where every value it made is still
+    read inside: here after the product, whose output the later MUL reads."""
+    b = ModelBuilder()
+    x = b.input("x", (2, 16), F32)
+    y = b.tensor("y", (2, 8), F32)
+    b.op("FULLY_CONNECTED", [x, b.const("w", RNG.standard_normal((8, 16)).astype(F32)), -1], [y])
+    s = b.tensor("s", (2, 8), F32)
+    b.op("LOGISTIC", [y], [s])
+    silu = binary_node(b, "MUL", y, s, (2, 8), "silu")
+    square = binary_node(b, "MUL", silu, silu, (2, 8), "square")
+    b.output(square)
+    z = b.tensor("z", (2, 8), F32)
+    b.op("FULLY_CONNECTED", [x, b.const("w2", RNG.standard_normal((8, 16)).astype(F32)), -1], [z])
+    t = b.tensor("t", (2, 8), F32)
+    b.op("TANH", [z], [t])
+    b.output(binary_node(b, "MUL", t, z, (2, 8), "zt"))
+    b.output(t)
+    data = b.build()
+    inputs = [RNG.standard_normal((2, 16)).astype(F32)]
+    got, launches = _run(data, inputs, gpu)
+    for g, w in zip(got, litert_outputs(data, inputs)):
+        np.testing.assert_allclose(g, w, rtol=1e-6 if gpu == "webgpu" else 0, atol=1e-6 if gpu == "webgpu" else 0)
+    assert ["FULLY_CONNECTED", "LOGISTIC", "MUL", "MUL"] in launches
+    assert ["FULLY_CONNECTED"] in launches and ["TANH"] in launches and ["MUL"] in launches, launches
+    assert len(launches) == 4, launches

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import replace
+from typing import Sequence
 
 import numpy as np
 
@@ -56,10 +57,13 @@ def _stores_like(out_shape: tuple[int, ...], shape: tuple[int, ...]) -> bool:
     return size == int(np.prod(shape, dtype=np.int64)) and out_shape[-1:] == shape[-1:] and bool(shape)
 
 
-def follower_of(ctx: NodeContext, running: int, shape: tuple[int, ...]) -> Follower | None:
+def follower_of(ctx: NodeContext, running: int, shape: tuple[int, ...], chain: Sequence[int] = ()
+                ) -> Follower | None:
     """``ctx`` as a follower reading ``running`` (of ``shape``), or None when it cannot be one.
     A reshape that keeps the last axis follows as the identity (its readers index its
-    output as the running value's)."""
+    output as the running value's). A binary node's other operand may be a value of the
+    ``chain`` so far (the producer's output, an earlier follower's, or ``running`` itself):
+    kind ``"chain"``, the kernel's own value (SiLU's ``x * sigmoid(x)`` after a product)."""
     op = ctx.node.op
     if len(ctx.node.outputs) != 1 or ctx.outputs[0].dtype != _F32:
         return None
@@ -72,9 +76,11 @@ def follower_of(ctx: NodeContext, running: int, shape: tuple[int, ...]) -> Follo
     if op in UNARY and len(ins) >= 1 and ins[0] == running and all(
             s is None or s.value is not None for s in ctx.inputs[1:]):
         return Follower(ctx) if ctx.inputs[0].dtype == _F32 else None
-    if op in BINARY and len(ins) == 2 and running in ins and ins[0] != ins[1]:
-        swap = ins[1] == running
+    if op in BINARY and len(ins) == 2 and running in ins:
+        swap = ins[1] == running and ins[0] != running
         other = ins[0] if swap else ins[1]
+        if other == running or other in chain:
+            return Follower(ctx, other, swap, "chain")
         spec = ctx.inputs[0 if swap else 1]
         if spec is None or spec.dtype != _F32:
             return None
@@ -88,8 +94,9 @@ _GENERATOR_CONSTANTS = 6
 
 
 def _buffer_cost(f: Follower) -> int:
-    """Buffer parameters follower ``f`` adds: one for a tensor operand (a constant scalar is inlined)."""
-    if f.other is None:
+    """Buffer parameters follower ``f`` adds: one for a tensor operand (a constant scalar is
+    inlined, a value of the chain is the kernel's own)."""
+    if f.other is None or f.kind == "chain":
         return 0
     return 0 if f.kind == "scalar" and f.ctx.inputs[0 if f.swap else 1].value is not None else 1
 
@@ -133,8 +140,14 @@ def step_producer(nodes: list[NodeContext], step: list[int]) -> tuple[NodeContex
 def chain_steps(nodes: list[NodeContext], outputs: list[int], max_buffers: int = 0) -> list[list[int]]:
     """Positions grouped into steps: each producer with the followers folded into it
     (within ``max_buffers`` buffer parameters per kernel, when not 0); a square read by a
-    sum alone starts the sum's step (:func:`step_producer`)."""
-    readers = Counter(i for ctx in nodes for i in set(ctx.node.inputs) if i >= 0)
+    sum alone starts the sum's step (:func:`step_producer`). A chain's values other than
+    its last are read only inside it (:func:`_closed`)."""
+    read_at: dict[int, set[int]] = {}
+    for p, c in enumerate(nodes):
+        for i in c.node.inputs:
+            if i >= 0:
+                read_at.setdefault(i, set()).add(p)
+    readers = Counter({t: len(at) for t, at in read_at.items()})
     keep = set(outputs)
     steps: list[list[int]] = []
     pos = 0
@@ -153,9 +166,10 @@ def chain_steps(nodes: list[NodeContext], outputs: list[int], max_buffers: int =
                 and ctx.outputs[0].dtype == _F32:
             running, shape = ctx.node.outputs[0], tuple(ctx.outputs[0].shape)
             budget = (max_buffers - len(ctx.node.inputs) - 1 - _GENERATOR_CONSTANTS) if max_buffers else None
-            while pos + 1 < len(nodes) and readers[running] == 1 and running not in keep:
+            chain, start = [running], len(step)
+            while pos + 1 < len(nodes) and running not in keep:
                 nxt = nodes[pos + 1]
-                f = None if nxt.dynamic else follower_of(nxt, running, shape)
+                f = None if nxt.dynamic else follower_of(nxt, running, shape, chain)
                 if f is None:
                     break
                 if budget is not None:
@@ -165,9 +179,25 @@ def chain_steps(nodes: list[NodeContext], outputs: list[int], max_buffers: int =
                 pos += 1
                 step.append(pos)
                 running = nxt.node.outputs[0]
+                chain.append(running)
+            step = _closed(nodes, step, start, read_at, keep)
+            pos = step[-1]
         steps.append(step)
         pos += 1
     return steps
+
+
+def _closed(nodes: list[NodeContext], step: list[int], start: int, read_at: dict[int, set[int]],
+            keep: set[int]) -> list[int]:
+    """The longest prefix of ``step`` (at least its ``start`` producer positions) whose values
+    other than the last are read only inside it and are not partition outputs: they never
+    need memory."""
+    for end in range(len(step), start, -1):
+        inside = set(step[:end])
+        if all(t not in keep and read_at.get(t, set()) <= inside
+               for p in step[start - 1:end - 1] for t in nodes[p].node.outputs):
+            return step[:end]
+    return step[:start]
 
 
 # -- regions ---------------------------------------------------------------------------------
@@ -250,24 +280,28 @@ def is_region(nodes: list[NodeContext], step: list[int]) -> bool:
         return False
     if step != list(range(step[0], step[0] + len(step))):
         return True
-    producer, positions = step_producer(nodes, step)
-    running, shape = producer.node.outputs[0], tuple(producer.outputs[0].shape)
-    for pos in positions:
-        if follower_of(nodes[pos], running, shape) is None:
-            return True
-        running = nodes[pos].node.outputs[0]
-    return False
+    return _chain(nodes, step) is None
 
 
-def followers(nodes: list[NodeContext], step: list[int]) -> list[Follower]:
-    """The followers of a step, each with its operand's indexing."""
+def _chain(nodes: list[NodeContext], step: list[int]) -> list[Follower] | None:
+    """The followers of a producer-and-followers step, or None when ``step`` is not one."""
     out: list[Follower] = []
     producer, positions = step_producer(nodes, step)
     running = producer.node.outputs[0]
     shape = tuple(producer.outputs[0].shape)
+    chain = [running]
     for pos in positions:
-        f = follower_of(nodes[pos], running, shape)
-        assert f is not None, "a scheduled follower must still qualify"
+        f = follower_of(nodes[pos], running, shape, chain)
+        if f is None:
+            return None
         out.append(f)
         running = nodes[pos].node.outputs[0]
+        chain.append(running)
+    return out
+
+
+def followers(nodes: list[NodeContext], step: list[int]) -> list[Follower]:
+    """The followers of a step, each with its operand's indexing."""
+    out = _chain(nodes, step)
+    assert out is not None, "a scheduled follower must still qualify"
     return out

@@ -157,7 +157,8 @@ class Follower:
     ``other`` is the operand that is not the running value: None for unary ops, else
     its tensor index; ``swap`` is True when the running value is the op's second
     operand; ``kind`` says how ``other`` is indexed: "scalar" (one element, inlined when
-    constant), "same" (the output's shape) or "channel" (a vector over the last axis).
+    constant), "same" (the output's shape), "channel" (a vector over the last axis) or
+    "chain" (a value the kernel computed: the producer's output or an earlier follower's).
     """
 
     ctx: NodeContext
@@ -275,15 +276,18 @@ class NodeGen:
             return declare(f"ep{k}c", formulas.clamp(activation, v))
 
         v = stage(0, value, self.attrs.get("activation", "NONE"))
+        chain = {self.ctx.node.outputs[0]: v}   # the chain's values by tensor (kind "chain" reads them)
         for k, f in enumerate(self.followers, start=1):
             if f.ctx.node.op in VIEW_OPS:   # a reshape keeping the last axis: the same value
+                chain[f.ctx.node.outputs[0]] = v
                 continue
             if f.other is None:
                 expr = formulas.UNARY[f.ctx.node.op](v, f.ctx.attrs)
             else:
-                y = other(k, f, channels, exact)
+                y = chain[f.other] if f.kind == "chain" else other(k, f, channels, exact)
                 expr = formulas.BINARY[f.ctx.node.op](*((y, v) if f.swap else (v, y)), f.ctx.attrs)
             v = stage(k, expr, f.ctx.attrs.get("activation", "NONE"))
+            chain[f.ctx.node.outputs[0]] = v
         return v
 
     def _other(self, b: ir.KernelBuilder, f: Follower, index: ir.Expr, channels: int, vector: bool,

@@ -20,13 +20,15 @@ def slice_node(b: ModelBuilder, x, begin, size, name: str):
     return y
 
 
-def _binary(b: ModelBuilder, op: str, x, y, shape, name: str, **attrs):
+def binary_node(b: ModelBuilder, op: str, x, y, shape, name: str, **attrs):
+    """``op(x, y)`` of ``shape`` as tensor ``name``."""
     z = b.tensor(name, tuple(shape), F32)
     b.op(op, [x, y], [z], **attrs)
     return z
 
 
-def _reshape(b: ModelBuilder, x, shape, name: str):
+def reshape_node(b: ModelBuilder, x, shape, name: str):
+    """``RESHAPE(x)`` to ``shape`` as tensor ``name``."""
     y = b.tensor(name, tuple(shape), F32)
     b.op("RESHAPE", [x, b.const(f"{name}_s", np.array(shape, np.int32))], [y])
     return y
@@ -38,9 +40,9 @@ def _rope(b: ModelBuilder, x, shape, cos, sin, name: str):
     half = (*shape[:-1], shape[-1] // 2)
     x1 = slice_node(b, x, [0] * len(shape), half, f"{name}_x1")
     x2 = slice_node(b, x, [0] * (len(shape) - 1) + [shape[-1] // 2], half, f"{name}_x2")
-    low = _binary(b, "SUB", _binary(b, "MUL", x1, cos, half, f"{name}_a"), _binary(b, "MUL", x2, sin, half, f"{name}_b"),
+    low = binary_node(b, "SUB", binary_node(b, "MUL", x1, cos, half, f"{name}_a"), binary_node(b, "MUL", x2, sin, half, f"{name}_b"),
                   half, f"{name}_low")
-    high = _binary(b, "ADD", _binary(b, "MUL", x2, cos, half, f"{name}_c"), _binary(b, "MUL", x1, sin, half, f"{name}_d"),
+    high = binary_node(b, "ADD", binary_node(b, "MUL", x2, cos, half, f"{name}_c"), binary_node(b, "MUL", x1, sin, half, f"{name}_d"),
                    half, f"{name}_high")
     out = b.tensor(f"{name}_rot", tuple(shape), F32)
     b.op("CONCATENATION", [low, high], [out], axis=len(shape) - 1)
@@ -56,12 +58,12 @@ def rope_model() -> tuple[bytes, list[np.ndarray]]:
     qkv = b.input("qkv", (1, 1, 1280), F32)
     cos = b.input("cos", (1, 32), F32)
     sin = b.input("sin", (1, 32), F32)
-    groups = _reshape(b, qkv, (1, 1, 4, 320), "groups")
-    q = _reshape(b, slice_node(b, groups, [0, 0, 0, 0], [1, 1, 4, 192], "q"), (1, 12, 1, 64), "q_heads")
-    k = _reshape(b, slice_node(b, groups, [0, 0, 0, 192], [1, 1, 4, 64], "k"), (1, 4, 1, 64), "k_heads")
-    v = _reshape(b, slice_node(b, groups, [0, 0, 0, 256], [1, 1, 4, 64], "v"), (1, 4, 64, 1), "v_heads")
+    groups = reshape_node(b, qkv, (1, 1, 4, 320), "groups")
+    q = reshape_node(b, slice_node(b, groups, [0, 0, 0, 0], [1, 1, 4, 192], "q"), (1, 12, 1, 64), "q_heads")
+    k = reshape_node(b, slice_node(b, groups, [0, 0, 0, 192], [1, 1, 4, 64], "k"), (1, 4, 1, 64), "k_heads")
+    v = reshape_node(b, slice_node(b, groups, [0, 0, 0, 256], [1, 1, 4, 64], "v"), (1, 4, 64, 1), "v_heads")
     q_rot = _rope(b, q, (1, 12, 1, 64), cos, sin, "q")
-    q_scaled = _binary(b, "MUL", q_rot, b.const("scale", np.array(0.125, F32)), (1, 12, 1, 64), "q_scaled")
+    q_scaled = binary_node(b, "MUL", q_rot, b.const("scale", np.array(0.125, F32)), (1, 12, 1, 64), "q_scaled")
     k_rot = _rope(b, k, (1, 4, 1, 64), cos, sin, "k")
     for out in (q_scaled, k_rot, v):
         b.output(out)
@@ -81,15 +83,15 @@ def mixed_model() -> tuple[bytes, list[np.ndarray]]:
     w = b.input("w", (8,), F32)
     xt = b.tensor("xt", (2, 8, 3), F32)
     b.op("TRANSPOSE", [x, b.const("perm", np.array([0, 2, 1], np.int32))], [xt])
-    yw = _binary(b, "MUL", y, _reshape(b, w, (1, 8, 1), "w_col"), (2, 8, 5), "yw", fused_activation_function="RELU6")
+    yw = binary_node(b, "MUL", y, reshape_node(b, w, (1, 8, 1), "w_col"), (2, 8, 5), "yw", fused_activation_function="RELU6")
     ys = b.tensor("ys", (2, 8, 2), F32)
     b.op("STRIDED_SLICE", [yw, b.const("sb", np.array([0, 0, 1], np.int32)), b.const("se", np.array([2, 8, 5], np.int32)),
                            b.const("ss", np.array([1, 1, 2], np.int32))], [ys])
     neg = b.tensor("neg", (2, 8, 3), F32)
-    b.op("NEG", [_reshape(b, _binary(b, "ADD", x, x, (2, 3, 8), "x2"), (2, 8, 3), "x2r")], [neg])
+    b.op("NEG", [reshape_node(b, binary_node(b, "ADD", x, x, (2, 3, 8), "x2"), (2, 8, 3), "x2r")], [neg])
     joined = b.tensor("joined", (2, 8, 8), F32)
     b.op("CONCATENATION", [xt, ys, neg], [joined], axis=2)
-    shifted = _binary(b, "SUB", joined, slice_node(b, joined, [0, 0, 0], [2, 8, 1], "first"), (2, 8, 8), "shifted")
+    shifted = binary_node(b, "SUB", joined, slice_node(b, joined, [0, 0, 0], [2, 8, 1], "first"), (2, 8, 8), "shifted")
     b.output(shifted)
     inputs = [rng.standard_normal((2, 3, 8)).astype(F32), (4 * rng.standard_normal((2, 8, 5))).astype(F32),
               rng.standard_normal(8).astype(F32)]
