@@ -132,3 +132,24 @@ def test_more_rows_than_one_launch_axis_holds_take_a_work_item_each(opencl, monk
     delegate = litegpu.load_delegate("opencl")
     got = _run(lambda d: litegpu.Interpreter(model_content=d, experimental_delegates=[delegate]), data, feeds)
     np.testing.assert_array_equal(got, _run(lambda d: LiteRT(model_content=d), data, feeds))
+
+
+@pytest.mark.parametrize("gpu", ["opencl", "webgpu"])
+def test_more_outputs_than_one_launch_axis_holds_take_turns_in_each_work_group(request, monkeypatch, gpu):
+    """A product with more outputs than one launch axis holds work-groups (a 262144-token
+    vocabulary's logits) keeps a work-group per output: each group takes every
+    ``MAX_GROUPS``-th output in turn. The limit is lowered here so a small product takes
+    several turns, the last one partial."""
+    from litegpu.codegen.kernels import hybrid
+    request.getfixturevalue(gpu)
+    monkeypatch.setenv(LANES_ENV, "64")
+    monkeypatch.setattr(hybrid, "MAX_GROUPS", 16)
+    for data, feeds in (CASES["int8-decode"](), CASES["int4-block32"](), CASES["int8-rows"]()):
+        assert _local_sizes(data, gpu, "HYBRID_FULLY_CONNECTED") == ({(64, 1)} if gpu == "opencl" else {(1, 16, 1)})
+        got = _run(lambda d: litegpu.Interpreter(model_content=d, experimental_delegates=[litegpu.load_delegate(gpu)]),
+                   data, feeds)
+        want = _run(lambda d: LiteRT(model_content=d), data, feeds)
+        if gpu == "opencl":
+            np.testing.assert_array_equal(got, want)
+        else:
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())

@@ -168,8 +168,8 @@ class Follower:
 
 
 #: Work-groups one axis of a launch may count on every API (CUDA's grid y and z, WebGPU's
-#: ``maxComputeWorkgroupsPerDimension``): a kernel with a work-group per row or output
-#: takes its one-work-item form past it.
+#: ``maxComputeWorkgroupsPerDimension``): past it a row op takes its one-work-item form,
+#: and the hybrid product's work-groups take several outputs each.
 MAX_GROUPS = 65535
 
 

@@ -6,7 +6,8 @@ XNNPACK's order (as :func:`litegpu.ops.hybrid.xnn_quantize_rows`), then the int8
 HYBRID_FULLY_CONNECTED runs one work-item per output element over int8 weight codes kept
 as int8 in device memory (a quarter of the dequantized floats' bytes), stored ``[K, N]``
 so neighbouring work-items read neighbouring bytes; for a few rows (a decode step) a
-work-group per output element, its work-items summing segments of K. Its sums are int32,
+work-group per output element (each taking several in turn past one launch axis's
+:data:`MAX_GROUPS` work-groups), its work-items summing segments of K. Its sums are int32,
 exact; the scaling is XNNPACK's float32 arithmetic step by step: per output channel
 ``fma(float(sum) * row_scale, weight_scale, bias)``; per block (INT4 LLM weights) a float32
 accumulator from the block zero-point sums times ``zp + 128``, one fused multiply-add per
@@ -124,8 +125,7 @@ def hybrid_fully_connected(g: NodeGen) -> list[KernelSpec]:
     block = int(g.attrs["block_size"])
     scale_values = np.asarray(scales.value, np.float32)
     segment = block or -(-k // g.lanes)
-    if g.lanes > 1 and k and rows <= _SPLIT_ROWS and rows * n <= MAX_GROUPS \
-            and 4 * -(-k // segment) <= g.dialect.max_local_bytes:
+    if g.lanes > 1 and k and rows <= _SPLIT_ROWS and 4 * -(-k // segment) <= g.dialect.max_local_bytes:
         return [_split_product(g, w, rows, block, segment, scale_values, bias_spec)]
     b = g.new_kernel()
     q = g.input(b, 0)
@@ -183,16 +183,28 @@ def _split_product(g: NodeGen, w: np.ndarray, rows: int, block: int, segment: in
     sum by one work-item into local memory, then the first work-item scales them as the
     per-element kernel does (integer sums are the same in any order; the blocks' fused
     multiply-adds stay in order). The weights stay ``[N, K]``: a work-item reads its
-    segment's bytes in a row."""
+    segment's bytes in a row. Past :data:`MAX_GROUPS` outputs (a large vocabulary's
+    logits) each work-group takes every ``MAX_GROUPS``-th output in turn."""
     n, k = w.shape
     lanes, segments = g.lanes, -(-k // segment)
+    groups = min(rows * n, MAX_GROUPS)
     b = g.new_kernel()
     q = g.input(b, 0)
     params = g.input(b, 1)
     weights = g.const(b, np.ascontiguousarray(w))
     sums = b.local_array("sums", ir.INT, segments)
     lid = b.let("lid", b.local_id(0))
-    o = b.let("o", b.group_id(1))
+    with b.for_("o", b.group_id(1), rows * n, groups) as o:
+        _split_output(g, b, w, rows, block, segment, scale_values, bias_spec, q, params, weights, sums, lid, o)
+    return g.kernel(b, (lanes, groups), (lanes, 1))
+
+
+def _split_output(g: NodeGen, b: ir.KernelBuilder, w: np.ndarray, rows: int, block: int, segment: int,
+                  scale_values: np.ndarray, bias_spec, q, params, weights, sums, lid, o) -> None:
+    """Output element ``o`` of :func:`_split_product`, by the work-group (its work-items
+    reach the end together: the next output reuses ``sums``)."""
+    n, k = w.shape
+    lanes, segments = g.lanes, -(-k // segment)
     m = b.let("m", o / n)
     c = b.let("c", o % n)
     zp = b.let("zp", params.load(m * 2 + 1, as_float=True), ir.FLOAT)
@@ -218,4 +230,5 @@ def _split_product(g: NodeGen, w: np.ndarray, rows: int, block: int, segment: in
             return total
         g.store_output(b, o, _scaled(g, b, w, block, scale_values, bias_spec, c, zp, row_scale, segment_sums)
                        .cast(ir.REAL))
-    return g.kernel(b, (lanes, rows * n), (lanes, 1))
+    if rows * n > MAX_GROUPS:
+        b.barrier()
