@@ -14,7 +14,7 @@ from litegpu.codegen.opencl import OPENCL
 from litegpu.model import load_model
 from litegpu.session import Session
 from litegpu.testing.builder import ModelBuilder
-from litegpu.testing.cases.fused import F32, mixed_model, rope_model
+from litegpu.testing.cases.fused import F32, cache_write_model, mixed_model, rope_model
 from litegpu.testing.cases.fused import binary_node, slice_node
 from litegpu.testing.conformance import litegpu_outputs, litert_outputs
 
@@ -174,3 +174,20 @@ def test_a_follower_may_read_the_chains_own_values(gpu) -> None:
     assert ["FULLY_CONNECTED", "LOGISTIC", "MUL", "MUL"] in launches
     assert ["FULLY_CONNECTED"] in launches and ["TANH"] in launches and ["MUL"] in launches, launches
     assert len(launches) == 4, launches
+
+
+def test_a_cache_write_computes_its_update(gpu) -> None:
+    """The KV-cache writes' updates (k rotated; v sliced and reshaped) are computed by the
+    DYNAMIC_UPDATE_SLICE's own update kernel: each write is its whole-cache copy (skipped
+    when the cache is updated in place) and one kernel."""
+    data, inputs = cache_write_model()
+    want = litert_outputs(data, inputs)
+    got, launches = _run(data, inputs, gpu)
+    for g, w in zip(got, want):
+        if gpu == "opencl":
+            np.testing.assert_array_equal(g, w)
+        else:
+            np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
+    assert len(launches) == 4, launches
+    updates = [ops for ops in launches if "CONCATENATION" in ops or "SLICE" in ops]
+    assert len(updates) == 4 and all(ops[-1] == "DYNAMIC_UPDATE_SLICE" for ops in updates)

@@ -247,12 +247,17 @@ def fuse_regions(nodes: list[NodeContext], steps: list[list[int]], outputs: list
         # (a lone view launches nothing unless its output is handed out: not worth a region)
         lone_view = len(steps[root]) == 1 and nodes[steps[root][0]].node.op in VIEW_OPS \
             and nodes[steps[root][0]].node.outputs[0] not in keep
-        if root in claimed or not able[root] or lone_view:
+        update = _float_update(nodes, steps[root])
+        if root in claimed or not (able[root] or update) or lone_view:
             continue
         members, grew = {root}, True
+
+        def reads(k: int) -> list[int]:   # (a KV-cache write's region makes its update only)
+            return [nodes[steps[k][0]].node.inputs[1]] if k == root and update else \
+                [t for pos in steps[k] for t in nodes[pos].node.inputs]
         while grew:
             grew = False
-            for t in {t for k in members for pos in steps[k] for t in nodes[pos].node.inputs}:
+            for t in {t for k in members for t in reads(k)}:
                 k = produced_by.get(t)
                 if k is not None and k not in members and k not in claimed and able[k] and t not in keep \
                         and readers[t] <= members:
@@ -263,6 +268,14 @@ def fuse_regions(nodes: list[NodeContext], steps: list[list[int]], outputs: list
             regions[root] = members
     return [sorted(pos for k in regions[j] for pos in steps[k]) if j in regions else step
             for j, step in enumerate(steps) if j not in claimed or j in regions]
+
+
+def _float_update(nodes: list[NodeContext], step: list[int]) -> bool:
+    """Whether ``step`` is a lone DYNAMIC_UPDATE_SLICE of float tensors: a region may end in
+    its update (:func:`.kernels.region.region_kernels`)."""
+    ctx = nodes[step[0]]
+    return len(step) == 1 and ctx.node.op == "DYNAMIC_UPDATE_SLICE" and not ctx.dynamic \
+        and all(s is not None and np.dtype(s.dtype) == _F32 for s in (*ctx.inputs[:2], ctx.outputs[0]))
 
 
 def _region_buffers(nodes: list[NodeContext], steps: list[list[int]], members: set[int]) -> int:

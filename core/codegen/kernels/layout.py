@@ -560,6 +560,13 @@ def dynamic_update_slice(g: NodeGen) -> list[KernelSpec]:
     :func:`litegpu.ops.shape.update_slice_start` clamps them (a decoder's KV-cache write: its
     position is an input of each step). A run that binds the operand and the result to one
     buffer (a KV cache updated where it lies) skips the copy (``copy_of``)."""
+    return update_slice(g, lambda b, i: g.input(b, 1).load(i))
+
+
+def update_slice(g: NodeGen, update_at: Callable[[ir.KernelBuilder, Expr], Expr]) -> list[KernelSpec]:
+    """DYNAMIC_UPDATE_SLICE's kernels (see :func:`dynamic_update_slice`) with the update's
+    element ``i`` given by ``update_at(b, i)``: loaded, or computed by a fused region
+    (:mod:`.region`) whose nodes made the update."""
     shape, update = _in_shape(g, 0), _in_shape(g, 1)
     if np.dtype(g.ctx.inputs[2].dtype) == np.int64 and not g.dialect.int64:
         if g.ctx.inputs[2].value is None:
@@ -581,7 +588,7 @@ def dynamic_update_slice(g: NodeGen) -> list[KernelSpec]:
             offset = offset + (clamped + coord) * strides_of(shape)[d]
             if d:
                 rest = rest / update[d]
-        b.store(g.output(b), b.let("o", offset), g.input(b, 1).load(i))
+        b.store(g.output(b), b.let("o", offset), update_at(b, i))
         kernels.append(g.kernel(b, (total,)))
     return _kernels(*kernels)
 

@@ -3,7 +3,8 @@
 A region (see :func:`litegpu.codegen.fusion.fuse_regions`) is a set of nodes whose
 intermediate tensors nothing outside it reads: walks (slices, reshapes, transposes,
 broadcasts: :data:`.layout.WALKS`), CONCATENATION and float elementwise formulas
-(:mod:`..formulas`). Its kernel puts one work-item on each element of the region's
+(:mod:`..formulas`), ending in one of them or in the update of a DYNAMIC_UPDATE_SLICE (a
+KV-cache write). Its kernel puts one work-item on each element of the region's
 output (its last node's) and computes it from the tensors the region reads, following
 each node backwards from the element it needs: a walk moves the index into its input, a
 join picks the input the index falls in, a formula combines its operands at their
@@ -28,7 +29,7 @@ from .. import formulas, ir
 from ..ir import Expr, select
 from ..nodegen import KernelSpec, NodeGen, Precision
 from .elementwise import Broadcast
-from .layout import WALKS, _simplify
+from .layout import WALKS, _simplify, update_slice
 
 
 def _clamped(index: Expr, top: int) -> Expr:
@@ -115,9 +116,13 @@ class _Region:
 
 def region_kernels(nodes: Sequence[NodeContext], precision: Precision, specs, dialect, lanes: int = 1
                    ) -> list[KernelSpec]:
-    """The kernel of a region of ``nodes`` (in order; the last one's output is the region's)."""
+    """The kernel of a region of ``nodes`` (in order; the last one's output is the region's).
+    A DYNAMIC_UPDATE_SLICE last (a KV-cache write) keeps its kernels, its update computed
+    by the region's other nodes where its update kernel stores it."""
     root = nodes[-1]
     g = NodeGen(root, precision, specs, dialect=dialect, lanes=lanes)
+    if root.node.op == "DYNAMIC_UPDATE_SLICE":
+        return update_slice(g, lambda b, i: _Region(nodes[:-1], g, b).value(root.node.inputs[1], i))
     b = g.new_kernel()
     size = int(np.prod(root.outputs[0].shape, dtype=np.int64))
     if not size:

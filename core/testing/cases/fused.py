@@ -98,7 +98,37 @@ def mixed_model() -> tuple[bytes, list[np.ndarray]]:
     return b.build(), inputs
 
 
+def cache_write_model() -> tuple[bytes, list[np.ndarray]]:
+    """A decode step's KV-cache writes: k rotated, v sliced and reshaped, each written into
+    its cache by DYNAMIC_UPDATE_SLICE at the step's position (k ``[1, 4, 16, 64]``, v
+    ``[1, 4, 64, 16]``, as litert-torch lays them out)."""
+    rng = np.random.default_rng(7)
+    b = ModelBuilder()
+    qkv = b.input("qkv", (1, 1, 1280), F32)
+    cos = b.input("cos", (1, 32), F32)
+    sin = b.input("sin", (1, 32), F32)
+    cache_k = b.input("cache_k", (1, 4, 16, 64), F32)
+    cache_v = b.input("cache_v", (1, 4, 64, 16), F32)
+    k_at = b.input("k_at", (4,), np.int32)
+    v_at = b.input("v_at", (4,), np.int32)
+    groups = reshape_node(b, qkv, (1, 1, 4, 320), "groups")
+    k = reshape_node(b, slice_node(b, groups, [0, 0, 0, 192], [1, 1, 4, 64], "k"), (1, 4, 1, 64), "k_heads")
+    v = reshape_node(b, slice_node(b, groups, [0, 0, 0, 256], [1, 1, 4, 64], "v"), (1, 4, 64, 1), "v_heads")
+    k_rot = _rope(b, k, (1, 4, 1, 64), cos, sin, "k")
+    for cache, shape, update, at, name in ((cache_k, (1, 4, 16, 64), k_rot, k_at, "k_out"),
+                                           (cache_v, (1, 4, 64, 16), v, v_at, "v_out")):
+        out = b.tensor(name, shape, F32)
+        b.op("DYNAMIC_UPDATE_SLICE", [cache, update, at], [out])
+        b.output(out)
+    inputs = [rng.standard_normal((1, 1, 1280)).astype(F32), np.cos(rng.uniform(0, 6, (1, 32))).astype(F32),
+              np.sin(rng.uniform(0, 6, (1, 32))).astype(F32), rng.standard_normal((1, 4, 16, 64)).astype(F32),
+              rng.standard_normal((1, 4, 64, 16)).astype(F32), np.array([0, 0, 5, 0], np.int32),
+              np.array([0, 0, 0, 11], np.int32)]
+    return b.build(), inputs
+
+
 CASES = [
     Case("FUSED", "rotary-qkv-split", rope_model),
     Case("FUSED", "walks-joins-formulas", mixed_model),
+    Case("FUSED", "kv-cache-write", cache_write_model),
 ]
