@@ -151,23 +151,30 @@ def chain_steps(nodes: list[NodeContext], outputs: list[int], max_buffers: int =
     keep = set(outputs)
     steps: list[list[int]] = []
     pos = 0
+    def square_sum(p: int) -> NodeContext | None:
+        """The sum of squares that position ``p`` (a square) starts with the next node, if any."""
+        square = nodes[p].node.outputs[0] if nodes[p].node.outputs else -1
+        if p + 1 < len(nodes) and readers[square] == 1 and square not in keep:
+            folded = folded_square_sum(nodes[p], nodes[p + 1])
+            if folded is not None and _one_run(folded):
+                return folded
+        return None
+
     while pos < len(nodes):
         ctx = nodes[pos]
         step = [pos]
-        square = ctx.node.outputs[0] if ctx.node.outputs else -1
-        if pos + 1 < len(nodes) and readers[square] == 1 and square not in keep:
-            folded = folded_square_sum(ctx, nodes[pos + 1])
-            if folded is not None and _one_run(folded):
-                pos += 1
-                step.append(pos)
-                ctx = folded
+        folded = square_sum(pos)
+        if folded is not None:
+            pos += 1
+            step.append(pos)
+            ctx = folded
         gen = GENERATORS.get(ctx.node.op)
         if gen is not None and gen.epilogue and len(ctx.node.outputs) == 1 and not ctx.dynamic \
                 and ctx.outputs[0].dtype == _F32:
             running, shape = ctx.node.outputs[0], tuple(ctx.outputs[0].shape)
             budget = (max_buffers - len(ctx.node.inputs) - 1 - _GENERATOR_CONSTANTS) if max_buffers else None
             chain, start = [running], len(step)
-            while pos + 1 < len(nodes) and running not in keep:
+            while pos + 1 < len(nodes) and running not in keep and square_sum(pos + 1) is None:
                 nxt = nodes[pos + 1]
                 f = None if nxt.dynamic else follower_of(nxt, running, shape, chain)
                 if f is None:
