@@ -153,3 +153,45 @@ def test_more_outputs_than_one_launch_axis_holds_take_turns_in_each_work_group(r
             np.testing.assert_array_equal(got, want)
         else:
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+def float_fc(rows: int, k: int, units: int, bias: bool, act: str) -> bytes:
+    """A float FULLY_CONNECTED with constant weights (and bias), then an ADD its store takes."""
+    b = ModelBuilder()
+    x = b.input("x", (rows, k), np.float32)
+    y = b.tensor("y", (rows, units), np.float32)
+    extra = [b.const("bias", RNG.normal(size=units).astype(np.float32))] if bias else [-1]
+    b.op("FULLY_CONNECTED", [x, b.const("w", RNG.normal(size=(units, k)).astype(np.float32)), *extra], [y],
+         fused_activation_function=act)
+    z = b.tensor("z", (rows, units), np.float32)
+    b.op("ADD", [y, b.const("c", RNG.normal(size=units).astype(np.float32))], [z])
+    b.output(z)
+    return b.build()
+
+
+@pytest.mark.parametrize("gpu", ["opencl", "webgpu"])
+@pytest.mark.parametrize("rows, k, units, bias, act", [(1, 768, 70, True, "NONE"), (3, 300, 9, False, "RELU"),
+                                                       (8, 1024, 5, True, "RELU6")])
+def test_float_products_of_a_few_rows_split_k_on_a_gpu(request, monkeypatch, gpu, rows, k, units, bias, act):
+    """A float product of a few rows puts a work-group on each output on a GPU, its
+    work-items summing interleaved steps of K: within float32 rounding of LiteRT's sums
+    (another order than XNNPACK's one chain), where one lane keeps LiteRT's bits. With
+    fewer work-groups than outputs, each takes several in turn."""
+    from litegpu.codegen.kernels import conv
+    request.getfixturevalue(gpu)
+    data = float_fc(rows, k, units, bias, act)
+    feeds = [_rows(rows, k, 2.0)]
+    want = _run(lambda d: LiteRT(model_content=d), data, feeds)
+    monkeypatch.setenv(LANES_ENV, "64")
+    for limit in (conv.MAX_GROUPS, 7):
+        monkeypatch.setattr(conv, "MAX_GROUPS", limit)
+        groups = min(rows * units, limit)
+        assert _local_sizes(data, gpu, "FULLY_CONNECTED") == ({(64, 1)} if gpu == "opencl" else {(1, groups, 1)})
+        got = _run(lambda d: litegpu.Interpreter(model_content=d, experimental_delegates=[litegpu.load_delegate(gpu)]),
+                   data, feeds)
+        np.testing.assert_allclose(got, want, rtol=0, atol=4e-6 * np.abs(want).max())
+    if gpu == "opencl":
+        monkeypatch.setenv(LANES_ENV, "1")
+        one = _run(lambda d: litegpu.Interpreter(model_content=d, experimental_delegates=[litegpu.load_delegate(gpu)]),
+                   data, feeds)
+        np.testing.assert_array_equal(one, want)

@@ -35,8 +35,8 @@ import numpy as np
 from litegpu.ops.nn import conv_output_size, transpose_conv_padding
 
 from .. import ir
-from ..ir import Expr, call, logical_and, select
-from ..nodegen import KernelSpec, NodeGen
+from ..ir import FLOAT, Expr, call, logical_and, select
+from ..nodegen import MAX_GROUPS, KernelSpec, NodeGen
 from . import Decline, generator
 
 _F32 = np.dtype(np.float32)
@@ -548,6 +548,9 @@ def fully_connected(g: NodeGen) -> list[KernelSpec]:
     _check_float(g)
     o, k = g.ctx.inputs[1].shape
     count = int(np.prod(g.ctx.inputs[0].shape, dtype=np.int64)) // k
+    if g.lanes > 1 and g.ctx.inputs[1].value is not None and 0 < count <= _SPLIT_ROWS and k >= 4 * g.lanes \
+            and 4 * g.lanes <= g.dialect.max_local_bytes:
+        return [_split_fully_connected(g, count, o, k)]
     b = g.new_kernel()
     x = g.input(b, 0)
     if g.ctx.inputs[1].value is not None:
@@ -563,6 +566,46 @@ def fully_connected(g: NodeGen) -> list[KernelSpec]:
         def wload(step: ir.Operand) -> Expr:
             return _gather(wt, [ir.plus(row, step) for row in rows])
     return [_gemm_rows(g, tile, x, count, k, k, o, wload, _bias(g, b, 2, o, vec, tile.oc))]
+
+
+# Rows up to which a product on a GPU puts a work-group on each output (a decoder's step).
+_SPLIT_ROWS = 8
+
+
+def _split_fully_connected(g: NodeGen, rows: int, o: int, k: int) -> KernelSpec:
+    """FULLY_CONNECTED of a few rows on a GPU (``g.lanes`` > 1): a work-group per output
+    element, work-item ``l`` a fused multiply-add chain over steps ``l, l + lanes, ..`` of K
+    (neighbouring work-items read neighbouring weights), then the first work-item adds the
+    partial sums in order to the bias. One chain over K per output (XNNPACK's order, which
+    the other kernel keeps) would leave a GPU nearly idle, each work-item walking all of K,
+    so the sums here are in another order: within float32 rounding of LiteRT's, not its
+    bits. Past :data:`MAX_GROUPS` outputs each work-group takes several in turn."""
+    lanes = g.lanes
+    groups = min(rows * o, MAX_GROUPS)
+    b = g.new_kernel()
+    x = g.input(b, 0)
+    w = g.const(b, np.asarray(g.ctx.inputs[1].value, np.float32))
+    bias_spec = g.ctx.inputs[2] if len(g.ctx.inputs) > 2 else None
+    bias = None if bias_spec is None else (g.const(b, np.asarray(bias_spec.value, np.float32).reshape(-1))
+                                           if bias_spec.value is not None else g.input(b, 2))
+    partial = b.local_array("partial", FLOAT, lanes)
+    lid = b.let("lid", b.local_id(0))
+    with b.for_("e", b.group_id(1), rows * o, groups) as e:
+        m = b.let("m", e / o)
+        c = b.let("c", e % o)
+        acc = b.var("acc", 0.0, FLOAT)
+        with b.for_("kk", lid, k, lanes) as kk:
+            b.assign(acc, call("fma", w.load(c * k + kk, as_float=True), x.load(m * k + kk, as_float=True), acc))
+        b.local_store(partial, lid, acc)
+        b.barrier()
+        with b.if_(lid.eq(0)):
+            total = b.var("total", bias.load(c, as_float=True) if bias is not None else 0.0, FLOAT)
+            with b.for_("i", 0, lanes) as i:
+                b.assign(total, total + partial.load(i))
+            g.store_output(b, e, total.cast(ir.REAL))
+        if rows * o > groups:
+            b.barrier()    # (the next output reuses the partial sums)
+    return g.kernel(b, (lanes, groups), (lanes, 1))
 
 
 def _batch_index(out_batch: tuple[int, ...], batch: tuple[int, ...], row: Expr) -> Expr:
