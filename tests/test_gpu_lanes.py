@@ -195,3 +195,34 @@ def test_float_products_of_a_few_rows_split_k_on_a_gpu(request, monkeypatch, gpu
         one = _run(lambda d: litegpu.Interpreter(model_content=d, experimental_delegates=[litegpu.load_delegate(gpu)]),
                    data, feeds)
         np.testing.assert_array_equal(one, want)
+
+
+def batch_matmul(a_shape, b_shape, adj_x: bool, adj_y: bool, out_shape) -> bytes:
+    b = ModelBuilder()
+    x = b.input("a", a_shape, np.float32)
+    y = b.input("b", b_shape, np.float32)
+    z = b.tensor("z", out_shape, np.float32)
+    b.op("BATCH_MATMUL", [x, y], [z], adj_x=adj_x, adj_y=adj_y)
+    b.output(z)
+    return b.build()
+
+
+@pytest.mark.parametrize("gpu", ["opencl", "webgpu"])
+@pytest.mark.parametrize("a_shape, b_shape, adj_x, adj_y, out_shape", [
+    ((1, 4, 3, 512), (1, 4, 64, 512), False, True, (1, 4, 3, 64)),     # a decode step's values over its cache
+    ((2, 1, 300, 2), (3, 300, 5), True, False, (2, 3, 2, 5)),          # broadcast batches, both transposed ways
+])
+def test_batch_products_of_a_few_rows_split_k_on_a_gpu(request, monkeypatch, gpu, a_shape, b_shape, adj_x, adj_y,
+                                                        out_shape):
+    """BATCH_MATMUL of a few rows per matrix over a long K (attention's values over the
+    cache) splits K across a work-group per output on a GPU, as the float product does."""
+    request.getfixturevalue(gpu)
+    data = batch_matmul(a_shape, b_shape, adj_x, adj_y, out_shape)
+    feeds = [RNG.standard_normal(a_shape).astype(np.float32), RNG.standard_normal(b_shape).astype(np.float32)]
+    want = _run(lambda d: LiteRT(model_content=d), data, feeds)
+    monkeypatch.setenv(LANES_ENV, "64")
+    groups = int(np.prod(out_shape))
+    assert _local_sizes(data, gpu, "BATCH_MATMUL") == ({(64, 1)} if gpu == "opencl" else {(1, groups, 1)})
+    got = _run(lambda d: litegpu.Interpreter(model_content=d, experimental_delegates=[litegpu.load_delegate(gpu)]),
+               data, feeds)
+    np.testing.assert_allclose(got, want, rtol=0, atol=4e-6 * np.abs(want).max())

@@ -548,8 +548,7 @@ def fully_connected(g: NodeGen) -> list[KernelSpec]:
     _check_float(g)
     o, k = g.ctx.inputs[1].shape
     count = int(np.prod(g.ctx.inputs[0].shape, dtype=np.int64)) // k
-    if g.lanes > 1 and g.ctx.inputs[1].value is not None and 0 < count <= _SPLIT_ROWS and k >= 4 * g.lanes \
-            and 4 * g.lanes <= g.dialect.max_local_bytes:
+    if g.ctx.inputs[1].value is not None and _splits(g, count, k):
         return [_split_fully_connected(g, count, o, k)]
     b = g.new_kernel()
     x = g.input(b, 0)
@@ -573,39 +572,58 @@ _SPLIT_ROWS = 8
 
 
 def _split_fully_connected(g: NodeGen, rows: int, o: int, k: int) -> KernelSpec:
-    """FULLY_CONNECTED of a few rows on a GPU (``g.lanes`` > 1): a work-group per output
-    element, work-item ``l`` a fused multiply-add chain over steps ``l, l + lanes, ..`` of K
-    (neighbouring work-items read neighbouring weights), then the first work-item adds the
-    partial sums in order to the bias. One chain over K per output (XNNPACK's order, which
-    the other kernel keeps) would leave a GPU nearly idle, each work-item walking all of K,
-    so the sums here are in another order: within float32 rounding of LiteRT's, not its
-    bits. Past :data:`MAX_GROUPS` outputs each work-group takes several in turn."""
-    lanes = g.lanes
-    groups = min(rows * o, MAX_GROUPS)
+    """FULLY_CONNECTED of a few rows on a GPU (``g.lanes`` > 1): :func:`_split_dot` over
+    ``rows * o`` outputs, the weights ``[O, K]`` as the model holds them."""
     b = g.new_kernel()
     x = g.input(b, 0)
     w = g.const(b, np.asarray(g.ctx.inputs[1].value, np.float32))
     bias_spec = g.ctx.inputs[2] if len(g.ctx.inputs) > 2 else None
     bias = None if bias_spec is None else (g.const(b, np.asarray(bias_spec.value, np.float32).reshape(-1))
                                            if bias_spec.value is not None else g.input(b, 2))
+
+    def output(e: Expr) -> tuple[Callable[[Expr], Expr], Callable[[Expr], Expr], Expr | None]:
+        m, c = b.let("m", e / o), b.let("c", e % o)
+        return (lambda kk: x.load(m * k + kk, as_float=True), lambda kk: w.load(c * k + kk, as_float=True),
+                None if bias is None else bias.load(c, as_float=True))
+    return _split_dot(g, b, rows * o, k, output)
+
+
+def _split_dot(g: NodeGen, b: ir.KernelBuilder, outputs: int, k: int,
+               output: Callable[[Expr], tuple[Callable[[Expr], Expr], Callable[[Expr], Expr], Expr | None]]
+               ) -> KernelSpec:
+    """A product of a few rows on a GPU: a work-group per output element ``e``, work-item
+    ``l`` a fused multiply-add chain over steps ``l, l + lanes, ..`` of K (neighbouring
+    work-items read neighbouring elements), then the first work-item adds the partial sums
+    in order to the bias. ``output(e)`` declares the element's indices and gives its two
+    operands at a step and its bias (or None). One chain over K per output (XNNPACK's order,
+    which the tiled kernels keep) would leave a GPU nearly idle, each work-item walking all
+    of K, so the sums here are in another order: within float32 rounding of LiteRT's, not
+    its bits. Past :data:`MAX_GROUPS` outputs each work-group takes several in turn."""
+    lanes = g.lanes
+    groups = min(outputs, MAX_GROUPS)
     partial = b.local_array("partial", FLOAT, lanes)
     lid = b.let("lid", b.local_id(0))
-    with b.for_("e", b.group_id(1), rows * o, groups) as e:
-        m = b.let("m", e / o)
-        c = b.let("c", e % o)
+    with b.for_("e", b.group_id(1), outputs, groups) as e:
+        lhs, rhs, bias = output(e)
         acc = b.var("acc", 0.0, FLOAT)
         with b.for_("kk", lid, k, lanes) as kk:
-            b.assign(acc, call("fma", w.load(c * k + kk, as_float=True), x.load(m * k + kk, as_float=True), acc))
+            b.assign(acc, call("fma", rhs(kk), lhs(kk), acc))
         b.local_store(partial, lid, acc)
         b.barrier()
         with b.if_(lid.eq(0)):
-            total = b.var("total", bias.load(c, as_float=True) if bias is not None else 0.0, FLOAT)
+            total = b.var("total", bias if bias is not None else 0.0, FLOAT)
             with b.for_("i", 0, lanes) as i:
                 b.assign(total, total + partial.load(i))
             g.store_output(b, e, total.cast(ir.REAL))
-        if rows * o > groups:
+        if outputs > groups:
             b.barrier()    # (the next output reuses the partial sums)
     return g.kernel(b, (lanes, groups), (lanes, 1))
+
+
+def _splits(g: NodeGen, rows: int, k: int) -> bool:
+    """Whether a product of ``rows`` rows (per matrix) over ``k`` takes :func:`_split_dot`:
+    on a GPU, for a decoder step's few rows and a K worth splitting."""
+    return g.lanes > 1 and 0 < rows <= _SPLIT_ROWS and k >= 4 * g.lanes and 4 * g.lanes <= g.dialect.max_local_bytes
 
 
 def _batch_index(out_batch: tuple[int, ...], batch: tuple[int, ...], row: Expr) -> Expr:
@@ -641,6 +659,17 @@ def batch_matmul(g: NodeGen) -> list[KernelSpec]:
     most = g.dialect.max_lanes
     b = g.new_kernel()
     a = g.input(b, 0)
+    if _splits(g, m, k):     # (a decode step's attention over a long cache: K is its length)
+        rhs = g.input(b, 1)
+
+        def output(e: Expr) -> tuple[Callable[[Expr], Expr], Callable[[Expr], Expr], None]:
+            col, rest = b.let("col", e % n), b.let("rest", e / n)
+            row, matrix = b.let("row", rest % m), b.let("matrix", rest / m)
+            ab = b.let("ab", _batch_index(out_batch, a_shape[:-2], matrix) * (m * k))
+            bb = b.let("bb", _batch_index(out_batch, b_shape[:-2], matrix) * (k * n))
+            return (lambda kk: a.load(ab + (kk * m + row if adj_x else row * k + kk), as_float=True),
+                    lambda kk: rhs.load(bb + (col * k + kk if adj_y else kk * n + col), as_float=True), None)
+        return [_split_dot(g, b, int(np.prod(out_shape, dtype=np.int64)), k, output)]
     # The weight loads below read ``tile`` and ``bb``, declared once the rhs is bound and
     # its tile width known (a load is built only when dot runs).
     if g.ctx.inputs[1].value is not None:
