@@ -151,6 +151,7 @@ def chain_steps(nodes: list[NodeContext], outputs: list[int], max_buffers: int =
     keep = set(outputs)
     steps: list[list[int]] = []
     pos = 0
+
     def square_sum(p: int) -> NodeContext | None:
         """The sum of squares that position ``p`` (a square) starts with the next node, if any."""
         square = nodes[p].node.outputs[0] if nodes[p].node.outputs else -1
@@ -221,8 +222,10 @@ def _region_op(ctx: NodeContext) -> bool:
     if ctx.dynamic or len(node.outputs) != 1 or ctx.outputs[0] is None or ctx.outputs[0].full_precision:
         return False
     specs = [s for s in ctx.inputs if s is not None]
+    # (a walk's or a unary formula's further inputs are its constant arguments)
+    operands = specs[:1] if op in WALKS or op in UNARY else specs
     if any(np.dtype(s.dtype) != _F32 or int(np.prod(s.shape, dtype=np.int64)) >= _INDEX_LIMIT
-           for s in (ctx.outputs[0], *specs[:1 if op in WALKS or op in UNARY else None])):
+           for s in (ctx.outputs[0], *operands)):
         return False
     if op in WALKS or op in UNARY:
         return op != "QUANT_SIM" and bool(specs) and len(specs) == len(node.inputs) and \

@@ -461,6 +461,22 @@ def _one(g: NodeGen, w: Walk, fill: Expr | None = None) -> list[KernelSpec]:
 WALKS: dict[str, Callable[[NodeGen], Walk]] = {}
 
 
+def walk_source(w: Walk, index: Expr) -> Expr:
+    """The source element that element ``index`` of a walk's output (a plain walk: no
+    bounds, the output's own order) copies."""
+    w = _simplify(w)
+    terms: list[Expr] = []
+    for j, (size, src, dst) in enumerate(zip(w.shape, w.src, w.dst)):
+        if not src:
+            continue
+        coord = index if dst == 1 else index / dst
+        if j:    # the outermost coordinate needs no wrap-around
+            coord = coord % size
+        terms.append(ir.times(coord, src))
+    offset = ir.total(terms) if terms else ir.lit(0, ir.INT)
+    return offset + w.src_base if w.src_base else offset
+
+
 def walk(*ops: str):
     """Register the decorated function as the walk of ``ops`` and their generator."""
     def wrap(fn: Callable[[NodeGen], Walk]):

@@ -29,7 +29,7 @@ from .. import formulas, ir
 from ..ir import Expr, select
 from ..nodegen import KernelSpec, NodeGen, Precision
 from .elementwise import Broadcast
-from .layout import WALKS, _simplify, update_slice
+from .layout import WALKS, update_slice, walk_source
 
 
 def _clamped(index: Expr, top: int) -> Expr:
@@ -80,17 +80,8 @@ class _Region:
 
     def _walked(self, ctx: NodeContext, index: Expr) -> Expr:
         """The input element a walk node's element ``index`` copies."""
-        w = _simplify(WALKS[ctx.node.op](NodeGen(ctx, self.g.precision, self.g.specs, dialect=self.g.dialect)))
-        terms: list[Expr] = []
-        for j, (size, src, dst) in enumerate(zip(w.shape, w.src, w.dst)):
-            if not src:
-                continue
-            coord = index if dst == 1 else index / dst
-            if j:    # the outermost coordinate needs no wrap-around
-                coord = coord % size
-            terms.append(ir.times(coord, src))
-        offset = ir.total(terms) if terms else ir.lit(0, ir.INT)
-        return offset + w.src_base if w.src_base else offset
+        return walk_source(WALKS[ctx.node.op](NodeGen(ctx, self.g.precision, self.g.specs, dialect=self.g.dialect)),
+                           index)
 
     def _joined(self, ctx: NodeContext, index: Expr) -> Expr:
         """A CONCATENATION's element ``index``: the input its position on the axis falls in."""

@@ -25,8 +25,8 @@ from .build import BuildFailed, build_program, build_source, store_warmed_binary
 from litegpu.codegen import Precision, requested_precision
 from litegpu.codegen.nodegen import StoredTensor
 from litegpu.codegen.opencl import OPENCL
-from litegpu.codegen.render import (assemble, build_failure, io_uses, kernel_lanes, launched, lifetimes, running,
-                                    partition_kernels)
+from litegpu.codegen.render import (assemble, build_failure, io_uses, kernel_lanes, launched, lifetimes,
+                                    partition_kernels, running)
 from .device import Device
 from .driver_caches import POCL_PLATFORM, new_kernel
 
