@@ -191,3 +191,21 @@ def test_a_cache_write_computes_its_update(gpu) -> None:
     assert len(launches) == 4, launches
     updates = [ops for ops in launches if "CONCATENATION" in ops or "SLICE" in ops]
     assert len(updates) == 4 and all(ops[-1] == "DYNAMIC_UPDATE_SLICE" for ops in updates)
+
+
+def test_a_convolution_keeps_its_silu_in_its_own_kernel(opencl) -> None:
+    """A convolution takes no follower that reads an earlier value of its chain: its SiLU
+    (``x * sigmoid(x)``) folded into its store made efficientnet_b0 2.4x slower on PoCL."""
+    b = ModelBuilder()
+    x = b.input("x", (1, 8, 8, 4), F32)
+    y = b.tensor("y", (1, 8, 8, 8), F32)
+    b.op("CONV_2D", [x, b.const("f", RNG.standard_normal((8, 1, 1, 4)).astype(F32)),
+                     b.const("bias", RNG.standard_normal(8).astype(F32))], [y], padding="SAME", stride_w=1, stride_h=1)
+    s = b.tensor("s", (1, 8, 8, 8), F32)
+    b.op("LOGISTIC", [y], [s])
+    b.output(binary_node(b, "MUL", y, s, (1, 8, 8, 8), "silu"))
+    data = b.build()
+    inputs = [RNG.standard_normal((1, 8, 8, 4)).astype(F32)]
+    (got,), launches = _run(data, inputs, "opencl")
+    np.testing.assert_array_equal(got, litert_outputs(data, inputs)[0])
+    assert launches == [["CONV_2D"], ["LOGISTIC", "MUL"]], launches
