@@ -272,7 +272,8 @@ def decode_step(engine) -> dict:
     cuda ones keep (0: launched kernel by kernel)."""
     model = engine.io.model
     programs = [p for p, _, _ in model._compiled[model.get_signature_index(engine.decode.key)].programs]
-    step = {"launches": sum(len(getattr(p, "_running", getattr(p, "launches", ()))) for p in programs),
+    made = [p._io.running if hasattr(p, "_io") else getattr(p, "launches", ()) for p in programs]
+    step = {"launches": sum(map(len, made)),
             "kv_cache": "in place" if engine.io._in_place else "two sets"}
     graphs = [p._graphs for p in programs if hasattr(p, "_graphs")]
     if graphs:

@@ -136,7 +136,7 @@ def test_a_device_cache_given_as_input_and_output_is_updated_where_it_lies(devic
         np.testing.assert_array_equal(got["cache"], want)
         np.testing.assert_array_equal(got["doubled"], 2 * want)
     program = _program(model)
-    assert len(program._running) == len(program.launches) - 1
+    assert len(program._io.running) == len(program.launches) - 1
 
 
 def test_device_caches_in_separate_buffers_are_copied_then_updated(device) -> None:
@@ -155,7 +155,7 @@ def test_device_caches_in_separate_buffers_are_copied_then_updated(device) -> No
     np.testing.assert_array_equal(outs["cache"].array, want)
     np.testing.assert_array_equal(ins["cache"].array, start)
     program = _program(model)
-    assert program._running is program.launches
+    assert program._io.running is program.launches
 
 
 def test_a_device_buffer_shared_where_no_update_is_in_place_is_refused(device) -> None:

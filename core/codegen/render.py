@@ -11,7 +11,7 @@ import os
 import tempfile
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 from litegpu import env
 from litegpu.backend import Partition
@@ -223,16 +223,35 @@ def launched(partition: Partition, step_kernels: list[list[KernelSpec]]) -> list
     return out
 
 
-def io_uses(launches) -> dict[int, list[tuple[object, int]]]:
-    """Per input or output tensor, the ``(launch, parameter position)`` pairs that read or
-    write it, from each launch's ``io`` list: what a run changes when it binds another
-    buffer to the tensor (a decoder's steps alternate two KV caches: ~40 tensors rebound
-    every step, each used by a few of ~500 launches)."""
-    uses: dict[int, list[tuple[object, int]]] = {}
-    for launch in launches:
-        for position, t in launch.io:
-            uses.setdefault(t, []).append((launch, position))
-    return uses
+class IoBindings:
+    """A program's partition inputs and outputs bound to device tensors (each launch has
+    ``io``, the ``(parameter position, tensor)`` pairs bound per run, and ``copy_of``): a
+    binding changes only the launches that use the tensor (a decoder's steps rebind their
+    caches: ~40 tensors, each used by a few of ~500 launches), and :attr:`running` is the
+    launches a run on the bound tensors makes (:func:`running`)."""
+
+    def __init__(self, launches: list) -> None:
+        self.launches = launches
+        self.bound: dict[int, object] = {}
+        self.running = launches
+        self._uses: dict[int, list[tuple[object, int]]] = {}
+        for launch in launches:
+            for position, t in launch.io:
+                self._uses.setdefault(t, []).append((launch, position))
+        self._copies = [launch for launch in launches if launch.copy_of]
+
+    def bind(self, tensors: Sequence[int], given: Sequence, attach: Callable[[int, object, list], None]) -> None:
+        """Bind device tensor ``given[k]`` to tensor ``tensors[k]``: for each not bound to it
+        already, ``attach(t, tensor, uses)`` checks it and points ``uses`` (the ``(launch,
+        parameter position)`` pairs that read or write ``t``) at it."""
+        changed = False
+        for t, x in zip(tensors, given):
+            if self.bound.get(t) is not x:
+                attach(t, x, self._uses.get(t, ()))
+                self.bound[t] = x
+                changed = True
+        if changed and self._copies:
+            self.running = running(self.launches, self._copies, self.bound)
 
 
 def running(launches: list, copies: list, bound: dict) -> list:

@@ -33,8 +33,8 @@ from litegpu.backend import CompileOptions, Event, Partition, Program
 from litegpu.codegen import Precision, requested_precision
 from litegpu.codegen.nodegen import StoredTensor
 from litegpu.codegen.cuda import CUDA
-from litegpu.codegen.render import (assemble_parts, blocks, build_failure, io_uses, launched, lifetimes,
-                                    partition_kernels, running)
+from litegpu.codegen.render import (IoBindings, assemble_parts, blocks, build_failure, launched, lifetimes,
+                                    partition_kernels)
 from litegpu.errors import ExecutionError, InvalidArgumentError
 from litegpu.kernel_cache import KernelCache, compile_forbidden, options_key
 from litegpu.memory import Usage, plan_arena
@@ -260,10 +260,7 @@ class CudaProgram(Program):
                     values[n] = self._upload(a.const)
             grid, block = blocks(k)
             self.launches.append(_Launch(functions[name], grid, block, values, io_args, nodes, name, k.copy_of))
-        self._uses = io_uses(self.launches)
-        self._bound: dict[int, CudaTensor] = {}
-        self._copies = [launch for launch in self.launches if launch.copy_of]
-        self._running = self.launches   # (see run)
+        self._io = IoBindings(self.launches)
         self._graphs = GraphCache(lambda graph: check(cu.cuGraphExecDestroy(graph)), env.flag(GRAPHS_ENV, True))
         weakref.finalize(self, self._graphs.close)   # (the cache holds no reference to the program)
 
@@ -292,12 +289,8 @@ class CudaProgram(Program):
         device = self.device
         device.activate()
         order_after(device, wait_for)
-        changed = False
-        for t, x in (*zip(self.inputs, inputs), *zip(self.outputs, outputs)):
-            changed |= self._bind(t, x)
-        if changed and self._copies:
-            self._running = running(self.launches, self._copies, self._bound)
-        graph = self._graphs.graph_for(tuple(self._bound[t].ptr for t in (*self.inputs, *self.outputs)),
+        self._io.bind((*self.inputs, *self.outputs), (*inputs, *outputs), self._attach)
+        graph = self._graphs.graph_for(tuple(self._io.bound[t].ptr for t in (*self.inputs, *self.outputs)),
                                        self._capture)
         if graph is not None:
             check(device.cu.cuGraphLaunch(graph, device.stream), "cuGraphLaunch")
@@ -309,7 +302,7 @@ class CudaProgram(Program):
         """Enqueue the launches a run makes (:func:`running`) on the stream, on the pointers bound now."""
         cu, stream = self.device.cu, self.device.stream
         launch_kernel, success = cu.cuLaunchKernel, cu.CUresult.CUDA_SUCCESS
-        for launch in self._running:
+        for launch in self._io.running:
             result = launch_kernel(launch.function, *launch.grid, *launch.block, 0, stream,
                                    launch.pointers.ctypes.data, 0)
             if result[0] != success:
@@ -332,14 +325,10 @@ class CudaProgram(Program):
             if graph is not None:
                 cu.cuGraphDestroy(graph)
 
-    def _bind(self, t: int, tensor: CudaTensor) -> bool:
-        if self._bound.get(t) is tensor:
-            return False
+    def _attach(self, t: int, tensor: CudaTensor, uses) -> None:
         CudaTensor.check_binding(t, tensor, self.io_layout[t])
-        for launch, pos in self._uses.get(t, ()):
+        for launch, pos in uses:
             launch.values[pos] = tensor.ptr
-        self._bound[t] = tensor
-        return True
 
 
 

@@ -25,8 +25,8 @@ from .build import BuildFailed, build_program, build_source, store_warmed_binary
 from litegpu.codegen import Precision, requested_precision
 from litegpu.codegen.nodegen import StoredTensor
 from litegpu.codegen.opencl import OPENCL
-from litegpu.codegen.render import (assemble, build_failure, io_uses, kernel_lanes, launched, lifetimes,
-                                    partition_kernels, running)
+from litegpu.codegen.render import (IoBindings, assemble, build_failure, kernel_lanes, launched, lifetimes,
+                                    partition_kernels)
 from .device import Device
 from .driver_caches import POCL_PLATFORM, new_kernel
 
@@ -192,10 +192,7 @@ class ClProgram(Program):
                 kernel.set_arg(pos + 1, offset)
             self.launches.append(_Launch(kernel, k.global_size, k.local_size, io_args, nodes, f"k_{k.digest}",
                                          k.copy_of))
-        self._uses = io_uses(self.launches)
-        self._bound: dict[int, ClTensor] = {}
-        self._copies = [launch for launch in self.launches if launch.copy_of]
-        self._running = self.launches   # (see _bind_all)
+        self._io = IoBindings(self.launches)
         if log.isEnabledFor(logging.DEBUG):
             log.debug("OpenCL program (%s): %s", "from cache" if self.cache_hit else "built", "; ".join(
                 f"{launch.name} for node{'s' if len(launch.nodes) > 1 else ''} "
@@ -241,7 +238,7 @@ class ClProgram(Program):
         queue, enqueue = self.device.queue, self.cl.enqueue_nd_range_kernel
         event = None
         try:
-            for launch in self._running:
+            for launch in self._io.running:
                 event = enqueue(queue, launch.kernel, launch.global_size, launch.local_size, wait_for=cl_wait)
                 cl_wait = None
         except self.cl.Error as exc:
@@ -256,7 +253,7 @@ class ClProgram(Program):
         queue, enqueue = self.device.queue, self.cl.enqueue_nd_range_kernel
         events = []
         try:
-            for launch in self._running:
+            for launch in self._io.running:
                 events.append(enqueue(queue, launch.kernel, launch.global_size, launch.local_size,
                                       wait_for=cl_wait))
                 cl_wait = None
@@ -289,7 +286,7 @@ class ClProgram(Program):
         self._bind_all(inputs, outputs)
         event = None
         try:
-            for n, launch in enumerate(self._running):
+            for n, launch in enumerate(self._io.running):
                 enqueued = clock()
                 event = enqueue(queue, launch.kernel, launch.global_size, launch.local_size)
                 infos = tuple(node_info(c) for c in launch.nodes)
@@ -312,22 +309,13 @@ class ClProgram(Program):
         return event
 
     def _bind_all(self, inputs: Sequence[ClTensor], outputs: Sequence[ClTensor]) -> None:
-        """Point the launches at these input and output tensors (partition order), and
-        choose the launches a run on them makes (:func:`running`)."""
-        changed = False
-        for t, x in (*zip(self.inputs, inputs), *zip(self.outputs, outputs)):
-            changed |= self._bind(t, x)
-        if changed and self._copies:
-            self._running = running(self.launches, self._copies, self._bound)
+        """Point the launches at these input and output tensors (partition order)."""
+        self._io.bind((*self.inputs, *self.outputs), (*inputs, *outputs), self._attach)
 
-    def _bind(self, t: int, tensor: ClTensor) -> bool:
-        if self._bound.get(t) is tensor:
-            return False
+    def _attach(self, t: int, tensor: ClTensor, uses) -> None:
         ClTensor.check_binding(t, tensor, self.io_layout[t])
-        for launch, pos in self._uses.get(t, ()):
+        for launch, pos in uses:
             launch.kernel.set_arg(pos, tensor.buffer)
-        self._bound[t] = tensor
-        return True
 
 
 def _profiling_queue(device: Device, profiler) -> Any:

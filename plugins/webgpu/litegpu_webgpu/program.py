@@ -21,8 +21,8 @@ from litegpu import progress
 from litegpu.backend import CompileOptions, Event, Partition, Program
 from litegpu.codegen import Precision, requested_precision
 from litegpu.codegen.nodegen import KernelSpec
-from litegpu.codegen.render import (assemble, build_failure, io_uses, kernel_lanes, launched, lifetimes,
-                                    partition_kernels, running)
+from litegpu.codegen.render import (IoBindings, assemble, build_failure, kernel_lanes, launched, lifetimes,
+                                    partition_kernels)
 from litegpu.codegen.wgsl import WgslDialect
 from litegpu.errors import InvalidArgumentError, UnsupportedError
 from litegpu.memory import Usage
@@ -84,10 +84,7 @@ class WebGpuProgram(Program):
         self.launches: list[Launch] = []
         self.launches = [self._launch(k, pipelines[k.source], io, specs, nodes)
                          for k, nodes in launched(partition, step_kernels)]
-        self._uses = io_uses(self.launches)
-        self._bound: dict[int, WgpuTensor] = {}
-        self._copies = [launch for launch in self.launches if launch.copy_of]
-        self._running = self.launches   # (see _prepare)
+        self._io = IoBindings(self.launches)
         if log.isEnabledFor(logging.DEBUG):
             log.debug("WebGPU program: %s", "; ".join(
                 f"{launch.name} for {'+'.join(f'{c.node.index} {c.node.op}' for c in launch.nodes)}"
@@ -222,7 +219,7 @@ class WebGpuProgram(Program):
         queue comes first anyway; events of the host, other backends or other devices are
         waited for here."""
         self._prepare(inputs, outputs, wait_for)
-        return submit(self.device, self._running)
+        return submit(self.device, self._io.running)
 
     def kernels(self) -> list[tuple[tuple[int, ...], str]]:
         """Each launch's nodes (a producer and its folded followers) and its kernel function."""
@@ -238,7 +235,7 @@ class WebGpuProgram(Program):
         if "timestamp-query" not in self.device.features or not 0 < len(self.launches) <= MAX_TIMED_DISPATCHES:
             return None
         self._prepare(inputs, outputs, wait_for)
-        launches = self._running
+        launches = self._io.running
         with self.device.calls("preparing timestamp queries"):
             stamps = Timestamps(self.device, len(launches))
         submitted = time.perf_counter()
@@ -253,25 +250,16 @@ class WebGpuProgram(Program):
         return stamps.event
 
     def _prepare(self, inputs: Sequence[WgpuTensor], outputs: Sequence[WgpuTensor], wait_for: Sequence[Event]) -> None:
-        """Wait for what the queue does not order (see :meth:`run`), bind the run's tensors
-        and choose the launches a run on them makes (:func:`running`)."""
+        """Wait for what the queue does not order (see :meth:`run`) and bind the run's tensors."""
         for e in wait_for:
             if not (isinstance(e, WebGpuEvent) and e.device is self.device):
                 e.wait()
-        changed = False
-        for t, x in (*zip(self.inputs, inputs), *zip(self.outputs, outputs)):
-            changed |= self._bind(t, x)
-        if changed and self._copies:
-            self._running = running(self.launches, self._copies, self._bound)
+        self._io.bind((*self.inputs, *self.outputs), (*inputs, *outputs), self._attach)
 
-    def _bind(self, t: int, tensor: WgpuTensor) -> bool:
-        if self._bound.get(t) is tensor:
-            return False
+    def _attach(self, t: int, tensor: WgpuTensor, uses) -> None:
         WgpuTensor.check_binding(t, tensor, self.io_layout[t])
         if tensor.device is not self.device:
             raise InvalidArgumentError(f"tensor {t}: its buffer belongs to another WebGPU device than the program's")
         binding = Binding(tensor.buffer, tensor.offset, tensor.binding_size)
-        for launch, position in self._uses.get(t, ()):
+        for launch, position in uses:
             launch.bind(position, binding)
-        self._bound[t] = tensor
-        return True
