@@ -140,10 +140,10 @@ def test_more_outputs_than_one_launch_axis_holds_take_turns_in_each_work_group(r
     vocabulary's logits) keeps a work-group per output: each group takes every
     ``MAX_GROUPS``-th output in turn. The limit is lowered here so a small product takes
     several turns, the last one partial."""
-    from litegpu.codegen.kernels import hybrid
+    from litegpu.codegen import nodegen
     request.getfixturevalue(gpu)
     monkeypatch.setenv(LANES_ENV, "64")
-    monkeypatch.setattr(hybrid, "MAX_GROUPS", 16)
+    monkeypatch.setattr(nodegen, "MAX_GROUPS", 16)
     for data, feeds in (CASES["int8-decode"](), CASES["int4-block32"](), CASES["int8-rows"]()):
         assert _local_sizes(data, gpu, "HYBRID_FULLY_CONNECTED") == ({(64, 1)} if gpu == "opencl" else {(1, 16, 1)})
         got = _run(lambda d: litegpu.Interpreter(model_content=d, experimental_delegates=[litegpu.load_delegate(gpu)]),
@@ -177,14 +177,14 @@ def test_float_products_of_a_few_rows_split_k_on_a_gpu(request, monkeypatch, gpu
     work-items summing interleaved steps of K: within float32 rounding of LiteRT's sums
     (another order than XNNPACK's one chain), where one lane keeps LiteRT's bits. With
     fewer work-groups than outputs, each takes several in turn."""
-    from litegpu.codegen.kernels import conv
+    from litegpu.codegen import nodegen
     request.getfixturevalue(gpu)
     data = float_fc(rows, k, units, bias, act)
     feeds = [_rows(rows, k, 2.0)]
     want = _run(lambda d: LiteRT(model_content=d), data, feeds)
     monkeypatch.setenv(LANES_ENV, "64")
-    for limit in (conv.MAX_GROUPS, 7):
-        monkeypatch.setattr(conv, "MAX_GROUPS", limit)
+    for limit in (nodegen.MAX_GROUPS, 7):
+        monkeypatch.setattr(nodegen, "MAX_GROUPS", limit)
         groups = min(rows * units, limit)
         assert _local_sizes(data, gpu, "FULLY_CONNECTED") == ({(64, 1)} if gpu == "opencl" else {(1, groups, 1)})
         got = _run(lambda d: litegpu.Interpreter(model_content=d, experimental_delegates=[litegpu.load_delegate(gpu)]),

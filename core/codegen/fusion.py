@@ -16,7 +16,6 @@ previous one's output. A node joins the chain when:
 """
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import replace
 from typing import Sequence
 
@@ -152,7 +151,6 @@ def chain_steps(nodes: list[NodeContext], outputs: list[int], max_buffers: int =
         for i in c.node.inputs:
             if i >= 0:
                 read_at.setdefault(i, set()).add(p)
-    readers = Counter({t: len(at) for t, at in read_at.items()})
     keep = set(outputs)
     steps: list[list[int]] = []
     pos = 0
@@ -160,7 +158,7 @@ def chain_steps(nodes: list[NodeContext], outputs: list[int], max_buffers: int =
     def square_sum(p: int) -> NodeContext | None:
         """The sum of squares that position ``p`` (a square) starts with the next node, if any."""
         square = nodes[p].node.outputs[0] if nodes[p].node.outputs else -1
-        if p + 1 < len(nodes) and readers[square] == 1 and square not in keep:
+        if p + 1 < len(nodes) and len(read_at.get(square, ())) == 1 and square not in keep:
             folded = folded_square_sum(nodes[p], nodes[p + 1])
             if folded is not None and _one_run(folded):
                 return folded

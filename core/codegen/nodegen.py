@@ -173,6 +173,20 @@ class Follower:
 MAX_GROUPS = 65535
 
 
+def group_per_output(g: "NodeGen", b: ir.KernelBuilder, outputs: int, output: Callable[[ir.Sym], None]
+                     ) -> "KernelSpec":
+    """The kernel ``b`` holds, with a work-group of ``g.lanes`` work-items on each of
+    ``outputs`` elements: ``output(e)`` builds element ``e``'s work. Past
+    :data:`MAX_GROUPS` outputs each work-group takes every ``MAX_GROUPS``-th in turn, a
+    barrier between turns (the next reuses the group's local memory)."""
+    groups = min(outputs, MAX_GROUPS)
+    with b.for_("e", b.group_id(1), outputs, groups) as e:
+        output(e)
+        if outputs > groups:
+            b.barrier()
+    return g.kernel(b, (g.lanes, groups), (g.lanes, 1))
+
+
 class NodeGen:
     """What a generator writes one node's kernels with.
 

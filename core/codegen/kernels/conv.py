@@ -36,7 +36,7 @@ from litegpu.ops.nn import conv_output_size, transpose_conv_padding
 
 from .. import ir
 from ..ir import FLOAT, Expr, call, logical_and, select
-from ..nodegen import MAX_GROUPS, KernelSpec, NodeGen
+from ..nodegen import KernelSpec, NodeGen, group_per_output
 from . import Decline, generator
 
 _F32 = np.dtype(np.float32)
@@ -598,12 +598,12 @@ def _split_dot(g: NodeGen, b: ir.KernelBuilder, outputs: int, k: int,
     operands at a step and its bias (or None). One chain over K per output (XNNPACK's order,
     which the tiled kernels keep) would leave a GPU nearly idle, each work-item walking all
     of K, so the sums here are in another order: within float32 rounding of LiteRT's, not
-    its bits. Past :data:`MAX_GROUPS` outputs each work-group takes several in turn."""
+    its bits. Past :data:`..nodegen.MAX_GROUPS` outputs each work-group takes several in turn."""
     lanes = g.lanes
-    groups = min(outputs, MAX_GROUPS)
     partial = b.local_array("partial", FLOAT, lanes)
     lid = b.let("lid", b.local_id(0))
-    with b.for_("e", b.group_id(1), outputs, groups) as e:
+
+    def element(e: ir.Sym) -> None:
         lhs, rhs, bias = output(e)
         acc = b.var("acc", 0.0, FLOAT)
         with b.for_("kk", lid, k, lanes) as kk:
@@ -615,9 +615,7 @@ def _split_dot(g: NodeGen, b: ir.KernelBuilder, outputs: int, k: int,
             with b.for_("i", 0, lanes) as i:
                 b.assign(total, total + partial.load(i))
             g.store_output(b, e, total.cast(ir.REAL))
-        if outputs > groups:
-            b.barrier()    # (the next output reuses the partial sums)
-    return g.kernel(b, (lanes, groups), (lanes, 1))
+    return group_per_output(g, b, outputs, element)
 
 
 def _splits(g: NodeGen, rows: int, k: int) -> bool:

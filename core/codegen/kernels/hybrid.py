@@ -7,7 +7,7 @@ HYBRID_FULLY_CONNECTED runs one work-item per output element over int8 weight co
 as int8 in device memory (a quarter of the dequantized floats' bytes), stored ``[K, N]``
 so neighbouring work-items read neighbouring bytes; for a few rows (a decode step) a
 work-group per output element (each taking several in turn past one launch axis's
-:data:`MAX_GROUPS` work-groups), its work-items summing segments of K. Its sums are int32,
+:data:`..nodegen.MAX_GROUPS` work-groups), its work-items summing segments of K. Its sums are int32,
 exact; the scaling is XNNPACK's float32 arithmetic step by step: per output channel
 ``fma(float(sum) * row_scale, weight_scale, bias)``; per block (INT4 LLM weights) a float32
 accumulator from the block zero-point sums times ``zp + 128``, one fused multiply-add per
@@ -21,7 +21,7 @@ from litegpu.ops.hybrid import blockwise_zero_point_sums
 
 from .. import ir
 from ..ir import call, select
-from ..nodegen import MAX_GROUPS, KernelSpec, NodeGen
+from ..nodegen import KernelSpec, NodeGen, group_per_output
 from . import Decline, generator
 from .pool import _grouped_rows, _Rows
 
@@ -183,26 +183,23 @@ def _split_product(g: NodeGen, w: np.ndarray, rows: int, block: int, segment: in
     sum by one work-item into local memory, then the first work-item scales them as the
     per-element kernel does (integer sums are the same in any order; the blocks' fused
     multiply-adds stay in order). The weights stay ``[N, K]``: a work-item reads its
-    segment's bytes in a row. Past :data:`MAX_GROUPS` outputs (a large vocabulary's
+    segment's bytes in a row. Past :data:`..nodegen.MAX_GROUPS` outputs (a large vocabulary's
     logits) each work-group takes every ``MAX_GROUPS``-th output in turn."""
     n, k = w.shape
-    lanes, segments = g.lanes, -(-k // segment)
-    groups = min(rows * n, MAX_GROUPS)
+    segments = -(-k // segment)
     b = g.new_kernel()
     q = g.input(b, 0)
     params = g.input(b, 1)
     weights = g.const(b, np.ascontiguousarray(w))
     sums = b.local_array("sums", ir.INT, segments)
     lid = b.let("lid", b.local_id(0))
-    with b.for_("o", b.group_id(1), rows * n, groups) as o:
-        _split_output(g, b, w, rows, block, segment, scale_values, bias_spec, q, params, weights, sums, lid, o)
-    return g.kernel(b, (lanes, groups), (lanes, 1))
+    return group_per_output(g, b, rows * n, lambda o: _split_output(
+        g, b, w, block, segment, scale_values, bias_spec, q, params, weights, sums, lid, o))
 
 
-def _split_output(g: NodeGen, b: ir.KernelBuilder, w: np.ndarray, rows: int, block: int, segment: int,
+def _split_output(g: NodeGen, b: ir.KernelBuilder, w: np.ndarray, block: int, segment: int,
                   scale_values: np.ndarray, bias_spec, q, params, weights, sums, lid, o) -> None:
-    """Output element ``o`` of :func:`_split_product`, by the work-group (its work-items
-    reach the end together: the next output reuses ``sums``)."""
+    """Output element ``o`` of :func:`_split_product`, by the work-group."""
     n, k = w.shape
     lanes, segments = g.lanes, -(-k // segment)
     m = b.let("m", o / n)
@@ -230,5 +227,3 @@ def _split_output(g: NodeGen, b: ir.KernelBuilder, w: np.ndarray, rows: int, blo
             return total
         g.store_output(b, o, _scaled(g, b, w, block, scale_values, bias_spec, c, zp, row_scale, segment_sums)
                        .cast(ir.REAL))
-    if rows * n > MAX_GROUPS:
-        b.barrier()
