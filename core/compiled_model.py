@@ -206,7 +206,7 @@ class CompiledModel:
                           extra={**environment.options, **options.gpu_options.extra()},
                           placement=options.placement)
         compiled = cls(session, environment)
-        model.release_pages()
+        session.release_pages()
         return compiled
 
     @property

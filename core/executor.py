@@ -62,8 +62,8 @@ def infer_subgraph(model: Model, sg: Subgraph, input_specs: dict[int, TensorSpec
     """
     specs: dict[int, TensorSpec | None] = {}
     for t in sg.tensors:
-        if t.data is not None and t.type_name != "STRING":
-            specs[t.index] = TensorSpec(t.shape, t.dtype, t.data, t.full_precision)
+        if t.is_constant and t.type_name != "STRING":
+            specs[t.index] = TensorSpec(t.shape, t.dtype, t.stored, t.full_precision)
         elif t.is_variable:
             specs[t.index] = TensorSpec(t.shape, t.dtype, full_precision=t.full_precision)
     specs.update({t: replace(s, full_precision=sg.tensors[t].full_precision) if 0 <= t < len(sg.tensors) else s

@@ -101,7 +101,7 @@ from typing import Sequence
 import numpy as np
 
 from .errors import LiteGpuError, ModelFormatError
-from .graph import Model, Node, Subgraph, Tensor
+from .graph import Int4Constant, LazyConstant, Model, Node, Subgraph, Tensor
 from .ops.registry import OpDef, TensorSpec, get_op, register
 from .quant import QuantParams, dequantize, is_quantized
 
@@ -152,15 +152,32 @@ def float_view(model: Model) -> Model:
     return replace(model, subgraphs=tuple(subgraphs))
 
 
+class _Dequantized(LazyConstant):
+    """A quantized constant's float32 value, made when read (see
+    :class:`~litegpu.graph.LazyConstant`): a hybrid decoder's products read their weights'
+    codes, so the float copies of every weight, four times their bytes, were made and held
+    for nothing."""
+
+    __slots__ = ("source", "params")
+
+    def __init__(self, source: Tensor, params: QuantParams) -> None:
+        super().__init__(tuple(source.shape))
+        self.source = source
+        self.params = params
+
+    def make(self) -> np.ndarray:
+        return dequantize(self.source.data, self.params)
+
+
 def _float_tensor(t: Tensor, index: int | None = None, name: str | None = None) -> Tensor:
-    """``t`` as a float32 tensor (a constant dequantized), without quantization."""
-    data = None
-    if t.data is not None:
+    """``t`` as a float32 tensor (a constant dequantized when read), without quantization."""
+    stored = None
+    if t.is_constant:
         params = QuantParams.of(t) if is_quantized(t) else _bias_params(t)
-        data = dequantize(t.data, params) if params is not None else t.data
-        data.setflags(write=False)
+        stored = _Dequantized(t, params) if params is not None else t.stored
     return replace(t, index=t.index if index is None else index, name=name or t.name, dtype=F32,
-                   type_name="FLOAT32", data=data, quantization=None, full_precision=data is None and _wide(t))
+                   type_name="FLOAT32", stored=stored, quantization=None,
+                   full_precision=stored is None and _wide(t))
 
 
 def _wide(t: Tensor) -> bool:
@@ -172,7 +189,7 @@ def _wide(t: Tensor) -> bool:
 def _bias_params(t: Tensor) -> QuantParams | None:
     """An int32/int64 constant with scales (a quantized bias) read as quantized values."""
     q = t.quantization
-    if t.data is None or t.dtype not in (np.int32, np.int64) or q is None or not q.is_set:
+    if not t.is_constant or t.dtype not in (np.int32, np.int64) or q is None or not q.is_set:
         return None
     scales = np.asarray(q.scales, np.float32).reshape(-1)
     zps = np.zeros(scales.size, np.int64)
@@ -632,7 +649,7 @@ class _Rewrite:
                     changed = True
         return grid
 
-    def new_tensor(self, like: Tensor, name: str, data: np.ndarray | None = None,
+    def new_tensor(self, like: Tensor, name: str, data: np.ndarray | LazyConstant | None = None,
                    full_precision: bool = True, dtype: np.dtype = F32) -> int:
         """Append a tensor of ``dtype`` (float32) shaped like ``like`` (or ``data``'s constant).
 
@@ -641,13 +658,15 @@ class _Rewrite:
         fit half (8-bit grid values, filters of 8-bit integers times a power of two).
         """
         index = len(self.tensors)
-        if data is not None:
+        if isinstance(data, LazyConstant):   # (made when read, as the model's own)
+            like = replace(like, shape=tuple(data.shape), shape_signature=tuple(data.shape))
+        elif data is not None:
             data = np.ascontiguousarray(data, dtype)
             data.setflags(write=False)
             like = replace(like, shape=tuple(data.shape), shape_signature=tuple(data.shape))
         dtype = np.dtype(dtype)
         self.tensors.append(replace(like, index=index, name=name, dtype=dtype, type_name=_TYPE_NAMES[dtype],
-                                    data=data,
+                                    stored=data,
                                     quantization=None, is_variable=False, sparsity=None,
                                     full_precision=full_precision))
         return index
@@ -712,7 +731,7 @@ class _Rewrite:
                 self.softmax16(node, plan)
             elif plan == "pass" and node.inputs[0] in self.grid:
                 self.nodes.append(replace(node, inputs=self.mapped(node.inputs)))
-            elif not self.hybrid_product(node):
+            elif not self.hybrid_product(node) and not self.hybrid_lookup(node):
                 self.simulated(node)
         for o in sg.outputs:
             if o in self.real:
@@ -747,11 +766,33 @@ class _Rewrite:
         codes, params = self.rows_quantized[node.inputs[0]]
         block = int(attrs.get("block_size") or 0)
         scales = attrs["block_scale"] if block else attrs["weight_scale"]
-        weights = self.new_tensor(w, f"{w.name}/codes", np.asarray(w.data, np.int8), dtype=np.int8)
+        codes_of = w.stored if isinstance(w.stored, Int4Constant) else np.asarray(w.data, np.int8)
+        weights = self.new_tensor(w, f"{w.name}/codes", codes_of, dtype=np.int8)
         scales_t = self.new_tensor(w, f"{w.name}/scales", np.asarray(scales, F32))
         bias = inputs[2] if len(inputs) > 2 else -1
         self.add("HYBRID_FULLY_CONNECTED", (codes, params, weights, bias, scales_t), node.outputs,
                  {"activation": attrs["activation"], "keep_num_dims": attrs["keep_num_dims"], "block_size": block})
+        return True
+
+    def hybrid_lookup(self, node: Node) -> bool:
+        """A hybrid EMBEDDING_LOOKUP (float rows of a quantized table) of run-time ids, which
+        no GPU runs (it could not report a bad id): kept as it is, on the table as the model
+        stores it, for the cpu's lookup, which scales just the rows it reads. Its float view
+        was the whole table dequantized: a decoder's vocabulary times its width in float32,
+        in each signature. False (nothing added) for any other node."""
+        if node.op != "EMBEDDING_LOOKUP" or len(node.inputs) != 2 or min(node.inputs) < 0 \
+                or self.sg.tensors[node.inputs[0]].is_constant:
+            return False
+        try:
+            hybrid = get_op(node.op).node_attrs(node, self.sg.tensors).get("hybrid")
+        except LiteGpuError:
+            return False
+        if not hybrid:
+            return False
+        table = self.sg.tensors[node.inputs[1]]
+        kept = len(self.tensors)
+        self.tensors.append(replace(table, index=kept, name=f"{table.name}/codes"))
+        self.nodes.append(replace(node, inputs=(self.mapped(node.inputs[:1])[0], kept)))
         return True
 
     def simulated(self, node: Node) -> None:
@@ -970,7 +1011,7 @@ class _Rewrite:
         data = np.array([axis], np.int32)
         data.setflags(write=False)
         self.tensors.append(replace(like, index=index, name=name, dtype=np.dtype(np.int32), type_name="INT32",
-                                    shape=(1,), shape_signature=(1,), data=data, quantization=None,
+                                    shape=(1,), shape_signature=(1,), stored=data, quantization=None,
                                     is_variable=False, sparsity=None, full_precision=False))
         return index
 

@@ -31,12 +31,60 @@ class Quantization:
         return self.scales.size > 0
 
 
+class LazyConstant:
+    """A constant's value made from what the model stores when first read, and kept until
+    :meth:`release`: after compiling, the kernels hold their own packings, and a copy held
+    beside them (INT4 values unpacked, weights dequantized for the float view) doubled or
+    quadrupled a decoder's memory. A subclass says how to :meth:`make` it."""
+
+    __slots__ = ("shape", "_values")
+
+    def __init__(self, shape: tuple[int, ...]) -> None:
+        self.shape = shape
+        self._values: np.ndarray | None = None
+
+    def make(self) -> np.ndarray:
+        """The value, computed anew."""
+        raise NotImplementedError
+
+    def values(self) -> np.ndarray:
+        """The read-only value, shaped ``shape``."""
+        values = self._values
+        if values is None:
+            values = self._values = np.asarray(self.make())   # (an array, where a 0-d one gives a scalar)
+            values.flags.writeable = False
+        return values
+
+    def release(self) -> None:
+        """Drop the value (the next :meth:`values` makes it again)."""
+        self._values = None
+
+
+class Int4Constant(LazyConstant):
+    """An INT4 constant as the file stores it (``packed``: two values a byte, the first in
+    the low nibble); its values are int8 in [-8, 7]."""
+
+    __slots__ = ("packed",)
+
+    def __init__(self, packed: np.ndarray, shape: tuple[int, ...]) -> None:
+        super().__init__(shape)
+        self.packed = packed
+
+    def make(self) -> np.ndarray:
+        count = int(np.prod(self.shape, dtype=np.int64))
+        pairs = np.empty((self.packed.size, 2), np.int8)
+        pairs[:, 0] = (self.packed << 4).view(np.int8) >> 4       # sign-extend each nibble
+        pairs[:, 1] = self.packed.view(np.int8) >> 4
+        return pairs.reshape(-1)[:count].reshape(self.shape)
+
+
 @dataclass(frozen=True)
 class Tensor:
     """A tensor of a subgraph.
 
     ``data`` is a read-only array for constants (a zero-copy view of the model
-    bytes where the layout allows), ``None`` for activations.
+    bytes where the layout allows), ``None`` for activations. ``stored`` is how the model
+    holds it: that array, or a :class:`LazyConstant` that ``data`` makes.
     """
 
     index: int
@@ -45,7 +93,7 @@ class Tensor:
     shape: tuple[int, ...]
     shape_signature: tuple[int, ...]
     type_name: str = "FLOAT32"
-    data: np.ndarray | None = None
+    stored: np.ndarray | LazyConstant | None = None
     quantization: Quantization | None = None
     is_variable: bool = False
     sparsity: Any = None
@@ -55,9 +103,15 @@ class Tensor:
     full_precision: bool = False
 
     @property
+    def data(self) -> np.ndarray | None:
+        """The constant's read-only value; None for an activation."""
+        stored = self.stored
+        return stored.values() if isinstance(stored, LazyConstant) else stored
+
+    @property
     def is_constant(self) -> bool:
         """True when the tensor's value is stored in the model."""
-        return self.data is not None
+        return self.stored is not None
 
 
 @dataclass(frozen=True)
@@ -122,11 +176,16 @@ class Model:
     content: Any = field(default=None, repr=False, compare=False)
 
     def release_pages(self) -> None:
-        """Let the OS drop the model file's pages from this process's memory, where the model
-        is a memory map (or a view of one): after compiling, the kernels hold their own
+        """Drop what the compiled kernels no longer need: the values of lazy constants
+        (:class:`LazyConstant`), and the model file's pages from this process's memory, where the model
+        is a memory map (or a view of one). After compiling, the kernels hold their own
         packings of the weights, and a page read again comes back from the page cache, as a
         first read does. A 100M-parameter int8 decoder held its file's 100 MB resident beside
-        its packed weights. Nothing happens for bytes, or where the OS has no ``madvise``."""
+        its packed weights. The pages stay for bytes, or where the OS has no ``madvise``."""
+        for sg in self.subgraphs:
+            for t in sg.tensors:
+                if isinstance(t.stored, LazyConstant):
+                    t.stored.release()
         mapped = self.content.obj if isinstance(self.content, memoryview) else self.content
         if isinstance(mapped, mmap.mmap) and hasattr(mmap, "MADV_DONTNEED") and not mapped.closed:
             try:

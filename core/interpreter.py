@@ -95,6 +95,7 @@ class Interpreter:
         # Delegates are applied when the interpreter is built, as in LiteRT: unsupported
         # ops and model kinds fail here, naming the op and node.
         self._compiled: CompiledSubgraph = self._session.compile(0, self._shapes)
+        self._session.release_pages()
         self._allocated = False
         self._guard = self._session.guard
 
@@ -163,6 +164,7 @@ class Interpreter:
         """Plan memory and compile for the current input shapes."""
         with self._guard.exclusive("allocate_tensors"):
             self._compiled = self._session.compile(0, self._shapes)
+            self._session.release_pages()
             self._allocated = True
 
     def set_tensor(self, tensor_index: int, value: Any) -> None:

@@ -125,6 +125,13 @@ class Session:
                             branch=partial(control.call_subgraph, constants=True),
                             bind_while=control.bind_while, bind_if=control.bind_if)
 
+    def release_pages(self) -> None:
+        """Let the model, and the float view run in its place, drop what the compiled
+        programs no longer need (:meth:`litegpu.graph.Model.release_pages`)."""
+        self.source_model.release_pages()
+        if self.model is not self.source_model:
+            self.model.release_pages()
+
     def compile(self, sg_index: int, input_shapes: dict[int, tuple[int, ...]] | None = None,
                 delegate: bool = True, values: dict[int, np.ndarray] | None = None) -> CompiledSubgraph:
         """The subgraph compiled for ``input_shapes`` (default: the model's shapes), the

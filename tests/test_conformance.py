@@ -342,6 +342,9 @@ _OPENCL_MAY_REFUSE = [
     # (decided for the resize sweep's "0 silent wrong answers").
     ("*", "by a run-time divisor"),
     ("*", "indices known only at run time"),
+    # A hybrid lookup of run-time ids (refused for its ids as above) keeps its quantized table
+    # in the float view, for the cpu's lookup (not a float copy of the whole table).
+    ("EMBEDDING_LOOKUP", "quantized integer arithmetic runs on cpu"),
 ]
 
 

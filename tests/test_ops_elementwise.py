@@ -23,7 +23,7 @@ def make_node(op: str, inputs: list, outputs: list, **options) -> tuple[Node, li
         shape, dtype = spec[0], np.dtype(spec[1])
         data = np.asarray(spec[2], dtype) if len(spec) > 2 else None
         tensors.append(Tensor(index=len(tensors), name=f"t{len(tensors)}", dtype=dtype, shape=tuple(shape),
-                              shape_signature=tuple(shape), data=data))
+                              shape_signature=tuple(shape), stored=data))
     n_in = len(inputs)
     node = Node(index=7, op=op, opcode=0, version=1, inputs=tuple(range(n_in)),
                 outputs=tuple(range(n_in, len(tensors))), options=options)

@@ -30,7 +30,7 @@ def make_node(op: str, in_specs, out_specs, **options):
         else:
             data, (shape, dtype) = None, spec
         tensors.append(Tensor(index=len(tensors), name=f"t{len(tensors)}", dtype=np.dtype(dtype),
-                              shape=tuple(shape), shape_signature=tuple(shape), data=data))
+                              shape=tuple(shape), shape_signature=tuple(shape), stored=data))
     n_in = len(in_specs)
     node = Node(index=7, op=op, opcode=0, version=1, inputs=tuple(range(n_in)),
                 outputs=tuple(range(n_in, len(tensors))), options=options)

@@ -16,7 +16,7 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import ModelFormatError, UnsupportedError
-from ..graph import Model, Node, Quantization, Signature, Subgraph, Tensor
+from ..graph import Int4Constant, Model, Node, Quantization, Signature, Subgraph, Tensor
 from ..quant import dequantize_blocks
 from . import schema
 from .composites import as_op_node, lower_composites
@@ -71,7 +71,7 @@ class _Reader:
         self.fuse_composites = fuse_composites
         # Arrays made from a buffer (INT4 unpacked, blockwise scales widened), once per buffer:
         # a decoder's prefill and decode subgraphs name the same weights.
-        self.made: dict[tuple, np.ndarray] = {}
+        self.made: dict[tuple, np.ndarray | Int4Constant] = {}
 
     @staticmethod
     def fused(composite: Node, tensors: Sequence[Tensor], decomposition: Subgraph) -> Node | None:
@@ -179,7 +179,7 @@ class _Reader:
         if type_name == "INT4" and raw.size:
             data = self.made.get(("int4", buffer_index, shape))
             if data is None:
-                data = self.made["int4", buffer_index, shape] = _unpack_int4(raw, shape, f"{t.path}.buffer")
+                data = self.made["int4", buffer_index, shape] = _int4(raw, shape, f"{t.path}.buffer")
         elif buffer_index and raw.size == 0 and dtype is not None and 0 in shape:
             data = np.zeros(shape, dtype)  # a constant with no elements (e.g. empty reduction axes)
             data.flags.writeable = False
@@ -198,7 +198,7 @@ class _Reader:
         if dtype is None:  # resource/variant handles are int32 ids at run time; strings stay raw bytes
             dtype = np.dtype(np.int32) if type_name in ("RESOURCE", "VARIANT") else np.dtype(np.uint8)
         return Tensor(index=index, name=name, dtype=dtype,
-                      shape=shape, shape_signature=signature, type_name=type_name, data=data,
+                      shape=shape, shape_signature=signature, type_name=type_name, stored=data,
                       quantization=quant, is_variable=t.scalar(5, "bool", False, "is_variable"),
                       sparsity=sparsity is not None)
 
@@ -406,17 +406,12 @@ def _resolve_blockwise(path: str, tensors: list[Tensor], made: dict[tuple, np.nd
     return tensors
 
 
-def _unpack_int4(raw: np.ndarray, shape: tuple[int, ...], what: str) -> np.ndarray:
-    """INT4 constant data as int8 values in [-8, 7]: two a byte, the first in the low nibble."""
+def _int4(raw: np.ndarray, shape: tuple[int, ...], what: str) -> Int4Constant:
+    """INT4 constant data, its size checked (two values a byte)."""
     count = int(np.prod(shape, dtype=np.int64))
     if raw.size != (count + 1) // 2:
         raise ModelFormatError(f"{what}: holds {raw.size} bytes, shape {list(shape)} of INT4 needs {(count + 1) // 2}")
-    pairs = np.empty((raw.size, 2), np.int8)
-    pairs[:, 0] = (raw << 4).view(np.int8) >> 4       # sign-extend each nibble
-    pairs[:, 1] = raw.view(np.int8) >> 4
-    data = pairs.reshape(-1)[:count].reshape(shape)
-    data.flags.writeable = False
-    return data
+    return Int4Constant(raw, shape)
 
 
 def _view(raw: np.ndarray, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
@@ -464,7 +459,7 @@ def _fold_weight_ops(nodes: list[Node], tensors: list[Tensor]) -> tuple[list[Nod
             value.flags.writeable = False
             tensors[dst.index] = Tensor(index=dst.index, name=dst.name, dtype=dst.dtype, shape=dst.shape,
                                         shape_signature=dst.shape_signature, type_name=dst.type_name,
-                                        data=value, quantization=dst.quantization)
+                                        stored=value, quantization=dst.quantization)
             continue
         kept.append(node)
     return kept, tensors
@@ -483,7 +478,7 @@ def _written_empties_are_activations(nodes: list[Node], tensors: list[Tensor]) -
     for o in written:
         t = tensors[o]
         if t.data is not None and t.data.size == 0:
-            tensors[o] = replace(t, data=None)
+            tensors[o] = replace(t, stored=None)
     return tensors
 
 

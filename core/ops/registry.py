@@ -34,12 +34,27 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ..errors import ModelFormatError, UnsupportedError
-from ..graph import Node, Subgraph, Tensor
+from ..graph import LazyConstant, Node, Subgraph, Tensor
 from ..quant import is_quantized, node_quantization
 
 
 class DynamicShape(Exception):
     """Raised by ``infer`` when an output shape depends on a value unknown before running."""
+
+
+class _Value:
+    """:attr:`TensorSpec.value`: the array it was given, or that of a constant given as the
+    model stores it (:class:`~litegpu.graph.LazyConstant`), made when read. So a spec that
+    a program keeps holds no copy of the weights once the model releases it."""
+
+    def __get__(self, spec: "TensorSpec | None", owner: type | None = None) -> np.ndarray | None:
+        if spec is None:
+            return None   # (the field's default)
+        stored = spec.__dict__["_value"]
+        return stored.values() if isinstance(stored, LazyConstant) else stored
+
+    def __set__(self, spec: "TensorSpec", value: np.ndarray | LazyConstant | None) -> None:
+        spec.__dict__["_value"] = value
 
 
 @dataclass
@@ -48,12 +63,18 @@ class TensorSpec:
 
     ``full_precision`` is the model's :attr:`litegpu.graph.Tensor.full_precision`: a
     backend that narrows float storage (half) must keep this tensor at its dtype.
+    ``stored`` is the value as the model holds it (see :class:`_Value`).
     """
 
     shape: tuple[int, ...]
     dtype: np.dtype
-    value: np.ndarray | None = None
+    value: np.ndarray | LazyConstant | None = _Value()
     full_precision: bool = False
+
+    @property
+    def stored(self) -> np.ndarray | LazyConstant | None:
+        """The value as given: a lazy constant still unmade."""
+        return self.__dict__["_value"]
 
     @classmethod
     def of(cls, array: np.ndarray) -> "TensorSpec":

@@ -15,7 +15,7 @@ import numpy as np
 from litegpu.backend import (COMPLETE, REFERENCE, Backend, Bound, Branch, CompileOptions, Event, Loop, NodeContext,
                              Partition, Program, Step, Support, run_steps)
 from litegpu.errors import ExecutionError, LiteGpuError, Unbound
-from litegpu.graph import Model
+from litegpu.graph import Int4Constant, Model
 from litegpu.ops import TensorSpec
 
 # .fusion and .kernels import numba (~0.2 s), so they are imported where first used: a
@@ -170,6 +170,7 @@ class CpuProgram(Program):
                 f"{'+'.join(f'{c.node.index} {c.node.op}' for c in nodes)}"
                 for (kernel, *_), nodes in zip(self.steps, self.step_nodes)))
         _share_quantized_rows(self.steps)
+        _drop_packed_constants(partition, slot_of, slots, self.steps)
         slots.append(None)  # slot -1: an omitted optional input
         self.slots = slots
         # A stateful node whose outputs are planned static (an IF whose branches agree) may
@@ -446,6 +447,21 @@ def _inferred_outputs(ctx: NodeContext, args: list) -> list | None:
     except Exception:  # noqa: BLE001  (DynamicShape, or an error the step-by-step run reports)
         return None
     return outputs if len(outputs) == len(ctx.outputs) else None
+
+
+def _drop_packed_constants(partition: Partition, slot_of: dict[int, int], slots: list, steps: list) -> None:
+    """Empty the slot of each INT4 constant that every step reading it packed for itself
+    (its kernel's ``packed_inputs``): the slot held the constant's unpacked int8 values,
+    twice the bytes the model stores, for the program's life."""
+    packed = {t: s for t, s in slot_of.items()
+              if isinstance(getattr(partition.specs.get(t), "stored", None), Int4Constant)}
+    for kernel, ins, _, _, _ in steps:
+        captured = getattr(kernel, "packed_inputs", ())
+        for position, s in enumerate(ins):
+            if position not in captured:
+                packed = {t: kept for t, kept in packed.items() if kept != s}
+    for s in packed.values():
+        slots[s] = None
 
 
 def _settled_kernel(ctx: NodeContext, args: list, results: list):

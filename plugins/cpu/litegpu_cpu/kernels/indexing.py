@@ -13,6 +13,7 @@ import numpy as np
 
 from litegpu.backend import NodeContext
 from litegpu.errors import ExecutionError
+from litegpu.graph import Int4Constant
 
 from ..jit import njit
 from .common import optional_input
@@ -181,28 +182,31 @@ def embedding_lookup(ctx: NodeContext):
 @task_function()
 def _hybrid_lookup_task(t, tablep, ixp, scalep, outp, _a4, _a5, _a6, _a7, ip, _fp):
     """``out[j, :] = table[ids[j], :] * scale`` in float32, the scale the row's own
-    (``ip[5] == 0``) or its block's (``scale`` [rows, D / block], ``ip[5]``: block); ``ip``:
-    rows, D, number of ids, id size, the check word and the bad id (as :func:`_gather_task`)."""
-    rows, d, n, size, block = ip[0], ip[1], ip[2], ip[3], ip[6]
+    (``ip[6] == 0``) or its block's (``scale`` [rows, D / block], ``ip[6]``: block); ``ip``:
+    rows, D, number of ids, id size, the check word and the bad id (as :func:`_gather_task`),
+    the block, and whether the table is INT4 as the model stores it (two values a byte, the
+    first in the low nibble) rather than int8."""
+    rows, d, n, size, block, nibbles = ip[0], ip[1], ip[2], ip[3], ip[6], ip[7]
     table = int8_pointer(tablep)
     ix16, ix32, ix64 = int16_pointer(ixp), int32_pointer(ixp), int64_pointer(ixp)
     if not _indices_fit(ix16, ix32, ix64, size, n, rows, ip, 4):
         return
     for j in range(n):
         k = _index(ix16, ix32, ix64, size, j)
-        if block == 0:
-            scale = scalep[k]
-            for e in range(d):
-                outp[j * d + e] = np.float32(table[k * d + e]) * scale
-        else:
-            blocks = d // block
-            for e in range(d):
-                outp[j * d + e] = np.float32(table[k * d + e]) * scalep[k * blocks + e // block]
+        for e in range(d):
+            i = k * d + e
+            if nibbles:
+                pair = np.int64(table[i >> 1])
+                code = ((pair & 15) ^ 8) - 8 if (i & 1) == 0 else pair >> 4   # (sign-extended)
+            else:
+                code = np.int64(table[i])
+            scale = scalep[k] if block == 0 else scalep[k * (d // block) + e // block]
+            outp[j * d + e] = np.float32(code) * scale
 
 
 @kernel("EMBEDDING_LOOKUP", quantized=True)
 def hybrid_embedding_lookup(ctx: NodeContext):
-    """A hybrid EMBEDDING_LOOKUP (an int8 table, or INT4 held as int8, with a scale per row
+    """A hybrid EMBEDDING_LOOKUP (an int8 or INT4 table, with a scale per row
     or per block of a row; LLMs' token embeddings): :func:`_hybrid_lookup_task`, TFLite's
     ``EvalHybrid`` arithmetic (one float32 product an element)."""
     attrs, ids_spec, table_spec, out_spec = ctx.attrs, ctx.inputs[0], ctx.inputs[1], ctx.outputs[0]
@@ -214,17 +218,22 @@ def hybrid_embedding_lookup(ctx: NodeContext):
     scales = np.ascontiguousarray(attrs["block_scale"] if block else attrs["row_scale"], np.float32)
     if (block and (d % block or scales.shape != (rows, d // block))) or (not block and scales.shape != (rows,)):
         return None
-    table = np.ascontiguousarray(np.asarray(table_spec.value).view(np.int8))
+    # An INT4 table is read as the model stores it: its unpacked copy would be twice that.
+    nibbles = isinstance(table_spec.stored, Int4Constant)
+    table = table_spec.stored.packed if nibbles else np.ascontiguousarray(np.asarray(table_spec.value).view(np.int8))
     n = int(np.prod(ids_spec.shape, dtype=np.int64))
 
     def error(params: np.ndarray) -> ExecutionError:
         return ExecutionError(f"EMBEDDING_LOOKUP: id {int(params[5])} out of range [0, {rows})")
 
     def bind(inputs, outputs):
-        params = np.array([rows, d, n, np.dtype(ids_spec.dtype).itemsize, 0, 0, block], np.int64)
+        params = np.array([rows, d, n, np.dtype(ids_spec.dtype).itemsize, 0, 0, block, nibbles], np.int64)
         return bind_task(_hybrid_lookup_task, 1, (table, inputs[0], scales), tuple(outputs), params,
-                         dtypes=(np.int8, np.dtype(ids_spec.dtype), np.float32, np.float32), checks=((4, error),))
-    return bindable(bind)
+                         dtypes=(table.dtype, np.dtype(ids_spec.dtype), np.float32, np.float32),
+                         checks=((4, error),))
+    run = bindable(bind)
+    run.packed_inputs = (1,)
+    return run
 
 
 # -- DYNAMIC_UPDATE_SLICE -----------------------------------------------------------------------

@@ -30,6 +30,7 @@ import numpy as np
 from llvmlite import ir
 
 from litegpu.backend import NodeContext
+from litegpu.graph import Int4Constant
 from litegpu.ops.hybrid import blockwise_zero_point_sums
 
 from ..jit import intrinsic, types
@@ -257,10 +258,15 @@ def blockwise_fully_connected(ctx: NodeContext):
     lo, hi = clamp_bounds(ctx.attrs["activation"])
     scales, block = ctx.attrs["block_scale"], ctx.attrs["block_size"]
     digest = hashlib.blake2b(np.ascontiguousarray(scales).tobytes(), digest_size=16).digest()  # (a node's own copy)
-    held = shared_packing("qb4w", (w,), (block, digest), lambda: BlockwiseQuantizedMatmul.pack_weights(w, scales, block))
+    # (an INT4 constant is found by its bytes in the model: its unpacked values are dropped)
+    stored = w_spec.stored if isinstance(w_spec.stored, Int4Constant) else None
+    source = w if stored is None else stored.packed
+    held = shared_packing("qb4w", (source,), (block, digest, w.shape),
+                          lambda: BlockwiseQuantizedMatmul.pack_weights(w, scales, block))
     product = BlockwiseQuantizedMatmul(w, scales, block, None if bias_spec is None else bias_spec.value, lo, hi,
                                        current_threads(), packed=held.value)
     product.held = held
     run = bindable(lambda inputs, outputs: product.bind(inputs[0].reshape(m, k), outputs[0].reshape(m, n)))
     run.quantized_rows = product      # for the backend to pair products reading one x
+    run.packed_inputs = (1, 2)
     return run
