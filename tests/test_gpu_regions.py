@@ -14,7 +14,8 @@ from litegpu.codegen.opencl import OPENCL
 from litegpu.model import load_model
 from litegpu.session import Session
 from litegpu.testing.builder import ModelBuilder
-from litegpu.testing.cases.fused import F32, cache_write_model, mixed_model, rope_model
+from litegpu.codegen.render import LANES_ENV
+from litegpu.testing.cases.fused import F32, cache_write_model, mixed_model, rms_norm_products_model, rope_model
 from litegpu.testing.cases.fused import binary_node, slice_node
 from litegpu.testing.conformance import litegpu_outputs, litert_outputs
 
@@ -61,6 +62,22 @@ def test_mixed_walks_joins_and_formulas_agree_with_litert(gpu) -> None:
     else:
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
     assert len(launches) == 1, launches
+
+
+@pytest.mark.parametrize("lanes", ["1", "64"])
+@pytest.mark.parametrize("rows, width", [(1, 256), (5, 200)])
+def test_an_rms_norm_folds_into_the_row_quantization_it_feeds(gpu, lanes, rows, width, monkeypatch) -> None:
+    """A hybrid decoder's norm feeding its products' row quantization alone: one launch
+    normalizes and quantizes each row (a work-item or, with lanes, a work-group per row)
+    and the normalized row is never stored; the products read the codes as before.
+    LiteRT's numbers to the bit in F32 on both backends."""
+    monkeypatch.setenv(LANES_ENV, lanes)
+    data, inputs = rms_norm_products_model(rows, width)
+    want = litert_outputs(data, inputs)
+    got, launches = _run(data, inputs, gpu)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+    assert launches == [["odml.rms_norm", "ROW_QUANTIZE"], ["HYBRID_FULLY_CONNECTED"], ["HYBRID_FULLY_CONNECTED"]]
 
 
 @pytest.mark.parametrize("precision", ["F32_F16", "F16"])

@@ -123,6 +123,31 @@ def folded_square_sum(square: NodeContext, reduce: NodeContext) -> NodeContext |
                    attrs={**reduce.attrs, "squared": True}, inputs=[square.inputs[0], *reduce.inputs[1:]])
 
 
+def folded_rms_quantize(norm: NodeContext, quantize: NodeContext) -> NodeContext | None:
+    """``quantize`` (the float view's ROW_QUANTIZE) of ``norm``'s output, an ``odml.rms_norm``:
+    one producer, the ROW_QUANTIZE of the norm's inputs with its epsilon
+    (``attrs["rms_epsilon"]``), whose kernel normalizes each row as the norm's does and
+    quantizes it where it stands (a hybrid decoder's norms feed its products' row
+    quantization alone: two launches a layer). None otherwise. (The caller checks that
+    nothing else reads the norm's output.)"""
+    if norm.node.op != "odml.rms_norm" or quantize.node.op != "ROW_QUANTIZE" or norm.dynamic \
+            or quantize.dynamic or len(norm.node.outputs) != 1 or quantize.node.inputs[:1] != norm.node.outputs:
+        return None
+    if any(s is None or np.dtype(s.dtype) != _F32 for s in (*norm.inputs[:2], *norm.outputs)):
+        return None
+    return replace(quantize, node=replace(quantize.node, inputs=tuple(norm.node.inputs[:2])),
+                   attrs={**quantize.attrs, "rms_epsilon": norm.attrs["epsilon"]}, inputs=list(norm.inputs[:2]))
+
+
+def folded_pair(first: NodeContext, second: NodeContext) -> NodeContext | None:
+    """The one producer that two nodes in a row make (:func:`folded_square_sum` over one
+    run of axes, :func:`folded_rms_quantize`), or None."""
+    folded = folded_square_sum(first, second)
+    if folded is not None:
+        return folded if _one_run(folded) else None
+    return folded_rms_quantize(first, second)
+
+
 def _one_run(reduce: NodeContext) -> bool:
     """A reduction over constant axes that are one run of adjacent axes (XNNPACK's sums)."""
     axes = reduce.inputs[1] if len(reduce.inputs) > 1 else None
@@ -132,10 +157,10 @@ def _one_run(reduce: NodeContext) -> bool:
 
 
 def step_producer(nodes: list[NodeContext], step: list[int]) -> tuple[NodeContext, list[int]]:
-    """The node a step's kernel is generated for, and the positions of its followers: a
-    square and the sum folding it (:func:`folded_square_sum`) make one producer."""
+    """The node a step's kernel is generated for, and the positions of its followers: two
+    nodes that fold into one (:func:`folded_pair`) make one producer."""
     if len(step) > 1:
-        folded = folded_square_sum(nodes[step[0]], nodes[step[1]])
+        folded = folded_pair(nodes[step[0]], nodes[step[1]])
         if folded is not None:
             return folded, step[2:]
     return nodes[step[0]], step[1:]
@@ -143,8 +168,9 @@ def step_producer(nodes: list[NodeContext], step: list[int]) -> tuple[NodeContex
 
 def chain_steps(nodes: list[NodeContext], outputs: list[int], max_buffers: int = 0) -> list[list[int]]:
     """Positions grouped into steps: each producer with the followers folded into it
-    (within ``max_buffers`` buffer parameters per kernel, when not 0); a square read by a
-    sum alone starts the sum's step (:func:`step_producer`). A chain's values other than
+    (within ``max_buffers`` buffer parameters per kernel, when not 0); a node whose output
+    only the next reads, folding into it (:func:`folded_pair`: a square and its sum, an rms
+    norm and its row quantization), starts that node's step. A chain's values other than
     its last are read only inside it (:func:`_closed`)."""
     read_at: dict[int, set[int]] = {}
     for p, c in enumerate(nodes):
@@ -155,19 +181,17 @@ def chain_steps(nodes: list[NodeContext], outputs: list[int], max_buffers: int =
     steps: list[list[int]] = []
     pos = 0
 
-    def square_sum(p: int) -> NodeContext | None:
-        """The sum of squares that position ``p`` (a square) starts with the next node, if any."""
-        square = nodes[p].node.outputs[0] if nodes[p].node.outputs else -1
-        if p + 1 < len(nodes) and len(read_at.get(square, ())) == 1 and square not in keep:
-            folded = folded_square_sum(nodes[p], nodes[p + 1])
-            if folded is not None and _one_run(folded):
-                return folded
+    def paired(p: int) -> NodeContext | None:
+        """The producer that position ``p`` makes with the next node, if they fold into one."""
+        value = nodes[p].node.outputs[0] if nodes[p].node.outputs else -1
+        if p + 1 < len(nodes) and len(read_at.get(value, ())) == 1 and value not in keep:
+            return folded_pair(nodes[p], nodes[p + 1])
         return None
 
     while pos < len(nodes):
         ctx = nodes[pos]
         step = [pos]
-        folded = square_sum(pos)
+        folded = paired(pos)
         if folded is not None:
             pos += 1
             step.append(pos)
@@ -178,7 +202,7 @@ def chain_steps(nodes: list[NodeContext], outputs: list[int], max_buffers: int =
             running, shape = ctx.node.outputs[0], tuple(ctx.outputs[0].shape)
             budget = (max_buffers - len(ctx.node.inputs) - 1 - _GENERATOR_CONSTANTS) if max_buffers else None
             chain, start = [running], len(step)
-            while pos + 1 < len(nodes) and running not in keep and square_sum(pos + 1) is None:
+            while pos + 1 < len(nodes) and running not in keep and paired(pos + 1) is None:
                 nxt = nodes[pos + 1]
                 f = None if nxt.dynamic else follower_of(nxt, running, shape, chain)
                 if f is None or (f.kind == "chain" and ctx.node.op in _CONVOLUTIONS):

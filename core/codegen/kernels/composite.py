@@ -54,27 +54,35 @@ def rms_norm(g: NodeGen) -> list[KernelSpec]:
     x, w = g.input(b, 0), g.input(b, 1)
     if rows == 0 or d == 0:
         return [g.kernel(b, (0,))]
-    # The mean of the squares as LiteRT's XNNPACK computes the decomposition's (a folded
-    # sum of squares in its rsum2 order, times 1 / D): see pool's MEAN. With lanes, a
-    # work-group per row shares the sum (the same bits) and the outputs.
+    # With lanes, a work-group per row shares the sum (the same bits) and the outputs.
     grouped = _grouped_rows(g)
     if grouped:
         lid = b.let("lid", b.local_id(0))
         base = b.let("base", b.group_id(1) * d)
-        total = b.let("total", xnn_row_total_shared(b, lambda i: x.load(i, as_float=True), base, d, "rsum2", lid,
-                                                    g.lanes), FLOAT)
         first, step, width = lid, g.lanes, 1
     else:
         width = 4 if d % 4 == 0 and g.dialect.max_lanes >= 4 else 1
         base = b.let("base", b.global_id(0) * d)
-        total = b.let("total", xnn_row_total(b, lambda i, n: x.load(i, n, as_float=True), base, d, "rsum2"), FLOAT)
-        first, step = 0, width
-    mean = b.let("mean", 0.0 + total * float(np.float32(1) / np.float32(d)), FLOAT)
-    r = b.let("r", formulas.UNARY["RSQRT"](mean + float(np.float32(g.attrs["epsilon"])), {}))
+        lid, first, step = None, 0, width
+    r = rms_factor(g, b, x, base, d, g.attrs["epsilon"], lid)
     with b.for_("k", first, d, step) as k:
         y = b.let("y", (x.load(base + k, width, as_float=True) * r) * w.load(k, width, as_float=True))
         g.store_output(b, base + k, y.cast(ir.REAL.with_lanes(width)))
     return [g.kernel(b, (g.lanes, rows), (g.lanes, 1)) if grouped else g.kernel(b, (rows,))]
+
+
+def rms_factor(g: NodeGen, b: ir.KernelBuilder, x: ir.Buffer, base: ir.Expr, d: int, epsilon: float,
+               lid: ir.Expr | None = None) -> ir.Sym:
+    """``rsqrt(mean(x * x) + epsilon)`` of the row of ``d`` values at ``base`` of ``x``, the
+    mean as LiteRT's XNNPACK computes the decomposition's (a folded sum of squares in its
+    rsum2 order, times 1 / D: see pool's MEAN); with ``lid``, by the row's work-group of
+    ``g.lanes`` (ending with a barrier), else by one work-item."""
+    if lid is not None:
+        total = xnn_row_total_shared(b, lambda i: x.load(i, as_float=True), base, d, "rsum2", lid, g.lanes)
+    else:
+        total = xnn_row_total(b, lambda i, n: x.load(i, n, as_float=True), base, d, "rsum2")
+    mean = b.let("mean", 0.0 + b.let("total", total, FLOAT) * float(np.float32(1) / np.float32(d)), FLOAT)
+    return b.let("r", formulas.UNARY["RSQRT"](mean + float(np.float32(epsilon)), {}))
 
 
 def _mask_strides(mask_shape: tuple[int, ...]) -> tuple[int, int, int]:

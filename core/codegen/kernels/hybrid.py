@@ -38,6 +38,8 @@ def row_quantize(g: NodeGen) -> list[KernelSpec]:
     :func:`..render.kernel_lanes`) a work-group: each work-item takes every lanes-th
     value, and the range is the same whatever the order (a ``-0`` for ``0`` changes
     nothing after it)."""
+    if "rms_epsilon" in g.attrs:
+        return [_rms_row_quantize(g)]
     r = _Rows(g, float_output=False)
     if _grouped_rows(g):
         return [_row_quantize_split(g, r.n, r.rows)]
@@ -80,27 +82,67 @@ def _quantize_row(g: NodeGen, b: ir.KernelBuilder, lo, hi, row, base, n: int, fi
 
 def _row_quantize_split(g: NodeGen, n: int, rows: int) -> KernelSpec:
     """ROW_QUANTIZE with a work-group of ``g.lanes`` per row of ``n`` (see :func:`row_quantize`)."""
-    lanes = g.lanes
     b = g.new_kernel()
     x = g.input(b, 0)
     lid = b.let("lid", b.local_id(0))
     row = b.let("row", b.group_id(1))
     base = b.let("base", row * n)
-    lows, highs = b.local_array("lows", ir.FLOAT, lanes), b.local_array("highs", ir.FLOAT, lanes)
+
+    def value(k):
+        return x.load(base + k, as_float=True)
+    lo, hi = _row_range(g, b, n, lid, g.lanes, value)
+    _quantize_row(g, b, lo, hi, row, base, n, lid, g.lanes, value)
+    return g.kernel(b, (g.lanes, rows), (g.lanes, 1))
+
+
+def _row_range(g: NodeGen, b: ir.KernelBuilder, n: int, first, step: int, value) -> tuple[ir.Sym, ir.Sym]:
+    """The row's range widened to hold 0: ``(lo, hi)`` over ``value(k)`` for ``k`` in
+    ``first, first + step .. n``; with ``step`` lanes (``first`` the work-item's), merged
+    through local memory. Min and max are exact, so any order gives the same range."""
     lo, hi = b.var("lo", 0.0, ir.FLOAT), b.var("hi", 0.0, ir.FLOAT)
-    with b.for_("k", lid, n, lanes) as k:
-        v = b.let("v", x.load(base + k, as_float=True), ir.FLOAT)
+    with b.for_("k", first, n, step) as k:
+        v = b.let("v", value(k), ir.FLOAT)
         b.assign(lo, call("fmin", lo, v))
         b.assign(hi, call("fmax", hi, v))
-    b.local_store(lows, lid, lo)
-    b.local_store(highs, lid, hi)
+    if step == 1:
+        return lo, hi
+    lows, highs = b.local_array("lows", ir.FLOAT, step), b.local_array("highs", ir.FLOAT, step)
+    b.local_store(lows, first, lo)
+    b.local_store(highs, first, hi)
     b.barrier()
     row_lo, row_hi = b.var("row_lo", 0.0, ir.FLOAT), b.var("row_hi", 0.0, ir.FLOAT)
-    with b.for_("i", 0, lanes) as i:
+    with b.for_("i", 0, step) as i:
         b.assign(row_lo, call("fmin", row_lo, lows.load(i)))
         b.assign(row_hi, call("fmax", row_hi, highs.load(i)))
-    _quantize_row(g, b, row_lo, row_hi, row, base, n, lid, lanes, lambda k: x.load(base + k, as_float=True))
-    return g.kernel(b, (lanes, rows), (lanes, 1))
+    return row_lo, row_hi
+
+
+def _rms_row_quantize(g: NodeGen) -> KernelSpec:
+    """ROW_QUANTIZE of an rms norm's rows (:func:`..fusion.folded_rms_quantize`: inputs the
+    norm's ``x`` and ``w``): each row's ``(x * r) * w`` as the norm's kernel computes it
+    (:func:`.composite.rms_factor`), then its range and codes, by a work-item per row or
+    a work-group with lanes. The normalized row is never stored: in half storage its codes
+    come from the float32 values, which the norm's stored output would have rounded first."""
+    from .composite import rms_factor
+    shape = tuple(int(d) for d in g.ctx.inputs[0].shape)
+    n = shape[-1] if shape else 1
+    rows = int(np.prod(shape[:-1], dtype=np.int64)) if n else 0
+    b = g.new_kernel()
+    x, w = g.input(b, 0), g.input(b, 1)
+    if rows == 0 or n == 0:
+        return g.kernel(b, (0,))
+    grouped = _grouped_rows(g)
+    lid = b.let("lid", b.local_id(0)) if grouped else None
+    row = b.let("row", b.group_id(1) if grouped else b.global_id(0))
+    base = b.let("base", row * n)
+    r = rms_factor(g, b, x, base, n, g.attrs["rms_epsilon"], lid)
+
+    def value(k):
+        return (x.load(base + k, as_float=True) * r) * w.load(k, as_float=True)
+    first, step = (lid, g.lanes) if grouped else (0, 1)
+    lo, hi = _row_range(g, b, n, first, step, value)
+    _quantize_row(g, b, lo, hi, row, base, n, first, step, value)
+    return g.kernel(b, (g.lanes, rows), (g.lanes, 1)) if grouped else g.kernel(b, (rows,))
 
 
 # Rows of x up to which a product puts a work-group on each output (a decode step's few

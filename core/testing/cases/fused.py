@@ -1,12 +1,16 @@
 """Graphs that a GPU backend fuses into regions (:func:`litegpu.codegen.fusion.fuse_regions`):
 nodes that only move, join and combine float elements, whose intermediates nothing else
-reads, run as one kernel. Every backend runs them as the conformance suite runs every
-case; ``tests/test_gpu_regions.py`` checks that the GPU backends fused them."""
+reads, run as one kernel; and an rms norm folded into the row quantization of the hybrid
+products it feeds (:func:`litegpu.codegen.fusion.folded_rms_quantize`). Every backend runs
+them as the conformance suite runs every case; ``tests/test_gpu_regions.py`` checks that
+the GPU backends fused them."""
 from __future__ import annotations
 
 import numpy as np
+from flatbuffers import flexbuffers
 
 from . import Case
+from .composite import RMS_NORM, rms_norm_decomposition
 from ..builder import ModelBuilder
 
 F32 = np.float32
@@ -127,8 +131,34 @@ def cache_write_model() -> tuple[bytes, list[np.ndarray]]:
     return b.build(), inputs
 
 
+def rms_norm_products_model(rows: int, width: int, units: tuple[int, ...] = (48, 40)) -> tuple[bytes, list[np.ndarray]]:
+    """A decoder's norm and the hybrid products reading it (q and k, say): ``odml.rms_norm``
+    of ``x`` [1, rows, width], then a dynamic-range FULLY_CONNECTED (int8 weights, a scale
+    per output channel, inputs quantized asymmetrically row by row) per entry of ``units``."""
+    rng = np.random.default_rng(8)
+    shape = (1, rows, width)
+    b = ModelBuilder()
+    x = b.input("x", shape, F32)
+    w = b.const("w", (rng.standard_normal(width) + 1).astype(F32))
+    normed = b.tensor("normed", shape, F32)
+    rms_norm_decomposition(b.subgraph(f"{RMS_NORM}.impl"), shape, float(np.float32(1e-6)))
+    b.op("STABLEHLO_COMPOSITE", [x, w], [normed], name=RMS_NORM, decomposition_subgraph_index=1,
+         composite_attributes=flexbuffers.Dumps({"epsilon": 1e-6}))
+    for i, n in enumerate(units):
+        scales = rng.uniform(0.005, 0.02, n).astype(F32)
+        weights = b.const(f"w{i}", rng.integers(-127, 128, (n, width)).astype(np.int8), scale=scales,
+                          zero_point=[0] * n, quantized_dimension=0)
+        y = b.tensor(f"y{i}", (1, rows, n), F32)
+        b.op("FULLY_CONNECTED", [normed, weights, -1], [y], keep_num_dims=True, asymmetric_quantize_inputs=True,
+             version=9)
+        b.output(y)
+    return b.build(), [(3 * rng.standard_normal(shape)).astype(F32)]
+
+
 CASES = [
     Case("FUSED", "rotary-qkv-split", rope_model),
     Case("FUSED", "walks-joins-formulas", mixed_model),
     Case("FUSED", "kv-cache-write", cache_write_model),
+    Case("FUSED", "rms-norm-row-quantize-decode", lambda: rms_norm_products_model(1, 256), tol=0.03),
+    Case("FUSED", "rms-norm-row-quantize-rows", lambda: rms_norm_products_model(5, 200), tol=0.03),
 ]
