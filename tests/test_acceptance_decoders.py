@@ -133,8 +133,9 @@ def test_decoders_run_on_a_gpu_backend(decoders_run, opencl):
     assert "error" not in row, row
     assert row["accuracy"]["agree"] == row["accuracy"]["steps"] and row["accuracy"]["max_rel"] < 5e-3
     assert "| tiny_llama | opencl (CPU device) |" in report
-    # What a decode step launched there (the report's diagnostics for a GPU's numbers).
-    assert row["decode_step"]["launches"] > 50 and f"- tiny_llama, opencl: {row['decode_step']['launches']} launches, " \
+    # What a decode step launched there (the report's diagnostics for a GPU's numbers): a
+    # tiny llama's two layers are at least norm and products, attention and cache writes.
+    assert row["decode_step"]["launches"] > 10 and f"- tiny_llama, opencl: {row['decode_step']['launches']} launches, " \
         "KV cache in place" in report
 
 

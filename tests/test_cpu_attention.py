@@ -15,46 +15,13 @@ import pytest
 
 import litegpu
 from litegpu.testing.builder import ModelBuilder
+from litegpu.testing.cases.fused import attention_chain_model as chain_model
 from litegpu_cpu.kernels import xnn_order
 
 from ai_edge_litert.interpreter import Interpreter as LiteRT  # a test dependency: never skipped
 
 F32 = np.float32
 RNG = np.random.default_rng(11)
-
-
-def chain_model(groups: int, heads: int, queries: int, d: int, keys: int, dv: int, k_transposed: bool,
-                v_transposed: bool, mask_shape: tuple, cap: float = 0.0) -> bytes:
-    """q [1, G, H*T, D] against k ([1, G, C, D] or [1, G, D, C]), the scores capped
-    (``cap``: ``tanh(s * (1 / cap)) * cap``, Gemma 2's) and reshaped to [G, H, T, C] for
-    the mask, softmax, times v ([1, G, Dv, C] or [1, G, C, Dv])."""
-    m = heads * queries
-    b = ModelBuilder()
-    q = b.input("q", (1, groups, m, d))
-    k = b.input("k", (1, groups, keys, d) if k_transposed else (1, groups, d, keys))
-    mask = b.input("mask", mask_shape)
-    v = b.input("v", (1, groups, dv, keys) if v_transposed else (1, groups, keys, dv))
-    scores = b.tensor("scores", (1, groups, m, keys))
-    b.op("BATCH_MATMUL", [q, k], [scores], adj_x=False, adj_y=k_transposed)
-    if cap:
-        for i, op in enumerate(("MUL", "TANH", "MUL")):
-            capped = b.tensor(f"capped{i}", (1, groups, m, keys))
-            operands = [scores] if op == "TANH" else \
-                [scores, b.const(f"c{i}", np.array(1 / cap if i == 0 else cap, F32))]
-            b.op(op, operands, [capped])
-            scores = capped
-    split = b.tensor("split", (groups, heads, queries, keys))
-    b.op("RESHAPE", [scores, b.const("to_split", np.array([groups, heads, queries, keys], np.int32))], [split])
-    masked = b.tensor("masked", (groups, heads, queries, keys))
-    b.op("ADD", [split, mask], [masked])
-    joined = b.tensor("joined", (1, groups, m, keys))
-    b.op("RESHAPE", [masked, b.const("to_join", np.array([1, groups, m, keys], np.int32))], [joined])
-    probs = b.tensor("probs", (1, groups, m, keys))
-    b.op("SOFTMAX", [joined], [probs], beta=1.0)
-    out = b.tensor("out", (1, groups, m, dv))
-    b.op("BATCH_MATMUL", [probs, v], [out], adj_x=False, adj_y=v_transposed)
-    b.output(out)
-    return b.build()
 
 
 def causal_mask(shape: tuple, start: int) -> np.ndarray:

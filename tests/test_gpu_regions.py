@@ -15,7 +15,8 @@ from litegpu.model import load_model
 from litegpu.session import Session
 from litegpu.testing.builder import ModelBuilder
 from litegpu.codegen.render import LANES_ENV
-from litegpu.testing.cases.fused import F32, cache_write_model, mixed_model, rms_norm_products_model, rope_model
+from litegpu.testing.cases.fused import (F32, attention_case, cache_write_model, mixed_model, rms_norm_products_model,
+                                         rope_model)
 from litegpu.testing.cases.fused import binary_node, slice_node
 from litegpu.testing.conformance import litegpu_outputs, litert_outputs
 
@@ -78,6 +79,33 @@ def test_an_rms_norm_folds_into_the_row_quantization_it_feeds(gpu, lanes, rows, 
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)
     assert launches == [["odml.rms_norm", "ROW_QUANTIZE"], ["HYBRID_FULLY_CONNECTED"], ["HYBRID_FULLY_CONNECTED"]]
+
+
+_CHAIN = ["BATCH_MATMUL", "RESHAPE", "ADD", "RESHAPE", "SOFTMAX", "BATCH_MATMUL"]
+
+
+@pytest.mark.parametrize("lanes", ["1", "64"])
+@pytest.mark.parametrize("variant, args, ops", [
+    ("decode", (4, 3, 1, 64, 512, 64, True, True, 40), _CHAIN),
+    ("prefill-odd-sizes", (2, 2, 7, 24, 200, 40, True, False, 60), _CHAIN),
+    ("k-by-dimension", (1, 4, 5, 16, 96, 16, False, True, 10), _CHAIN),
+    ("logit-cap", (2, 2, 1, 32, 128, 32, True, True, 30, 50.0), _CHAIN[:1] + ["MUL", "TANH", "MUL"] + _CHAIN[1:]),
+])
+def test_an_attention_written_as_nodes_runs_as_one_kernel(gpu, lanes, variant, args, ops, monkeypatch) -> None:
+    """A decoder's attention without its composite (two products around the mask's ADD and
+    the SOFTMAX, litegpu.chains) is one launch, a work-group per row of scores whose scores
+    and probabilities are never stored. LiteRT's bits on opencl (PoCL); lavapipe within
+    float32 rounding, a decode row of 512 keys of 64 included (one work-item alone would
+    loop past llvmpipe's limit and leave the last outputs unwritten)."""
+    monkeypatch.setenv(LANES_ENV, lanes)
+    data, inputs = attention_case(variant, *args).build()
+    (want,) = litert_outputs(data, inputs)
+    (got,), launches = _run(data, inputs, gpu)
+    if gpu == "opencl":
+        np.testing.assert_array_equal(got, want)
+    else:
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert launches == [ops]
 
 
 @pytest.mark.parametrize("precision", ["F32_F16", "F16"])

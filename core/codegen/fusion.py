@@ -13,6 +13,10 @@ previous one's output. A node joins the chain when:
   over the last axis (indexable from the output's flat index);
 - the kernel keeps within the dialect's buffer parameters (``Dialect.max_buffers``,
   Metal's 31): each follower with a tensor operand adds one.
+
+Some producers are several nodes computed as one (:func:`step_producer`): a square and the
+sum of it, an rms norm and the row quantization of its output, an attention's chain of
+nodes (:mod:`litegpu.chains`).
 """
 from __future__ import annotations
 
@@ -22,6 +26,7 @@ from typing import Sequence
 import numpy as np
 
 from litegpu.backend import NodeContext
+from litegpu.chains import AttentionChain, attention_chain, reader_counts
 from litegpu.ops import VIEW_OPS, TensorSpec
 from litegpu.ops.reduce import one_run, reduction_axes
 
@@ -156,9 +161,38 @@ def _one_run(reduce: NodeContext) -> bool:
     return one_run(reduction_axes(np.asarray(axes.value), len(reduce.inputs[0].shape)))
 
 
+def folded_attention(chain: AttentionChain) -> NodeContext:
+    """An attention's chain of nodes (:func:`litegpu.chains.attention_chain`) as one
+    producer: its first BATCH_MATMUL with inputs q, k, mask and v, the last's output, and
+    the chain in ``attrs["attention"]`` (:func:`.kernels.composite.attention_chain_kernel`)."""
+    first, last = chain.nodes[0], chain.nodes[-1]
+    specs = {t: spec for ctx in chain.nodes for t, spec in zip(ctx.node.inputs, ctx.inputs)}
+    return replace(first, node=replace(first.node, inputs=tuple(chain.inputs), outputs=last.node.outputs),
+                   attrs={**first.attrs, "attention": chain}, inputs=[specs[t] for t in chain.inputs],
+                   outputs=list(last.outputs))
+
+
+def _attention_at(nodes: list[NodeContext], p: int, readers: dict[int, int], max_local_bytes: int
+                  ) -> AttentionChain | None:
+    """The attention chain starting at position ``p`` whose kernel's rows fit ``max_local_bytes``
+    of local memory, if any."""
+    from .kernels.composite import MAX_ATTENTION_LANES, attention_local_bytes
+    chain = attention_chain(nodes, p, readers) if nodes[p].node.op == "BATCH_MATMUL" else None
+    if chain is None:
+        return None
+    _, _, d, keys, _ = chain.sizes
+    return chain if attention_local_bytes(d, keys, MAX_ATTENTION_LANES) <= max_local_bytes else None
+
+
 def step_producer(nodes: list[NodeContext], step: list[int]) -> tuple[NodeContext, list[int]]:
     """The node a step's kernel is generated for, and the positions of its followers: two
-    nodes that fold into one (:func:`folded_pair`) make one producer."""
+    nodes that fold into one (:func:`folded_pair`) make one producer, as do an attention's
+    (:func:`folded_attention`)."""
+    if len(step) > 2 and nodes[step[0]].node.op == "BATCH_MATMUL":
+        run = [nodes[p] for p in step]
+        chain = attention_chain(run, 0, reader_counts(run))   # (the schedule checked the readers outside)
+        if chain is not None and len(chain.nodes) == len(run):
+            return folded_attention(chain), []
     if len(step) > 1:
         folded = folded_pair(nodes[step[0]], nodes[step[1]])
         if folded is not None:
@@ -166,18 +200,21 @@ def step_producer(nodes: list[NodeContext], step: list[int]) -> tuple[NodeContex
     return nodes[step[0]], step[1:]
 
 
-def chain_steps(nodes: list[NodeContext], outputs: list[int], max_buffers: int = 0) -> list[list[int]]:
+def chain_steps(nodes: list[NodeContext], outputs: list[int], max_buffers: int = 0,
+                max_local_bytes: int = 0) -> list[list[int]]:
     """Positions grouped into steps: each producer with the followers folded into it
     (within ``max_buffers`` buffer parameters per kernel, when not 0); a node whose output
     only the next reads, folding into it (:func:`folded_pair`: a square and its sum, an rms
-    norm and its row quantization), starts that node's step. A chain's values other than
-    its last are read only inside it (:func:`_closed`)."""
+    norm and its row quantization), starts that node's step; an attention's chain of nodes
+    whose rows fit ``max_local_bytes`` is one step (:func:`folded_attention`). A chain's
+    values other than its last are read only inside it (:func:`_closed`)."""
     read_at: dict[int, set[int]] = {}
     for p, c in enumerate(nodes):
         for i in c.node.inputs:
             if i >= 0:
                 read_at.setdefault(i, set()).add(p)
     keep = set(outputs)
+    readers = reader_counts(nodes, outputs)
     steps: list[list[int]] = []
     pos = 0
 
@@ -189,6 +226,11 @@ def chain_steps(nodes: list[NodeContext], outputs: list[int], max_buffers: int =
         return None
 
     while pos < len(nodes):
+        attention = _attention_at(nodes, pos, readers, max_local_bytes) if max_local_bytes else None
+        if attention is not None:
+            steps.append(list(range(pos, pos + len(attention.nodes))))
+            pos += len(attention.nodes)
+            continue
         ctx = nodes[pos]
         step = [pos]
         folded = paired(pos)

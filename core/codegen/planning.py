@@ -49,8 +49,9 @@ def supports(node: NodeContext, model: Model, dialect: Dialect = OPENCL) -> Supp
 
 
 def schedule(nodes: list[NodeContext], outputs: list[int], dialect: Dialect) -> list[list[int]]:
-    """Each producer with the elementwise nodes folded into its kernel, and the steps that
-    only move, join and combine float elements fused into regions (see :mod:`.fusion`),
-    within the dialect's buffer parameters."""
+    """Each producer with the elementwise nodes folded into its kernel, an attention's nodes
+    as one kernel, and the steps that only move, join and combine float elements fused into
+    regions (see :mod:`.fusion`), within the dialect's buffer parameters and local memory."""
     load_all()
-    return fuse_regions(nodes, chain_steps(nodes, outputs, dialect.max_buffers), outputs, dialect.max_buffers)
+    steps = chain_steps(nodes, outputs, dialect.max_buffers, dialect.max_local_bytes)
+    return fuse_regions(nodes, steps, outputs, dialect.max_buffers)

@@ -645,8 +645,13 @@ def batch_matmul(g: NodeGen) -> list[KernelSpec]:
     The tile's pixels are rows of the lhs, its channels columns of the rhs. A constant
     rhs is repacked per matrix to ``[N/vec][K][vec]``; a rhs computed at run time is
     read in place (one vector load per step when its rows are contiguous and
-    ``N % 4 == 0``, else four lanes gathered).
+    ``N % 4 == 0``, else four lanes gathered). The first product of an attention folded
+    into one step (``attrs["attention"]``) is the whole attention's kernel
+    (:func:`.composite.attention_chain_kernel`).
     """
+    if "attention" in g.attrs:
+        from .composite import attention_chain_kernel
+        return attention_chain_kernel(g)
     _check_float(g)
     a_shape, b_shape = tuple(g.ctx.inputs[0].shape), tuple(g.ctx.inputs[1].shape)
     out_shape = tuple(g.ctx.outputs[0].shape)

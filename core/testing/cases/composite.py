@@ -222,4 +222,6 @@ CASES = [
     sdpa_case("decode-logit-cap-mqa", 1, 48, 4, 1, 16, start=30, logit_cap=1.0),
     sdpa_case("prefill-into-long-cache", 8, 256, 4, 2, 16, start=70),
     sdpa_case("decode-long-cache-cap", 1, 320, 4, 1, 16, start=100, logit_cap=3.0),
+    # a row's loops past llvmpipe's 65535 iterations for one work-item: spread over several
+    sdpa_case("decode-512-keys-of-64", 1, 512, 4, 2, 64, start=300),
 ]

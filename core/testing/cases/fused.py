@@ -155,10 +155,68 @@ def rms_norm_products_model(rows: int, width: int, units: tuple[int, ...] = (48,
     return b.build(), [(3 * rng.standard_normal(shape)).astype(F32)]
 
 
+def attention_chain_model(groups: int, heads: int, queries: int, d: int, keys: int, dv: int, k_transposed: bool,
+                          v_transposed: bool, mask_shape: tuple, cap: float = 0.0) -> bytes:
+    """q [1, G, H*T, D] against k ([1, G, C, D] or [1, G, D, C]), the scores capped
+    (``cap``: ``tanh(s * (1 / cap)) * cap``, Gemma 2's) and reshaped to [G, H, T, C] for
+    the mask, softmax, times v ([1, G, Dv, C] or [1, G, C, Dv])."""
+    m = heads * queries
+    b = ModelBuilder()
+    q = b.input("q", (1, groups, m, d), F32)
+    k = b.input("k", (1, groups, keys, d) if k_transposed else (1, groups, d, keys), F32)
+    mask = b.input("mask", mask_shape, F32)
+    v = b.input("v", (1, groups, dv, keys) if v_transposed else (1, groups, keys, dv), F32)
+    scores = b.tensor("scores", (1, groups, m, keys))
+    b.op("BATCH_MATMUL", [q, k], [scores], adj_x=False, adj_y=k_transposed)
+    if cap:
+        for i, op in enumerate(("MUL", "TANH", "MUL")):
+            capped = b.tensor(f"capped{i}", (1, groups, m, keys))
+            operands = [scores] if op == "TANH" else \
+                [scores, b.const(f"c{i}", np.array(1 / cap if i == 0 else cap, F32))]
+            b.op(op, operands, [capped])
+            scores = capped
+    split = b.tensor("split", (groups, heads, queries, keys))
+    b.op("RESHAPE", [scores, b.const("to_split", np.array([groups, heads, queries, keys], np.int32))], [split])
+    masked = b.tensor("masked", (groups, heads, queries, keys))
+    b.op("ADD", [split, mask], [masked])
+    joined = b.tensor("joined", (1, groups, m, keys))
+    b.op("RESHAPE", [masked, b.const("to_join", np.array([1, groups, m, keys], np.int32))], [joined])
+    probs = b.tensor("probs", (1, groups, m, keys))
+    b.op("SOFTMAX", [joined], [probs], beta=1.0)
+    out = b.tensor("out", (1, groups, m, dv))
+    b.op("BATCH_MATMUL", [probs, v], [out], adj_x=False, adj_y=v_transposed)
+    b.output(out)
+    return b.build()
+
+
+
+def attention_case(variant: str, groups: int, heads: int, queries: int, d: int, keys: int, dv: int,
+                   k_transposed: bool, v_transposed: bool, start: int, cap: float = 0.0) -> Case:
+    """:func:`attention_chain_model` with a causal mask over ``keys``, the first query at
+    position ``start``, and random q, k and v."""
+    def build():
+        rng = np.random.default_rng(keys + queries)
+        mask_shape = (1, 1, queries, keys)
+        visible = np.arange(keys)[None, :] <= start + np.arange(queries)[:, None]
+        mask = np.where(visible, F32(0), F32(-np.inf)).astype(F32).reshape(mask_shape)
+        m = heads * queries
+        return attention_chain_model(groups, heads, queries, d, keys, dv, k_transposed, v_transposed, mask_shape,
+                                     cap), [
+            rng.standard_normal((1, groups, m, d)).astype(F32),
+            rng.standard_normal((1, groups, keys, d) if k_transposed else (1, groups, d, keys)).astype(F32),
+            mask,
+            rng.standard_normal((1, groups, dv, keys) if v_transposed else (1, groups, keys, dv)).astype(F32)]
+    return Case("FUSED", f"attention-{variant}", build)
+
+
 CASES = [
     Case("FUSED", "rotary-qkv-split", rope_model),
     Case("FUSED", "walks-joins-formulas", mixed_model),
     Case("FUSED", "kv-cache-write", cache_write_model),
     Case("FUSED", "rms-norm-row-quantize-decode", lambda: rms_norm_products_model(1, 256), tol=0.03),
     Case("FUSED", "rms-norm-row-quantize-rows", lambda: rms_norm_products_model(5, 200), tol=0.03),
+    attention_case("decode", 4, 3, 1, 64, 512, 64, True, True, 40),
+    attention_case("prefill-odd-sizes", 2, 2, 7, 24, 200, 40, True, False, 60),
+    attention_case("k-by-dimension", 1, 4, 5, 16, 96, 16, False, True, 10),
+    attention_case("decode-logit-cap", 2, 2, 1, 32, 128, 32, True, True, 30, 50.0),
 ]

@@ -116,9 +116,11 @@ class CpuProgram(Program):
     """
 
     def __init__(self, partition: Partition, options: CompileOptions) -> None:
+        from litegpu.chains import AttentionChain
+
         from .fusion import FusedGroup, make_fused_kernel
         from .kernels import make_kernel
-        from .kernels.attention import AttentionChain
+        from .kernels.attention import attention_kernel
         self.partition = partition
         # Called first in every run: the run's thread may not be the one that compiled.
         self._threads_here = _threads_setter(options.num_threads)
@@ -148,7 +150,7 @@ class CpuProgram(Program):
         self.step_nodes: list[tuple[NodeContext, ...]] = []   # the nodes each step computes
         for group, nodes in _groups(partition):
             if isinstance(group, (FusedGroup, AttentionChain)):
-                kernel = make_fused_kernel(group) if isinstance(group, FusedGroup) else group.kernel()
+                kernel = make_fused_kernel(group) if isinstance(group, FusedGroup) else attention_kernel(group)
                 self.steps.append((kernel, [slot(t) for t in group.inputs], [slot(t) for t in group.outputs],
                                    False, group.nodes[0]))
                 self.step_nodes.append(tuple(nodes))
@@ -579,8 +581,9 @@ def _groups(partition: Partition) -> list[tuple]:
     """The partition's steps as ``(what to compile, its nodes)``: an AttentionChain for an
     attention's chain of nodes, a FusedGroup for each fused run, a node with the follower it
     computes too (a conv and its RELU) as one node context, else single node contexts."""
-    from .fusion import folded_pair, generate_alone, plan_group, reader_counts
-    from .kernels.attention import attention_chain
+    from litegpu.chains import attention_chain, reader_counts
+
+    from .fusion import folded_pair, generate_alone, plan_group
     nodes = partition.nodes
     steps = partition.steps or [[i] for i in range(len(nodes))]
     last_reader: dict[int, int] = {}

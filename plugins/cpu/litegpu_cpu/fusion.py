@@ -39,13 +39,13 @@ import numpy as np
 
 from litegpu import env
 from litegpu.backend import NodeContext
+from litegpu.chains import attention_chain, reader_counts
 from litegpu.codegen import formulas, ir, pyrender
 from litegpu.codegen.fusion import folded_square_sum
 from litegpu.ops.registry import CLAMP_ACTIVATIONS
 
 from .generated import load_generated
 from .kernels import mathfn, xnn_sigmoid
-from .kernels.attention import attention_chain
 from .kernels.qelementwise import folded_table
 from .kernels.registry import bindable, is_quantized_node
 from .kernels.tasks import ARRAYS, bind_task
@@ -178,7 +178,7 @@ def fusion_runs(nodes: list[NodeContext], outputs=()) -> list[list[int]]:
     node followed by one it can compute itself (:func:`folded_pair`: a conv and its clamp,
     swish on int8), and every other node alone. ``outputs`` are the tensors read after the nodes.
 
-    An attention's chain of nodes (:func:`.kernels.attention.attention_chain`) is one step too.
+    An attention's chain of nodes (:func:`litegpu.chains.attention_chain`) is one step too.
 
     Disabled with ``LITEGPU_CPU_FUSION=0``.
     """
@@ -206,15 +206,6 @@ def fusion_runs(nodes: list[NodeContext], outputs=()) -> list[list[int]]:
         steps.append(list(range(i, j)))
         i = j
     return steps
-
-
-def reader_counts(nodes: list[NodeContext], outputs=()) -> dict[int, int]:
-    """How many of ``nodes`` read each tensor, plus one for each of ``outputs`` (read after them)."""
-    readers: dict[int, int] = dict.fromkeys(outputs, 1)
-    for ctx in nodes:
-        for t in ctx.node.inputs:
-            readers[t] = readers.get(t, 0) + 1
-    return readers
 
 
 # Ops whose cpu kernels clamp on store, and the standalone ops that are such a clamp.
