@@ -93,10 +93,10 @@ _CHAIN = ["BATCH_MATMUL", "RESHAPE", "ADD", "RESHAPE", "SOFTMAX", "BATCH_MATMUL"
 ])
 def test_an_attention_written_as_nodes_runs_as_one_kernel(gpu, lanes, variant, args, ops, monkeypatch) -> None:
     """A decoder's attention without its composite (two products around the mask's ADD and
-    the SOFTMAX, litegpu.chains) is one launch, a work-group per row of scores whose scores
-    and probabilities are never stored. LiteRT's bits on opencl (PoCL); lavapipe within
-    float32 rounding, a decode row of 512 keys of 64 included (one work-item alone would
-    loop past llvmpipe's limit and leave the last outputs unwritten)."""
+    the SOFTMAX, litegpu.chains) is one launch on a GPU (lanes), a work-group per row of
+    scores whose scores and probabilities are never stored; with one lane (a CPU device)
+    the nodes keep their kernels, which are faster there. LiteRT's bits on opencl (PoCL);
+    lavapipe within float32 rounding, a decode row of 512 keys of 64 included."""
     monkeypatch.setenv(LANES_ENV, lanes)
     data, inputs = attention_case(variant, *args).build()
     (want,) = litert_outputs(data, inputs)
@@ -105,7 +105,21 @@ def test_an_attention_written_as_nodes_runs_as_one_kernel(gpu, lanes, variant, a
         np.testing.assert_array_equal(got, want)
     else:
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
-    assert launches == [ops]
+    assert [op for launch in launches for op in launch] == ops
+    assert len(launches) == 1 if lanes != "1" else len(launches) >= 3
+
+
+def test_a_long_attention_row_is_spread_where_one_work_item_would_loop_too_long(webgpu, monkeypatch) -> None:
+    """The composite's kernel with one lane (a CPU device): a row of 512 keys of 64 is more
+    work than llvmpipe lets one work-item loop through (it silently stops after 65535
+    iterations, leaving the last outputs unwritten), so the row takes several."""
+    from litegpu.testing.cases.composite import sdpa_case
+    monkeypatch.setenv(LANES_ENV, "1")
+    data, inputs = sdpa_case("long-row", 1, 512, 4, 2, 64, start=300).build()
+    (want,) = litert_outputs(data, inputs)
+    (got,), launches = _run(data, inputs, "webgpu")
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert launches == [["odml.scaled_dot_product_attention"]]
 
 
 @pytest.mark.parametrize("precision", ["F32_F16", "F16"])

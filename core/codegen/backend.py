@@ -12,6 +12,7 @@ from litegpu.graph import Model
 from . import planning
 from .dialect import Dialect
 from .dialects import DIALECTS
+from .render import kernel_lanes
 from .wgsl import WgslDialect
 
 T = TypeVar("T")
@@ -87,4 +88,9 @@ class CodegenBackend(Backend):
 
     def schedule(self, nodes: list[NodeContext], outputs: list[int]) -> list[list[int]]:
         """Each producer with the elementwise nodes folded into its kernel (see :mod:`.fusion`)."""
-        return planning.schedule(nodes, outputs, self.dialect_object())
+        return planning.schedule(nodes, outputs, self.dialect_object(), self.kernel_lanes())
+
+    def kernel_lanes(self) -> int:
+        """Work-items a kernel puts on one row or output on the default device
+        (:func:`.render.kernel_lanes`): a GPU's, unless a subclass says its device is a CPU."""
+        return kernel_lanes()

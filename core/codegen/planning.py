@@ -16,7 +16,7 @@ from .fusion import chain_steps, fuse_regions
 from .opencl import OPENCL
 from .kernels import Decline, load_all
 from .nodegen import Precision
-from .render import generate
+from .render import generate, kernel_lanes
 
 #: Tensor types the kernels handle (bool is stored as uint8).
 DTYPES = frozenset(np.dtype(t) for t in (np.float32, np.int32, np.int64, np.bool_, np.uint8, np.int8, np.int16))
@@ -48,10 +48,14 @@ def supports(node: NodeContext, model: Model, dialect: Dialect = OPENCL) -> Supp
     return Support(True)
 
 
-def schedule(nodes: list[NodeContext], outputs: list[int], dialect: Dialect) -> list[list[int]]:
+def schedule(nodes: list[NodeContext], outputs: list[int], dialect: Dialect, lanes: int | None = None
+             ) -> list[list[int]]:
     """Each producer with the elementwise nodes folded into its kernel, an attention's nodes
-    as one kernel, and the steps that only move, join and combine float elements fused into
-    regions (see :mod:`.fusion`), within the dialect's buffer parameters and local memory."""
+    as one kernel where kernels have ``lanes`` > 1 (:func:`.render.kernel_lanes`, a GPU's by
+    default: on a CPU device one work-item a row of scores is slower than the nodes' kernels),
+    and the steps that only move, join and combine float elements fused into regions (see
+    :mod:`.fusion`), within the dialect's buffer parameters and local memory."""
     load_all()
-    steps = chain_steps(nodes, outputs, dialect.max_buffers, dialect.max_local_bytes)
+    lanes = kernel_lanes() if lanes is None else lanes
+    steps = chain_steps(nodes, outputs, dialect.max_buffers, dialect.max_local_bytes if lanes > 1 else 0)
     return fuse_regions(nodes, steps, outputs, dialect.max_buffers)

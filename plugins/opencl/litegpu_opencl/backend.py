@@ -13,6 +13,7 @@ import numpy as np
 from litegpu.backend import COMPLETE, CompileOptions, Event, Partition, Program
 from litegpu.codegen import Precision
 from litegpu.codegen.backend import CodegenBackend
+from litegpu.codegen.render import kernel_lanes
 from litegpu.errors import InvalidArgumentError
 from litegpu.ops import TensorSpec
 
@@ -38,6 +39,10 @@ class OpenClBackend(CodegenBackend):
         if context is not None:
             return Device.from_user(context, options.extra.get("opencl_queue"))
         return self.open_device()
+
+    def kernel_lanes(self) -> int:
+        """One work-item a row on a CPU device (PoCL), a GPU's lanes on a GPU."""
+        return kernel_lanes(not self.open_device().is_gpu)
 
     def compile(self, partition: Partition, options: CompileOptions) -> Program:
         return ClProgram(self.device_for(options), partition, options)

@@ -22,6 +22,7 @@ import numpy as np
 from litegpu.backend import COMPLETE, CompileOptions, Event, NodeContext, Partition, Program, Support
 from litegpu.codegen import Precision
 from litegpu.codegen.backend import CodegenBackend
+from litegpu.codegen.render import kernel_lanes
 from litegpu.codegen.wgsl import WgslDialect, modules
 from litegpu.errors import BackendUnavailableError, InvalidArgumentError
 from litegpu.graph import Model
@@ -80,6 +81,10 @@ class WebGpuBackend(CodegenBackend):
                 return Support(False, f"a tensor of shape {list(spec.shape)} takes {nbytes} bytes; {device.name} "
                                       f"binds at most {device.max_binding} (maxStorageBufferBindingSize)")
         return super().supports(node, model)
+
+    def kernel_lanes(self) -> int:
+        """One work-item a row on a CPU device (lavapipe), a GPU's lanes on a GPU."""
+        return kernel_lanes(self.open_device().is_cpu)
 
     def compile(self, partition: Partition, options: CompileOptions) -> Program:
         return WebGpuProgram(self.device_for(options), partition, options)
