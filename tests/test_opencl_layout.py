@@ -88,18 +88,33 @@ def check(opencl, built, modes=(False, True), launches=None):
 # -- float4 chunks and register transposes ------------------------------------------------------
 
 def test_concat_on_channels_folds_relu_into_both_copies(opencl):
-    x, y = data(F32, 2, 5, 5, 8), data(F32, 2, 5, 5, 12)
-    check(opencl, model("CONCATENATION", [x, y], [((2, 5, 5, 20), F32)], follow=("RELU", None), axis=3),
+    x, y = data(F32, 2, 10, 12, 8), data(F32, 2, 10, 12, 12)
+    check(opencl, model("CONCATENATION", [x, y], [((2, 10, 12, 20), F32)], follow=("RELU", None), axis=3),
           launches=2)
 
 
 def test_channel_follower_with_channels_not_a_multiple_of_4_stays_exact(opencl):
-    # Each input is a 24-element run (vectorisable), but the output has 6 channels: an
+    # Each input is a 1200-element run (vectorisable), but the output has 6 channels: an
     # ADD of a per-channel vector must not read it four at a time across a row end.
-    x, y = data(F32, 2, 4, 6), data(F32, 2, 4, 6)
+    x, y = data(F32, 2, 200, 6), data(F32, 2, 200, 6)
     bias = data(F32, 6)
-    check(opencl, model("CONCATENATION", [x, y], [((2, 8, 6), F32)], follow=("ADD", bias), axis=1),
+    check(opencl, model("CONCATENATION", [x, y], [((2, 400, 6), F32)], follow=("ADD", bias), axis=1),
           launches=2)
+
+
+@pytest.mark.parametrize("dtype", [F32, I32])
+def test_a_small_join_is_one_launch_picking_each_elements_input(opencl, dtype):
+    """A decoder's cache index, four scalars joined (constants and the step's position), and
+    a small concatenation on a middle axis with a follower: one kernel, a work-item per
+    element, where there was one per input."""
+    position = data(dtype, 1)
+    check(opencl, model("CONCATENATION", [("const", np.zeros(1, dtype)), ("const", np.ones(1, dtype)), position,
+                                          ("const", np.full(1, 3, dtype))], [((4,), dtype)], axis=0),
+          modes=(False,), launches=1)
+    if dtype == F32:
+        x, y, z = data(F32, 2, 3, 5), data(F32, 2, 1, 5), data(F32, 2, 4, 5)
+        check(opencl, model("CONCATENATION", [x, y, z], [((2, 8, 5), F32)], follow=("RELU", None), axis=1),
+              launches=1)
 
 
 @pytest.mark.parametrize("dtype", [F32, I32, B])

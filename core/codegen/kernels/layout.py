@@ -611,10 +611,18 @@ def update_slice(g: NodeGen, update_at: Callable[[ir.KernelBuilder, Expr], Expr]
 
 # -- joins and splits -----------------------------------------------------------------------
 
+# Output elements up to which a join is one kernel picking each element's input (a
+# decoder's cache indices joined from scalars: one launch where there were four).
+_SMALL_JOIN = 4096
+
+
 def _join(g: NodeGen, outer: int, widths: list[int]) -> list[KernelSpec]:
     """Inputs of ``outer`` rows of ``widths[k]`` elements side by side in the output:
-    one kernel per input, each a copy into its columns."""
+    one kernel per input, each a copy into its columns; a small output
+    (:data:`_SMALL_JOIN`) of several inputs is one kernel, a work-item per element."""
     total = sum(widths)
+    if sum(1 for w in widths if w) > 1 and outer * total <= _SMALL_JOIN:
+        return [_picked_join(g, outer, widths)]
     kernels, offset = [], 0
     for k, width in enumerate(widths):
         b = g.new_kernel()
@@ -622,6 +630,31 @@ def _join(g: NodeGen, outer: int, widths: list[int]) -> list[KernelSpec]:
         kernels.append(walk_kernel(g, b, w, g.input(b, k)))
         offset += width
     return _kernels(*kernels)
+
+
+def _picked_join(g: NodeGen, outer: int, widths: list[int]) -> KernelSpec:
+    """:func:`_join` as one kernel: each work-item copies its element from the input its
+    column falls in (every input read at an index clamped into it, the one wanted selected)."""
+    total = sum(widths)
+    b = g.new_kernel()
+    i = b.let("i", b.global_id(0))
+    row, col = b.let("row", i / total), b.let("col", i % total)
+    picks, offset = [], 0
+    for k, width in enumerate(widths):
+        if width:
+            at = select(col < offset, ir.lit(0, ir.INT), select(col >= offset + width, ir.lit(width - 1, ir.INT),
+                                                                  col - offset))
+            picks.append((offset, b.let("v", g.input(b, k).load(row * width + at))))
+        offset += width
+    value = picks[-1][1]
+    for (begin, _), (_, before) in zip(reversed(picks[1:]), reversed(picks[:-1])):
+        value = select(col < begin, before, value)
+    out = g.output(b)
+    if out.is_float and len(g.ctx.node.outputs) == 1:
+        g.store_output(b, i, value)
+    else:
+        b.store(out, i, value)
+    return g.kernel(b, (outer * total,))
 
 
 def _split_from(g: NodeGen, outer: int, total: int, widths: list[int], x: int) -> list[KernelSpec]:
