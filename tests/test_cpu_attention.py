@@ -204,3 +204,56 @@ def test_a_finite_mask_gives_the_same_bits():
     xs = inputs(groups, heads, queries, d, keys, dv, True, True, causal_mask(shape, 20))
     finite = xs[:2] + [np.maximum(xs[2], np.finfo(F32).min)] + xs[3:]
     assert_same_bits(run(content, xs, litegpu.Interpreter)[0], run(content, finite, litegpu.Interpreter)[0])
+
+
+def stacked_model(layers: int, heads: int, d: int, keys: int) -> bytes:
+    """``layers`` attentions in a row, each's output the next one's queries (a decoder's
+    layers, reduced to their attentions), over one k, v and mask."""
+    b = ModelBuilder()
+    q = b.input("q", (1, 1, heads, d), F32)
+    k = b.input("k", (1, 1, keys, d), F32)
+    mask = b.input("mask", (1, 1, heads, keys), F32)
+    v = b.input("v", (1, 1, keys, d), F32)
+    for layer in range(layers):
+        scores = b.tensor(f"scores{layer}", (1, 1, heads, keys))
+        b.op("BATCH_MATMUL", [q, k], [scores], adj_x=False, adj_y=True)
+        masked = b.tensor(f"masked{layer}", (1, 1, heads, keys))
+        b.op("ADD", [scores, mask], [masked])
+        probs = b.tensor(f"probs{layer}", (1, 1, heads, keys))
+        b.op("SOFTMAX", [masked], [probs], beta=1.0)
+        out = b.tensor(f"out{layer}", (1, 1, heads, d))
+        b.op("BATCH_MATMUL", [probs, v], [out], adj_x=False, adj_y=False)
+        q = out
+    b.output(q)
+    return b.build()
+
+
+def test_a_programs_attention_steps_share_their_scratch():
+    """A decoder's attentions (one a layer) each took their own packed keys and values and
+    scores scratch, bound for the program's life; a program's steps run one after another,
+    so they share one set (litegpu_cpu.kernels.workspace). Eight layers take the memory of
+    one, and give LiteRT's bits."""
+    import gc
+    import tracemalloc
+    heads, d, keys = 4, 64, 2048
+    xs = [RNG.standard_normal((1, 1, heads, d)).astype(F32), RNG.standard_normal((1, 1, keys, d)).astype(F32),
+          causal_mask((1, 1, heads, keys), -1), RNG.standard_normal((1, 1, keys, d)).astype(F32)]
+    held = {}
+    for layers in (1, 8):
+        content = stacked_model(layers, heads, d, keys)
+        run(content, xs, litegpu.Interpreter)          # (the kernels' JIT)
+        tracemalloc.start()
+        try:
+            ours, interp = run(content, xs, litegpu.Interpreter)
+            gc.collect()
+            held[layers] = tracemalloc.get_traced_memory()[0]
+        finally:
+            tracemalloc.stop()
+        kernels = [k for _, k in interp._compiled.programs[0][0].kernels()]
+        assert kernels.count("attention.AttentionChain") == layers
+        if xnn_order.RSUM_MATCHES_LITERT:
+            assert_same_bits(ours, run(content, xs, LiteRT)[0])
+        else:
+            np.testing.assert_allclose(ours, run(content, xs, LiteRT)[0], rtol=1e-5, atol=1e-6)
+    packed = 2 * keys * d * 4     # one step's packed keys and values
+    assert held[8] - held[1] < packed, held

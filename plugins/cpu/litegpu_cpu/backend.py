@@ -121,12 +121,14 @@ class CpuProgram(Program):
         from .fusion import FusedGroup, make_fused_kernel
         from .kernels import make_kernel
         from .kernels.attention import attention_kernel
+        from .kernels.workspace import Workspace
         self.partition = partition
         # Called first in every run: the run's thread may not be the one that compiled.
         self._threads_here = _threads_setter(options.num_threads)
         self._runtime = options.runtime
         arena = partition.arena
         self.arena = np.empty(arena.size if arena else 0, np.uint8)
+        self.workspace = Workspace()   # (the steps' shared scratch: they run one after another)
         slot_of: dict[int, int] = {}
         slots: list = []
 
@@ -150,7 +152,8 @@ class CpuProgram(Program):
         self.step_nodes: list[tuple[NodeContext, ...]] = []   # the nodes each step computes
         for group, nodes in _groups(partition):
             if isinstance(group, (FusedGroup, AttentionChain)):
-                kernel = make_fused_kernel(group) if isinstance(group, FusedGroup) else attention_kernel(group)
+                kernel = make_fused_kernel(group) if isinstance(group, FusedGroup) else \
+                    attention_kernel(group, self.workspace)
                 self.steps.append((kernel, [slot(t) for t in group.inputs], [slot(t) for t in group.outputs],
                                    False, group.nodes[0]))
                 self.step_nodes.append(tuple(nodes))

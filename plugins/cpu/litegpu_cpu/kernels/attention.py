@@ -41,6 +41,7 @@ from .misc import softmax_row
 from .packed import MR, NR, _tile2, pack_panels
 from .tasks import advanced, bind_task, in_sequence, int64_pointer, task_function
 from .threads import current as current_threads
+from .workspace import Workspace
 
 # Keys come in blocks of this many: the softmax's sum order is XNNPACK's blocks of 64.
 KEY_BLOCK = 64
@@ -188,14 +189,17 @@ def _chain_task(t, qp, packedp, maskp, outp, scratchp, tablep, _a6, _a7, ip, fp)
 def attention_step(batches: int, m: int, d: int, c: int, dv: int, mask_rows: np.ndarray, mask_size: int,
                    q_rows: np.ndarray, out_rows: np.ndarray, k_bases: np.ndarray, v_bases: np.ndarray,
                    k_layout: tuple[int, bool], v_layout: tuple[int, bool], score_ops: tuple = (),
-                   q_scale: float | None = None):
+                   q_scale: float | None = None, workspace: Workspace | None = None):
     """``bind(q, k, mask, v, out)`` for an attention of ``batches`` batches of ``m`` query
     rows of ``d`` over ``c`` keys, values of ``dv`` (see the module docstring): per flat
     row (``batch * m + row``) the offsets of its mask row, q row and output row; per batch
     where its k and v start; ``k_layout``: (the floats between its rows, whether k is
     given as [C, D] rows: keys, transposed) and ``v_layout``: (the same, whether v is
     [Dv, C]); ``score_ops``: (code, constant) of the ops on the scores before the mask;
-    ``q_scale``: a scale q is multiplied by first."""
+    ``q_scale``: a scale q is multiplied by first. With a ``workspace`` the packed keys and
+    values and the tasks' scratch are the program's, shared by its attention steps: the
+    scratch's leading zeros (read, never written) as long as the longest any step needs,
+    the tasks' rows after them."""
     threads = max(current_threads(), 1)
     blocks = max(1, min(-(-m // MR), -(-_TASKS_PER_THREAD * threads // batches)))
     block = -(-m // blocks) if m < MR else -(-(-(-m // blocks)) // MR) * MR
@@ -213,21 +217,34 @@ def attention_step(batches: int, m: int, d: int, c: int, dv: int, mask_rows: np.
     constants = np.array([constant for _, constant in score_ops] + [1.0 if q_scale is None else q_scale], F32)
     offsets = np.concatenate([mask_rows, q_rows, out_rows, k_bases, v_bases]).astype(np.int64)
 
+    if workspace is not None:
+        workspace.reserve("attention.zeros", zeros)
+        workspace.reserve("attention.tasks", batches * blocks * per_task)
+        workspace.reserve("attention.packed", batches * size)
+
     def bind(q, k, mask, v, out):
         table = np.concatenate([[c], offsets]).astype(np.int64)
-        packed = np.empty(batches * size, F32)
-        scratch = np.zeros(zeros + batches * blocks * per_task, F32)
+        ip = params
+        if workspace is None:
+            packed = np.empty(batches * size, F32)
+            scratch = np.zeros(zeros + batches * blocks * per_task, F32)
+        else:
+            lead = workspace.size("attention.zeros")
+            packed = workspace.array("attention.packed")
+            scratch = workspace.array("attention.scratch", lead + workspace.size("attention.tasks"))
+            ip = params.copy()
+            ip[_SCRATCH] = lead
         return in_sequence([
-            bind_task(_visible_keys_task, 1, (mask,), (table,), params, dtypes=(F32, np.int64)),
-            bind_task(_pack_task, 2 * batches, (k, v), (packed, table), params, dtypes=(F32, F32, F32, np.int64)),
-            bind_task(_chain_task, batches * blocks, (q, packed, mask), (out, scratch, table), params,
+            bind_task(_visible_keys_task, 1, (mask,), (table,), ip, dtypes=(F32, np.int64)),
+            bind_task(_pack_task, 2 * batches, (k, v), (packed, table), ip, dtypes=(F32, F32, F32, np.int64)),
+            bind_task(_chain_task, batches * blocks, (q, packed, mask), (out, scratch, table), ip,
                       constants, dtypes=(F32, F32, F32, F32, F32, np.int64))])
     return bind
 
 
-def attention_kernel(chain: AttentionChain):
+def attention_kernel(chain: AttentionChain, workspace: Workspace | None = None):
     """The chain's kernel (:mod:`litegpu.chains`): ``run(inputs, outputs)`` with ``run.bind``
-    (see :func:`.registry.bindable`)."""
+    (see :func:`.registry.bindable`); its scratch the ``workspace``'s where given."""
     from .registry import bindable
     batches, m, d, c, dv = chain.sizes
     rows = np.arange(batches * m, dtype=np.int64)
@@ -236,7 +253,8 @@ def attention_kernel(chain: AttentionChain):
                           rows * d, rows * dv, every * c * d, every * c * dv,
                           (d if chain.k_transposed else c, chain.k_transposed),
                           (c if chain.v_transposed else dv, chain.v_transposed),
-                          tuple((_SCORE_CODES[op], constant) for op, constant in chain.score_ops))
+                          tuple((_SCORE_CODES[op], constant) for op, constant in chain.score_ops),
+                          workspace=workspace)
     run = bindable(lambda inputs, outputs: bind(*inputs, outputs[0]))
     run.kernel_name = "attention.AttentionChain"
     return run
