@@ -458,15 +458,12 @@ def _drop_packed_constants(partition: Partition, slot_of: dict[int, int], slots:
     """Empty the slot of each INT4 constant that every step reading it packed for itself
     (its kernel's ``packed_inputs``): the slot held the constant's unpacked int8 values,
     twice the bytes the model stores, for the program's life."""
-    packed = {t: s for t, s in slot_of.items()
-              if isinstance(getattr(partition.specs.get(t), "stored", None), Int4Constant)}
-    for kernel, ins, _, _, _ in steps:
-        captured = getattr(kernel, "packed_inputs", ())
-        for position, s in enumerate(ins):
-            if position not in captured:
-                packed = {t: kept for t, kept in packed.items() if kept != s}
-    for s in packed.values():
-        slots[s] = None
+    read = {s for kernel, ins, _, _, _ in steps for position, s in enumerate(ins)
+            if position not in getattr(kernel, "packed_inputs", ())}
+    read |= {slot_of[t] for t in (*partition.inputs, *partition.outputs) if t in slot_of}
+    for t, s in slot_of.items():
+        if s not in read and isinstance(getattr(partition.specs.get(t), "stored", None), Int4Constant):
+            slots[s] = None
 
 
 def _settled_kernel(ctx: NodeContext, args: list, results: list):
