@@ -257,3 +257,15 @@ def test_a_programs_attention_steps_share_their_scratch():
             np.testing.assert_allclose(ours, run(content, xs, LiteRT)[0], rtol=1e-5, atol=1e-6)
     packed = 2 * keys * d * 4     # one step's packed keys and values
     assert held[8] - held[1] < packed, held
+
+
+def test_the_composites_attention_takes_the_programs_scratch_too():
+    """``odml.scaled_dot_product_attention`` runs as the same step (its kernel made by the
+    generic factory): its scratch is the program's workspace as well, and its results LiteRT's."""
+    from litegpu.testing.cases.composite import sdpa_case
+    from litegpu.testing.conformance import litert_outputs
+    data, xs = sdpa_case("decode", 1, 128, 4, 2, 32, start=20).build()
+    ours, interp = run(data, xs, litegpu.Interpreter)
+    program = interp._compiled.programs[0][0]
+    assert program.workspace.size("attention.packed") > 0
+    np.testing.assert_allclose(ours, litert_outputs(data, xs)[0], rtol=1e-5, atol=1e-6)

@@ -121,7 +121,7 @@ class CpuProgram(Program):
         from .fusion import FusedGroup, make_fused_kernel
         from .kernels import make_kernel
         from .kernels.attention import attention_kernel
-        from .kernels.workspace import Workspace
+        from .kernels.workspace import Workspace, making
         self.partition = partition
         # Called first in every run: the run's thread may not be the one that compiled.
         self._threads_here = _threads_setter(options.num_threads)
@@ -150,25 +150,25 @@ class CpuProgram(Program):
         self.out_slots = [slot(t) for t in partition.outputs]
         self.steps = []
         self.step_nodes: list[tuple[NodeContext, ...]] = []   # the nodes each step computes
-        for group, nodes in _groups(partition):
-            if isinstance(group, (FusedGroup, AttentionChain)):
-                kernel = make_fused_kernel(group) if isinstance(group, FusedGroup) else \
-                    attention_kernel(group, self.workspace)
-                self.steps.append((kernel, [slot(t) for t in group.inputs], [slot(t) for t in group.outputs],
-                                   False, group.nodes[0]))
+        with making(self.workspace):   # (the kernels made here share its scratch)
+            for group, nodes in _groups(partition):
+                if isinstance(group, (FusedGroup, AttentionChain)):
+                    kernel = make_fused_kernel(group) if isinstance(group, FusedGroup) else attention_kernel(group)
+                    self.steps.append((kernel, [slot(t) for t in group.inputs], [slot(t) for t in group.outputs],
+                                       False, group.nodes[0]))
+                    self.step_nodes.append(tuple(nodes))
+                    continue
+                ctx = group
+                dynamic = ctx.opdef.stateful or ctx.dynamic
+                if not dynamic and all(spec.value is not None for spec in ctx.outputs):
+                    # Outputs known at compile time (SHAPE of a static tensor): their slots
+                    # already hold the values, so the node has nothing left to do.
+                    continue
+                ins = [slot(i) if i >= 0 else -1 for i in ctx.node.inputs]
+                outs = [slot(o) for o in ctx.node.outputs]
+                kernel = _returning_kernel(ctx, options) if dynamic else make_kernel(ctx)
+                self.steps.append((kernel, ins, outs, dynamic, ctx))
                 self.step_nodes.append(tuple(nodes))
-                continue
-            ctx = group
-            dynamic = ctx.opdef.stateful or ctx.dynamic
-            if not dynamic and all(spec.value is not None for spec in ctx.outputs):
-                # Outputs known at compile time (SHAPE of a static tensor): their slots
-                # already hold the values, so the node has nothing left to do.
-                continue
-            ins = [slot(i) if i >= 0 else -1 for i in ctx.node.inputs]
-            outs = [slot(o) for o in ctx.node.outputs]
-            kernel = _returning_kernel(ctx, options) if dynamic else make_kernel(ctx)
-            self.steps.append((kernel, ins, outs, dynamic, ctx))
-            self.step_nodes.append(tuple(nodes))
         if log.isEnabledFor(logging.DEBUG):
             log.debug("cpu program: %s", "; ".join(
                 f"{getattr(kernel, '__name__', type(kernel).__name__)} for "

@@ -42,6 +42,7 @@ from .packed import MR, NR, _tile2, pack_panels
 from .tasks import advanced, bind_task, in_sequence, int64_pointer, task_function
 from .threads import current as current_threads
 from .workspace import Workspace
+from .workspace import current as current_workspace
 
 # Keys come in blocks of this many: the softmax's sum order is XNNPACK's blocks of 64.
 KEY_BLOCK = 64
@@ -242,9 +243,9 @@ def attention_step(batches: int, m: int, d: int, c: int, dv: int, mask_rows: np.
     return bind
 
 
-def attention_kernel(chain: AttentionChain, workspace: Workspace | None = None):
+def attention_kernel(chain: AttentionChain):
     """The chain's kernel (:mod:`litegpu.chains`): ``run(inputs, outputs)`` with ``run.bind``
-    (see :func:`.registry.bindable`); its scratch the ``workspace``'s where given."""
+    (see :func:`.registry.bindable`); its scratch the program's (:func:`.workspace.current`)."""
     from .registry import bindable
     batches, m, d, c, dv = chain.sizes
     rows = np.arange(batches * m, dtype=np.int64)
@@ -254,7 +255,7 @@ def attention_kernel(chain: AttentionChain, workspace: Workspace | None = None):
                           (d if chain.k_transposed else c, chain.k_transposed),
                           (c if chain.v_transposed else dv, chain.v_transposed),
                           tuple((_SCORE_CODES[op], constant) for op, constant in chain.score_ops),
-                          workspace=workspace)
+                          workspace=current_workspace())
     run = bindable(lambda inputs, outputs: bind(*inputs, outputs[0]))
     run.kernel_name = "attention.AttentionChain"
     return run

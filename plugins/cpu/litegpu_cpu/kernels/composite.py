@@ -31,6 +31,7 @@ from .attention import DIV, MUL, TANH, attention_step
 from .mathfn import xnn_rsqrt32
 from .registry import bindable, kernel
 from .tasks import advanced, bind_task, row_tasks, task_function
+from .workspace import current as current_workspace
 from .xnn_order import RSUM_MATCHES_LITERT, rsum2_avx512f
 
 # Rows (times their width) from which a node is cut into tasks over the threads.
@@ -132,5 +133,6 @@ def attention(ctx: NodeContext):
     bases = ((np.arange(b)[:, None] * s * kv + np.arange(kv)[None, :]) * d).reshape(-1)
     bind = attention_step(b * kv, t * group, d, s, d, masks, int(np.prod(ctx.inputs[3].shape, dtype=np.int64)),
                           rows, rows, bases, bases, (kv * d, True), (kv * d, False),
-                          ((DIV, cap), (TANH, 0.0), (MUL, cap)) if cap > 0 else (), float(ctx.attrs["scale"]))
+                          ((DIV, cap), (TANH, 0.0), (MUL, cap)) if cap > 0 else (), float(ctx.attrs["scale"]),
+                          workspace=current_workspace())
     return bindable(lambda inputs, outputs: bind(inputs[0], inputs[1], inputs[3], inputs[2], outputs[0]))

@@ -3,11 +3,19 @@
 A program's steps run one after another, so a scratch array one step fills and reads
 within its run can be the same memory for every step: a decoder's attention steps (one a
 layer, in each signature) each bound a copy of their packed keys and values and their
-scores, ~44 MB at 100M parameters where one set of the largest does.
+scores, ~44 MB at 100M parameters where one set of the largest does. A program makes its
+kernels inside :func:`making`; a kernel factory takes :func:`current` (None outside one:
+a kernel made on its own keeps its own scratch).
 """
 from __future__ import annotations
 
+import threading
+from contextlib import contextmanager
+from typing import Iterator
+
 import numpy as np
+
+_MAKING = threading.local()
 
 
 class Workspace:
@@ -34,3 +42,19 @@ class Workspace:
         if made is None or made.size < size:
             made = self._arrays[kind] = np.zeros(max(size, self.size(kind)), np.float32)
         return made[:size]
+
+
+@contextmanager
+def making(workspace: Workspace) -> Iterator[Workspace]:
+    """Kernels made in this block (on this thread) share ``workspace`` (:func:`current`)."""
+    before = getattr(_MAKING, "workspace", None)
+    _MAKING.workspace = workspace
+    try:
+        yield workspace
+    finally:
+        _MAKING.workspace = before
+
+
+def current() -> Workspace | None:
+    """The workspace of the program whose kernels are being made on this thread, if any."""
+    return getattr(_MAKING, "workspace", None)
