@@ -634,27 +634,36 @@ def _join(g: NodeGen, outer: int, widths: list[int]) -> list[KernelSpec]:
 
 def _picked_join(g: NodeGen, outer: int, widths: list[int]) -> KernelSpec:
     """:func:`_join` as one kernel: each work-item copies its element from the input its
-    column falls in (every input read at an index clamped into it, the one wanted selected)."""
+    column falls in (:func:`picked`)."""
     total = sum(widths)
     b = g.new_kernel()
     i = b.let("i", b.global_id(0))
     row, col = b.let("row", i / total), b.let("col", i % total)
-    picks, offset = [], 0
-    for k, width in enumerate(widths):
-        if width:
-            at = select(col < offset, ir.lit(0, ir.INT), select(col >= offset + width, ir.lit(width - 1, ir.INT),
-                                                                  col - offset))
-            picks.append((offset, b.let("v", g.input(b, k).load(row * width + at))))
-        offset += width
-    value = picks[-1][1]
-    for (begin, _), (_, before) in zip(reversed(picks[1:]), reversed(picks[:-1])):
-        value = select(col < begin, before, value)
+    value = picked(col, widths, lambda k, at: b.let("v", g.input(b, k).load(row * widths[k] + at)))
     out = g.output(b)
     if out.is_float and len(g.ctx.node.outputs) == 1:
         g.store_output(b, i, value)
     else:
         b.store(out, i, value)
     return g.kernel(b, (outer * total,))
+
+
+def picked(along: Expr, widths: list[int], value_at: Callable[[int, Expr], Expr]) -> Expr:
+    """The element of a join at position ``along`` of the joined axis (inputs ``widths``
+    wide along it): ``value_at(k, at)`` of input ``k``, at ``at`` along its own axis, for
+    the input ``along`` falls in. Every non-empty input is read, at a position clamped into
+    it (a branch not chosen reads in bounds), and the one wanted selected."""
+    picks, start = [], 0
+    for k, width in enumerate(widths):
+        if width:
+            at = along - start
+            clamped = select(at < 0, ir.lit(0, ir.INT), select(at > width - 1, ir.lit(width - 1, ir.INT), at))
+            picks.append((start, value_at(k, clamped)))
+        start += width
+    value = picks[-1][1]
+    for (begin, _), (_, before) in zip(reversed(picks[1:]), reversed(picks[:-1])):
+        value = select(along < begin, before, value)
+    return value
 
 
 def _split_from(g: NodeGen, outer: int, total: int, widths: list[int], x: int) -> list[KernelSpec]:

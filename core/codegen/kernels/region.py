@@ -26,16 +26,10 @@ from litegpu.backend import NodeContext
 from litegpu.ops import normalize_axis
 
 from .. import formulas, ir
-from ..ir import Expr, select
+from ..ir import Expr
 from ..nodegen import KernelSpec, NodeGen, Precision
 from .elementwise import Broadcast
-from .layout import WALKS, update_slice, walk_source
-
-
-def _clamped(index: Expr, top: int) -> Expr:
-    """``index`` within ``[0, top]`` (a join's branch reads in bounds even where it is not chosen)."""
-    zero = ir.lit(0, ir.INT)
-    return select(index < 0, zero, select(index > top, ir.lit(top, ir.INT), index))
+from .layout import WALKS, picked, update_slice, walk_source
 
 
 class _Region:
@@ -92,17 +86,9 @@ class _Region:
         along = b.let("a", (index / inner if inner > 1 else index) % shape[axis])
         outer = b.let("o", index / (inner * shape[axis]))
         rest = b.let("r", index % inner) if inner > 1 else ir.lit(0, ir.INT)
-        picks, start = [], 0
-        for t, spec in zip(ctx.node.inputs, ctx.inputs):
-            width = int(spec.shape[axis])
-            if width:
-                at = b.let("p", outer * (width * inner) + _clamped(along - start, width - 1) * inner + rest)
-                picks.append((start, self.value(t, at)))
-            start += width
-        value = picks[-1][1]
-        for (begin, _), (_, before) in zip(reversed(picks[1:]), reversed(picks[:-1])):
-            value = select(along < begin, before, value)
-        return value
+        widths = [int(spec.shape[axis]) for spec in ctx.inputs]
+        return picked(along, widths, lambda k, at: self.value(
+            ctx.node.inputs[k], b.let("p", outer * (widths[k] * inner) + at * inner + rest)))
 
 
 def region_kernels(nodes: Sequence[NodeContext], precision: Precision, specs, dialect, lanes: int = 1
