@@ -89,6 +89,14 @@ def webgpu(skip_unless_required):
     return _usable("webgpu", skip_unless_required, "webgpu is unavailable here")
 
 
+@pytest.fixture(params=["opencl", "webgpu"])
+def gpu_name(request: pytest.FixtureRequest) -> str:
+    """A test on each GPU backend (PoCL and lavapipe in CI), by name; each skips (or fails,
+    where required) as that backend's fixture does."""
+    request.getfixturevalue(request.param)
+    return request.param
+
+
 @pytest.fixture(params=["cpu", "opencl"])
 def backend_name(request: pytest.FixtureRequest) -> str:
     """A test on cpu and on opencl; the opencl one skips (or fails, where required) as the

@@ -33,41 +33,38 @@ def _run(data: bytes, inputs: list[np.ndarray], backend: str, precision: str = "
                  for launch in getattr(program, "launches", [])]
 
 
-@pytest.fixture(params=["opencl", "webgpu"])
-def gpu(request: pytest.FixtureRequest) -> str:
-    request.getfixturevalue(request.param)
-    return request.param
+def _agrees(gpu_name: str, got: np.ndarray, want: np.ndarray, tol: float = 1e-6) -> None:
+    """LiteRT's bits on opencl (PoCL, whose float arithmetic is XNNPACK's); within ``tol``
+    on webgpu (lavapipe)."""
+    if gpu_name == "opencl":
+        np.testing.assert_array_equal(got, want)
+    else:
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
 
 
-def test_rotary_embeddings_run_as_one_launch_each(gpu) -> None:
+def test_rotary_embeddings_run_as_one_launch_each(gpu_name) -> None:
     data, inputs = rope_model()
     want = litert_outputs(data, inputs)
-    got, launches = _run(data, inputs, gpu)
+    got, launches = _run(data, inputs, gpu_name)
     for g, w in zip(got, want):
-        if gpu == "opencl":
-            np.testing.assert_array_equal(g, w)     # XNNPACK's arithmetic, to the bit
-        else:
-            np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
+        _agrees(gpu_name, g, w)
     # q (its slice, rotation and scale), k (likewise) and v (its slice): three kernels where
     # there were 23 launches (two per concatenation).
     assert len(launches) == 3, launches
     assert sorted(ops.count("CONCATENATION") for ops in launches) == [0, 1, 1]
 
 
-def test_mixed_walks_joins_and_formulas_agree_with_litert(gpu) -> None:
+def test_mixed_walks_joins_and_formulas_agree_with_litert(gpu_name) -> None:
     data, inputs = mixed_model()
     (want,) = litert_outputs(data, inputs)
-    (got,), launches = _run(data, inputs, gpu)
-    if gpu == "opencl":
-        np.testing.assert_array_equal(got, want)
-    else:
-        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    (got,), launches = _run(data, inputs, gpu_name)
+    _agrees(gpu_name, got, want)
     assert len(launches) == 1, launches
 
 
 @pytest.mark.parametrize("lanes", ["1", "64"])
 @pytest.mark.parametrize("rows, width", [(1, 256), (5, 200)])
-def test_an_rms_norm_folds_into_the_row_quantization_it_feeds(gpu, lanes, rows, width, monkeypatch) -> None:
+def test_an_rms_norm_folds_into_the_row_quantization_it_feeds(gpu_name, lanes, rows, width, monkeypatch) -> None:
     """A hybrid decoder's norm feeding its products' row quantization alone: one launch
     normalizes and quantizes each row (a work-item or, with lanes, a work-group per row)
     and the normalized row is never stored; the products read the codes as before.
@@ -75,7 +72,7 @@ def test_an_rms_norm_folds_into_the_row_quantization_it_feeds(gpu, lanes, rows, 
     monkeypatch.setenv(LANES_ENV, lanes)
     data, inputs = rms_norm_products_model(rows, width)
     want = litert_outputs(data, inputs)
-    got, launches = _run(data, inputs, gpu)
+    got, launches = _run(data, inputs, gpu_name)
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)
     assert launches == [["odml.rms_norm", "ROW_QUANTIZE"], ["HYBRID_FULLY_CONNECTED"], ["HYBRID_FULLY_CONNECTED"]]
@@ -91,7 +88,7 @@ _CHAIN = ["BATCH_MATMUL", "RESHAPE", "ADD", "RESHAPE", "SOFTMAX", "BATCH_MATMUL"
     ("k-by-dimension", (1, 4, 5, 16, 96, 16, False, True, 10), _CHAIN),
     ("logit-cap", (2, 2, 1, 32, 128, 32, True, True, 30, 50.0), _CHAIN[:1] + ["MUL", "TANH", "MUL"] + _CHAIN[1:]),
 ])
-def test_an_attention_written_as_nodes_runs_as_one_kernel(gpu, lanes, variant, args, ops, monkeypatch) -> None:
+def test_an_attention_written_as_nodes_runs_as_one_kernel(gpu_name, lanes, variant, args, ops, monkeypatch) -> None:
     """A decoder's attention without its composite (two products around the mask's ADD and
     the SOFTMAX, litegpu.chains) is one launch on a GPU (lanes), a work-group per row of
     scores whose scores and probabilities are never stored; with one lane (a CPU device)
@@ -100,11 +97,8 @@ def test_an_attention_written_as_nodes_runs_as_one_kernel(gpu, lanes, variant, a
     monkeypatch.setenv(LANES_ENV, lanes)
     data, inputs = attention_case(variant, *args).build()
     (want,) = litert_outputs(data, inputs)
-    (got,), launches = _run(data, inputs, gpu)
-    if gpu == "opencl":
-        np.testing.assert_array_equal(got, want)
-    else:
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    (got,), launches = _run(data, inputs, gpu_name)
+    _agrees(gpu_name, got, want, tol=1e-5)
     assert [op for launch in launches for op in launch] == ops
     assert len(launches) == 1 if lanes != "1" else len(launches) >= 3
 
@@ -169,7 +163,7 @@ def test_regions_keep_the_order_of_every_step() -> None:
         [[p] for p in range(len(nodes))]
 
 
-def test_a_reshape_keeping_the_last_axis_continues_a_producers_chain(gpu) -> None:
+def test_a_reshape_keeping_the_last_axis_continues_a_producers_chain(gpu_name) -> None:
     """A decoder's attention scores: BATCH_MATMUL, a reshape, the mask's ADD and a reshape
     back are one launch; so are a product and the residual ADD that broadcasts it to rank 3."""
     b = ModelBuilder()
@@ -198,14 +192,14 @@ def test_a_reshape_keeping_the_last_axis_continues_a_producers_chain(gpu) -> Non
     inputs = [RNG.standard_normal(s).astype(F32) for s in ((1, 4, 3, 16), (1, 4, 32, 16), (1, 1, 1, 32), (1, 16),
                                                            (1, 1, 8))]
     inputs[2][..., 20:] = -np.inf
-    got, launches = _run(data, inputs, gpu)
+    got, launches = _run(data, inputs, gpu_name)
     for g, w in zip(got, litert_outputs(data, inputs)):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
     assert ["BATCH_MATMUL", "RESHAPE", "ADD", "RESHAPE"] in launches and ["FULLY_CONNECTED", "ADD"] in launches
     assert len(launches) == 3, launches
 
 
-def test_a_follower_may_read_the_chains_own_values(gpu) -> None:
+def test_a_follower_may_read_the_chains_own_values(gpu_name) -> None:
     """SiLU after a product (``y * sigmoid(y)``: y has two readers, both in the chain) and a
     square of the running value fold into the product's kernel. Where a value is read
     outside (the TANH, an output too) the chain ends where every value it made is still
@@ -227,26 +221,23 @@ def test_a_follower_may_read_the_chains_own_values(gpu) -> None:
     b.output(t)
     data = b.build()
     inputs = [RNG.standard_normal((2, 16)).astype(F32)]
-    got, launches = _run(data, inputs, gpu)
+    got, launches = _run(data, inputs, gpu_name)
     for g, w in zip(got, litert_outputs(data, inputs)):
-        np.testing.assert_allclose(g, w, rtol=1e-6 if gpu == "webgpu" else 0, atol=1e-6 if gpu == "webgpu" else 0)
+        _agrees(gpu_name, g, w)
     assert ["FULLY_CONNECTED", "LOGISTIC", "MUL", "MUL"] in launches
     assert ["FULLY_CONNECTED"] in launches and ["TANH"] in launches and ["MUL"] in launches, launches
     assert len(launches) == 4, launches
 
 
-def test_a_cache_write_computes_its_update(gpu) -> None:
+def test_a_cache_write_computes_its_update(gpu_name) -> None:
     """The KV-cache writes' updates (k rotated; v sliced and reshaped) are computed by the
     DYNAMIC_UPDATE_SLICE's own update kernel: each write is its whole-cache copy (skipped
     when the cache is updated in place) and one kernel."""
     data, inputs = cache_write_model()
     want = litert_outputs(data, inputs)
-    got, launches = _run(data, inputs, gpu)
+    got, launches = _run(data, inputs, gpu_name)
     for g, w in zip(got, want):
-        if gpu == "opencl":
-            np.testing.assert_array_equal(g, w)
-        else:
-            np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
+        _agrees(gpu_name, g, w)
     assert len(launches) == 4, launches
     updates = [ops for ops in launches if "CONCATENATION" in ops or "SLICE" in ops]
     assert len(updates) == 4 and all(ops[-1] == "DYNAMIC_UPDATE_SLICE" for ops in updates)

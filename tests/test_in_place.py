@@ -114,23 +114,16 @@ def test_separate_buffers_run_in_place_too(run_on_results) -> None:
     assert run_on_results == [False, True]
 
 
-@pytest.fixture(params=["opencl", "webgpu"])
-def device(request: pytest.FixtureRequest) -> str:
-    """A GPU backend (PoCL and lavapipe in CI); skips or fails as its fixture does."""
-    request.getfixturevalue(request.param)
-    return request.param
-
-
 def _program(model: CompiledModel):
     """The one device program of a model's first signature."""
     (program, _, _, _), = model._compiled[0].runner.programs
     return program
 
 
-def test_a_device_cache_given_as_input_and_output_is_updated_where_it_lies(device) -> None:
+def test_a_device_cache_given_as_input_and_output_is_updated_where_it_lies(gpu_name) -> None:
     """One device buffer for the cache in and out: the DYNAMIC_UPDATE_SLICE writes its row
     into it and its copy of the whole cache is not launched."""
-    model = litegpu.CompiledModel.from_buffer(cache_model(extra_reader=False), backend=device)
+    model = litegpu.CompiledModel.from_buffer(cache_model(extra_reader=False), backend=gpu_name)
     assert model._updates_in_place("decode", ["cache"])
     for got, want, _ in _steps(model):
         np.testing.assert_array_equal(got["cache"], want)
@@ -139,8 +132,8 @@ def test_a_device_cache_given_as_input_and_output_is_updated_where_it_lies(devic
     assert len(program._io.running) == len(program.launches) - 1
 
 
-def test_device_caches_in_separate_buffers_are_copied_then_updated(device) -> None:
-    model = litegpu.CompiledModel.from_buffer(cache_model(extra_reader=False), backend=device)
+def test_device_caches_in_separate_buffers_are_copied_then_updated(gpu_name) -> None:
+    model = litegpu.CompiledModel.from_buffer(cache_model(extra_reader=False), backend=gpu_name)
     names = model.get_signature_list()["decode"]
     ins = {n: model.create_input_buffer_by_name("decode", n) for n in names["inputs"]}
     outs = {n: model.create_output_buffer_by_name("decode", n) for n in names["outputs"]}
@@ -158,10 +151,10 @@ def test_device_caches_in_separate_buffers_are_copied_then_updated(device) -> No
     assert program._io.running is program.launches
 
 
-def test_a_device_buffer_shared_where_no_update_is_in_place_is_refused(device) -> None:
+def test_a_device_buffer_shared_where_no_update_is_in_place_is_refused(gpu_name) -> None:
     """The old cache is read beside the update: one device buffer for both would let the
     update show through (the run reads and writes device buffers where they lie)."""
-    model = litegpu.CompiledModel.from_buffer(cache_model(extra_reader=True), backend=device)
+    model = litegpu.CompiledModel.from_buffer(cache_model(extra_reader=True), backend=gpu_name)
     names = model.get_signature_list()["decode"]
     ins = {n: model.create_input_buffer_by_name("decode", n) for n in names["inputs"]}
     outs = {n: model.create_output_buffer_by_name("decode", n) for n in names["outputs"]}

@@ -159,75 +159,72 @@ def lookup_and_product(rows: int, units: int, depth: int) -> bytes:
     return b.build()
 
 
+ROWS, BIG_UNITS, BIG_DEPTH = 2048, 1024, 1024
+UNPACKED = (ROWS + BIG_UNITS) * BIG_DEPTH        # bytes of the two INT4 constants' int8 values
+IDS = np.array([1234], np.int32)
+
+
+def _compiled_output(held: litegpu.CompiledModel) -> np.ndarray:
+    """``held`` run on :data:`IDS` through its buffers."""
+    inputs, outputs = held.create_input_buffers(0), held.create_output_buffers(0)
+    inputs[0].write(IDS)
+    held.run_by_index(0, inputs, outputs)
+    return outputs[0].read(BIG_UNITS, np.float32).reshape(1, BIG_UNITS)
+
+
+def _held_after(compile_and_run) -> tuple:
+    """``compile_and_run()``'s ``(model, output)``, and the bytes still allocated when it
+    returned (the model alive, garbage collected): what compiling keeps."""
+    import gc
+    import tracemalloc
+    tracemalloc.start()
+    try:
+        held, got = compile_and_run()
+        gc.collect()
+        return held, got, tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+
+
 @pytest.mark.parametrize("api", ["Interpreter", "CompiledModel"])
 def test_compiled_int4_weights_keep_no_unpacked_copy(api):
     """The cpu kernels hold their own packing of INT4 weights (the lookup reads the table's
     nibbles as stored): once compiled, nothing keeps the int8 values unpacked at load, which
     took twice the model's bytes beside the packing. A second run unpacks nothing."""
-    import gc
-    import tracemalloc
-    rows, units, depth = 2048, 1024, 1024
-    data = lookup_and_product(rows, units, depth)
-    ids = np.array([1234], np.int32)
-    want = _run(lambda d: LiteRT(model_content=d), data, [ids])
-    _run(lambda d: litegpu.Interpreter(model_content=d, num_threads=1), data, [ids])   # (the kernels' JIT)
-    unpacked = (rows + units) * depth              # bytes of the int8 values
-    tracemalloc.start()
-    try:
+    data = lookup_and_product(ROWS, BIG_UNITS, BIG_DEPTH)
+    want = _run(lambda d: LiteRT(model_content=d), data, [IDS])
+    _run(lambda d: litegpu.Interpreter(model_content=d, num_threads=1), data, [IDS])   # (the kernels' JIT)
+
+    def compile_and_run():
         if api == "Interpreter":
             held = litegpu.Interpreter(model_content=data, num_threads=1)
-            got = _run(lambda d: held, data, [ids])
-        else:
-            held = litegpu.CompiledModel.from_buffer(data, options=litegpu.Options(
-                hardware_accelerators=litegpu.HardwareAccelerator.CPU))
-            inputs, outputs = held.create_input_buffers(0), held.create_output_buffers(0)
-            inputs[0].write(ids)
-            held.run_by_index(0, inputs, outputs)
-            got = outputs[0].read(units, np.float32).reshape(1, units)
-        gc.collect()
-        retained = tracemalloc.get_traced_memory()[0]
-    finally:
-        tracemalloc.stop()
+            return held, _run(lambda d: held, data, [IDS])
+        held = litegpu.CompiledModel.from_buffer(data, options=litegpu.Options(
+            hardware_accelerators=litegpu.HardwareAccelerator.CPU))
+        return held, _compiled_output(held)
+    _, got, retained = _held_after(compile_and_run)
     np.testing.assert_array_equal(got, want)
     # (the packed weights, their scales and sums: about half the unpacked bytes)
-    assert retained < 0.8 * unpacked, f"{retained} bytes held after compiling, {unpacked} unpacked"
+    assert retained < 0.8 * UNPACKED, f"{retained} bytes held after compiling, {UNPACKED} unpacked"
 
 
-@pytest.fixture(params=["opencl", "webgpu"])
-def device(request: pytest.FixtureRequest) -> str:
-    """A GPU backend (PoCL and lavapipe in CI); skips or fails as its fixture does."""
-    request.getfixturevalue(request.param)
-    return request.param
-
-
-def test_a_gpu_session_keeps_no_host_copy_of_int4_weights(device):
+def test_a_gpu_session_keeps_no_host_copy_of_int4_weights(gpu_name):
     """On a GPU backend (the model's float view) the product runs on the device from the
     INT4 codes and the lookup on cpu from the table as stored: no float32 copy of either is
     made (the view dequantized every weight, four times the unpacked bytes, and held it), and
     the unpacked codes go once the device holds them. LiteRT's numbers all the same."""
-    import gc
-    import tracemalloc
-    rows, units, depth = 2048, 1024, 1024
-    data = lookup_and_product(rows, units, depth)
-    ids = np.array([1234], np.int32)
-    want = _run(lambda d: LiteRT(model_content=d), data, [ids])
+    data = lookup_and_product(ROWS, BIG_UNITS, BIG_DEPTH)
+    want = _run(lambda d: LiteRT(model_content=d), data, [IDS])
     options = litegpu.Options(hardware_accelerators=litegpu.HardwareAccelerator.GPU | litegpu.HardwareAccelerator.CPU)
-    litegpu.CompiledModel.from_buffer(data, options=options, backend=device)       # (the kernels' JIT)
-    unpacked = (rows + units) * depth
-    tracemalloc.start()
-    try:
-        held = litegpu.CompiledModel.from_buffer(data, options=options, backend=device)
-        inputs, outputs = held.create_input_buffers(0), held.create_output_buffers(0)
-        inputs[0].write(ids)
-        held.run_by_index(0, inputs, outputs)
-        got = outputs[0].read(units, np.float32).reshape(1, units)
-        gc.collect()
-        retained = tracemalloc.get_traced_memory()[0]
-    finally:
-        tracemalloc.stop()
-    assert [backend for backend, _ in held.delegation_reports()[0].partitions] == ["cpu", device]
+    litegpu.CompiledModel.from_buffer(data, options=options, backend=gpu_name)       # (the kernels' JIT)
+
+    def compile_and_run():
+        held = litegpu.CompiledModel.from_buffer(data, options=options, backend=gpu_name)
+        return held, _compiled_output(held)
+    held, got, retained = _held_after(compile_and_run)
+    assert [backend for backend, _ in held.delegation_reports()[0].partitions] == ["cpu", gpu_name]
     np.testing.assert_array_equal(got, want)
-    assert retained < 0.5 * unpacked, f"{retained} bytes held after compiling, {unpacked} unpacked"
+    assert retained < 0.5 * UNPACKED, f"{retained} bytes held after compiling, {UNPACKED} unpacked"
 
 
 def _bad_blockwise(block: int = 32, scales_shape=(UNITS, DEPTH // 32), scales_index: int | None = None,
