@@ -78,6 +78,12 @@ class Int4Constant(LazyConstant):
         return pairs.reshape(-1)[:count].reshape(self.shape)
 
 
+def stored_value(stored: np.ndarray | LazyConstant | None) -> np.ndarray | None:
+    """The value of a constant as a model holds it (an array, or a :class:`LazyConstant`
+    made now); None for none."""
+    return stored.values() if isinstance(stored, LazyConstant) else stored
+
+
 @dataclass(frozen=True)
 class Tensor:
     """A tensor of a subgraph.
@@ -105,8 +111,7 @@ class Tensor:
     @property
     def data(self) -> np.ndarray | None:
         """The constant's read-only value; None for an activation."""
-        stored = self.stored
-        return stored.values() if isinstance(stored, LazyConstant) else stored
+        return stored_value(self.stored)
 
     @property
     def is_constant(self) -> bool:

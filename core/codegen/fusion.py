@@ -214,7 +214,7 @@ def chain_steps(nodes: list[NodeContext], outputs: list[int], max_buffers: int =
             if i >= 0:
                 read_at.setdefault(i, set()).add(p)
     keep = set(outputs)
-    readers = reader_counts(nodes, outputs)
+    readers = reader_counts(nodes, outputs) if max_local_bytes else {}   # (for attention chains)
     steps: list[list[int]] = []
     pos = 0
 

@@ -34,7 +34,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ..errors import ModelFormatError, UnsupportedError
-from ..graph import LazyConstant, Node, Subgraph, Tensor
+from ..graph import LazyConstant, Node, Subgraph, Tensor, stored_value
 from ..quant import is_quantized, node_quantization
 
 
@@ -50,8 +50,7 @@ class _Value:
     def __get__(self, spec: "TensorSpec | None", owner: type | None = None) -> np.ndarray | None:
         if spec is None:
             return None   # (the field's default)
-        stored = spec.__dict__["_value"]
-        return stored.values() if isinstance(stored, LazyConstant) else stored
+        return stored_value(spec.__dict__["_value"])
 
     def __set__(self, spec: "TensorSpec", value: np.ndarray | LazyConstant | None) -> None:
         spec.__dict__["_value"] = value
