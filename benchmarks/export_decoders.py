@@ -47,7 +47,7 @@ same recipe (``build_key``); ``--force`` re-exports. The checks in LiteRT run ag
 call (seconds), each in a subprocess so that a crash in native code is recorded, not fatal.
 Exports are deterministic (byte-identical when redone).
 
-Time on 2 cores: everything (120 tflite, 10 bundles) about 17 minutes, 8 s a model; a cached
+Time on 2 cores: everything (272 tflite, 33 bundles) about 40 minutes, 5-8 s a model; a cached
 call about a minute. A CI-sized pair, about 35 s: the Gemma shape has the most ops, int4
 blockwise the newest weight format, and the two layouts give both composites and a bundle;
 only LOGISTIC (the others' SiLU) and DEQUANTIZE (fp16 and int8 weight-only) are missing:
@@ -70,6 +70,12 @@ vocab 512, KV cache 128, prefill 16):
   rotary on 40% of each head, attention and FFN in parallel, biases;
 - ``openelm``: OpenELM (``examples/openelm``): heads and KV groups that differ from layer to
   layer (2/1, then 4/2), query/key norms.
+- ``gemma1``: Gemma 1 (``examples/gemma/gemma1.py``): one KV group for all heads (multi-query);
+- ``phi3``: Phi-3.5 mini (``examples/phi/phi3.py``): RoPE frequencies divided by per-pair
+  factors and scaled (computed in the graph from the positions), a KV group per head;
+- ``phi4``: Phi-4 mini (``examples/phi/phi4.py``): that RoPE on 75% of each head;
+- ``falcon``: Falcon (``examples/falcon``): ALiBi position biases instead of RoPE, LayerNorm
+  with bias, biases on every projection, GELU; legacy layout only (see ``refused``).
 
 Weight variants are litert-torch 0.10's own recipes (``converter.QuantizationName``): ``f32``,
 ``fp16``, ``int8_dynamic``, ``int8_weight_only``, ``int4_block32``, ``int4_block128``.
@@ -174,7 +180,7 @@ class Family:
     name: str
     summary: str
     build: Callable[[], tuple[Any, type]]   # -> (ModelConfig at TINY size, model class)
-    # Weight variants the converter refuses for this shape, and why (not planned).
+    # Weight variants or KV layouts the converter refuses for this shape, and why (not planned).
     refused: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
@@ -253,6 +259,41 @@ def _smollm():
     return _shrink(smollm.get_model_config_v2()), smollm.SmolLM2
 
 
+def _gemma1():
+    from litert_torch.generative.examples.gemma import gemma1
+    return _shrink(gemma1.get_model_config_2b(), heads=((4, 1),) * TINY.num_layers), gemma1.Gemma1
+
+
+def _shrunk_rope_factors(config) -> None:
+    """Phi-3/4's RoPE divides each rotated pair's frequency by a factor (``theta_factors``,
+    one per pair of the full-size head): keep as many as the tiny head rotates."""
+    import functools
+
+    rope, attn = config.build_rope, config.block_config(0).attn_config
+    pairs = int(attn.head_dim * attn.rotary_percentage) // 2
+    config.build_rope = functools.partial(rope.func, *rope.args,
+                                          **{**rope.keywords, "theta_factors": rope.keywords["theta_factors"][:pairs]})
+
+
+def _phi3():
+    from litert_torch.generative.examples.phi import phi3
+    config = _shrink(phi3.get_model_config(), heads=((4, 4),) * TINY.num_layers)
+    _shrunk_rope_factors(config)
+    return config, phi3.Phi3_5Mini
+
+
+def _phi4():
+    from litert_torch.generative.examples.phi import phi4
+    config = _shrink(phi4.get_model_config())
+    _shrunk_rope_factors(config)
+    return config, phi4.Phi4Mini
+
+
+def _falcon():
+    from litert_torch.generative.examples.falcon import falcon
+    return _shrink(falcon.get_model_config(), heads=((4, 4),) * TINY.num_layers), falcon.Falcon
+
+
 FAMILIES = {f.name: f for f in (
     Family("llama", "Llama 3.2: llama3 RoPE scaling, SiLU-gated FFN, tied head", _llama),
     Family("gemma", "Gemma 3: zero-centred pre/post norms, q/k norms, GELU-tanh, "
@@ -266,6 +307,13 @@ FAMILIES = {f.name: f for f in (
     Family("openelm", "OpenELM: head counts that differ from layer to layer, q/k norms", _openelm,
            refused={"int4_block128": "its first layer's attention output has 64 inputs, which the converter "
                                      "cannot cut into blocks of 128"}),
+    Family("gemma1", "Gemma 1: one KV group for all heads (multi-query), GELU-tanh gate", _gemma1),
+    Family("phi3", "Phi-3.5: RoPE frequencies divided by per-pair factors and scaled, "
+                   "multi-head (a KV group per head)", _phi3),
+    Family("phi4", "Phi-4 mini: Phi-3's scaled RoPE on 75% of each head", _phi4),
+    Family("falcon", "Falcon: ALiBi position biases (no RoPE), LayerNorm with bias, biases everywhere, GELU",
+           _falcon, refused={"lm": "litert-torch adds its ALiBi bias [1, heads, 1, cache] to the mask input "
+                                   "[1, 1, tokens, cache] with a reshape that only fits one token"}),
 )}
 
 
@@ -292,15 +340,16 @@ class Job:
         source of the functions that build and convert the model."""
         recipe = {"job": dataclasses.asdict(self), "quantize": VARIANTS[self.variant],
                   "tiny": dataclasses.asdict(TINY), "seed": SEED, "versions": versions,
-                  "code": _builder_source_hash()}
+                  "code": _builder_source_hash(self.family)}
         return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _builder_source_hash() -> str:
-    """Hash of the code that shapes an exported file, so editing it re-exports."""
+def _builder_source_hash(family: str) -> str:
+    """Hash of the code that shapes an exported file of ``family``, so editing it re-exports
+    (adding a family re-exports no other)."""
     import inspect
 
-    builders = [_shrink, _make_local_global, *(f.build for f in FAMILIES.values()),
+    builders = [_shrink, _make_local_global, _shrunk_rope_factors, FAMILIES[family].build,
                 _set_composites, _randomize, build_model, _export_config, export_tflite]
     source = "".join(inspect.getsource(fn) for fn in builders)
     return hashlib.sha256(source.encode()).hexdigest()[:16]
@@ -881,11 +930,11 @@ def plan(families: list[str], variants: list[str], composites: str,
          layouts: list[str]) -> list[Job]:
     settings = {"both": (True, False), "on": (True,), "off": (False,)}[composites]
     for f in families:
-        for v in variants:
-            if v in FAMILIES[f].refused:
-                log.info("not planned: %s %s: %s", f, v, FAMILIES[f].refused[v])
+        for what in (*variants, *layouts):
+            if what in FAMILIES[f].refused:
+                log.info("not planned: %s %s: %s", f, what, FAMILIES[f].refused[what])
     return [Job(f, v, c, lay) for lay in layouts for f in families for v in variants
-            for c in settings if v not in FAMILIES[f].refused]
+            for c in settings if v not in FAMILIES[f].refused and lay not in FAMILIES[f].refused]
 
 
 def make_one(job: Job, out_dir: Path, manifest: Manifest, versions: dict, force: bool,
