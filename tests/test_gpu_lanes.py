@@ -149,10 +149,7 @@ def test_more_outputs_than_one_launch_axis_holds_take_turns_in_each_work_group(r
         got = _run(lambda d: litegpu.Interpreter(model_content=d, experimental_delegates=[litegpu.load_delegate(gpu)]),
                    data, feeds)
         want = _run(lambda d: LiteRT(model_content=d), data, feeds)
-        if gpu == "opencl":
-            np.testing.assert_array_equal(got, want)
-        else:
-            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+        np.testing.assert_array_equal(got, want)
 
 
 def float_fc(rows: int, k: int, units: int, bias: bool, act: str) -> bytes:

@@ -1,13 +1,16 @@
-"""The GPU kernels that give LiteRT's bits (XNNPACK's arithmetic), on opencl (PoCL in CI),
-against LiteRT itself on single-op models: float FULLY_CONNECTED and BATCH_MATMUL (one fused
-multiply-add per step in the order of k, from the bias), the hybrid FULLY_CONNECTED of the
-float view (ROW_QUANTIZE and HYBRID_FULLY_CONNECTED: int8 per-channel and blockwise int4
-weights, one row and many), SIN and COS (XNNPACK's reduction and rational fit).
+"""The GPU kernels that give LiteRT's bits (XNNPACK's arithmetic), on opencl (PoCL in CI) and
+webgpu (lavapipe in CI), against LiteRT itself on single-op models: float FULLY_CONNECTED and
+BATCH_MATMUL (one fused multiply-add per step in the order of k, from the bias), the hybrid
+FULLY_CONNECTED of the float view (ROW_QUANTIZE and HYBRID_FULLY_CONNECTED: int8 per-channel
+and blockwise int4 weights, one row and many), SIN and COS (XNNPACK's reduction and rational
+fit), sums, RSQRT, SOFTMAX, LOGISTIC, GELU and TANH.
 
 A decoder's hybrid products quantize their input rows on the fly, where an ulp upstream can
 move a value across a rounding boundary and become a whole quantum: these are the ops that
-keep a GPU decoder on LiteRT's tokens. (lavapipe, the webgpu backend's CI adapter, rounds a
-fused multiply-add twice, so webgpu is not checked here.)
+keep a GPU decoder on LiteRT's tokens. (lavapipe computes WGSL's ``fma`` as a product then a
+sum, and reassociates float sums: the webgpu backend finds the first and emulates a fused
+multiply-add there, and ``opaque`` keeps the sums the formulas order; see
+:mod:`litegpu.codegen.wgsl`.)
 """
 from __future__ import annotations
 
@@ -32,9 +35,9 @@ def _run(interp, xs: list[np.ndarray]) -> np.ndarray:
     return interp.get_tensor(interp.get_output_details()[0]["index"]).copy()
 
 
-def assert_litert_bits_on_opencl(data: bytes, xs: list[np.ndarray]) -> None:
-    """Every node on opencl, and its output LiteRT's to the bit."""
-    ours = litegpu.Interpreter(model_content=data, experimental_delegates=[litegpu.load_delegate("opencl")])
+def assert_litert_bits(gpu: str, data: bytes, xs: list[np.ndarray]) -> None:
+    """Every node on ``gpu``, and its output LiteRT's to the bit."""
+    ours = litegpu.Interpreter(model_content=data, experimental_delegates=[litegpu.load_delegate(gpu)])
     assert ours.get_delegation_report().nodes_on("cpu") == 0
     got, want = _run(ours, xs), _run(LiteRT(model_content=data, num_threads=2), xs)
     differ = got.view(np.uint32) != want.view(np.uint32)
@@ -74,38 +77,38 @@ def batch_matmul(a_shape: tuple, b_shape: tuple, adj_y: bool) -> bytes:
 
 
 @pytest.mark.parametrize("rows, k, n", [(1, 128, 256), (16, 128, 96), (3, 77, 40)])
-def test_float_fully_connected(opencl, rows, k, n):
+def test_float_fully_connected(gpu_name, rows, k, n):
     rng = np.random.default_rng(k)
-    assert_litert_bits_on_opencl(float_fc(rows, k, n, rng), [rng.standard_normal((rows, k)).astype(F32)])
+    assert_litert_bits(gpu_name, float_fc(rows, k, n, rng), [rng.standard_normal((rows, k)).astype(F32)])
 
 
 @pytest.mark.parametrize("a_shape, b_shape, adj_y", [((1, 4, 16, 32), (1, 4, 32, 128), False),
                                                      ((1, 4, 16, 32), (1, 4, 128, 32), True),
                                                      ((1, 4, 1, 128), (1, 4, 128, 32), False)])
-def test_batch_matmul(opencl, a_shape, b_shape, adj_y):
+def test_batch_matmul(gpu_name, a_shape, b_shape, adj_y):
     rng = np.random.default_rng(len(a_shape) + a_shape[-2])
     xs = [rng.standard_normal(a_shape).astype(F32), rng.standard_normal(b_shape).astype(F32)]
-    assert_litert_bits_on_opencl(batch_matmul(a_shape, b_shape, adj_y), xs)
+    assert_litert_bits(gpu_name, batch_matmul(a_shape, b_shape, adj_y), xs)
 
 
 @pytest.mark.parametrize("rows, k, n, activation", [(1, 128, 256, "NONE"), (16, 768, 64, "RELU"),
                                                     (3, 77, 40, "NONE")])
-def test_hybrid_int8_fully_connected(opencl, rows, k, n, activation):
+def test_hybrid_int8_fully_connected(gpu_name, rows, k, n, activation):
     rng = np.random.default_rng(rows)
     x = (rng.standard_normal((rows, k)) * 3).astype(F32)
     x[0, :5] = 0.0
-    assert_litert_bits_on_opencl(int8_fc(rows, k, n, rng, activation), [x])
+    assert_litert_bits(gpu_name, int8_fc(rows, k, n, rng, activation), [x])
 
 
 @pytest.mark.parametrize("rows", [1, 16])
 @pytest.mark.parametrize("block", [32, 128])
-def test_hybrid_blockwise_int4_fully_connected(opencl, rows, block):
+def test_hybrid_blockwise_int4_fully_connected(gpu_name, rows, block):
     x = np.random.default_rng(block).standard_normal((rows, 128)).astype(F32)
-    assert_litert_bits_on_opencl(hybrid_fc(rows, block), [x])
+    assert_litert_bits(gpu_name, hybrid_fc(rows, block), [x])
 
 
 @pytest.mark.parametrize("op", ["SIN", "COS"])
-def test_sin_and_cos(opencl, op):
+def test_sin_and_cos(gpu_name, op):
     """RoPE tables (positions times inverse frequencies up to 4096 rad), small and large
     arguments, inf and NaN."""
     rng = np.random.default_rng(3)
@@ -113,39 +116,39 @@ def test_sin_and_cos(opencl, op):
     x = np.concatenate([positions.reshape(-1), rng.standard_normal(4096).astype(F32) * 1e-3,
                         rng.standard_normal(4096).astype(F32) * 1e5,
                         np.array([0, -0.0, np.pi, -np.pi / 2, np.inf, -np.inf, np.nan], F32)]).astype(F32)
-    assert_litert_bits_on_opencl(unary_model(op, x.shape), [x])
+    assert_litert_bits(gpu_name, unary_model(op, x.shape), [x])
 
 
 @pytest.mark.parametrize("op, shape, axes", [("MEAN", (1, 16, 768), (2,)), ("MEAN", (3, 819), (1,)),
                                              ("SUM", (2, 5, 47), (2,)), ("MEAN", (1, 16, 4, 32), (3,)),
                                              ("MEAN", (3, 50, 20), (1,)), ("MEAN", (1, 10, 10, 1), (2,)),
                                              ("MEAN", (1, 7, 40), (1, 2))])
-def test_mean_and_sum_and_of_squares(opencl, op, shape, axes):
+def test_mean_and_sum_and_of_squares(gpu_name, op, shape, axes):
     """XNNPACK's row sum (rsum) where the run of axes ends at the last one, its channel sum
     (rdsum) elsewhere (a kept last axis of size 1 too); a square ``MUL(x, x)`` read by the
     sum alone folds into it (rsum2 / rdsum2), after a residual ADD too."""
     x = (np.random.default_rng(len(shape)).standard_normal(shape) * 3).astype(F32)
-    assert_litert_bits_on_opencl(reduce_model(op, shape, list(axes), True), [x])
-    assert_litert_bits_on_opencl(square_reduce_model(op, shape, axes), [x])
-    assert_litert_bits_on_opencl(square_reduce_model(op, shape, axes, residual=True), [x])
+    assert_litert_bits(gpu_name, reduce_model(op, shape, list(axes), True), [x])
+    assert_litert_bits(gpu_name, square_reduce_model(op, shape, axes), [x])
+    assert_litert_bits(gpu_name, square_reduce_model(op, shape, axes, residual=True), [x])
 
 
-def test_rsqrt(opencl):
+def test_rsqrt(gpu_name):
     """The instruction's 14-bit estimate (litegpu.codegen.rsqrt14) and XNNPACK's Newton step
     over [2**-126, 2**125], powers of 4 (exact roots) too; outside it the true ``1 / sqrt``."""
     rng = np.random.default_rng(9)
     x = np.concatenate([np.exp(rng.uniform(np.log(2.0 ** -126), np.log(2.0 ** 125), 20000)),
                         4.0 ** np.arange(-63, 62), [2.0, 0.5, 3.9999998]]).astype(F32)
-    assert_litert_bits_on_opencl(unary_model("RSQRT", x.shape), [x])
+    assert_litert_bits(gpu_name, unary_model("RSQRT", x.shape), [x])
     edges = np.array([0, 1e-40, 2.0 ** -127, 2.0 ** 126, 3e38, np.inf], F32)
     ours = litegpu.Interpreter(model_content=unary_model("RSQRT", edges.shape),
-                               experimental_delegates=[litegpu.load_delegate("opencl")])
+                               experimental_delegates=[litegpu.load_delegate(gpu_name)])
     with np.errstate(divide="ignore"):
         np.testing.assert_array_equal(_run(ours, [edges]), (1 / np.sqrt(edges.astype(np.float64))).astype(F32))
 
 
 @pytest.mark.parametrize("width", [1, 5, 16, 63, 64, 77, 130, 512, 1000])
-def test_softmax(opencl, width):
+def test_softmax(gpu_name, width):
     """XNNPACK's exponentials (formulas.xnn_exp_nonpositive), its sum (blocks of 64 over two
     accumulators, of 16, the tail) and ``1 / sum``; masked rows (-inf and float32's lowest)
     and an entry below the exponential's cutoff too."""
@@ -153,23 +156,23 @@ def test_softmax(opencl, width):
     x[1, width // 2:] = -np.inf
     x[2, :width // 3] = np.finfo(F32).min
     x[3, 0] = -100.0
-    assert_litert_bits_on_opencl(unary_model("SOFTMAX", x.shape, beta=1.0), [x])
+    assert_litert_bits(gpu_name, unary_model("SOFTMAX", x.shape, beta=1.0), [x])
 
 
 @pytest.mark.parametrize("op, options", [("LOGISTIC", {}), ("GELU", {"approximate": False}),
                                          ("GELU", {"approximate": True}), ("TANH", {})])
-def test_logistic_gelu_and_tanh(opencl, op, options):
+def test_logistic_gelu_and_tanh(gpu_name, op, options):
     """XNNPACK's AVX-512F sigmoid (its table of 2**(k/32), vscalefps, flushed results), its
     rational GELU and tanh fits, over a swish's range, the tails, and the edges."""
     rng = np.random.default_rng(5)
     x = np.concatenate([rng.standard_normal(20000) * 4, np.linspace(-110, 110, 4001),
                         [0, -0.0, 1e-30, -1e-30, 88, -88, 3e38, -3e38, np.inf, -np.inf, np.nan]]).astype(F32)
-    assert_litert_bits_on_opencl(unary_model(op, x.shape, **options), [x])
+    assert_litert_bits(gpu_name, unary_model(op, x.shape, **options), [x])
 
 
 @pytest.mark.parametrize("shape, axes", [((1, 8, 2560), [0, 2]), ((1, 4, 768), [0, 2]), ((4, 1, 5, 6), [1, 3])])
-def test_means_over_reduced_unit_axes(opencl, shape, axes):
+def test_means_over_reduced_unit_axes(gpu_name, shape, axes):
     """A MEAN whose runs are one once its reduced size-1 axes go (a LayerNorm decomposition's
     [0, 2] of [1, rows, width]) is XNNPACK's one-run sum, as LiteRT's."""
     xs = (np.random.default_rng(sum(shape)).standard_normal(shape) * 2 + 0.3).astype(F32)
-    assert_litert_bits_on_opencl(reduce_model("MEAN", shape, axes, True), [xs])
+    assert_litert_bits(gpu_name, reduce_model("MEAN", shape, axes, True), [xs])

@@ -528,3 +528,76 @@ def test_a_lost_device_is_a_clear_error_and_the_next_model_gets_a_new_device(web
     program.run([x], [y]).wait()
     np.testing.assert_allclose(_read(webgpu, y), _chain_reference(np.ones(N, np.float32), c, scale, "F32"),
                                rtol=1e-6, atol=1e-6)
+
+
+def _exact_fma(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """float32 ``a * b + c`` rounded once: the product is exact in float64, the float64
+    sum's rounding error comes from a two-sum, and where that sum is exactly halfway
+    between two float32 values its error breaks the tie."""
+    a, b, c = (v.astype(np.float64) for v in (a, b, c))
+    product = a * b
+    total = product + c
+    back = total - product
+    error = (product - (total - back)) + (c - back)
+    nearest = total.astype(np.float32)
+    for direction, sign in ((-np.inf, -1), (np.inf, 1)):
+        neighbour = np.nextafter(nearest, np.float32(direction))
+        halfway = (nearest.astype(np.float64) + neighbour) / 2
+        nearest = np.where((total == halfway) & (np.sign(error) == sign), neighbour, nearest)
+    return nearest
+
+
+def _fma_cases(count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Random triples, half with ``c`` cancelling the product to a millionth (where an
+    unfused product and sum loses every digit), a quarter whose products are a float32 tie
+    away from ``c``; the last 240 are sums just past a tie only rounding to odd gets right
+    (``c`` plus a product a hair above half of ``c``'s ulp, at scales 2^-20 .. 2^19)."""
+    rng = np.random.default_rng(7)
+    a, b = rng.standard_normal((2, count)).astype(np.float32)
+    c = rng.standard_normal(count).astype(np.float32)
+    half = count // 2
+    c[:half] = (-(a[:half].astype(np.float64) * b[:half]) * (1 + 1e-6 * rng.standard_normal(half))).astype(np.float32)
+    ties = slice(half, half + count // 4)
+    a[ties] = b[ties] = 1 + rng.integers(0, 2 ** 11, count // 4) * 2.0 ** -12
+    c[ties] = rng.integers(-4, 4, count // 4) * 2.0 ** -23
+    scale, step, sign = (v.ravel() for v in np.meshgrid(np.arange(-20, 20), np.arange(1, 4), [1.0, -1.0],
+                                                       indexing="ij"))
+    past = slice(count - scale.size, count)
+    a[past] = sign * 2.0 ** (scale - 12) * (1 + 2.0 ** -12 + step * 2.0 ** -23)
+    b[past] = 2.0 ** -12 * (1 - 2.0 ** -12)
+    c[past] = sign * 2.0 ** scale
+    return a, b, c
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_fma_rounds_once_whether_the_device_fuses_it_or_not(device, fused):
+    """Kernels' ``fma`` is a * b + c rounded once, as XNNPACK's kernels compute it: the
+    device's own where it fuses, else the emulation (:data:`litegpu.codegen.wgsl.EXACT_FMA`).
+    lavapipe's is a product then a sum, which the probe finds; forced onto its builtin
+    fma, it rounds twice and this fails."""
+    from litegpu_webgpu.dispatch import run_kernels
+    from litegpu_webgpu.tensor import new_tensor, read, write
+    if fused and not device.fma_is_fused:
+        pytest.skip(f"{device.name} computes fma as a product then a sum: its builtin is not tested as exact")
+    b = ir.KernelBuilder()
+    x, y, z, out = b.buffer(np.float32), b.buffer(np.float32), b.buffer(np.float32), b.buffer(np.float32, writes=True)
+    i = b.let("i", b.global_id(0))
+    b.store(out, i, ir.call("fma", x.load(i), y.load(i), z.load(i)))
+    n = 1 << 14
+    source = WgslRenderer(Precision(), fused_fma=fused).kernel(b.kernel((n,))).source
+    assert ("fn fma_f32(" in source) != fused
+    operands = _fma_cases(n)
+    tensors = [new_tensor(device, Precision(), (n,), np.float32) for _ in range(4)]
+    for tensor, values in zip(tensors, operands):
+        write(tensor, values)
+    run_kernels(device, [(KernelSpec(source, (n,), None, []), tensors)]).wait()
+    got = np.empty(n, np.float32)
+    read(tensors[3], got)
+    np.testing.assert_array_equal(got.view(np.int32), _exact_fma(*operands).view(np.int32))
+
+
+def test_the_device_says_whether_its_fma_is_fused(device):
+    assert device.dialect.fused_fma == device.fma_is_fused
+    assert device.info()["fma"].startswith("fused" if device.fma_is_fused else "a product then a sum")
+    if device.is_cpu and "llvmpipe" in device.name:
+        assert not device.fma_is_fused      # Mesa's lavapipe: what CI runs on

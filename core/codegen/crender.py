@@ -79,6 +79,8 @@ class CRenderer(ir.Renderer):
         return f"({e.op}{self.expr(e.a)})"
 
     def _call(self, e: ir.Call) -> str:
+        if e.fn == "opaque":   # (the C languages' compilers, run without fast math, keep it as written)
+            return f"({self.expr(e.args[0])})"
         if e.fn == "fma":   # the kernel language's fma takes no scalar with vectors: splat them
             return f"fma({', '.join(self._splat(a, e.type.lanes) for a in e.args)})"
         return f"{e.fn}({', '.join(self.expr(a) for a in e.args)})"

@@ -274,7 +274,7 @@ UNARY: dict[str, Callable[[Expr, dict], Expr]] = {
     "RSQRT": _in_float(_per_lane(xnn_rsqrt)),
     "SQUARE": lambda x, a: x * x,
     "SIN": _in_float(lambda x: _rational_sine(_turns_removed(x))),
-    "COS": _in_float(lambda x: _rational_sine((_PI_HALF_HI - _turns_removed(x)) + _PI_HALF_LO)),
+    "COS": _in_float(lambda x: _rational_sine(call("opaque", _PI_HALF_HI - _turns_removed(x)) + _PI_HALF_LO)),
     "TANH": _in_float(xnn_tanh),
     "LOGISTIC": _in_float(_per_lane(xnn_sigmoid)),
     "HARD_SWISH": lambda x, a: hard_swish(x),

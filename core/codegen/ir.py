@@ -343,6 +343,10 @@ MATH: dict[str, tuple[int, str]] = {
     **{fn: (2, "same") for fn in ("fmax", "fmin", "fmod", "pow", "min", "max")},
     "clamp": (3, "same"),
     "fma": (3, "same"),       # a * b + c rounded once (operands of one type: a scalar is splatted)
+    # x itself, which no rewrite may combine with the operations around it: a sum of a
+    # constant's high and low parts must round twice (WGSL cannot mark an operation exact,
+    # and Mesa's compiler reassociates float sums it is not told are exact).
+    "opaque": (1, "same"),
     "isnan": (1, "mask"),
     "isinf": (1, "mask"),
     "signbit": (1, "mask"),   # the sign bit is set (-0.0 and negative NaNs too)

@@ -44,6 +44,7 @@ FUNCTIONS: dict[str, str] = {
     "min": "min({0}, {1})",
     "max": "max({0}, {1})",
     "clamp": "min(max({0}, {1}), {2})",
+    "opaque": "({0})",
 }
 
 # Python's precedence, lowest first: a child binding less tightly than its place needs is

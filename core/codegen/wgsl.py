@@ -19,7 +19,10 @@ WGSL is not a spelling of C, so it renders the tree itself (the C-family rendere
 - Math: OpenCL's names map to WGSL's (``fabs`` to ``abs``, ``rint`` to ``round``, which
   rounds half to even, ``rsqrt`` to ``inverseSqrt``); ``isnan``/``isinf`` test the bits
   (implementations may assume no NaN in float comparisons), as does ``signbit``; ``expm1``
-  and ``round`` (half away from zero) are helper functions.
+  and ``round`` (half away from zero) are helper functions. ``fma`` is the builtin where the
+  device fuses it; where it does not (lavapipe computes WGSL's ``fma`` as a product then a
+  sum, which SPIR-V allows), a float32 ``fma`` is a helper that rounds once, as the
+  kernels' formulas need to reproduce XNNPACK's bits (:attr:`WgslDialect.fused_fma`).
 - Local memory: a vector load or store of consecutive elements of a local array (OpenCL's
   ``vload``/``vstore``) is a helper function naming the module-scope array.
 - Launches: a kernel without a local size runs in groups of :data:`GROUP` along axis 0,
@@ -62,6 +65,9 @@ class WgslDialect:
     max_local_bytes: int = 16384   # maxComputeWorkgroupStorageSize every WebGPU device offers
     int64: bool = False
     flat_launches: bool = True     # 65535 groups per axis, and 2-D groups of a few items run poorly
+    # Whether the device's ``fma`` rounds once (a runtime that found it does not uses its own
+    # copy: float32 ``fma`` then renders as :data:`EXACT_FMA`).
+    fused_fma: bool = True
 
     def prelude(self, precision_name: str) -> str:
         """Nothing: each WGSL kernel is a whole module (a program's source, as
@@ -70,7 +76,7 @@ class WgslDialect:
 
     def render(self, kernel: ir.Kernel, precision) -> str:
         """``kernel`` as a WGSL module in ``precision`` (see :class:`WgslRenderer`)."""
-        return WgslRenderer(precision).kernel(kernel).source
+        return WgslRenderer(precision, self.fused_fma).kernel(kernel).source
 
     def storage_dtype(self, dtype: np.dtype) -> np.dtype:
         """The dtype a tensor stored as ``dtype`` (see :meth:`litegpu.codegen.Precision.storage_dtype`)
@@ -82,6 +88,38 @@ class WgslDialect:
 
 
 WGSL = WgslDialect()
+
+#: ``fma`` rounded once, from float32 operations rounded to nearest (for a device whose
+#: ``fma`` is a product then a sum): Boldo and Melquiond's emulation ("Emulation of a FMA
+#: and correctly rounded sums: proved algorithms using rounding to odd", IEEE TC 2008).
+#: ``a * b`` is ``uh + ul`` exactly (Dekker's product of Veltkamp halves), ``c + uh`` is
+#: ``th + tl`` exactly (Knuth's two-sum), and ``th`` plus ``tl + ul`` rounded to odd, rounded
+#: to nearest, is ``a * b + c`` rounded once. Rounding to odd: the nearest sum, moved one
+#: ulp towards the exact one where it was inexact and its last bit is even. Exact while no
+#: intermediate overflows or underflows: operands past 2^100 or a product below 2^-100
+#: (never met by the kernels' formulas) and non-finite values take the product then the sum.
+#: Each step goes through ``{o}`` (:data:`OPAQUE`): WGSL cannot mark an operation exact, and
+#: Mesa's compiler (lavapipe's) simplifies ``(x + y) - x`` to ``y``, which would erase the
+#: rounding errors these steps capture.
+EXACT_FMA = (
+    "fn {name}(a: {t}, b: {t}, c: {t}) -> {t} {{ "
+    "let ca = {o}(a * 4097.0); let ah = {o}(ca - {o}(ca - a)); let al = {o}(a - ah); "
+    "let cb = {o}(b * 4097.0); let bh = {o}(cb - {o}(cb - b)); let bl = {o}(b - bh); "
+    "let uh = {o}(a * b); "
+    "let ul = {o}({o}({o}({o}(ah * bh) - uh) + {o}(ah * bl) + {o}(al * bh)) + {o}(al * bl)); "
+    "let th = {o}(c + uh); let tb = {o}(th - c); let tl = {o}({o}(c - {o}(th - tb)) + {o}(uh - tb)); "
+    "let v0 = {o}(tl + ul); let vb = {o}(v0 - tl); let ve = {o}({o}(tl - {o}(v0 - vb)) + {o}(ul - vb)); "
+    "let bits = bitcast<{u}>(v0); "
+    "let towards = select(bits - {u}(1u), bits + {u}(1u), ((bitcast<{u}>(ve) ^ bits) & {u}(0x80000000u)) == {u}(0u)); "
+    "let v = select(v0, bitcast<{t}>(towards), (ve != {t}(0.0)) & ((bits & {u}(1u)) == {u}(0u))); "
+    "let big = max(abs(a), abs(b)) > {t}(1.0e30) | abs(uh) < {t}(1.0e-30) "
+    "| (bitcast<{u}>(th) & {u}(0x7f800000u)) == {u}(0x7f800000u); "
+    "return select(th + v, uh + c, big); }}")
+#: ``x`` unchanged, through a value the compiler cannot know (:data:`OPAQUE_ZERO`, set by
+#: each kernel that uses it), so no algebraic rewrite reaches across it.
+OPAQUE = "fn {name}(x: {t}) -> {t} {{ return bitcast<{t}>(bitcast<{u}>(x) ^ {u}(lg_zero)); }}"
+#: A module-scope zero: ``lg_gid.x`` is never 2^32 - 1 (:data:`MAX_GROUPS` groups of at most 256).
+OPAQUE_ZERO = ("var<private> lg_zero: u32;", "  lg_zero = u32(lg_gid.x == 0xffffffffu);")
 
 
 def launch(global_size: tuple[int, ...], local_size: tuple[int, ...] | None
@@ -130,8 +168,9 @@ class WgslKernel:
 class WgslRenderer(ir.Renderer):
     """Renders kernels in one precision mode (``precision``: a :class:`litegpu.codegen.Precision`)."""
 
-    def __init__(self, precision) -> None:
+    def __init__(self, precision, fused_fma: bool = True) -> None:
         self.precision = precision
+        self.fused_fma = fused_fma
         self._helpers: dict[str, str] = {}
         self._fold = 0
 
@@ -224,6 +263,11 @@ class WgslRenderer(ir.Renderer):
             return f"{self._helper(e.fn, e.args[0].type)}({self.expr(e.args[0])})"
         if e.fn == "fmod":
             return f"({self.expr(e.args[0])} % {self._splat(e.args[1], lanes)})"
+        if e.fn == "opaque":
+            value = self.expr(e.args[0])
+            return f"{self._helper('opaque', e.type)}({value})" if self.scalar(e.type.scalar) == "f32" else value
+        if e.fn == "fma" and not self.fused_fma and self.scalar(e.type.scalar) == "f32":
+            return f"{self._helper('fma', e.type)}({', '.join(self._splat(a, lanes) for a in e.args)})"
         fn = _RENAMED.get(e.fn, e.fn)
         return f"{fn}({', '.join(self._splat(a, lanes) for a in e.args)})"
 
@@ -329,6 +373,12 @@ class WgslRenderer(ir.Renderer):
             self._helpers[key] = (f"fn {key}(x: {wt}) -> {wt} {{ let u = exp(x); "
                                   f"let near = (u - 1.0) * x / log(u); "
                                   f"return select(select(near, u - 1.0, abs(x) > {wt}(1.0)), x, u == {wt}(1.0)); }}")
+        elif name in ("fma", "opaque"):
+            u = f"vec{t.lanes}<u32>" if t.lanes > 1 else "u32"
+            if name == "fma":
+                self._helpers[key] = EXACT_FMA.format(name=key, t=wt, u=u, o=self._helper("opaque", t))
+            else:
+                self._helpers[key] = OPAQUE.format(name=key, t=wt, u=u)
         elif name == "round":
             self._helpers[key] = (f"fn {key}(x: {wt}) -> {wt} {{ let t = trunc(x); "
                                   f"return select(t, t + sign(x), abs(x - t) >= {wt}(0.5)); }}")
@@ -403,10 +453,13 @@ class WgslRenderer(ir.Renderer):
                     f"{b.name}: array<{self.storage(b)}>;" for j, b in enumerate(k.params)]
         arrays = [f"var<workgroup> {a.name}: array<{self.type(a.type)}, {a.size}>;" for a in k.locals]
         header = ["enable f16;"] if self._uses_f16(k) else []
+        opaque = any(name.startswith("opaque_") for name in self._helpers)
         entry = [f"@compute @workgroup_size({group[0]}, {group[1]}, {group[2]})",
                  "fn main(@builtin(global_invocation_id) lg_gid: vec3<u32>, "
                  "@builtin(local_invocation_id) lg_lid: vec3<u32>, @builtin(workgroup_id) lg_wid: vec3<u32>) {",
-                 *guard, *body, "}"]
+                 *(OPAQUE_ZERO[1:] if opaque else ()), *guard, *body, "}"]
+        if opaque:
+            header.append(OPAQUE_ZERO[0])
         # The first line names the kernel (the program builder replaces KERNEL with its name),
         # so a program's modules, joined in one file, can be told apart: see modules().
         source = "\n".join([f"{MODULE_MARK}KERNEL", *header, *bindings, *arrays, *self._helpers.values(), *entry]) + "\n"

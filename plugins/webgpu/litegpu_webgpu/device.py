@@ -35,6 +35,13 @@ log = logging.getLogger("litegpu.webgpu")
 ADAPTER_ENV = "LITEGPU_WEBGPU_ADAPTER"
 BACKEND_ENV = "LITEGPU_WEBGPU_BACKEND"
 
+# The kernel Device.fma_is_fused runs.
+_FMA_PROBE = """
+@group(0) @binding(0) var<storage, read> operands: array<f32>;
+@group(0) @binding(1) var<storage, read_write> result: array<f32>;
+@compute @workgroup_size(1) fn main() { result[0] = fma(operands[0], operands[1], operands[2]); }
+"""
+
 #: What users may write in ``LITEGPU_WEBGPU_BACKEND`` -> wgpu's ``backend_type``.
 BACKEND_TYPES = {"vulkan": "Vulkan", "metal": "Metal", "d3d12": "D3D12", "gl": "OpenGL", "opengl": "OpenGL"}
 #: Features requested when the adapter offers them (F16 storage and arithmetic; device timestamps).
@@ -156,8 +163,42 @@ class Device:
 
     @cached_property
     def dialect(self) -> WgslDialect:
-        """WGSL with this device's storage-buffer limit (kernels may bind that many)."""
-        return dataclasses.replace(WGSL, max_buffers=self.max_buffers)
+        """WGSL with this device's storage-buffer limit (kernels may bind that many) and
+        whether its ``fma`` rounds once (:meth:`fma_is_fused`)."""
+        return dataclasses.replace(WGSL, max_buffers=self.max_buffers, fused_fma=self.fma_is_fused)
+
+    @cached_property
+    def fma_is_fused(self) -> bool:
+        """Whether WGSL's ``fma`` rounds once on this device: one tiny kernel computes
+        ``fma(x, x, -(1 + 2^-11))`` for ``x = 1 + 2^-12``, which is 2^-24 rounded once and 0
+        as a product then a sum (lavapipe's). False too when the probe cannot run: the
+        emulation is exact everywhere, only slower."""
+        import numpy as np
+        wgpu, device = self.wgpu, self.device
+        x = 1 + 2.0 ** -12
+        try:
+            with self.calls("probing fma"):
+                operands = device.create_buffer_with_data(
+                    data=np.array([x, x, -(1 + 2.0 ** -11)], np.float32).tobytes(), usage=wgpu.BufferUsage.STORAGE)
+                result = device.create_buffer(size=4, usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC)
+                pipeline = device.create_compute_pipeline(layout="auto", compute={"module": device.create_shader_module(
+                    code=_FMA_PROBE), "entry_point": "main"})
+                group = device.create_bind_group(layout=pipeline.get_bind_group_layout(0), entries=[
+                    {"binding": 0, "resource": {"buffer": operands}}, {"binding": 1, "resource": {"buffer": result}}])
+                encoder = device.create_command_encoder()
+                compute = encoder.begin_compute_pass()
+                compute.set_pipeline(pipeline)
+                compute.set_bind_group(0, group)
+                compute.dispatch_workgroups(1)
+                compute.end()
+                self.queue.submit([encoder.finish()])
+                got = float(np.frombuffer(self.queue.read_buffer(result), np.float32)[0])
+        except Exception as exc:   # noqa: BLE001 - the exact emulation is the safe answer
+            log.warning("could not probe fma on %s (%s): emulating it", self.name, exc)
+            return False
+        fused = got == 2.0 ** -24
+        log.debug("WebGPU device %s: fma %s", self.name, "fused" if fused else f"not fused ({got!r}): emulated")
+        return fused
 
     @cached_property
     def name(self) -> str:
@@ -183,6 +224,7 @@ class Device:
             "vendor": info.get("vendor", "") or f"0x{int(info.get('vendor_id', 0)):04x}",
             "driver": info.get("description", ""),
             "f16 (shader-f16)": "yes" if self.f16 else "no (F32 only)",
+            "fma": "fused" if self.fma_is_fused else "a product then a sum (emulated, rounded once)",
             "timestamps (timestamp-query)": yes("timestamp-query"),
             "subgroups": "offered, not used" if offered & {"subgroups", "subgroup"} else "no",
             "max storage buffer binding": f"{limits['max-storage-buffer-binding-size'] / 2**20:.0f} MiB",
