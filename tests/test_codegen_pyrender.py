@@ -31,7 +31,7 @@ ATTRS = {"LEAKY_RELU": {"alpha": 0.2}, "GELU": {"approximate": False},
 # Rational fits and libm functions: within a few float32 ulp of the reference (the fits'
 # own error is below 4.2e-7, see formulas); everything else is the reference's arithmetic.
 APPROXIMATE = {"TANH": 5e-7, "GELU": 5e-7, "EXP": 3e-7, "LOG": 3e-7, "SIN": 3e-7, "COS": 3e-7,
-               "LOGISTIC": 3e-7, "ELU": 3e-7, "RSQRT": 3e-7, "POW": 3e-7}
+               "LOGISTIC": 3e-7, "ELU": 3e-7, "RSQRT": 3e-7, "SQRT": 3e-7, "POW": 3e-7}
 
 
 def fma(a, b, c) -> np.float32:

@@ -1,4 +1,4 @@
-"""Float DEPTHWISE_CONV_2D, AVERAGE_POOL_2D, MEAN / SUM, SOFTMAX, SIN, COS, RSQRT, TANH and
+"""Float DEPTHWISE_CONV_2D, AVERAGE_POOL_2D, MEAN / SUM, SOFTMAX, SIN, COS, RSQRT, SQRT, TANH and
 few-row FULLY_CONNECTED on cpu with LiteRT's bits: the order of XNNPACK's sums
 (litegpu_cpu.kernels.xnn_order), against LiteRT itself on single-op models, every cpu
 kernel of each op (the 3x3 stride-1 and stride-2 paths, the framed 5x5 one, the general
@@ -374,6 +374,24 @@ def test_rsqrt_gives_litert_bits_where_it_is_right():
     ours, _ = run_both(unary_model("RSQRT", edges.shape), [edges])
     with np.errstate(divide="ignore"):
         np.testing.assert_array_equal(ours, (1 / np.sqrt(edges.astype(np.float64))).astype(F32))
+
+
+@avx512_host
+def test_sqrt_gives_litert_bits_where_it_is_right():
+    """RSQRT's estimate and Newton step times x over [2**-126, 2**125] (not always the
+    nearest float: the correctly rounded root differs from LiteRT's on about a third of
+    these); outside it, where XNNPACK flushes subnormals and is wrong above 2**125, the
+    correctly rounded root (0, inf and NaN as LiteRT gives them)."""
+    rng = np.random.default_rng(10)
+    x = np.concatenate([np.exp(rng.uniform(np.log(2.0 ** -126), np.log(2.0 ** 125), 20000)),
+                        4.0 ** np.arange(-63, 62), [2.0, 0.5, 3.9999998]]).astype(F32)
+    ours, litert = run_both(unary_model("SQRT", x.shape), [x])
+    assert_same_bits(ours, litert)
+    assert np.count_nonzero(np.sqrt(x) != litert) > 1000
+    edges = np.array([0, -0.0, 1e-40, 2.0 ** -127, 2.0 ** 126, 3e38, np.inf, -1.0, np.nan], F32)
+    ours, _ = run_both(unary_model("SQRT", edges.shape), [edges])
+    with np.errstate(invalid="ignore"):
+        np.testing.assert_array_equal(ours, np.sqrt(edges))
 
 
 def square_reduce_model(op: str, shape: tuple[int, ...], axes: tuple[int, ...], second_reader: bool = False,

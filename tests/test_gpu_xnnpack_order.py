@@ -3,7 +3,7 @@ webgpu (lavapipe in CI), against LiteRT itself on single-op models: float FULLY_
 BATCH_MATMUL (one fused multiply-add per step in the order of k, from the bias), the hybrid
 FULLY_CONNECTED of the float view (ROW_QUANTIZE and HYBRID_FULLY_CONNECTED: int8 per-channel
 and blockwise int4 weights, one row and many), SIN and COS (XNNPACK's reduction and rational
-fit), sums, RSQRT, SOFTMAX, LOGISTIC, GELU and TANH.
+fit), sums, RSQRT, SQRT, SOFTMAX, LOGISTIC, GELU and TANH.
 
 A decoder's hybrid products quantize their input rows on the fly, where an ulp upstream can
 move a value across a rounding boundary and become a whole quantum: these are the ops that
@@ -145,6 +145,20 @@ def test_rsqrt(gpu_name):
                                experimental_delegates=[litegpu.load_delegate(gpu_name)])
     with np.errstate(divide="ignore"):
         np.testing.assert_array_equal(_run(ours, [edges]), (1 / np.sqrt(edges.astype(np.float64))).astype(F32))
+
+
+def test_sqrt(gpu_name):
+    """RSQRT's estimate and Newton step times x over [2**-126, 2**125]; outside it the
+    correctly rounded root."""
+    rng = np.random.default_rng(10)
+    x = np.concatenate([np.exp(rng.uniform(np.log(2.0 ** -126), np.log(2.0 ** 125), 20000)),
+                        4.0 ** np.arange(-63, 62), [2.0, 0.5, 3.9999998]]).astype(F32)
+    assert_litert_bits(gpu_name, unary_model("SQRT", x.shape), [x])
+    edges = np.array([0, -0.0, 1e-40, 2.0 ** -127, 2.0 ** 126, 3e38, np.inf, -1.0, np.nan], F32)
+    ours = litegpu.Interpreter(model_content=unary_model("SQRT", edges.shape),
+                               experimental_delegates=[litegpu.load_delegate(gpu_name)])
+    with np.errstate(invalid="ignore"):
+        np.testing.assert_array_equal(_run(ours, [edges]), np.sqrt(edges))
 
 
 @pytest.mark.parametrize("width", [1, 5, 16, 63, 64, 77, 130, 512, 1000])

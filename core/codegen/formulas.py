@@ -162,6 +162,16 @@ def xnn_rsqrt(x: Expr) -> Expr:
     return select(ir.logical_and(x >= 2.0 ** -126, x < 2.0 ** 125), newton, 1.0 / call("sqrt", x))
 
 
+# SQRT as LiteRT runs it on AVX-512F hosts (``xnn_f32_vsqrt_ukernel__avx512f_rsqrt``): RSQRT's
+# refined estimate times x, each operation rounded; the correctly rounded root outside
+# [2**-126, 2**125] (as the cpu backend's ``mathfn.xnn_sqrt32``).
+def xnn_sqrt(x: Expr) -> Expr:
+    """XNNPACK's AVX-512F SQRT of the float32 scalar ``x`` (see above)."""
+    y = rsqrt14(x)
+    newton = x * (y - (x * (y * y) - 1.0) * (0.5 * y))
+    return select(ir.logical_and(x >= 2.0 ** -126, x < 2.0 ** 125), newton, call("sqrt", x))
+
+
 # The exponential of XNNPACK's float32 softmax (``src/f32-raddstoreexpminusmax/
 # avx512f-rr2-p5.c.in``; the cpu backend's ``mathfn.xnn_exp_nonpositive32``).
 _XE_LOG2E, _XE_MAGIC = float.fromhex("0x1.715476p+0"), float.fromhex("0x1.8000FEp23")
@@ -270,7 +280,7 @@ UNARY: dict[str, Callable[[Expr, dict], Expr]] = {
     "NEG": lambda x, a: -x,
     "EXP": lambda x, a: call("exp", x),
     "LOG": lambda x, a: call("log", x),
-    "SQRT": lambda x, a: call("sqrt", x),
+    "SQRT": _in_float(_per_lane(xnn_sqrt)),
     "RSQRT": _in_float(_per_lane(xnn_rsqrt)),
     "SQUARE": lambda x, a: x * x,
     "SIN": _in_float(lambda x: _rational_sine(_turns_removed(x))),

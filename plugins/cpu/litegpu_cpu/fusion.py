@@ -60,7 +60,7 @@ MIN_COLS, MAX_COLS = 256, 4096
 # The float ops fused: their formulas are litegpu.codegen.formulas' (the GPU kernels'),
 # rendered as numba source over float32 (litegpu.codegen.pyrender) with {a} and {b} for the
 # operands, except where the cpu computes differently on purpose (_CPU_UNARY).
-_FLOAT_UNARY = ("NEG", "ABS", "SQUARE", "SQRT", "RSQRT", "EXP", "LOG", "SIN", "COS", "FLOOR", "CEIL",
+_FLOAT_UNARY = ("NEG", "ABS", "SQUARE", "RSQRT", "EXP", "LOG", "SIN", "COS", "FLOOR", "CEIL",
                 "HARD_SWISH", "LEAKY_RELU", "ELU", "RELU", "RELU6", "RELU_N1_TO_1", "RELU_0_TO_1")
 _FLOAT_BINARY = ("ADD", "SUB", "MUL", "DIV", "MAXIMUM", "MINIMUM", "SQUARED_DIFFERENCE", "PRELU")
 # How the cpu spells math functions: exp through kernels.mathfn's exp32 (it vectorizes,
@@ -70,14 +70,15 @@ _FUNCTIONS = {"exp": "_exp32({0})", "fma": "_fma32({0}, {1}, {2})"}
 # (XNNPACK's AVX-512F kernel to the bit where LiteRT runs it, else kernels.mathfn's) and
 # mathfn's tanh32 (XNNPACK's rational fit where LiteRT runs it, else tanh64 rounded), which
 # vectorize (the GPU's 1 / (1 + exp(-x)) rounds twice, its tanh is litegpu's own rational
-# fit within 4e-7); SIN, COS and RSQRT are XNNPACK's (mathfn's xnn_sin32,
-# xnn_cos32 and xnn_rsqrt32: LiteRT's bits, where numba's libm calls do not match).
+# fit within 4e-7); SIN, COS, RSQRT and SQRT are XNNPACK's (mathfn's xnn_sin32, xnn_cos32,
+# xnn_rsqrt32 and xnn_sqrt32: LiteRT's bits, where numba's libm calls do not match).
 _CPU_UNARY = {
     "LOGISTIC": "_sigmoid32({a})",
     "TANH": "_tanh32({a})",
     "SIN": "_xnn_sin32({a})",
     "COS": "_xnn_cos32({a})",
     "RSQRT": "_xnn_rsqrt32({a})",
+    "SQRT": "_xnn_sqrt32({a})",
 }
 # GELU in float32 arithmetic that vectorizes, a few ulps from the float64 formula
 # (kernels.mathfn; the same functions as the standalone kernel's, where the GPU's is a
@@ -86,7 +87,8 @@ _GELU = "_gelu32({a})"
 _GELU_TANH = "_gelu_tanh32({a})"
 # The mathfn functions the import line names (with that module's digest, so editing it
 # changes every source using it); sigmoid32 comes from xnn_sigmoid, with its digest.
-_MATHFN = ("exp32", "tanh32", "gelu32", "gelu_tanh32", "fma32", "xnn_sin32", "xnn_cos32", "xnn_rsqrt32")
+_MATHFN = ("exp32", "tanh32", "gelu32", "gelu_tanh32", "fma32", "xnn_sin32", "xnn_cos32", "xnn_rsqrt32",
+           "xnn_sqrt32")
 _UNARY_OPS = frozenset(_FLOAT_UNARY) | frozenset(_CPU_UNARY)
 _OPERAND_TYPES = {"f": ir.REAL, "i": ir.INT}
 

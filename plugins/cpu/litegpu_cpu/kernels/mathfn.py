@@ -491,6 +491,29 @@ xnn_rsqrt32 = _rsqrt_avx512f if _AVX512F else _rsqrt_plain
 ``1 / sqrt(x)``."""
 
 
+# SQRT as LiteRT runs it on AVX-512F hosts (``xnn_f32_vsqrt_ukernel__avx512f_rsqrt``): RSQRT's
+# refined estimate times x, ``x * (y - (x * (y * y) - 1) * (0.5 * y))``, each operation
+# rounded (within 1 ulp of the root, not always the nearest float). Outside [2**-126, 2**125],
+# and on other hosts, the correctly rounded root.
+@njit(cache=True, inline="always")
+def _sqrt_avx512f(x):
+    """XNNPACK's AVX-512F SQRT of ``x`` in [2**-126, 2**125]; ``sqrt(x)`` elsewhere."""
+    if _NR_LO <= x < _NR_HI:
+        y = _rsqrt14(x)
+        return x * (y - (x * (y * y) - _F1_32) * (_HALF32 * y))
+    return np.sqrt(x)
+
+
+@njit(cache=True, inline="always")
+def _sqrt_plain(x):
+    return np.sqrt(x)
+
+
+xnn_sqrt32 = _sqrt_avx512f if _AVX512F else _sqrt_plain
+"""SQRT of a float32: LiteRT's bits on an AVX-512F host (in XNNPACK's valid range), else the
+correctly rounded root."""
+
+
 @intrinsic
 def _bits32(typingctx, x):
     """The int32 bit pattern of the float32 ``x`` (a register move, so it vectorizes)."""
