@@ -62,11 +62,13 @@ def test_greedy_decoding_matches_litert_on_each_backend(backend, decoder):
         assert all(buf.is_device for kv in session.state.sets for buf in kv.values())
 
 
-@pytest.mark.parametrize("name", ["phi2_int8_dynamic_comp", "gemma2_int8_dynamic_comp", "llama_int4_block32_comp"])
+@pytest.mark.parametrize("name", ["phi2_int8_dynamic_comp", "gemma2_int8_dynamic_comp", "llama_int4_block32_comp",
+                                  "phi3_int8_dynamic_comp", "falcon_int8_dynamic_comp_legacy"])
 def test_hybrid_decoders_give_litert_s_logits_to_the_bit_on_each_gpu_backend(gpu_name, name, decoder):
     """A hybrid decoder quantizes each product's input row on the fly, where an ulp of float
     arithmetic upstream (Phi-2's GELU and LayerNorm, Gemma 2's soft-capping TANH, RoPE's
-    SIN and COS) can become a quantum: PoCL and lavapipe (one work-item a row, as a CPU
+    SIN and COS, Phi-3.5's RoPE computed from the positions, Falcon's ALiBi) can become a
+    quantum: PoCL and lavapipe (one work-item a row, as a CPU
     device runs) compute XNNPACK's float32 operations, so the logits are LiteRT's bits."""
     path = decoder(name)
     want_tokens, want = _greedy(Engine(path, runtime=LiteRT), 8)
