@@ -11,21 +11,24 @@ every offset checked, the models as zero-copy views::
     tokenizer = bundle.tokenizer()
     stop_ids = [t.resolve(tokenizer) for t in bundle.metadata.stop_tokens]
 
-:class:`Engine` and :class:`Session` generate with one (or with a bare ``.tflite`` decoder),
-mirroring LiteRT-LM's Python API::
+:class:`Engine`, :class:`Conversation` and :class:`Session` generate with one (or, token by
+token, with a bare ``.tflite`` decoder), mirroring LiteRT-LM's Python API::
 
     with Engine("model.litertlm", backend="cpu") as engine:
-        session = engine.create_session()
+        with engine.create_conversation() as chat:         # the model's chat template
+            print(chat.send_message("Why is the sky blue?")["content"][0]["text"])
+        session = engine.create_session()                   # prompt text in, text out
         print(session.generate("Why is the sky blue?"))
         print(session.get_benchmark_info().decode_tokens_per_second)
 
-LiteRT-LM is the oracle. Tokenizers need the ``[lm]`` extra (``sentencepiece``,
-``tokenizers``), imported only when a tokenizer is made.
+LiteRT-LM is the oracle. Tokenizers and chat templates need the ``[lm]`` extra
+(``sentencepiece``, ``tokenizers``, ``jinja2``), imported only when one is made.
 """
 from __future__ import annotations
 
 from .bundle import (BLOCK_SIZE, MAGIC, MAJOR_VERSION, SECTION_TYPES, Bundle, LlmMetadata, LlmModelType,
                      PromptAffixes, PromptTemplates, SamplerParams, Section, TokenUnion, normalize_model_type)
+from .conversation import Conversation
 from .engine import BenchmarkInfo, Engine, Responses, SamplerConfig, Session
 from .protobuf import Message
 from .tokenizer import (HuggingFaceTokenizer, SentencePieceTokenizer, Tokenizer, TokenizerUnavailableError,
@@ -35,5 +38,5 @@ __all__ = [
     "Bundle", "Section", "LlmMetadata", "TokenUnion", "PromptAffixes", "PromptTemplates", "SamplerParams",
     "LlmModelType", "normalize_model_type", "MAGIC", "MAJOR_VERSION", "BLOCK_SIZE", "SECTION_TYPES",
     "Message", "Tokenizer", "SentencePieceTokenizer", "HuggingFaceTokenizer", "TokenizerUnavailableError",
-    "load_tokenizer", "Engine", "Session", "SamplerConfig", "Responses", "BenchmarkInfo",
+    "load_tokenizer", "Engine", "Session", "Conversation", "SamplerConfig", "Responses", "BenchmarkInfo",
 ]

@@ -447,6 +447,16 @@ class Engine:
                 if p.type != "GREEDY" else GREEDY
         return Session(self, apply_prompt_template, sampler_config or GREEDY)
 
+    def create_conversation(self, *, messages=None, system_message: str | None = None,
+                            sampler_config: SamplerConfig | None = None, max_output_tokens: int | None = None,
+                            chat_template: str | None = None, extra_context=None) -> "Conversation":
+        """A chat with the model (LiteRT-LM's ``create_conversation``): see
+        :class:`~litegpu.lm.conversation.Conversation`."""
+        from .conversation import Conversation
+        return Conversation(self, messages=messages, system_message=system_message, sampler_config=sampler_config,
+                            max_output_tokens=max_output_tokens, chat_template=chat_template,
+                            extra_context=extra_context)
+
 
 class Session:
     """One conversation with an :class:`Engine`'s model: the KV cache and the position."""
