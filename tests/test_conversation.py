@@ -150,3 +150,15 @@ def test_a_bare_decoder_has_no_conversation(decoder):
     with Engine(decoder("llama_f32_comp")) as engine:
         with pytest.raises(InvalidArgumentError, match="tokenizer"):
             engine.create_conversation()
+
+
+def test_a_conversation_on_a_gpu_backend_replies_what_the_cpu_replies(gpu_name, decoder):
+    """The chat's turns run on the device, its KV cache kept there between them; a hybrid
+    decoder's logits are LiteRT's bits on PoCL and lavapipe, so the replies are the cpu's."""
+    bundle = decoder("llama_int8_dynamic_comp", ".litertlm")
+    replies = {}
+    for backend in ("cpu", gpu_name):
+        with Engine(bundle, backend=backend, max_num_tokens=128) as engine, engine.create_conversation(
+                sampler_config=GREEDY, max_output_tokens=16, system_message="Be brief.") as chat:
+            replies[backend] = [chat.send_message(turn) for turn in ("What is the cpu backend?", "and the gpu?")]
+    assert replies[gpu_name] == replies["cpu"]
