@@ -195,12 +195,7 @@ class Conversation:
         else:
             text = self.template.render(messages, add_generation_prompt=True, **self.extra_context)
         ids = tok.encode(text)
-        meta = self.engine.metadata
-        if first and meta is not None and meta.start_token is not None:
-            ids = list(meta.start_token.resolve(tok)) + ids
-        elif first and meta is None and tok.bos_id is not None:
-            ids = [tok.bos_id] + ids
-        return ids
+        return self.engine.start_ids() + ids if first else ids
 
 
 def _text(message: dict[str, Any]) -> str:

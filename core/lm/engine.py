@@ -437,6 +437,14 @@ class Engine:
         """The length of the decode signature's logits."""
         return int(self.io.signatures()[self.decode.key][1]["logits"]["shape"][-1])
 
+    def start_ids(self) -> list[int]:
+        """The ids a session's first prompt starts with: the bundle's start token, else (no
+        metadata) the tokenizer's BOS, else none."""
+        tok, meta = self.tokenizer, self.metadata
+        if meta is not None:
+            return list(meta.start_token.resolve(tok)) if meta.start_token is not None else []
+        return [tok.bos_id] if tok is not None and tok.bos_id is not None else []
+
     def create_session(self, apply_prompt_template: bool = True,
                        sampler_config: SamplerConfig | None = None) -> "Session":
         """A new conversation state: an empty KV cache at position 0."""
@@ -538,11 +546,7 @@ class Session:
             user, model = templates.user, templates.model
             parts = [user.prefix if user else "", text, user.suffix if user else "", model.prefix if model else ""]
         ids = [i for part in parts if part for i in tok.encode(part)]
-        if first and meta is not None and meta.start_token is not None:
-            ids = list(meta.start_token.resolve(tok)) + ids
-        elif first and meta is None and tok.bos_id is not None:
-            ids = [tok.bos_id] + ids
-        return ids
+        return self.engine.start_ids() + ids if first else ids
 
     def _tokenizer(self) -> Tokenizer:
         if self.engine.tokenizer is None:
