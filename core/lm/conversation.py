@@ -12,11 +12,13 @@ answer to a stop token::
 The chat template is, in order: ``chat_template`` given to ``create_conversation``, the
 bundle's ``jinja_prompt_template``, or one made from its ``prompt_templates`` (each role's
 prefix and suffix; :func:`default_chat_template`, as LiteRT-LM makes it for bundles without a
-Jinja template); a bundle with neither gets the messages' text as it is. Templates are Jinja, rendered in a sandbox (a bundle's template is input
-from a file: it may not reach Python's objects). As LiteRT-LM 0.18 does, the first message
-is rendered after the conversation's preface (the system message and ``messages``), the
-start token put before it, and each later message rendered alone, its text fed after the
-tokens the model generated.
+Jinja template); a bundle with neither gets the messages' text as it is. Templates are
+Jinja, rendered in a sandbox (a bundle's template is input from a file: it may not reach
+Python's objects). As LiteRT-LM 0.18 does, the first message is rendered after the
+conversation's preface (the system message and ``messages``), the start token put before
+it, and each later message rendered alone, its text fed after the tokens the model
+generated (the last reply's final token, a stop token or the one the length limit cut off,
+included).
 """
 from __future__ import annotations
 
