@@ -755,6 +755,42 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_chat(args: argparse.Namespace) -> int:
+    from .lm import Engine, SamplerConfig
+    sampler = SamplerConfig(top_k=args.top_k, top_p=args.top_p, temperature=args.temperature, seed=args.seed)
+    template = _read_template(args.template)
+    with progress(f"loading {args.model} on {args.backend}", done_line=False):   # stdout: the replies alone
+        engine = Engine(args.model, backend=args.backend, num_threads=args.num_threads,
+                        max_num_tokens=args.max_num_tokens)
+    chat = engine.create_conversation(system_message=args.system, sampler_config=sampler,
+                                      max_output_tokens=args.max_tokens, chat_template=template)
+    interactive = sys.stdin.isatty()
+    while True:
+        if interactive:
+            print("> ", end="", file=sys.stderr, flush=True)
+        line = sys.stdin.readline()
+        if not line:
+            break
+        if not line.strip():
+            continue
+        for chunk in chat.send_message_async(line.rstrip("\n")):
+            print(chunk["content"][0]["text"], end="", flush=True)
+        print(flush=True)
+    info = chat.session.get_benchmark_info()
+    print(f"prefill: {info.prefill_tokens} tokens, {info.prefill_tokens_per_second:.1f} tokens/s; "
+          f"decode: {info.decode_tokens} tokens, {info.decode_tokens_per_second:.1f} tokens/s", file=sys.stderr)
+    return 0
+
+
+def _read_template(path: str | None) -> str | None:
+    if path is None:
+        return None
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InvalidArgumentError(f"cannot read the chat template {path}: {exc.strerror or exc}") from None
+
+
 # -- the parser ------------------------------------------------------------------------
 def default_num_threads() -> int:
     """``--num-threads``'s default: the CPUs this process may run on.
@@ -850,6 +886,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", metavar="DIR", help="keep them in DIR instead of the backend's own place (the cpu "
                    "backend reads $LITEGPU_PREBUILT_DIR; default: its package's prebuilt folder)")
     p.set_defaults(func=cmd_prebuild)
+    def generation_flags(p: argparse.ArgumentParser, max_tokens_help: str) -> None:
+        p.add_argument("--backend", default="cpu", help="cpu (default), GPU, or a backend's name")
+        p.add_argument("--num-threads", type=_int_at_least(1, also=(-1,)), default=threads, help="cpu threads")
+        p.add_argument("--max-tokens", type=_int_at_least(1), default=64, help=max_tokens_help)
+        p.add_argument("--max-num-tokens", type=_int_at_least(1), help="cap on prompt plus output (default: the KV "
+                       "cache's length)")
+        p.add_argument("--top-k", type=_int_at_least(1), default=1,
+                       help="sample among the k likeliest (default 1: greedy)")
+        p.add_argument("--top-p", type=float, help="nucleus sampling threshold")
+        p.add_argument("--temperature", type=float, help="sampling temperature")
+        p.add_argument("--seed", type=int, help="sampling seed")
+
     p = sub.add_parser("generate", help="generate text with a decoder LLM (.litertlm bundle, or a .tflite "
                        "decoder with token ids), printing it as it comes and the prefill and decode tokens/s")
     logging_flags(p, argparse.SUPPRESS)
@@ -857,17 +905,17 @@ def build_parser() -> argparse.ArgumentParser:
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument("--prompt", help="the prompt text (a bundle: its tokenizer and prompt template apply)")
     what.add_argument("--tokens", help="comma-separated prompt token ids (a .tflite without a tokenizer)")
-    p.add_argument("--backend", default="cpu", help="cpu (default), GPU, or a backend's name")
-    p.add_argument("--num-threads", type=_int_at_least(1, also=(-1,)), default=threads, help="cpu threads")
-    p.add_argument("--max-tokens", type=_int_at_least(1), default=64, help="tokens to generate at most (default 64)")
-    p.add_argument("--max-num-tokens", type=_int_at_least(1), help="cap on prompt plus output (default: the KV "
-                   "cache's length)")
-    p.add_argument("--top-k", type=_int_at_least(1), default=1, help="sample among the k likeliest (default 1: greedy)")
-    p.add_argument("--top-p", type=float, help="nucleus sampling threshold")
-    p.add_argument("--temperature", type=float, help="sampling temperature")
-    p.add_argument("--seed", type=int, help="sampling seed")
+    generation_flags(p, "tokens to generate at most (default 64)")
     p.add_argument("--no-template", action="store_true", help="feed the prompt without the bundle's template")
     p.set_defaults(func=cmd_generate)
+    p = sub.add_parser("chat", help="chat with a decoder LLM (.litertlm bundle): each line read from stdin is "
+                       "a message, each reply printed as it comes (the bundle's chat template; one KV cache)")
+    logging_flags(p, argparse.SUPPRESS)
+    p.add_argument("model", help="a .litertlm bundle")
+    p.add_argument("--system", help="a system message put first")
+    p.add_argument("--template", help="a Jinja chat template file to use instead of the bundle's")
+    generation_flags(p, "longest reply in tokens (default 64)")
+    p.set_defaults(func=cmd_chat)
     p = sub.add_parser("backends", help="list backend plugins, availability, devices and versions")
     logging_flags(p, argparse.SUPPRESS)
     p.set_defaults(func=cmd_backends)

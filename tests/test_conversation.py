@@ -162,3 +162,25 @@ def test_a_conversation_on_a_gpu_backend_replies_what_the_cpu_replies(gpu_name, 
                 sampler_config=GREEDY, max_output_tokens=16, system_message="Be brief.") as chat:
             replies[backend] = [chat.send_message(turn) for turn in ("What is the cpu backend?", "and the gpu?")]
     assert replies[gpu_name] == replies["cpu"]
+
+
+def test_the_chat_command_replies_to_each_line_as_the_conversation_does(decoder, monkeypatch, capsys, tmp_path):
+    """``litegpu chat``: each stdin line a message (blank ones skipped), each reply on stdout
+    as the API gives it, the speeds on stderr; a template file that cannot be read is one
+    error line, before the model loads."""
+    import io
+
+    from litegpu.cli import main
+    bundle = decoder("llama_f32_comp", ".litertlm")
+    turns = ["What is the cpu backend?", "and the gpu?"]
+    monkeypatch.setattr("sys.stdin", io.StringIO(turns[0] + "\n\n" + turns[1] + "\n"))
+    assert main(["chat", str(bundle), "--system", "Be brief.", "--max-tokens", "12", "--max-num-tokens", "128"]) == 0
+    out, err = capsys.readouterr()
+    with Engine(bundle, max_num_tokens=128) as engine, engine.create_conversation(
+            system_message="Be brief.", sampler_config=GREEDY, max_output_tokens=12) as chat:
+        want = [chat.send_message(turn)["content"][0]["text"] for turn in turns]
+    assert out.splitlines() == want
+    assert "decode:" in err and "tokens/s" in err
+    assert main(["chat", str(bundle), "--template", str(tmp_path / "missing.jinja")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "cannot read the chat template" in err[0]
