@@ -730,12 +730,24 @@ def cmd_prebuild(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_generate(args: argparse.Namespace) -> int:
+def _generation_engine(args: argparse.Namespace):
+    """The engine and sampler ``generate`` and ``chat`` run with (their shared flags)."""
     from .lm import Engine, SamplerConfig
     sampler = SamplerConfig(top_k=args.top_k, top_p=args.top_p, temperature=args.temperature, seed=args.seed)
     with progress(f"loading {args.model} on {args.backend}", done_line=False):   # stdout: the text alone
         engine = Engine(args.model, backend=args.backend, num_threads=args.num_threads,
                         max_num_tokens=args.max_num_tokens)
+    return engine, sampler
+
+
+def _print_speeds(info) -> None:
+    """A session's prefill and decode tokens/s, on stderr."""
+    print(f"prefill: {info.prefill_tokens} tokens, {info.prefill_tokens_per_second:.1f} tokens/s; "
+          f"decode: {info.decode_tokens} tokens, {info.decode_tokens_per_second:.1f} tokens/s", file=sys.stderr)
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    engine, sampler = _generation_engine(args)
     session = engine.create_session(apply_prompt_template=not args.no_template, sampler_config=sampler)
     if args.prompt is None:
         ids = [int(t) for t in args.tokens.split(",") if t.strip()]
@@ -749,19 +761,13 @@ def cmd_generate(args: argparse.Namespace) -> int:
         for chunk in session.run_decode_async(args.max_tokens):
             print(chunk.texts[0], end="", flush=True)
         print(flush=True)
-    info = session.get_benchmark_info()
-    print(f"prefill: {info.prefill_tokens} tokens, {info.prefill_tokens_per_second:.1f} tokens/s; "
-          f"decode: {info.decode_tokens} tokens, {info.decode_tokens_per_second:.1f} tokens/s", file=sys.stderr)
+    _print_speeds(session.get_benchmark_info())
     return 0
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
-    from .lm import Engine, SamplerConfig
-    sampler = SamplerConfig(top_k=args.top_k, top_p=args.top_p, temperature=args.temperature, seed=args.seed)
-    template = _read_template(args.template)
-    with progress(f"loading {args.model} on {args.backend}", done_line=False):   # stdout: the replies alone
-        engine = Engine(args.model, backend=args.backend, num_threads=args.num_threads,
-                        max_num_tokens=args.max_num_tokens)
+    template = _read_template(args.template)      # (a bad path fails before the model loads)
+    engine, sampler = _generation_engine(args)
     chat = engine.create_conversation(system_message=args.system, sampler_config=sampler,
                                       max_output_tokens=args.max_tokens, chat_template=template)
     interactive = sys.stdin.isatty()
@@ -776,9 +782,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
         for chunk in chat.send_message_async(line.rstrip("\n")):
             print(chunk["content"][0]["text"], end="", flush=True)
         print(flush=True)
-    info = chat.session.get_benchmark_info()
-    print(f"prefill: {info.prefill_tokens} tokens, {info.prefill_tokens_per_second:.1f} tokens/s; "
-          f"decode: {info.decode_tokens} tokens, {info.decode_tokens_per_second:.1f} tokens/s", file=sys.stderr)
+    _print_speeds(chat.session.get_benchmark_info())
     return 0
 
 
