@@ -155,11 +155,17 @@ def _rational_sine(x: Expr) -> Expr:
 # each operation rounded; outside [2**-126, 2**125], where that kernel is wrong under
 # LiteRT's flushed denormals, ``1 / sqrt(x)`` (as the cpu backend's ``mathfn.xnn_rsqrt32``).
 # An rms norm's root feeds the row quantization of the next hybrid product.
+def _refined_rsqrt(x: Expr) -> tuple[Expr, Expr]:
+    """The estimate refined by XNNPACK's Newton step, and whether ``x`` is in the range
+    where its kernels are right."""
+    y = rsqrt14(x)
+    return y - (x * (y * y) - 1.0) * (0.5 * y), ir.logical_and(x >= 2.0 ** -126, x < 2.0 ** 125)
+
+
 def xnn_rsqrt(x: Expr) -> Expr:
     """XNNPACK's AVX-512F RSQRT of the float32 scalar ``x`` (see above)."""
-    y = rsqrt14(x)
-    newton = y - (x * (y * y) - 1.0) * (0.5 * y)
-    return select(ir.logical_and(x >= 2.0 ** -126, x < 2.0 ** 125), newton, 1.0 / call("sqrt", x))
+    newton, valid = _refined_rsqrt(x)
+    return select(valid, newton, 1.0 / call("sqrt", x))
 
 
 # SQRT as LiteRT runs it on AVX-512F hosts (``xnn_f32_vsqrt_ukernel__avx512f_rsqrt``): RSQRT's
@@ -167,9 +173,8 @@ def xnn_rsqrt(x: Expr) -> Expr:
 # [2**-126, 2**125] (as the cpu backend's ``mathfn.xnn_sqrt32``).
 def xnn_sqrt(x: Expr) -> Expr:
     """XNNPACK's AVX-512F SQRT of the float32 scalar ``x`` (see above)."""
-    y = rsqrt14(x)
-    newton = x * (y - (x * (y * y) - 1.0) * (0.5 * y))
-    return select(ir.logical_and(x >= 2.0 ** -126, x < 2.0 ** 125), newton, call("sqrt", x))
+    newton, valid = _refined_rsqrt(x)
+    return select(valid, x * newton, call("sqrt", x))
 
 
 # The exponential of XNNPACK's float32 softmax (``src/f32-raddstoreexpminusmax/

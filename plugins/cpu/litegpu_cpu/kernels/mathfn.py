@@ -473,11 +473,17 @@ def _rsqrt14(typingctx, x):
 
 
 @njit(cache=True, inline="always")
+def _refined_rsqrt14(x):
+    """The 14-bit estimate refined by XNNPACK's Newton step."""
+    y = _rsqrt14(x)
+    return y - (x * (y * y) - _F1_32) * (_HALF32 * y)
+
+
+@njit(cache=True, inline="always")
 def _rsqrt_avx512f(x):
     """XNNPACK's AVX-512F RSQRT of ``x`` in [2**-126, 2**125]; ``1 / sqrt(x)`` elsewhere."""
     if _NR_LO <= x < _NR_HI:
-        y = _rsqrt14(x)
-        return y - (x * (y * y) - _F1_32) * (_HALF32 * y)
+        return _refined_rsqrt14(x)
     return _F1_32 / np.sqrt(x)
 
 
@@ -499,8 +505,7 @@ xnn_rsqrt32 = _rsqrt_avx512f if _AVX512F else _rsqrt_plain
 def _sqrt_avx512f(x):
     """XNNPACK's AVX-512F SQRT of ``x`` in [2**-126, 2**125]; ``sqrt(x)`` elsewhere."""
     if _NR_LO <= x < _NR_HI:
-        y = _rsqrt14(x)
-        return x * (y - (x * (y * y) - _F1_32) * (_HALF32 * y))
+        return x * _refined_rsqrt14(x)
     return np.sqrt(x)
 
 
