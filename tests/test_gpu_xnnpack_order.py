@@ -133,32 +133,28 @@ def test_mean_and_sum_and_of_squares(gpu_name, op, shape, axes):
     assert_litert_bits(gpu_name, square_reduce_model(op, shape, axes, residual=True), [x])
 
 
-def test_rsqrt(gpu_name):
+def _true_root(op: str, x: np.ndarray) -> np.ndarray:
+    """``1 / sqrt(x)`` (RSQRT) or ``sqrt(x)`` (SQRT), correctly rounded."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return (1 / np.sqrt(x.astype(np.float64))).astype(F32) if op == "RSQRT" else np.sqrt(x)
+
+
+@pytest.mark.parametrize("op, seed, edges", [
+    ("RSQRT", 9, [0, 1e-40, 2.0 ** -127, 2.0 ** 126, 3e38, np.inf]),
+    ("SQRT", 10, [0, -0.0, 1e-40, 2.0 ** -127, 2.0 ** 126, 3e38, np.inf, -1.0, np.nan]),
+])
+def test_rsqrt_and_sqrt(gpu_name, op, seed, edges):
     """The instruction's 14-bit estimate (litegpu.codegen.rsqrt14) and XNNPACK's Newton step
-    over [2**-126, 2**125], powers of 4 (exact roots) too; outside it the true ``1 / sqrt``."""
-    rng = np.random.default_rng(9)
+    (for SQRT, times x) over [2**-126, 2**125], powers of 4 (exact roots) too; outside it
+    the correctly rounded ``1 / sqrt`` or root."""
+    rng = np.random.default_rng(seed)
     x = np.concatenate([np.exp(rng.uniform(np.log(2.0 ** -126), np.log(2.0 ** 125), 20000)),
                         4.0 ** np.arange(-63, 62), [2.0, 0.5, 3.9999998]]).astype(F32)
-    assert_litert_bits(gpu_name, unary_model("RSQRT", x.shape), [x])
-    edges = np.array([0, 1e-40, 2.0 ** -127, 2.0 ** 126, 3e38, np.inf], F32)
-    ours = litegpu.Interpreter(model_content=unary_model("RSQRT", edges.shape),
+    assert_litert_bits(gpu_name, unary_model(op, x.shape), [x])
+    edges = np.array(edges, F32)
+    ours = litegpu.Interpreter(model_content=unary_model(op, edges.shape),
                                experimental_delegates=[litegpu.load_delegate(gpu_name)])
-    with np.errstate(divide="ignore"):
-        np.testing.assert_array_equal(_run(ours, [edges]), (1 / np.sqrt(edges.astype(np.float64))).astype(F32))
-
-
-def test_sqrt(gpu_name):
-    """RSQRT's estimate and Newton step times x over [2**-126, 2**125]; outside it the
-    correctly rounded root."""
-    rng = np.random.default_rng(10)
-    x = np.concatenate([np.exp(rng.uniform(np.log(2.0 ** -126), np.log(2.0 ** 125), 20000)),
-                        4.0 ** np.arange(-63, 62), [2.0, 0.5, 3.9999998]]).astype(F32)
-    assert_litert_bits(gpu_name, unary_model("SQRT", x.shape), [x])
-    edges = np.array([0, -0.0, 1e-40, 2.0 ** -127, 2.0 ** 126, 3e38, np.inf, -1.0, np.nan], F32)
-    ours = litegpu.Interpreter(model_content=unary_model("SQRT", edges.shape),
-                               experimental_delegates=[litegpu.load_delegate(gpu_name)])
-    with np.errstate(invalid="ignore"):
-        np.testing.assert_array_equal(_run(ours, [edges]), np.sqrt(edges))
+    np.testing.assert_array_equal(_run(ours, [edges]), _true_root(op, edges))
 
 
 @pytest.mark.parametrize("width", [1, 5, 16, 63, 64, 77, 130, 512, 1000])
