@@ -35,13 +35,6 @@ log = logging.getLogger("litegpu.webgpu")
 ADAPTER_ENV = "LITEGPU_WEBGPU_ADAPTER"
 BACKEND_ENV = "LITEGPU_WEBGPU_BACKEND"
 
-# The kernel Device.fma_is_fused runs.
-_FMA_PROBE = """
-@group(0) @binding(0) var<storage, read> operands: array<f32>;
-@group(0) @binding(1) var<storage, read_write> result: array<f32>;
-@compute @workgroup_size(1) fn main() { result[0] = fma(operands[0], operands[1], operands[2]); }
-"""
-
 #: What users may write in ``LITEGPU_WEBGPU_BACKEND`` -> wgpu's ``backend_type``.
 BACKEND_TYPES = {"vulkan": "Vulkan", "metal": "Metal", "d3d12": "D3D12", "gl": "OpenGL", "opengl": "OpenGL"}
 #: Features requested when the adapter offers them (F16 storage and arithmetic; device timestamps).
@@ -174,29 +167,28 @@ class Device:
         as a product then a sum (lavapipe's). False too when the probe cannot run: the
         emulation is exact everywhere, only slower."""
         import numpy as np
-        wgpu, device = self.wgpu, self.device
+        from litegpu.codegen import ir
+        from litegpu.codegen.nodegen import KernelSpec, Precision
+        from litegpu.codegen.wgsl import WgslRenderer
+
+        from .dispatch import run_kernels
+        from .tensor import new_tensor, read, write
+        b = ir.KernelBuilder()
+        operands, result = b.buffer(np.float32), b.buffer(np.float32, writes=True)
+        b.store(result, 0, ir.call("fma", operands.load(0), operands.load(1), operands.load(2)))
+        source = WgslRenderer(Precision(), fused_fma=True).kernel(b.kernel((1,))).source
         x = 1 + 2.0 ** -12
         try:
             with self.calls("probing fma"):
-                operands = device.create_buffer_with_data(
-                    data=np.array([x, x, -(1 + 2.0 ** -11)], np.float32).tobytes(), usage=wgpu.BufferUsage.STORAGE)
-                result = device.create_buffer(size=4, usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC)
-                pipeline = device.create_compute_pipeline(layout="auto", compute={"module": device.create_shader_module(
-                    code=_FMA_PROBE), "entry_point": "main"})
-                group = device.create_bind_group(layout=pipeline.get_bind_group_layout(0), entries=[
-                    {"binding": 0, "resource": {"buffer": operands}}, {"binding": 1, "resource": {"buffer": result}}])
-                encoder = device.create_command_encoder()
-                compute = encoder.begin_compute_pass()
-                compute.set_pipeline(pipeline)
-                compute.set_bind_group(0, group)
-                compute.dispatch_workgroups(1)
-                compute.end()
-                self.queue.submit([encoder.finish()])
-                got = float(np.frombuffer(self.queue.read_buffer(result), np.float32)[0])
+                tensors = [new_tensor(self, Precision(), (n,), np.float32) for n in (3, 1)]
+                write(tensors[0], np.array([x, x, -(1 + 2.0 ** -11)], np.float32))
+                run_kernels(self, [(KernelSpec(source, (1,), None, []), tensors)]).wait()
+                got = np.empty(1, np.float32)
+                read(tensors[1], got)
         except Exception as exc:   # noqa: BLE001 - the exact emulation is the safe answer
             log.warning("could not probe fma on %s (%s): emulating it", self.name, exc)
             return False
-        fused = got == 2.0 ** -24
+        fused = float(got[0]) == 2.0 ** -24
         log.debug("WebGPU device %s: fma %s", self.name, "fused" if fused else f"not fused ({got!r}): emulated")
         return fused
 
